@@ -1,0 +1,251 @@
+package drr
+
+import (
+	"math/bits"
+	"strconv"
+)
+
+// Queue is one policy class as the arbiter sees it.
+type Queue interface {
+	// Empty reports whether the class holds no queued request at all.
+	Empty() bool
+	// Candidate returns the DRR cost of the class's candidate (SPEC 4.2) and true,
+	// or false when the class has queued work but nothing dispatchable.
+	// Calling it may move blocked lanes aside inside the class, so the arbiter calls it
+	// at most once per class per Next call and caches the answer.
+	Candidate() (cost uint64, ok bool)
+	// Pop removes the candidate returned by the last Candidate call.
+	Pop()
+}
+
+// noCarry is the value of Arbiter.carry when no carry class is set.
+const noCarry = -1
+
+// What one Next call has learnt about a class so far (Arbiter.seen). Step 1 asks
+// every class Empty, so each call starts from seenEmpty or seenQueued.
+const (
+	seenEmpty   = iota // Empty returned true
+	seenQueued         // Empty returned false; Candidate not asked yet
+	seenBlocked        // Candidate returned false
+	seenReady          // Candidate returned true; its cost is in Arbiter.cost
+)
+
+// Arbiter is the DRR state: a non-negative deficit per class, a ring cursor and an
+// optional carry class. The zero value is not usable; call New.
+type Arbiter struct {
+	quanta  []uint64 // per class, > 0; copied from New's argument
+	deficit []uint64 // per class: earned, unspent credit
+	cursor  int      // first class the next ring scan visits, in [0, n)
+	carry   int      // class that may keep spending its deficit, or noCarry
+
+	// Per-call scratch, allocated once in New so that Next does not allocate.
+	seen []uint8  // per class: seenEmpty ... seenReady
+	cost []uint64 // per class: the candidate's cost when seen is seenReady
+}
+
+// New returns an arbiter for len(quanta) classes in ring order (the order the policy
+// file lists them). Each quantum is the credit in cost units (uncached tokens) a
+// class earns per DRR round; it must be > 0, and the configuration bounds it to 2^40.
+// New panics on a zero quantum: that is a broken caller invariant. The cursor starts
+// at class 0, every deficit at 0, and no carry is set. New copies quanta.
+func New(quanta []uint64) *Arbiter {
+	for k, q := range quanta {
+		if q == 0 {
+			panic("drr: quantum of class " + strconv.Itoa(k) + " is 0")
+		}
+	}
+	n := len(quanta)
+	return &Arbiter{
+		quanta:  append([]uint64(nil), quanta...),
+		deficit: make([]uint64, n),
+		carry:   noCarry,
+		seen:    make([]uint8, n),
+		cost:    make([]uint64, n),
+	}
+}
+
+// Next runs one arbitration call (SPEC 5) over qs, which holds the classes in the
+// order given to New. It chooses at most one class, calls Pop on it exactly once,
+// charges it the candidate's cost and returns its index and true; or it returns
+// -1 and false when nothing is queued or nothing is dispatchable. It calls Empty
+// once per class (and once more on the class taken, after its Pop) and Candidate at
+// most once per class, and never allocates. Cost: O(C) for C classes plus those
+// calls, whatever the costs and quanta.
+//
+// Next panics when len(qs) differs from the number of classes.
+func (a *Arbiter) Next(qs []Queue) (k int, ok bool) {
+	n := len(a.quanta)
+	if len(qs) != n {
+		panic("drr: Next called with the wrong number of classes")
+	}
+
+	// 1. Nothing queued: clear the carry, return nothing.
+	queued := false
+	for i, q := range qs {
+		if q.Empty() {
+			a.seen[i] = seenEmpty
+		} else {
+			a.seen[i] = seenQueued
+			queued = true
+		}
+	}
+	if !queued {
+		a.carry = noCarry
+		return -1, false
+	}
+
+	// 2. Carry: spend the carry class's remaining deficit without a new quantum.
+	if c := a.carry; c != noCarry && a.seen[c] != seenEmpty {
+		if cost, ready := a.candidate(qs, c); ready && cost <= a.deficit[c] {
+			return a.take(qs, c), true
+		}
+		// Empty, blocked or not affordable: fall through. The carry itself is left
+		// alone; take overwrites it, and a call that takes nothing keeps it.
+	}
+
+	// 3. Ring scan, once round from the cursor.
+	anyReady := false
+	for i := range n {
+		j := a.cursor + i
+		if j >= n {
+			j -= n
+		}
+		if a.seen[j] == seenEmpty {
+			a.deficit[j] = 0
+			continue
+		}
+		cost, ready := a.candidate(qs, j)
+		if !ready {
+			continue // blocked: keep the deficit, add nothing
+		}
+		anyReady = true
+		if cost <= a.deficit[j] {
+			return a.take(qs, j), true
+		}
+		// Here deficit < cost, so after the add deficit < cost + quantum.
+		a.deficit[j] = addSat(a.deficit[j], a.quanta[j])
+		if cost <= a.deficit[j] {
+			return a.take(qs, j), true
+		}
+	}
+
+	// 4. Bulk credit: skip the virtual rounds in which nobody could pay.
+	if !anyReady {
+		return -1, false
+	}
+	// Every ready class has deficit < cost here (the scan took nothing), so each
+	// needs at least one more round and r >= 1.
+	r := uint64(0)
+	for j := range n {
+		if a.seen[j] != seenReady {
+			continue
+		}
+		need := ceilDiv(a.cost[j]-a.deficit[j], a.quanta[j])
+		if r == 0 || need < r {
+			r = need
+		}
+	}
+	// Overflow: for every ready class j, r <= ceil((cost_j - deficit_j) / quantum_j),
+	// so r*quantum_j < cost_j - deficit_j + quantum_j and the new deficit
+	// deficit_j + r*quantum_j < cost_j + quantum_j <= 2^40 + 2^40. The same bound
+	// holds after step 3's single quantum, so no deficit ever exceeds
+	// max cost + max quantum and nothing here can wrap for costs and quanta up to
+	// 2^40. The saturating helpers only keep that true for absurd inputs.
+	for j := range n {
+		if a.seen[j] == seenReady {
+			a.deficit[j] = addSat(a.deficit[j], mulSat(r, a.quanta[j]))
+		}
+	}
+
+	// 5. Final scan from the cursor: the first affordable class. The class that set
+	// r is affordable now, so this always takes something.
+	for i := range n {
+		j := a.cursor + i
+		if j >= n {
+			j -= n
+		}
+		if a.seen[j] == seenReady && a.cost[j] <= a.deficit[j] {
+			return a.take(qs, j), true
+		}
+	}
+	panic("drr: bulk credit left no class affordable")
+}
+
+// candidate returns class k's candidate, asking the queue only the first time in a
+// Next call. k must be queued (seen is not seenEmpty).
+func (a *Arbiter) candidate(qs []Queue, k int) (uint64, bool) {
+	switch a.seen[k] {
+	case seenReady:
+		return a.cost[k], true
+	case seenBlocked:
+		return 0, false
+	}
+	cost, ok := qs[k].Candidate()
+	if !ok {
+		a.seen[k] = seenBlocked
+		return 0, false
+	}
+	a.seen[k] = seenReady
+	a.cost[k] = cost
+	return cost, true
+}
+
+// take pops class k's candidate, which must be ready and affordable, charges it,
+// and moves the cursor and the carry. It returns k.
+func (a *Arbiter) take(qs []Queue, k int) int {
+	qs[k].Pop()
+	a.deficit[k] -= a.cost[k] // cost <= deficit: checked by every caller
+	a.cursor = k + 1
+	if a.cursor == len(a.quanta) {
+		a.cursor = 0
+	}
+	switch {
+	case qs[k].Empty():
+		a.deficit[k] = 0
+		a.carry = noCarry
+	case a.deficit[k] > 0:
+		a.carry = k
+	default:
+		a.carry = noCarry
+	}
+	return k
+}
+
+// Deficit returns class k's deficit: credit, in cost units, earned and not yet spent.
+// It panics when k is out of range.
+func (a *Arbiter) Deficit(k int) uint64 { return a.deficit[k] }
+
+// Cursor returns the class the next ring scan starts at, in [0, number of classes);
+// 0 when there are no classes.
+func (a *Arbiter) Cursor() int { return a.cursor }
+
+// Carry returns the carry class, which the next Next call serves first if its
+// candidate is affordable from its deficit, or -1 when no carry is set.
+func (a *Arbiter) Carry() int { return a.carry }
+
+// ceilDiv returns ceil(x / q) for q > 0 without the overflow of (x + q - 1) / q.
+func ceilDiv(x, q uint64) uint64 {
+	d := x / q
+	if x%q != 0 {
+		d++
+	}
+	return d
+}
+
+// addSat returns x + y, or the largest uint64 if that overflows.
+func addSat(x, y uint64) uint64 {
+	s, carry := bits.Add64(x, y, 0)
+	if carry != 0 {
+		return ^uint64(0)
+	}
+	return s
+}
+
+// mulSat returns x * y, or the largest uint64 if that overflows.
+func mulSat(x, y uint64) uint64 {
+	hi, lo := bits.Mul64(x, y)
+	if hi != 0 {
+		return ^uint64(0)
+	}
+	return lo
+}

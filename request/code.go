@@ -1,0 +1,19 @@
+package request
+
+// Code is an error code of SPEC 7: why a request was rejected.
+type Code string
+
+// The error codes of SPEC 7.
+const (
+	BadRequest             Code = "bad_request"
+	NoEndpoints            Code = "no_endpoints"
+	AllWorkersOverloaded   Code = "all_workers_overloaded"
+	PinnedWorkerOverloaded Code = "pinned_worker_overloaded"
+	PinnedWorkerNotAllowed Code = "pinned_worker_not_allowed"
+	QueueFull              Code = "queue_full"
+	Expired                Code = "expired"
+)
+
+// Codes lists every code, for metrics that are initialised up front.
+var Codes = []Code{BadRequest, NoEndpoints, AllWorkersOverloaded, PinnedWorkerOverloaded,
+	PinnedWorkerNotAllowed, QueueFull, Expired}

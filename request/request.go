@@ -1,0 +1,131 @@
+// Package request defines the immutable snapshot of a request that the
+// scheduling core queues, orders and places (SPEC 3.1).
+//
+// A Snapshot is built once, when the request enters the dispatcher, and is never
+// recomputed while it waits. The core packages (lanes, filters, scheduler) read it;
+// only lanes writes its Index field, and only the scheduler writes Charged.
+//
+// The package has no behaviour beyond small accessors; it exists so that the core
+// packages share one vocabulary without importing each other.
+package request
+
+// AnyRank is the Rank of a Target that pins a worker but not a data-parallel rank:
+// the request goes to that worker's best rank (SPEC 4.2, 6.4).
+const AnyRank = -1
+
+// Target is a pin: one worker and optionally one of its data-parallel ranks.
+// The zero Target (empty Worker) means "not pinned".
+type Target struct {
+	Worker string
+	Rank   int32 // AnyRank, or a rank in [0, 65535]
+}
+
+// Pinned reports whether t names a worker.
+func (t Target) Pinned() bool { return t.Worker != "" }
+
+// Taint is a preferred taint and its score weight (SPEC 6.4); a bare taint weighs 1.
+type Taint struct {
+	Name   string
+	Weight float64
+}
+
+// Overlap is the number of input tokens already cached on one worker.
+type Overlap struct {
+	Worker string
+	Tokens uint64
+}
+
+// Route holds a request's optional routing constraints. A request without any
+// constraint has a nil Route, which keeps queued requests small.
+type Route struct {
+	Allowed   []string  // allow-list of worker ids; nil: every worker
+	Required  []string  // taints the worker must carry, every one
+	Preferred []Taint   // score weights
+	Overlap   []Overlap // per-worker cached tokens (Dispatch-Worker-Overlap)
+}
+
+// Snapshot is what the core knows of a request. Field sizes are chosen so that a
+// queued request without constraints costs well under 256 bytes (see the lanes
+// benchmark BenchmarkHeldBytes).
+type Snapshot struct {
+	ID string // request id: Nats-Msg-Id or "<stream>:<seq>"
+
+	// Ref is the caller's handle for the request's message (the JetStream stream
+	// sequence in the service); the core never interprets it.
+	Ref uint64
+
+	Class int // index of the physical class in the policy's class list
+
+	ISL      uint64 // raw input sequence length, tokens
+	Cached   uint64 // best cached tokens, clamped to ISL
+	Cost     uint64 // max(1, ISL-Cached): the DRR and WSPT cost
+	Strict   uint32 // strict-priority tier, higher first
+	Jump     float64
+	Arrival  int64 // JetStream publication time, Unix nanoseconds
+	Deadline int64 // Unix nanoseconds after which a queued request expires; 0: none
+	Seq      uint64
+
+	// Score orders requests within a strict tier, higher first (SPEC 4.1). It is
+	// computed once, from the class's queue policy, when the request is admitted.
+	Score float64
+
+	Pin   Target
+	Route *Route // nil: no allow-list, taints or overlap
+
+	// Charged is set once DRR has charged the request. A request handed back
+	// after a refused dispatch keeps its place and is not charged again.
+	Charged bool
+	// Refused is set when a worker refused the request (or did not answer); such
+	// a request waits in its lane whatever its class's queueing (SPEC 1.2).
+	Refused bool
+
+	// Index is the request's position in its lane heap, owned by package lanes;
+	// -1 when the request is not queued.
+	Index int
+	// DeadlineIndex is the request's position in the scheduler's deadline heap;
+	// -1 when it is not there.
+	DeadlineIndex int
+}
+
+// Uncached returns the uncached input tokens: ISL minus Cached.
+func (s *Snapshot) Uncached() uint64 { return s.ISL - s.Cached }
+
+// DRRCost returns what DRR charges for the request: its cost, or 0 when it was
+// already charged before a refused dispatch handed it back.
+func (s *Snapshot) DRRCost() uint64 {
+	if s.Charged {
+		return 0
+	}
+	return s.Cost
+}
+
+// Allowed reports whether worker id passes the request's allow-list.
+func (s *Snapshot) Allowed(id string) bool {
+	if s.Route == nil || s.Route.Allowed == nil {
+		return true
+	}
+	for _, a := range s.Route.Allowed {
+		if a == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Constrained reports whether the request has an allow-list or required taints,
+// the constraints that make its gate check cost more than O(1) (SPEC 5).
+func (s *Snapshot) Constrained() bool {
+	return s.Route != nil && (s.Route.Allowed != nil || len(s.Route.Required) > 0)
+}
+
+// Before reports whether s ranks ahead of o within a class (SPEC 4.1): higher
+// strict priority, then higher score, then lower seq.
+func (s *Snapshot) Before(o *Snapshot) bool {
+	if s.Strict != o.Strict {
+		return s.Strict > o.Strict
+	}
+	if s.Score != o.Score {
+		return s.Score > o.Score
+	}
+	return s.Seq < o.Seq
+}
