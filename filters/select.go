@@ -1,0 +1,166 @@
+package filters
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"fairdispatch/request"
+	"fairdispatch/workers"
+)
+
+// Scoring holds the cost model's settings (SPEC 6.4).
+type Scoring struct {
+	BlockSize           float64 // tokens per block, > 0; default 16
+	OverlapCredit       float64 // overlap_score_credit, default 1
+	PrefillScale        float64 // prefill_load_scale, default 1
+	DecodeRequestWeight float64 // decode_active_request_weight, default 0
+	Temperature         float64 // router_temperature, >= 0; default 0
+}
+
+// DefaultScoring returns the defaults of SPEC 6.4.
+func DefaultScoring() Scoring {
+	return Scoring{BlockSize: 16, OverlapCredit: 1, PrefillScale: 1}
+}
+
+// Choice is a selected rank.
+type Choice struct {
+	Worker *workers.Worker
+	Rank   int32
+}
+
+type candidate struct {
+	w    *workers.Worker
+	rank int32
+	cost float64
+}
+
+// Selector picks a rank for a request (SPEC 6.3, 6.4). It keeps scratch space,
+// so Select does not allocate once warm. Not safe for concurrent use.
+type Selector struct {
+	Scoring    Scoring
+	Thresholds Thresholds
+	rand       *rand.Rand
+	cands      []candidate
+}
+
+// NewSelector returns a selector drawing its randomness (ties, temperature) from src.
+func NewSelector(s Scoring, t Thresholds, src *rand.Rand) *Selector {
+	return &Selector{Scoring: s, Thresholds: t, rand: src}
+}
+
+// Select returns the rank that request r goes to, or the code of why it can go
+// nowhere. Pinned requests are checked in the order of SPEC 6.3: allow-list,
+// then liveness, rank and taints, then overload.
+func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, request.Code) {
+	s.cands = s.cands[:0]
+	if r.Pin.Pinned() {
+		if !r.Allowed(r.Pin.Worker) {
+			return Choice{}, request.PinnedWorkerNotAllowed
+		}
+		w := reg.Get(r.Pin.Worker)
+		if w == nil || !Eligible(w, r) || (r.Pin.Rank != request.AnyRank && !w.HasRank(r.Pin.Rank)) {
+			return Choice{}, request.NoEndpoints
+		}
+		if s.Thresholds.Overloaded(w) {
+			return Choice{}, request.PinnedWorkerOverloaded
+		}
+		if r.Pin.Rank != request.AnyRank {
+			return Choice{w, r.Pin.Rank}, ""
+		}
+		s.addRanks(w, r)
+		return s.pick(), ""
+	}
+	eligible := false
+	for _, w := range reg.All() {
+		if !Eligible(w, r) {
+			continue
+		}
+		eligible = true
+		if s.Thresholds.Overloaded(w) {
+			continue
+		}
+		s.addRanks(w, r)
+	}
+	switch {
+	case !eligible:
+		return Choice{}, request.NoEndpoints
+	case len(s.cands) == 0:
+		return Choice{}, request.AllWorkersOverloaded
+	}
+	return s.pick(), ""
+}
+
+// addRanks scores every rank of w for r.
+func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
+	sc := &s.Scoring
+	isl := float64(r.ISL)
+	reqBlocks := math.Ceil(isl / sc.BlockSize)
+	credit := sc.OverlapCredit * float64(overlap(w.ID, r)) / sc.BlockSize
+	factor := 1.0
+	if r.Route != nil && len(r.Route.Preferred) > 0 {
+		sum := 0.0
+		for _, t := range r.Route.Preferred {
+			if w.HasTaint(t.Name) {
+				sum += t.Weight
+			}
+		}
+		factor = math.Exp(-math.Tanh(sum))
+	}
+	for i := range w.Ranks {
+		l := w.Ranks[i].Load()
+		raw := (float64(l.ActivePrefillTokens) + isl) / sc.BlockSize
+		cost := sc.PrefillScale*math.Max(0, raw-credit) + float64(l.ActiveDecodeBlocks) +
+			reqBlocks + sc.DecodeRequestWeight*float64(l.ActiveRequests)
+		s.cands = append(s.cands, candidate{w, int32(w.Start) + int32(i), cost * factor})
+	}
+}
+
+// pick chooses among the scored candidates: the lowest cost at temperature 0
+// (ties at random), else a softmax over -cost / (range * T).
+func (s *Selector) pick() Choice {
+	c := s.cands
+	lo, hi := c[0].cost, c[0].cost
+	for _, x := range c[1:] {
+		lo, hi = math.Min(lo, x.cost), math.Max(hi, x.cost)
+	}
+	if s.Scoring.Temperature <= 0 || hi == lo {
+		best, ties := -1, 0
+		for i, x := range c {
+			if x.cost == lo || hi == lo {
+				ties++
+				if ties == 1 || s.rand.IntN(ties) == 0 {
+					best = i
+				}
+			}
+		}
+		return Choice{c[best].w, c[best].rank}
+	}
+	scale := (hi - lo) * s.Scoring.Temperature
+	sum := 0.0
+	for i := range c {
+		c[i].cost = math.Exp(-(c[i].cost - lo) / scale) // reuse the field as the weight
+		sum += c[i].cost
+	}
+	x := s.rand.Float64() * sum
+	for _, y := range c {
+		if x < y.cost {
+			return Choice{y.w, y.rank}
+		}
+		x -= y.cost
+	}
+	last := c[len(c)-1]
+	return Choice{last.w, last.rank}
+}
+
+// overlap returns r's cached tokens on worker id, from Dispatch-Worker-Overlap.
+func overlap(id string, r *request.Snapshot) uint64 {
+	if r.Route == nil {
+		return 0
+	}
+	for _, o := range r.Route.Overlap {
+		if o.Worker == id {
+			return o.Tokens
+		}
+	}
+	return 0
+}

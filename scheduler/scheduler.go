@@ -1,0 +1,398 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"fairdispatch/configs"
+	"fairdispatch/drr"
+	"fairdispatch/filters"
+	"fairdispatch/lanes"
+	"fairdispatch/request"
+	"fairdispatch/workers"
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	Policy     *configs.Policy
+	Thresholds filters.Thresholds
+	Scoring    filters.Scoring
+	// Grace is the start-up grace in nanoseconds: nothing is dispatched or
+	// failed (but for expired deadlines) before it has passed since New.
+	Grace int64
+	// Rand breaks selection ties and samples at non-zero temperature.
+	Rand *rand.Rand
+	// MaxWorkers caps the live workers (0: no cap).
+	MaxWorkers int
+}
+
+// Arrival is a request entering the dispatcher: its decoded headers and the
+// facts of its message. Slices are kept, not copied.
+type Arrival struct {
+	ID          string
+	Ref         uint64
+	Token       string // the subject's class token
+	ISL         uint64
+	Cached      uint64
+	Overlap     []request.Overlap // nil: Dispatch-Cached-Tokens stands
+	Strict      uint32
+	Jump        float64
+	Pin         request.Target
+	Allowed     []string
+	Required    []string
+	Preferred   []request.Taint
+	Published   int64 // Unix nanoseconds
+	DeadlineMs  uint64
+	HasDeadline bool
+}
+
+// Kind says what a Decision is.
+type Kind uint8
+
+// The kinds of decision.
+const (
+	None     Kind = iota // nothing to do
+	Queued               // the request waits in its class
+	Dispatch             // send the request to Worker's rank Rank with Dispatch-Seq Seq
+	Reject               // dead-letter the request with Error
+)
+
+// Decision is what the scheduler decided about one request.
+type Decision struct {
+	Kind   Kind
+	Req    *request.Snapshot
+	Worker string
+	Rank   int32
+	Seq    uint64
+	Err    *Error
+}
+
+// Error is why a request was rejected.
+type Error struct {
+	Code    request.Code
+	Message string
+	// LimitKind, Current and Limit are set for queue_full: the limit kind
+	// (requests, raw_isl_tokens, cached_tokens), the class total and the limit.
+	LimitKind string
+	Current   uint64
+	Limit     uint64
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Scheduler composes the core: admission, class queues, DRR, gates, overload
+// and selection. It is deterministic for a given Rand, and not safe for
+// concurrent use: one goroutine (the queue actor) owns it.
+type Scheduler struct {
+	pol     *configs.Policy
+	classes []*lanes.Class
+	queues  []drr.Queue
+	arb     *drr.Arbiter
+	reg     *workers.Registry
+	gates   *filters.Gates
+	sel     *filters.Selector
+	dl      deadlines
+
+	seq      uint64
+	graceEnd int64
+	expired  []*workers.Worker // scratch
+}
+
+// New returns a scheduler started at now (Unix nanoseconds).
+func New(cfg Config, now int64) *Scheduler {
+	n := len(cfg.Policy.Classes)
+	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace}
+	s.reg.MaxWorkers = cfg.MaxWorkers
+	quanta := make([]uint64, n)
+	gates := make([]filters.Gate, n)
+	for k, c := range cfg.Policy.Classes {
+		quanta[k] = c.Quantum
+		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
+	}
+	s.arb = drr.New(quanta)
+	s.gates = filters.NewGates(s.reg, gates)
+	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
+	s.classes = make([]*lanes.Class, n)
+	s.queues = make([]drr.Queue, n)
+	for k := range s.classes {
+		s.classes[k] = lanes.New(checker{s})
+		s.queues[k] = s.classes[k]
+	}
+	return s
+}
+
+// checker answers lanes' dispatchability question: the class is not gated for
+// the request.
+type checker struct{ s *Scheduler }
+
+func (c checker) Dispatchable(r *request.Snapshot) bool { return !c.s.gates.GatedFor(r.Class, r) }
+
+// Policy returns the policy the scheduler runs.
+func (s *Scheduler) Policy() *configs.Policy { return s.pol }
+
+// Workers returns the registry, for reading.
+func (s *Scheduler) Workers() *workers.Registry { return s.reg }
+
+// InGrace reports whether the start-up grace is still running at now.
+func (s *Scheduler) InGrace(now int64) bool { return now < s.graceEnd }
+
+// Arrive admits a request (SPEC 3): it takes the snapshot, resolves the class,
+// and queues it, dispatches it, or rejects it. During the start-up grace every
+// request is queued, without limit checks, to be arbitrated once it is over.
+func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
+	r := s.snapshot(a)
+	cls, cfg := s.classes[r.Class], &s.pol.Classes[r.Class]
+	if s.InGrace(now) {
+		s.enqueue(r)
+		return Decision{Kind: Queued, Req: r}
+	}
+	if !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r)) {
+		return s.place(now, r)
+	}
+	if err := s.checkLimits(r.Class); err != nil {
+		return Decision{Kind: Reject, Req: r, Err: err}
+	}
+	if r.Deadline != 0 && r.Deadline <= now {
+		return s.expire(now, r)
+	}
+	s.enqueue(r)
+	return Decision{Kind: Queued, Req: r}
+}
+
+// snapshot builds the immutable snapshot of SPEC 3.1.
+func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
+	s.seq++
+	r := &request.Snapshot{
+		ID: a.ID, Ref: a.Ref, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
+		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1,
+	}
+	if a.HasDeadline {
+		r.Deadline = a.Published + int64(a.DeadlineMs)*1e6
+	}
+	if a.Allowed != nil || a.Required != nil || a.Preferred != nil || a.Overlap != nil {
+		rt := &request.Route{Allowed: a.Allowed, Required: a.Required, Preferred: a.Preferred, Overlap: a.Overlap}
+		if rt.Allowed != nil {
+			rt.Allowed = slices.Compact(slices.Sorted(slices.Values(rt.Allowed)))
+		}
+		r.Route = rt
+	}
+	r.Cached = min(s.bestCached(a, r), r.ISL)
+	r.Cost = max(1, r.ISL-r.Cached)
+	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
+	if s.pol.Classes[r.Class].Queue == configs.WSPT {
+		r.Score = (1 + r.Jump) / float64(r.Cost)
+	} else {
+		r.Score = r.Jump - float64(r.Arrival)/1e9
+	}
+	return r
+}
+
+// bestCached is the pinned worker's overlap when pinned, else the largest
+// overlap among live workers passing the allow-list and taints, or
+// Dispatch-Cached-Tokens when no per-worker overlap is given.
+func (s *Scheduler) bestCached(a *Arrival, r *request.Snapshot) uint64 {
+	if a.Overlap == nil {
+		return a.Cached
+	}
+	var best uint64
+	for _, o := range a.Overlap {
+		if r.Pin.Pinned() {
+			if o.Worker == r.Pin.Worker {
+				return o.Tokens
+			}
+			continue
+		}
+		if w := s.reg.Get(o.Worker); w != nil && filters.Eligible(w, r) {
+			best = max(best, o.Tokens)
+		}
+	}
+	return best
+}
+
+// checkLimits applies the class's queue limits in the order requests, raw ISL
+// tokens, cached tokens (SPEC 3.4).
+func (s *Scheduler) checkLimits(k int) *Error {
+	c, cls := &s.pol.Classes[k], s.classes[k]
+	live := uint64(s.reg.Len())
+	isl, cached := cls.Tokens()
+	for _, l := range [...]struct {
+		kind string
+		per  *uint64
+		cur  uint64
+	}{{"requests", c.RequestLimit, uint64(cls.Len())}, {"raw_isl_tokens", c.RawISLLimit, isl}, {"cached_tokens", c.CachedLimit, cached}} {
+		if l.per == nil {
+			continue
+		}
+		limit := satMul(*l.per, live)
+		if l.cur >= limit {
+			return &Error{
+				Code:      request.QueueFull,
+				Message:   fmt.Sprintf("policy class %q queue %s limit reached (current=%d, limit=%d)", c.Name, l.kind, l.cur, limit),
+				LimitKind: l.kind, Current: l.cur, Limit: limit,
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) enqueue(r *request.Snapshot) {
+	s.classes[r.Class].Push(r)
+	if r.Deadline != 0 {
+		s.dl.push(r)
+	}
+}
+
+// Next returns the next dispatch or rejection of a queued request, or a
+// decision of kind None when nothing queued is dispatchable. The caller calls
+// it again while it returns something. One call is bounded (SPEC 5).
+func (s *Scheduler) Next(now int64) Decision {
+	if s.InGrace(now) {
+		return Decision{}
+	}
+	k, ok := s.arb.Next(s.queues)
+	if !ok {
+		return Decision{}
+	}
+	r := s.classes[k].Last()
+	r.Charged = true
+	s.dl.remove(r)
+	return s.place(now, r)
+}
+
+// place selects a worker for r and books it, or rejects r.
+func (s *Scheduler) place(now int64, r *request.Snapshot) Decision {
+	ch, code := s.sel.Select(s.reg, r)
+	if code != "" {
+		return Decision{Kind: Reject, Req: r, Err: s.selectionError(code, r)}
+	}
+	seq := s.reg.Book(now, ch.Worker, ch.Rank, r.Cost)
+	s.gates.Update(ch.Worker)
+	return Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank, Seq: seq}
+}
+
+func (s *Scheduler) selectionError(code request.Code, r *request.Snapshot) *Error {
+	var msg string
+	switch code {
+	case request.PinnedWorkerNotAllowed:
+		msg = fmt.Sprintf("pinned worker %q is not in Dispatch-Allowed-Workers", r.Pin.Worker)
+	case request.PinnedWorkerOverloaded:
+		msg = fmt.Sprintf("pinned worker %q is overloaded", r.Pin.Worker)
+	case request.AllWorkersOverloaded:
+		msg = "every eligible worker is overloaded"
+	case request.NoEndpoints:
+		if r.Pin.Pinned() {
+			msg = fmt.Sprintf("pinned worker %q is not live, lacks the dp rank, or lacks a required taint", r.Pin.Worker)
+		} else {
+			msg = "no live worker is eligible for the request"
+		}
+	}
+	return &Error{Code: code, Message: msg}
+}
+
+func (s *Scheduler) expire(now int64, r *request.Snapshot) Decision {
+	return Decision{Kind: Reject, Req: r, Err: &Error{
+		Code:    request.Expired,
+		Message: fmt.Sprintf("deadline passed while queued (queued %d ms)", max(0, now-r.Arrival)/1e6),
+	}}
+}
+
+// Return hands back a request whose dispatch to worker id with sequence seq was
+// refused, found no responder, or timed out (SPEC 1.2): its booking is
+// released, the worker is left out of selection until its next report, and the
+// request waits in its lane with its place kept, not charged again and without
+// a limit check.
+func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64) {
+	if w := s.reg.Get(id); w != nil {
+		s.reg.Unbook(w, seq)
+		w.Excluded = true
+		s.gates.Update(w)
+	}
+	r.Refused = true
+	r.Charged = true
+	s.enqueue(r)
+}
+
+// Report applies a load report received at now (SPEC 1.3) and re-checks the
+// lanes it may unblock (SPEC 6.5). It returns false when the report was
+// refused because the registry is full.
+func (s *Scheduler) Report(now int64, rep workers.Report) bool {
+	w, ch, ok := s.reg.Apply(now, rep)
+	if !ok {
+		return false
+	}
+	s.sel.Thresholds.UpdateLatch(w)
+	s.gates.Update(w)
+	if ch.New {
+		s.recheckAll()
+		return true
+	}
+	for _, c := range s.classes {
+		c.Recheck(w.ID)
+	}
+	return true
+}
+
+// Tick advances time: workers whose TTL ran out are removed (and every lane
+// re-checked), and queued requests whose deadline passed are rejected, appended
+// to dst.
+func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
+	s.expired = s.reg.Expire(now, s.expired[:0])
+	for _, w := range s.expired {
+		s.gates.Remove(w)
+	}
+	if len(s.expired) > 0 {
+		clear(s.expired)
+		s.recheckAll()
+	}
+	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
+		r := s.dl[0]
+		s.dl.remove(r)
+		s.classes[r.Class].Remove(r)
+		dst = append(dst, s.expire(now, r))
+	}
+	return dst
+}
+
+// NextDeadline returns the earliest deadline of a queued request, or 0.
+func (s *Scheduler) NextDeadline() int64 {
+	if len(s.dl) == 0 {
+		return 0
+	}
+	return s.dl[0].Deadline
+}
+
+// SetThresholds changes the busy thresholds (SPEC 6.3, 8) and re-checks everything.
+func (s *Scheduler) SetThresholds(t filters.Thresholds) {
+	s.sel.Thresholds = t
+	for _, w := range s.reg.All() {
+		t.UpdateLatch(w)
+	}
+	s.recheckAll()
+}
+
+// Thresholds returns the busy thresholds in force.
+func (s *Scheduler) Thresholds() filters.Thresholds { return s.sel.Thresholds }
+
+// Pause stops the worker TTL clocks (the dispatcher is disconnected).
+func (s *Scheduler) Pause() { s.reg.Pause() }
+
+// Resume restarts them from now.
+func (s *Scheduler) Resume(now int64) { s.reg.Resume(now) }
+
+func (s *Scheduler) recheckAll() {
+	for _, c := range s.classes {
+		c.RecheckAll()
+	}
+}
+
+// Queued returns the number of requests queued in class k.
+func (s *Scheduler) Queued(k int) int { return s.classes[k].Len() }
+
+// satMul multiplies without wrapping.
+func satMul(a, b uint64) uint64 {
+	if a != 0 && b > ^uint64(0)/a {
+		return ^uint64(0)
+	}
+	return a * b
+}

@@ -1,0 +1,184 @@
+package workers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Bounds on a load report's fields (SPEC 1.3).
+const (
+	MinTTLms   = 100
+	MaxTTLms   = 600_000
+	DefaultTTL = 3000 // ms
+	// MaxRanks bounds data_parallel_start_rank + data_parallel_size: ranks are at most 65535.
+	MaxRanks = 65536
+	// MaxTaints bounds the taints a worker may carry.
+	MaxTaints = 64
+	maxID     = 128
+)
+
+// RankLoad is the load of one data-parallel rank as reported (SPEC 1.3).
+type RankLoad struct {
+	Rank                uint32 `json:"dp_rank"`
+	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
+	ActiveDecodeBlocks  uint64 `json:"active_decode_blocks"`
+	KVUsedBlocks        uint64 `json:"kv_used_blocks"`
+	ActiveRequests      uint64 `json:"active_requests"`
+}
+
+// Report is a validated load report with defaults applied.
+type Report struct {
+	WorkerID   string
+	DPStart    uint32
+	DPSize     uint32
+	MaxBatched uint64 // max_num_batched_tokens; 0: unknown
+	TotalKV    uint64 // total_kv_blocks; 0 turns the decode latch off
+	Taints     []string
+	Draining   bool
+	TTLms      uint64
+	Instance   string
+	SeenSeq    uint64
+	HasSeenSeq bool
+	Ranks      []RankLoad // only ranks in [DPStart, DPStart+DPSize), each at most once
+}
+
+// DropReason says why a report was dropped; it labels the dropped-reports metric.
+type DropReason string
+
+// The reasons a load report is dropped, never applied.
+const (
+	DropParse    DropReason = "parse"     // not JSON of the report's shape
+	DropMismatch DropReason = "mismatch"  // subject token and worker_id disagree
+	DropRank     DropReason = "rank"      // a rank outside [start, start+size), or repeated
+	DropInvalid  DropReason = "invalid"   // a field out of its bounds
+	DropCapacity DropReason = "capacity"  // too many live workers (see Registry.MaxWorkers)
+)
+
+// ReportError is why ParseReport refused a report.
+type ReportError struct {
+	Reason DropReason
+	Msg    string
+}
+
+func (e *ReportError) Error() string { return "load report " + string(e.Reason) + ": " + e.Msg }
+
+// wireReport is the JSON shape; pointers tell absent from zero.
+type wireReport struct {
+	WorkerID   *string    `json:"worker_id"`
+	DPStart    *uint32    `json:"data_parallel_start_rank"`
+	DPSize     *uint32    `json:"data_parallel_size"`
+	MaxBatched *uint64    `json:"max_num_batched_tokens"`
+	TotalKV    uint64     `json:"total_kv_blocks"`
+	Taints     []string   `json:"taints"`
+	Draining   bool       `json:"draining"`
+	TTLms      *uint64    `json:"ttl_ms"`
+	Instance   string     `json:"instance"`
+	SeenSeq    *uint64    `json:"seen_seq"`
+	Ranks      []RankLoad `json:"ranks"`
+}
+
+// ParseReport decodes the report published on the subject whose last token is
+// token, and validates it (SPEC 1.3). Unknown JSON fields are ignored, so that
+// workers may add their own. The error is a *ReportError.
+func ParseReport(token string, data []byte) (Report, error) {
+	var w wireReport
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Report{}, &ReportError{DropParse, err.Error()}
+	}
+	if w.WorkerID == nil {
+		return Report{}, &ReportError{DropParse, "worker_id is required"}
+	}
+	if *w.WorkerID != token {
+		return Report{}, &ReportError{DropMismatch, fmt.Sprintf("worker_id %q on subject token %q", *w.WorkerID, token)}
+	}
+	if !ValidID(token) {
+		return Report{}, &ReportError{DropInvalid, fmt.Sprintf("worker_id %q is not a subject token of at most 128 bytes", token)}
+	}
+	r := Report{WorkerID: token, DPSize: 1, TTLms: DefaultTTL, TotalKV: w.TotalKV,
+		Draining: w.Draining, Instance: w.Instance, Ranks: w.Ranks}
+	if w.DPStart != nil {
+		r.DPStart = *w.DPStart
+	}
+	if w.DPSize != nil {
+		r.DPSize = *w.DPSize
+	}
+	if r.DPSize == 0 || uint64(r.DPStart)+uint64(r.DPSize) > MaxRanks {
+		return Report{}, &ReportError{DropInvalid, fmt.Sprintf("ranks [%d, %d+%d) out of [0, %d)", r.DPStart, r.DPStart, r.DPSize, MaxRanks)}
+	}
+	if w.MaxBatched != nil {
+		r.MaxBatched = *w.MaxBatched
+	}
+	if w.TTLms != nil {
+		r.TTLms = *w.TTLms
+	}
+	if r.TTLms < MinTTLms || r.TTLms > MaxTTLms {
+		return Report{}, &ReportError{DropInvalid, fmt.Sprintf("ttl_ms %d out of [%d, %d]", r.TTLms, MinTTLms, MaxTTLms)}
+	}
+	if len(w.Taints) > MaxTaints {
+		return Report{}, &ReportError{DropInvalid, fmt.Sprintf("%d taints, at most %d", len(w.Taints), MaxTaints)}
+	}
+	for _, t := range w.Taints {
+		if !ValidTaint(t) {
+			return Report{}, &ReportError{DropInvalid, fmt.Sprintf("taint %q is not [A-Za-z0-9_.:/-]+ of at most 128 bytes", t)}
+		}
+	}
+	r.Taints = w.Taints
+	if w.SeenSeq != nil {
+		r.SeenSeq, r.HasSeenSeq = *w.SeenSeq, true
+	}
+	if len(r.Ranks) > int(r.DPSize) {
+		return Report{}, &ReportError{DropRank, fmt.Sprintf("%d ranks reported for size %d", len(r.Ranks), r.DPSize)}
+	}
+	for i, rk := range r.Ranks {
+		if rk.Rank < r.DPStart || uint64(rk.Rank) >= uint64(r.DPStart)+uint64(r.DPSize) {
+			return Report{}, &ReportError{DropRank, fmt.Sprintf("dp_rank %d outside [%d, %d)", rk.Rank, r.DPStart, r.DPStart+r.DPSize)}
+		}
+		for _, prev := range r.Ranks[:i] {
+			if prev.Rank == rk.Rank {
+				return Report{}, &ReportError{DropRank, fmt.Sprintf("dp_rank %d reported twice", rk.Rank)}
+			}
+		}
+	}
+	return r, nil
+}
+
+// Reason returns the drop reason of an error from ParseReport, or "" for nil.
+func Reason(err error) DropReason {
+	var re *ReportError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	if err != nil {
+		return DropParse
+	}
+	return ""
+}
+
+// ValidID reports whether s is a worker id or class name: [A-Za-z0-9_-]+, at most 128 bytes.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > maxID {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidTaint reports whether s is a taint: [A-Za-z0-9_.:/-]+, at most 128 bytes.
+func ValidTaint(s string) bool {
+	if len(s) == 0 || len(s) > maxID {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':' || c == '/') {
+			return false
+		}
+	}
+	return true
+}
