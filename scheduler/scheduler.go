@@ -341,6 +341,12 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	for _, w := range s.expired {
 		s.gates.Remove(w)
 	}
+	for _, w := range s.reg.Aged() {
+		s.gates.Update(w)
+		for _, c := range s.classes {
+			c.Recheck(w.ID)
+		}
+	}
 	if len(s.expired) > 0 {
 		clear(s.expired)
 		s.recheckAll()
@@ -396,3 +402,31 @@ func satMul(a, b uint64) uint64 {
 	}
 	return a * b
 }
+
+// ClassStats describes one class's queue, for metrics and the debug endpoint.
+type ClassStats struct {
+	Name         string `json:"name"`
+	Pending      int    `json:"pending_requests"`
+	ISLTokens    uint64 `json:"pending_isl_tokens"`
+	CachedTokens uint64 `json:"pending_cached_tokens"`
+	Deficit      uint64 `json:"deficit"`
+	PinnedLanes  int    `json:"pinned_lanes"`
+	BlockedLanes int    `json:"blocked_lanes"`
+	FreeRanks    int    `json:"free_ranks"`
+}
+
+// Stats appends every class's stats to dst, in ring order. O(C + pinned lanes).
+func (s *Scheduler) Stats(dst []ClassStats) []ClassStats {
+	for k, c := range s.classes {
+		isl, cached := c.Tokens()
+		pinned, blocked := c.Lanes()
+		dst = append(dst, ClassStats{
+			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
+			Deficit: s.arb.Deficit(k), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
+		})
+	}
+	return dst
+}
+
+// Overloaded reports whether worker w is overloaded under the thresholds in force.
+func (s *Scheduler) Overloaded(w *workers.Worker) bool { return s.sel.Thresholds.Overloaded(w) }

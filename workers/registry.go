@@ -95,10 +95,16 @@ type Registry struct {
 	// beyond it is refused (0: no cap).
 	MaxWorkers int
 	paused     bool
+	// nextSeq remembers the next sequence number of expired workers, so that
+	// one coming back never reuses a number still in flight (SPEC 1.3).
+	nextSeq map[string]uint64
+	aged    []*Worker
 }
 
 // New returns an empty registry.
-func New() *Registry { return &Registry{byID: make(map[string]*Worker)} }
+func New() *Registry {
+	return &Registry{byID: make(map[string]*Worker), nextSeq: make(map[string]uint64)}
+}
 
 // Len returns the number of live workers.
 func (g *Registry) Len() int { return len(g.list) }
@@ -125,7 +131,8 @@ func (g *Registry) Apply(now int64, r Report) (*Worker, Change, bool) {
 		if g.MaxWorkers > 0 && len(g.list) >= g.MaxWorkers {
 			return nil, ch, false
 		}
-		w = &Worker{ID: r.WorkerID, Instance: r.Instance, nextSeq: 1}
+		w = &Worker{ID: r.WorkerID, Instance: r.Instance, nextSeq: max(1, g.nextSeq[r.WorkerID])}
+		delete(g.nextSeq, r.WorkerID)
 		g.byID[w.ID] = w
 		i := sort.Search(len(g.list), func(i int) bool { return g.list[i].ID >= w.ID })
 		g.list = slices.Insert(g.list, i, w)
@@ -228,9 +235,12 @@ func (g *Registry) Unbook(w *Worker, seq uint64) bool {
 }
 
 // Expire removes every worker whose TTL has run out at now, appending them to
-// dst, and drops bookings older than their worker's TTL. While paused it does
-// nothing: no TTL runs out while the dispatcher is disconnected.
+// dst, and drops bookings older than their worker's TTL (Aged then lists the
+// live workers whose load changed so). While paused it does nothing: no TTL
+// runs out while the dispatcher is disconnected.
 func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
+	clear(g.aged)
+	g.aged = g.aged[:0]
 	if g.paused {
 		return dst
 	}
@@ -238,11 +248,16 @@ func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 	for _, w := range g.list {
 		if now-w.LastReport > w.TTL {
 			delete(g.byID, w.ID)
+			if len(g.nextSeq) >= max(g.MaxWorkers, 1024)*4 {
+				clear(g.nextSeq) // bounded memory; a flood of ids must not grow it
+			}
+			g.nextSeq[w.ID] = w.nextSeq
 			dst = append(dst, w)
 			continue
 		}
 		if w.dropOld(now) > 0 {
 			w.rebook()
+			g.aged = append(g.aged, w)
 		}
 		kept = append(kept, w)
 	}
@@ -250,6 +265,9 @@ func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 	g.list = kept
 	return dst
 }
+
+// Aged returns the live workers whose bookings the last Expire aged out.
+func (g *Registry) Aged() []*Worker { return g.aged }
 
 // Pause stops every TTL clock (the dispatcher lost its NATS connection).
 func (g *Registry) Pause() { g.paused = true }

@@ -48,11 +48,11 @@ type DropReason string
 
 // The reasons a load report is dropped, never applied.
 const (
-	DropParse    DropReason = "parse"     // not JSON of the report's shape
-	DropMismatch DropReason = "mismatch"  // subject token and worker_id disagree
-	DropRank     DropReason = "rank"      // a rank outside [start, start+size), or repeated
-	DropInvalid  DropReason = "invalid"   // a field out of its bounds
-	DropCapacity DropReason = "capacity"  // too many live workers (see Registry.MaxWorkers)
+	DropParse    DropReason = "parse"    // not JSON of the report's shape
+	DropMismatch DropReason = "mismatch" // subject token and worker_id disagree
+	DropRank     DropReason = "rank"     // a rank outside [start, start+size), or repeated
+	DropInvalid  DropReason = "invalid"  // a field out of its bounds
+	DropCapacity DropReason = "capacity" // too many live workers (see Registry.MaxWorkers)
 )
 
 // ReportError is why ParseReport refused a report.

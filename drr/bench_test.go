@@ -1,0 +1,172 @@
+package drr_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"fairdispatch/drr"
+	"fairdispatch/lanes"
+	"fairdispatch/request"
+)
+
+// always is a lanes.Checker under which every request is dispatchable.
+type always struct{}
+
+func (always) Dispatchable(*request.Snapshot) bool { return true }
+
+const (
+	benchQuantum   = 64 // every class's quantum, in cost units
+	perLane        = 4  // requests queued in each pinned lane
+	sharedPerClass = 16 // requests queued in each class's shared lane
+)
+
+// BenchmarkArbiter is the acceptance benchmark of one dispatch decision: an
+// arbiter call (SPEC 5) over C real lanes.Class queues holding L pinned lanes
+// between them (spread round robin, perLane requests each) plus sharedPerClass
+// shared requests per class, with every request costing R quanta. One op is
+// Arbiter.Next, Last on the class taken, and a push of a fresh request into the
+// lane just served, so the queues keep their size and the steady state allocates
+// nothing. Scores are FCFS (a later arrival scores lower), so every queued request
+// comes round in turn and each op moves a head in its lane heap and in the index.
+func BenchmarkArbiter(b *testing.B) {
+	for _, classes := range []int{1, 8, 64} {
+		for _, pinned := range []int{0, 100, 10000} {
+			for _, ratio := range []uint64{1, 1000000} {
+				name := fmt.Sprintf("classes=%d/lanes=%d/ratio=%d", classes, pinned, ratio)
+				b.Run(name, func(b *testing.B) { benchArbiter(b, classes, pinned, ratio) })
+			}
+		}
+	}
+}
+
+func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
+	cost := ratio * benchQuantum
+	cls := make([]*lanes.Class, nclass)
+	qs := make([]drr.Queue, nclass)
+	quanta := make([]uint64, nclass)
+	for k := range cls {
+		cls[k] = lanes.New(always{})
+		qs[k] = cls[k]
+		quanta[k] = benchQuantum
+	}
+	a := drr.New(quanta)
+
+	var seq uint64
+	// fill resets r as a freshly admitted request (SPEC 3.1), keeping its id,
+	// class and pin: the next seq, and the FCFS score of an arrival one
+	// millisecond after the previous one.
+	fill := func(r *request.Snapshot) {
+		seq++
+		*r = request.Snapshot{
+			ID: r.ID, Class: r.Class, Pin: r.Pin,
+			ISL: cost, Cost: cost, Seq: seq, Score: -float64(seq) / 1000,
+			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
+		}
+	}
+	// The backlog, preallocated in one pool and interleaved so that consecutive
+	// seqs go to different lanes.
+	pool := make([]request.Snapshot, nlanes*perLane+nclass*sharedPerClass)
+	p := 0
+	for d := range max(perLane, sharedPerClass) {
+		if d < perLane {
+			for l := range nlanes {
+				r := &pool[p]
+				p++
+				r.ID = fmt.Sprintf("req-%016d", p)
+				r.Class = l % nclass
+				r.Pin = request.Target{Worker: fmt.Sprintf("w%d", l/8), Rank: int32(l % 8)}
+				fill(r)
+				cls[r.Class].Push(r)
+			}
+		}
+		if d < sharedPerClass {
+			for k := range nclass {
+				r := &pool[p]
+				p++
+				r.ID = fmt.Sprintf("req-%016d", p)
+				r.Class = k
+				fill(r)
+				cls[k].Push(r)
+			}
+		}
+	}
+	want := make([]int, nclass)
+	for l := range nlanes {
+		want[l%nclass]++
+	}
+	for k, c := range cls {
+		if got, _ := c.Lanes(); got != want[k] {
+			b.Fatalf("class %d: got %d pinned lanes, want %d", k, got, want[k])
+		}
+	}
+
+	b.ReportAllocs()
+	for b.Loop() {
+		k, ok := a.Next(qs)
+		if !ok {
+			b.Fatal("nothing dispatched")
+		}
+		// The request just taken goes back to the pool and comes straight out
+		// again as a new arrival in the same lane.
+		r := cls[k].Last()
+		fill(r)
+		cls[k].Push(r)
+	}
+}
+
+// BenchmarkHeldBytes measures the memory a queued unconstrained request holds:
+// the heap in use after queuing heldN requests (each with its own Snapshot and a
+// 20-byte id, spread over 8 classes' shared lanes) minus the heap before, divided
+// by heldN, reported as B/req. The goal is under 256. One op is then a
+// Candidate, Pop and Push (the request back at the tail) on those full classes.
+func BenchmarkHeldBytes(b *testing.B) {
+	const (
+		heldN  = 100000
+		nclass = 8
+	)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	cls := make([]*lanes.Class, nclass)
+	for k := range cls {
+		cls[k] = lanes.New(always{})
+	}
+	for i := range heldN {
+		seq := uint64(i + 1)
+		r := &request.Snapshot{
+			ID:    fmt.Sprintf("req-%016d", seq), // 20 bytes
+			Ref:   seq,
+			Class: i % nclass,
+			ISL:   1000, Cached: 200, Cost: 800,
+			Arrival: int64(seq) * 1e6, Seq: seq, Score: -float64(seq) / 1000,
+			Index: -1, DeadlineIndex: -1,
+		}
+		cls[r.Class].Push(r)
+	}
+
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / heldN
+
+	seq := uint64(heldN)
+	b.ReportAllocs()
+	k := 0
+	for b.Loop() {
+		c := cls[k]
+		if k++; k == nclass {
+			k = 0
+		}
+		if _, ok := c.Candidate(); !ok {
+			b.Fatal("nothing dispatchable")
+		}
+		c.Pop()
+		r := c.Last()
+		seq++
+		r.Seq, r.Score = seq, -float64(seq)/1000
+		c.Push(r)
+	}
+	b.ReportMetric(held, "B/req")
+	runtime.KeepAlive(cls)
+}
