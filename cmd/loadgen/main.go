@@ -1,0 +1,140 @@
+// Command loadgen publishes a workload to the dispatcher's request stream and
+// follows completions and outcomes until every request completed or was
+// rejected, then prints a summary (package worker/loadgen).
+//
+//	loadgen --class premium:320 --class regular:320 --isl 512
+//
+// A progress line on stderr is rewritten every 500ms. The exit status is 0 when
+// every request ended, 2 when the run timed out or was interrupted, 1 on error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/worker/loadgen"
+)
+
+// classFlags collects repeated --class name:count flags.
+type classFlags []loadgen.ClassCount
+
+func (c *classFlags) String() string {
+	var s []string
+	for _, cc := range *c {
+		s = append(s, fmt.Sprintf("%s:%d", cc.Class, cc.Count))
+	}
+	return strings.Join(s, ",")
+}
+
+func (c *classFlags) Set(v string) error {
+	cc, err := loadgen.ParseClassCount(v)
+	if err != nil {
+		return err
+	}
+	*c = append(*c, cc)
+	return nil
+}
+
+func main() {
+	code, err := run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func run() (int, error) {
+	var (
+		cfg     loadgen.Config
+		classes classFlags
+		url     = flag.String("nats-url", nats.DefaultURL, "NATS server URL")
+		order   = flag.String("order", string(loadgen.OrderAlternating), "publication order: alternating, sequential or random")
+		asJSON  = flag.Bool("json", false, "print the summary as JSON on stdout")
+		quiet   = flag.Bool("quiet", false, "no progress line")
+		level   = flag.String("log-level", "warn", "log level: trace, debug, info, warn, error")
+	)
+	flag.Var(&classes, "class", "name:count, repeatable (e.g. --class premium:320 --class regular:320)")
+	flag.StringVar(&cfg.Prefix, "prefix", loadgen.DefaultPrefix, "subject prefix")
+	flag.StringVar(&cfg.Stream, "stream", loadgen.DefaultStream, "request stream name (created if missing)")
+	flag.Float64Var(&cfg.Rate, "rate", 0, "requests per second; 0 releases all at once")
+	flag.Uint64Var(&cfg.ISL, "isl", 512, "Dispatch-ISL-Tokens of every request")
+	flag.Uint64Var(&cfg.Cached, "cached", 0, "Dispatch-Cached-Tokens of every request (0: omitted)")
+	flag.IntVar(&cfg.OutputTokens, "output-tokens", 0, "Dispatch-Output-Tokens of every request (0: omitted)")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of --order random (0: time)")
+	flag.StringVar(&cfg.Pin, "pin", "", "Dispatch-Worker: pin every request to this worker")
+	flag.Float64Var(&cfg.Priority, "priority", 0, "Dispatch-Priority, seconds of FCFS jump (0: omitted)")
+	flag.Uint64Var(&cfg.Strict, "strict", 0, "Dispatch-Strict-Priority (0: omitted)")
+	flag.Uint64Var(&cfg.DeadlineMs, "deadline-ms", 0, "Dispatch-Deadline-Ms (0: omitted)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "overall timeout of the run (0: none)")
+	flag.IntVar(&cfg.Window, "window", loadgen.DefaultWindow, "most publications awaiting acknowledgement")
+	flag.StringVar(&cfg.RunID, "run-id", "", "prefix of request ids (default random)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if len(classes) == 0 {
+		return 1, errors.New("at least one --class name:count is required")
+	}
+	cfg.Classes = classes
+	cfg.Order = loadgen.Order(*order)
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return 1, fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(lvl).With().Timestamp().Logger()
+	if !*quiet {
+		cfg.OnProgress = func(p loadgen.Progress) {
+			var b strings.Builder
+			fmt.Fprintf(&b, "\r%6.1fs published %d/%d completed", p.Elapsed.Seconds(), p.Published, p.Requests)
+			for _, cc := range classes {
+				fmt.Fprintf(&b, " %s=%d", cc.Class, p.Completed[cc.Class])
+			}
+			fmt.Fprintf(&b, " rejected %d   ", p.Rejected)
+			fmt.Fprint(os.Stderr, b.String())
+		}
+	}
+
+	nc, err := nats.Connect(*url, nats.Name("loadgen"), nats.MaxReconnects(-1))
+	if err != nil {
+		return 1, fmt.Errorf("connect %s: %w", *url, err)
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	res, err := loadgen.Run(ctx, nc, cfg, log)
+	if !*quiet {
+		fmt.Fprintln(os.Stderr)
+	}
+	if res == nil {
+		return 1, err
+	}
+	sum := res.Summarize(classes[0].Count)
+	if *asJSON {
+		b, jerr := json.MarshalIndent(sum, "", "  ")
+		if jerr != nil {
+			return 1, fmt.Errorf("encode summary: %w", jerr)
+		}
+		fmt.Println(string(b))
+	} else {
+		fmt.Print(sum.String())
+	}
+	if err != nil {
+		if errors.Is(err, loadgen.ErrIncomplete) {
+			return 2, err
+		}
+		return 1, err
+	}
+	return 0, nil
+}

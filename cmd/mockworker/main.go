@@ -1,0 +1,84 @@
+// Command mockworker runs a simulated inference engine (package worker/mock)
+// that speaks the worker side of the fairdispatch wire contract.
+//
+//	mockworker --id w1 --max-num-seqs 4 --prefill-tokens-per-sec 20000
+//
+// On SIGINT or SIGTERM it stops taking work, lets the requests inside it finish
+// for --stop-grace, hands back the rest and exits.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/worker"
+	"fairdispatch/worker/mock"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "mockworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		cfg      mock.Config
+		url      = flag.String("nats-url", nats.DefaultURL, "NATS server URL")
+		decodeMs = flag.Float64("decode-ms-per-token", 5, "decode time per output token after the first, in ms")
+		taints   = flag.String("taints", "", "comma-separated worker taints")
+		grace    = flag.Duration("stop-grace", 10*time.Second, "on shutdown, how long requests inside may finish before being handed back")
+		level    = flag.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	)
+	flag.StringVar(&cfg.ID, "id", "", "worker id (required): [A-Za-z0-9_-]+")
+	flag.StringVar(&cfg.Prefix, "prefix", worker.DefaultPrefix, "subject prefix")
+	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", mock.DefaultMaxNumSeqs, "concurrent sequences per rank")
+	flag.Uint64Var(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", mock.DefaultMaxNumBatchedTokens, "reported max_num_batched_tokens")
+	flag.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", mock.DefaultPrefillTokensPerSec, "prefill speed of one sequence, tokens/s")
+	flag.IntVar(&cfg.OutputTokens, "output-tokens", mock.DefaultOutputTokens, "output tokens of a request without Dispatch-Output-Tokens")
+	flag.IntVar(&cfg.DPStart, "dp-start", 0, "first data-parallel rank")
+	flag.IntVar(&cfg.DPSize, "dp-size", 1, "number of data-parallel ranks")
+	flag.Uint64Var(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "reported total_kv_blocks per rank (0: decode latch off)")
+	flag.DurationVar(&cfg.TTL, "ttl", worker.DefaultTTL, "load report TTL (100ms to 600s)")
+	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "the request stream's ack wait; +WPI every third of it")
+	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *decodeMs < 0 {
+		return fmt.Errorf("--decode-ms-per-token %v: want >= 0", *decodeMs)
+	}
+	cfg.DecodePerToken = time.Duration(*decodeMs * float64(time.Millisecond))
+	if cfg.DecodePerToken == 0 {
+		cfg.DecodePerToken = time.Nanosecond // 0 means default in mock.Config
+	}
+	if *taints != "" {
+		cfg.Taints = strings.Split(*taints, ",")
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+
+	nc, err := nats.Connect(*url, nats.Name("mockworker "+cfg.ID), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", *url, err)
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info().Str("worker_id", cfg.ID).Str("nats_url", *url).Msg("mockworker starting")
+	return mock.Run(ctx, nc, cfg, *grace, log)
+}

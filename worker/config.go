@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	// DefaultPrefix is the subject prefix shared by every fairdispatch subject.
+	DefaultPrefix = "dispatch"
+	// DefaultTTL is the report TTL: the dispatcher fences a worker silent this long.
+	DefaultTTL = 3 * time.Second
+	// DefaultAckWait is the request stream's default ack wait (SPEC 10).
+	DefaultAckWait = 30 * time.Second
+	// DefaultMinReportInterval is the shortest gap between two load reports.
+	DefaultMinReportInterval = 2 * time.Millisecond
+)
+
+// Bounds of [Config] fields, from SPEC 1 and 1.3.
+const (
+	// MinTTL is the smallest TTL a report may carry.
+	MinTTL = 100 * time.Millisecond
+	// MaxTTL is the largest TTL a report may carry.
+	MaxTTL = 600 * time.Second
+	// MaxRank is the largest data-parallel rank.
+	MaxRank = 65535
+)
+
+// ErrConfig is wrapped by every configuration error of [New].
+var ErrConfig = errors.New("worker: invalid config")
+
+var (
+	tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	taintRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,128}$`)
+)
+
+// Config describes one worker.
+type Config struct {
+	// ID is the worker id: a subject token [A-Za-z0-9_-]+, at most 128 bytes. Required.
+	ID string
+	// Prefix is the subject prefix; default "dispatch". Dot-separated tokens, no wildcards.
+	Prefix string
+	// DPStart is the first data-parallel rank of the worker, 0 to 65535.
+	DPStart int
+	// DPSize is the number of data-parallel ranks, default 1; DPStart+DPSize-1 <= 65535.
+	DPSize int
+	// MaxNumBatchedTokens is the engine's batch budget in tokens; 0 means unknown
+	// and omits the field from reports.
+	MaxNumBatchedTokens uint64
+	// TotalKVBlocks is the number of KV cache blocks per rank; 0 turns the
+	// dispatcher's decode latch off for this worker.
+	TotalKVBlocks uint64
+	// Taints are the worker's taints, each [A-Za-z0-9_.:/-]+ and at most 128 bytes.
+	Taints []string
+	// TTL is the report TTL, 100ms to 600s, default 3s. Reports go out at least every TTL/3.
+	TTL time.Duration
+	// AckWait is the request stream consumer's ack wait, default 30s. Held
+	// requests get +WPI every AckWait/3. Must be at least 3ms.
+	AckWait time.Duration
+	// MinReportInterval is the shortest gap between two load reports (the
+	// coalescing window), default 2ms, at most TTL/3.
+	MinReportInterval time.Duration
+}
+
+// withDefaults returns c with defaults applied and validated.
+func (c Config) withDefaults() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.MinReportInterval == 0 {
+		c.MinReportInterval = DefaultMinReportInterval
+	}
+	var errs []error
+	if !tokenRE.MatchString(c.ID) {
+		errs = append(errs, fmt.Errorf("id %q: want [A-Za-z0-9_-]+, at most 128 bytes", c.ID))
+	}
+	for _, tok := range strings.Split(c.Prefix, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			errs = append(errs, fmt.Errorf("prefix %q: want dot-separated subject tokens without wildcards", c.Prefix))
+			break
+		}
+	}
+	if c.DPStart < 0 || c.DPSize < 1 || c.DPStart+c.DPSize-1 > MaxRank {
+		errs = append(errs, fmt.Errorf("ranks [%d, %d): want 0 <= start, size >= 1, last rank <= %d",
+			c.DPStart, c.DPStart+c.DPSize, MaxRank))
+	}
+	for _, t := range c.Taints {
+		if !taintRE.MatchString(t) {
+			errs = append(errs, fmt.Errorf("taint %q: want [A-Za-z0-9_.:/-]+, at most 128 bytes", t))
+		}
+	}
+	if c.TTL < MinTTL || c.TTL > MaxTTL {
+		errs = append(errs, fmt.Errorf("ttl %v: want %v to %v", c.TTL, MinTTL, MaxTTL))
+	}
+	if c.AckWait < 3*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ack wait %v: want at least 3ms", c.AckWait))
+	}
+	if c.MinReportInterval < 0 || c.MinReportInterval > c.TTL/3 {
+		errs = append(errs, fmt.Errorf("min report interval %v: want 0 to ttl/3", c.MinReportInterval))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return c, nil
+}

@@ -1,0 +1,80 @@
+// Package worker is the Go helper a worker embeds to speak the worker's side of
+// the fairdispatch wire contract (SPEC section 1): it answers dispatches, keeps
+// accepted requests alive, acknowledges them, and reports the worker's load.
+//
+// # A guided tour
+//
+// A worker builds a [Worker] with [New] from a connected *nats.Conn, a [Config],
+// a [Handler] and a zerolog logger, then calls [Worker.Start]:
+//
+//	w, err := worker.New(nc, worker.Config{ID: "w1", DPSize: 2}, handler, log)
+//	...
+//	err = w.Start()
+//	defer w.Close()
+//
+// Start subscribes (core NATS) to <prefix>.work.<id>. The dispatcher sends each
+// request there as a NATS request carrying the headers of SPEC 1.2; the helper
+// parses them into a [Request] and calls [Handler.Offer]. Offer returns true to
+// accept: the helper replies with an empty message, takes the request into its
+// held set and sends +WPI to the request's Dispatch-Ack subject at once. Offer
+// returns false to refuse: the helper replies with the header
+// "Dispatch-Status: busy". A request whose Dispatch-DP-Rank lies outside
+// [DPStart, DPStart+DPSize), or one arriving while the worker stops, is refused
+// without calling Offer.
+//
+// The application then owns the accepted request. It calls exactly one of
+// [Request.Done] (+ACK: finished; the JetStream message is removed),
+// [Request.Nak] (-NAK: hand it back for dispatch elsewhere at once) or
+// [Request.Term] (+TERM: drop it). Until then one ticker, shared by all held
+// requests, sends +WPI to every held request every AckWait/3, so a request kept
+// longer than the stream's ack wait is not redelivered. Acknowledgements are the
+// literal JetStream bodies, published with plain core NATS publishes;
+// [Request.DoneSync] instead sends +ACK as a request and waits for JetStream's
+// confirmation.
+//
+// # Load reports and seen_seq
+//
+// The application tells the helper its per-rank load with [Worker.SetLoad] and
+// whether it drains with [Worker.SetDraining]. The helper publishes the JSON
+// report of SPEC 1.3 ([Report]) on <prefix>.load.<id> whenever the load changes
+// (coalesced: at most one report every Config.MinReportInterval, default 2 ms)
+// and at least every TTL/3.
+//
+// seen_seq is computed by the helper: it is the highest Dispatch-Seq of any
+// request whose Offer call has returned (accepted or refused). The contract that
+// makes this correct is:
+//
+//	An Offer that returns true must have added the request to the load it gives
+//	SetLoad before it returns.
+//
+// The dispatcher's view of a rank is the report plus every dispatch with a
+// higher sequence, so a report must never claim a sequence its load does not
+// yet count. The helper takes the load and seen_seq of a report under one lock,
+// and publishes no report while an Offer call is in progress, so a report never
+// carries a load that counts a request without its sequence either (no double
+// counting). Refused requests advance seen_seq too: the dispatcher releases the
+// booking of a refused request anyway. A request later finished (Done, Nak,
+// Term) leaves the load and stays below seen_seq, which is what the dispatcher
+// expects. The first report carries seen_seq 0, never omits it: a report
+// without seen_seq would tell the dispatcher that it counts every earlier
+// dispatch.
+//
+// Each Worker picks a random instance id at New; a worker restarted under the
+// same id reports a new instance, which makes the dispatcher drop the bookings
+// of its predecessor.
+//
+// # Stopping
+//
+// [Worker.Stop] marks the worker draining, reports it, stops taking requests
+// (later arrivals are refused busy), waits until every held request is finished
+// or ctx ends, hands back (-NAK) whatever is still held, publishes a last report
+// and returns. [Worker.Close] is Stop with no wait.
+//
+// # Concurrency
+//
+// A Worker is safe for concurrent use. Offer is called from one goroutine (the
+// subscription's), in arrival order, and must not block: queue the work and
+// return. Request methods may be called from any goroutine. The helper runs two
+// goroutines per Worker (the report loop and the progress ticker) and none per
+// request.
+package worker

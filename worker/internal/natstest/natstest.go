@@ -1,0 +1,241 @@
+// Package natstest holds test fixtures for the worker packages: an embedded
+// nats-server with JetStream, a deadline-bounded condition poller, and a fake
+// dispatcher that speaks the dispatcher's side of the wire contract (SPEC 1.2)
+// with no scheduling at all.
+//
+// It is for tests only. Every function takes a testing.TB and fails the test on
+// setup errors.
+package natstest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StartServer starts an embedded nats-server with JetStream on a random loopback
+// port, storing in t.TempDir(), and returns it with a connection to it. Both are
+// closed at the end of the test.
+func StartServer(t testing.TB) (*server.Server, *nats.Conn) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatalf("natstest: new server: %v", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("natstest: server not ready")
+	}
+	nc := Connect(t, s)
+	t.Cleanup(func() {
+		nc.Close()
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s, nc
+}
+
+// Connect opens another connection to s, closed at the end of the test.
+func Connect(t testing.TB, s *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatalf("natstest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Eventually polls cond every few milliseconds until it returns true, failing
+// the test with msg when timeout passes first.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: timed out after %v: %s", timeout, fmt.Sprintf(msg, args...))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// RequestStream creates (or updates) the request stream DISPATCH_REQ on
+// <prefix>.req.* with work-queue retention and memory storage.
+func RequestStream(t testing.TB, js jetstream.JetStream, prefix string) jetstream.Stream {
+	t.Helper()
+	st, err := js.CreateOrUpdateStream(context.Background(), jetstream.StreamConfig{
+		Name:      "DISPATCH_REQ",
+		Subjects:  []string{prefix + ".req.*"},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.MemoryStorage,
+	})
+	if err != nil {
+		t.Fatalf("natstest: create stream: %v", err)
+	}
+	return st
+}
+
+// PullConsumer creates the durable pull consumer "dispatcher" on st with the
+// given ack wait.
+func PullConsumer(t testing.TB, st jetstream.Stream, ackWait time.Duration) jetstream.Consumer {
+	t.Helper()
+	c, err := st.CreateOrUpdateConsumer(context.Background(), jetstream.ConsumerConfig{
+		Durable:       "dispatcher",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: 10000,
+	})
+	if err != nil {
+		t.Fatalf("natstest: create consumer: %v", err)
+	}
+	return c
+}
+
+// Route decides what the fake dispatcher does with one request: send it to
+// worker (rank 0) or, when reject is not empty, reject it with that error code.
+type Route func(class string, m jetstream.Msg) (worker, reject string)
+
+// FakeDispatcher pulls requests from DISPATCH_REQ and hands each, in order, to
+// the worker its Route names, with the headers of SPEC 1.2. It does no queueing
+// and no load tracking: a refused or unanswered request is naked for redelivery
+// after a short delay.
+type FakeDispatcher struct {
+	nc     *nats.Conn
+	prefix string
+	route  Route
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	seq      map[string]uint64
+	refused  int
+	rejected int
+}
+
+// StartFakeDispatcher creates the stream and consumer and starts dispatching.
+// It stops at the end of the test.
+func StartFakeDispatcher(t testing.TB, nc *nats.Conn, prefix string, ackWait time.Duration, route Route) *FakeDispatcher {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	st := RequestStream(t, js, prefix)
+	c := PullConsumer(t, st, ackWait)
+	it, err := c.Messages()
+	if err != nil {
+		t.Fatalf("natstest: messages: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &FakeDispatcher{nc: nc, prefix: prefix, route: route, cancel: cancel,
+		done: make(chan struct{}), seq: map[string]uint64{}}
+	go d.loop(ctx, it)
+	t.Cleanup(func() {
+		cancel()
+		it.Stop()
+		<-d.done
+	})
+	return d
+}
+
+// Refused returns how many dispatches were refused or went unanswered.
+func (d *FakeDispatcher) Refused() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.refused
+}
+
+// Rejected returns how many requests were rejected.
+func (d *FakeDispatcher) Rejected() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rejected
+}
+
+func (d *FakeDispatcher) loop(ctx context.Context, it jetstream.MessagesContext) {
+	defer close(d.done)
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		d.handle(ctx, m)
+	}
+}
+
+func (d *FakeDispatcher) handle(ctx context.Context, m jetstream.Msg) {
+	class := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
+	meta, _ := m.Metadata()
+	id := m.Headers().Get(jetstream.MsgIDHeader)
+	if id == "" && meta != nil {
+		id = fmt.Sprintf("DISPATCH_REQ:%d", meta.Sequence.Stream)
+	}
+	var queuedMs int64
+	if meta != nil {
+		queuedMs = max(0, time.Since(meta.Timestamp).Milliseconds())
+	}
+	replyTo := m.Headers().Get("Dispatch-Reply-To")
+	wid, reject := d.route(class, m)
+	if reject != "" {
+		d.mu.Lock()
+		d.rejected++
+		d.mu.Unlock()
+		if replyTo != "" {
+			b, _ := json.Marshal(map[string]any{"request_id": id, "status": "rejected",
+				"policy_class": class, "error": reject, "message": "fake dispatcher rejected it"})
+			_ = d.nc.Publish(replyTo, b)
+		}
+		_ = m.Term()
+		return
+	}
+	d.mu.Lock()
+	d.seq[wid]++
+	seq := d.seq[wid]
+	d.mu.Unlock()
+	isl, _ := strconv.ParseUint(m.Headers().Get("Dispatch-ISL-Tokens"), 10, 64)
+	cached, _ := strconv.ParseUint(m.Headers().Get("Dispatch-Cached-Tokens"), 10, 64)
+	cost := max(1, isl-min(cached, isl))
+	out := nats.NewMsg(d.prefix + ".work." + wid)
+	for k, v := range m.Headers() {
+		out.Header[k] = v
+	}
+	out.Header.Set("Dispatch-Request-Id", id)
+	out.Header.Set("Dispatch-Class", class)
+	out.Header.Set("Dispatch-DP-Rank", "0")
+	out.Header.Set("Dispatch-Seq", strconv.FormatUint(seq, 10))
+	out.Header.Set("Dispatch-Cost", strconv.FormatUint(cost, 10))
+	out.Header.Set("Dispatch-Queued-Ms", strconv.FormatInt(queuedMs, 10))
+	out.Header.Set("Dispatch-Ack", m.Reply())
+	out.Data = m.Data()
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := d.nc.RequestMsgWithContext(rctx, out)
+	if err != nil || resp.Header.Get("Dispatch-Status") == "busy" {
+		d.mu.Lock()
+		d.refused++
+		d.mu.Unlock()
+		_ = m.NakWithDelay(20 * time.Millisecond)
+		return
+	}
+	if replyTo != "" {
+		b, _ := json.Marshal(map[string]any{"request_id": id, "status": "dispatched",
+			"policy_class": class, "worker_id": wid, "dp_rank": 0, "queued_ms": queuedMs})
+		_ = d.nc.Publish(replyTo, b)
+	}
+}

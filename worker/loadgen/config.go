@@ -1,0 +1,164 @@
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Order is the order in which requests of the classes are published.
+type Order string
+
+// The publication orders.
+const (
+	// OrderAlternating publishes one request of each class in turn, skipping
+	// classes that are used up.
+	OrderAlternating Order = "alternating"
+	// OrderSequential publishes every request of the first class, then the next.
+	OrderSequential Order = "sequential"
+	// OrderRandom publishes in a random order drawn from Config.Seed.
+	OrderRandom Order = "random"
+)
+
+// Defaults applied by [Run] to zero fields of [Config].
+const (
+	DefaultPrefix           = "dispatch"
+	DefaultStream           = "DISPATCH_REQ"
+	DefaultWindow           = 256
+	DefaultProgressInterval = 500 * time.Millisecond
+)
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ClassCount is a number of requests to publish to one class.
+type ClassCount struct {
+	// Class is the subject token: the request goes to <prefix>.req.<Class>.
+	Class string
+	// Count is the number of requests, >= 0.
+	Count int
+}
+
+// ParseClassCount parses "name:count".
+func ParseClassCount(s string) (ClassCount, error) {
+	name, count, ok := strings.Cut(s, ":")
+	if !ok {
+		return ClassCount{}, fmt.Errorf("loadgen: class %q: want name:count", s)
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 0 {
+		return ClassCount{}, fmt.Errorf("loadgen: class %q: count must be a non-negative integer", s)
+	}
+	if !tokenRE.MatchString(name) {
+		return ClassCount{}, fmt.Errorf("loadgen: class %q: name must be [A-Za-z0-9_-]+", s)
+	}
+	return ClassCount{Class: name, Count: n}, nil
+}
+
+// Config describes a workload.
+type Config struct {
+	// Prefix is the subject prefix, default "dispatch".
+	Prefix string
+	// Stream is the request stream's name, default "DISPATCH_REQ".
+	Stream string
+	// Classes lists the classes and their request counts, in the order used by
+	// OrderAlternating and OrderSequential. Required, names unique.
+	Classes []ClassCount
+	// Rate is the publication rate in requests per second; 0 publishes
+	// everything at once (bounded only by Window).
+	Rate float64
+	// ISL is Dispatch-ISL-Tokens of every request, in tokens.
+	ISL uint64
+	// Cached is Dispatch-Cached-Tokens of every request (omitted when 0).
+	Cached uint64
+	// OutputTokens is Dispatch-Output-Tokens (read by the mock worker); 0 omits it.
+	OutputTokens int
+	// Order is the publication order, default OrderAlternating.
+	Order Order
+	// Seed seeds OrderRandom; 0 uses the current time.
+	Seed uint64
+	// Pin, when not empty, is Dispatch-Worker of every request.
+	Pin string
+	// Priority is Dispatch-Priority (seconds of FCFS jump, 0 to 1e6); 0 omits it.
+	Priority float64
+	// Strict is Dispatch-Strict-Priority (0 to 2^31-1); 0 omits it.
+	Strict uint64
+	// DeadlineMs is Dispatch-Deadline-Ms (up to 86,400,000); 0 omits it.
+	DeadlineMs uint64
+	// Timeout bounds the whole run; 0 means only ctx does.
+	Timeout time.Duration
+	// Window is the most publications awaiting acknowledgement, default 256.
+	Window int
+	// RunID prefixes every Nats-Msg-Id; default a random id. A subject-token-like string.
+	RunID string
+	// ProgressInterval is the period of OnProgress calls, default 500ms.
+	ProgressInterval time.Duration
+	// OnProgress, when set, is called every ProgressInterval and once at the
+	// end, from one goroutine.
+	OnProgress func(Progress)
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.Order == "" {
+		c.Order = OrderAlternating
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	var errs []error
+	if len(c.Classes) == 0 {
+		errs = append(errs, errors.New("no classes"))
+	}
+	seen := map[string]bool{}
+	for _, cc := range c.Classes {
+		if !tokenRE.MatchString(cc.Class) || cc.Count < 0 {
+			errs = append(errs, fmt.Errorf("class %q:%d: want a subject token and a count >= 0", cc.Class, cc.Count))
+		}
+		if seen[cc.Class] {
+			errs = append(errs, fmt.Errorf("class %q listed twice", cc.Class))
+		}
+		seen[cc.Class] = true
+	}
+	switch c.Order {
+	case OrderAlternating, OrderSequential, OrderRandom:
+	default:
+		errs = append(errs, fmt.Errorf("order %q: want alternating, sequential or random", c.Order))
+	}
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		errs = append(errs, fmt.Errorf("rate %v: want >= 0", c.Rate))
+	}
+	if c.Pin != "" && !tokenRE.MatchString(c.Pin) {
+		errs = append(errs, fmt.Errorf("pin %q: want a worker id", c.Pin))
+	}
+	if c.Priority < 0 || c.Priority > 1e6 || math.IsNaN(c.Priority) {
+		errs = append(errs, fmt.Errorf("priority %v: want 0 to 1e6", c.Priority))
+	}
+	if c.Strict > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("strict %d: want at most 2^31-1", c.Strict))
+	}
+	if c.DeadlineMs > 86_400_000 {
+		errs = append(errs, fmt.Errorf("deadline %d ms: want at most 86400000", c.DeadlineMs))
+	}
+	if c.Window < 1 || c.Timeout < 0 || c.ProgressInterval < 0 || c.OutputTokens < 0 {
+		errs = append(errs, errors.New("window, timeout, progress interval and output tokens must not be negative (window >= 1)"))
+	}
+	if c.RunID != "" && !tokenRE.MatchString(c.RunID) {
+		errs = append(errs, fmt.Errorf("run id %q: want [A-Za-z0-9_-]+", c.RunID))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("loadgen: invalid config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}

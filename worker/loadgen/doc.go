@@ -1,0 +1,30 @@
+// Package loadgen publishes a described workload of requests to the dispatcher's
+// request stream and follows what becomes of them, so that cmd/loadgen and
+// end-to-end tests share one implementation.
+//
+// [Run] makes sure the stream DISPATCH_REQ exists (creating it with subjects
+// <prefix>.req.*, work-queue retention and file storage when missing),
+// subscribes to completion records on <prefix>.done.* and to outcomes on a
+// fresh inbox named in every request's Dispatch-Reply-To, then publishes the
+// requests asynchronously with at most Window publications awaiting their
+// JetStream acknowledgement. Every request carries Nats-Msg-Id = <run id>-<n>,
+// so a publication retried after a lost acknowledgement is stored once.
+//
+// A request ends when its first completion record arrives (a [Completion]) or a
+// rejected outcome (SPEC 7) arrives for it (an [Outcome]). Run returns when every
+// request has ended, or with [ErrIncomplete] when ctx ends or Config.Timeout
+// passes first; the [Result] is returned in both cases.
+//
+// The key output for fairness checks is [Result.Completions] in arrival order
+// and [Result.PrefixShare]: how many of the first K completions each class got.
+// Requests are attributed to the class they were published to (the subject
+// token), whatever physical class the dispatcher resolved; the completion
+// record's class is kept as PhysicalClass.
+//
+// Latency is measured from just before publication to the completion record's
+// finished_at, so it assumes the worker's clock agrees with this process's
+// (true in-process and on one machine).
+//
+// Run is safe to call concurrently with different configurations; a Result is
+// immutable once returned.
+package loadgen

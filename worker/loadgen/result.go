@@ -1,0 +1,215 @@
+package loadgen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Completion is one request's first completion record, as published by a worker
+// on <prefix>.done.<worker_id>, with the publication time added.
+type Completion struct {
+	// RequestID is the request's Nats-Msg-Id.
+	RequestID string `json:"request_id"`
+	// Class is the class the request was published to.
+	Class string `json:"class"`
+	// PhysicalClass is the class named by the completion record (Dispatch-Class).
+	PhysicalClass string `json:"physical_class"`
+	// WorkerID and DPRank name where it ran.
+	WorkerID string `json:"worker_id"`
+	DPRank   int    `json:"dp_rank"`
+	// Seq is the worker's dispatch sequence number of the request.
+	Seq uint64 `json:"seq"`
+	// QueuedMs is the dispatcher's queueing time, in ms.
+	QueuedMs uint64 `json:"queued_ms"`
+	// PublishedAt is when loadgen published it; the rest come from the record.
+	PublishedAt time.Time `json:"published_at"`
+	ReceivedAt  time.Time `json:"received_at"`
+	StartedAt   time.Time `json:"started_at"`
+	FinishedAt  time.Time `json:"finished_at"`
+	// Latency is FinishedAt - PublishedAt.
+	Latency time.Duration `json:"latency"`
+}
+
+// Outcome is an outcome published on Dispatch-Reply-To (SPEC 7).
+type Outcome struct {
+	RequestID   string         `json:"request_id"`
+	Status      string         `json:"status"`
+	PolicyClass string         `json:"policy_class,omitempty"`
+	WorkerID    string         `json:"worker_id,omitempty"`
+	DPRank      *int           `json:"dp_rank,omitempty"`
+	QueuedMs    *int64         `json:"queued_ms,omitempty"`
+	Error       string         `json:"error,omitempty"`
+	Message     string         `json:"message,omitempty"`
+	Details     map[string]any `json:"details,omitempty"`
+	// Class is the class the request was published to (set by loadgen).
+	Class string `json:"class"`
+}
+
+// ClassStats summarises one class.
+type ClassStats struct {
+	// Published counts requests whose publication JetStream acknowledged.
+	Published int `json:"published"`
+	// Dispatched counts "dispatched" outcomes received.
+	Dispatched int `json:"dispatched"`
+	// Completed counts requests completed.
+	Completed int `json:"completed"`
+	// Rejected counts requests rejected.
+	Rejected int `json:"rejected"`
+	// Errors counts rejections by error code.
+	Errors map[string]int `json:"errors,omitempty"`
+	// P50, P90 and P99 are latency percentiles (nearest rank) of completions.
+	P50 time.Duration `json:"p50"`
+	P90 time.Duration `json:"p90"`
+	P99 time.Duration `json:"p99"`
+	// Throughput is completions per second over the run.
+	Throughput float64 `json:"throughput"`
+}
+
+// Result is what a run observed.
+type Result struct {
+	// RunID prefixes every request id of the run.
+	RunID string
+	// Classes are the class names in configuration order.
+	Classes []string
+	// Requests is the number of requests the workload describes.
+	Requests int
+	// Published counts publications acknowledged by JetStream.
+	Published int
+	// PublishFailed counts requests whose publication failed for good; they
+	// count as ended.
+	PublishFailed int
+	// Completions are the first completion record of each request, in arrival order.
+	Completions []Completion
+	// Rejected are the rejected outcomes, in arrival order.
+	Rejected []Outcome
+	// Duplicates counts completion records for requests already ended
+	// (at-least-once processing).
+	Duplicates int
+	// PerClass summarises each class.
+	PerClass map[string]ClassStats
+	// Elapsed runs from the first publication to the last request's end (or
+	// the timeout).
+	Elapsed time.Duration
+	// Throughput is completions per second over Elapsed.
+	Throughput float64
+	// P50, P90 and P99 are latency percentiles over all completions.
+	P50, P90, P99 time.Duration
+	// Complete is true when every request completed, was rejected or failed to publish.
+	Complete bool
+}
+
+// PrefixShare returns how many of the first k completions came from each class
+// (every configured class is present, possibly with 0).
+func (r *Result) PrefixShare(k int) map[string]int {
+	out := make(map[string]int, len(r.Classes))
+	for _, c := range r.Classes {
+		out[c] = 0
+	}
+	for _, c := range r.Completions[:min(k, len(r.Completions))] {
+		out[c.Class]++
+	}
+	return out
+}
+
+// percentiles returns the nearest-rank p50, p90 and p99 of ds (sorted in place).
+func percentiles(ds []time.Duration) (p50, p90, p99 time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	at := func(p float64) time.Duration {
+		i := int(p*float64(len(ds))+0.999999) - 1
+		return ds[min(max(i, 0), len(ds)-1)]
+	}
+	return at(0.50), at(0.90), at(0.99)
+}
+
+// Summary is the printable digest of a Result.
+type Summary struct {
+	RunID         string         `json:"run_id"`
+	Requests      int            `json:"requests"`
+	Published     int            `json:"published"`
+	PublishFailed int            `json:"publish_failed"`
+	Completed     int            `json:"completed"`
+	Rejected      int            `json:"rejected"`
+	Duplicates    int            `json:"duplicates"`
+	Complete      bool           `json:"complete"`
+	ElapsedMs     float64        `json:"elapsed_ms"`
+	Throughput    float64        `json:"throughput"`
+	P50Ms         float64        `json:"p50_ms"`
+	P90Ms         float64        `json:"p90_ms"`
+	P99Ms         float64        `json:"p99_ms"`
+	Classes       []ClassSummary `json:"classes"`
+	PrefixK       int            `json:"prefix_k"`
+	PrefixShare   map[string]int `json:"prefix_share"`
+	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
+}
+
+// ClassSummary is one class of a Summary.
+type ClassSummary struct {
+	Class      string         `json:"class"`
+	Published  int            `json:"published"`
+	Dispatched int            `json:"dispatched"`
+	Completed  int            `json:"completed"`
+	Rejected   int            `json:"rejected"`
+	Errors     map[string]int `json:"errors,omitempty"`
+	Throughput float64        `json:"throughput"`
+	P50Ms      float64        `json:"p50_ms"`
+	P90Ms      float64        `json:"p90_ms"`
+	P99Ms      float64        `json:"p99_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Summarize digests r. The prefix share is over the first K completions, K the
+// request count of the first class.
+func (r *Result) Summarize(firstClassCount int) Summary {
+	s := Summary{
+		RunID: r.RunID, Requests: r.Requests, Published: r.Published, PublishFailed: r.PublishFailed,
+		Completed: len(r.Completions), Rejected: len(r.Rejected), Duplicates: r.Duplicates,
+		Complete: r.Complete, ElapsedMs: ms(r.Elapsed), Throughput: r.Throughput,
+		P50Ms: ms(r.P50), P90Ms: ms(r.P90), P99Ms: ms(r.P99),
+		PrefixK: firstClassCount, PrefixShare: r.PrefixShare(firstClassCount),
+	}
+	for _, c := range r.Classes {
+		st := r.PerClass[c]
+		s.Classes = append(s.Classes, ClassSummary{Class: c, Published: st.Published, Dispatched: st.Dispatched,
+			Completed: st.Completed, Rejected: st.Rejected, Errors: st.Errors, Throughput: st.Throughput,
+			P50Ms: ms(st.P50), P90Ms: ms(st.P90), P99Ms: ms(st.P99)})
+	}
+	for _, o := range r.Rejected {
+		if s.RejectedBy == nil {
+			s.RejectedBy = map[string]int{}
+		}
+		s.RejectedBy[o.Error]++
+	}
+	return s
+}
+
+// String renders the summary as a human-readable table.
+func (s Summary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s: %d requests, %d published, %d completed, %d rejected, %d publish failures, %d duplicates",
+		s.RunID, s.Requests, s.Published, s.Completed, s.Rejected, s.PublishFailed, s.Duplicates)
+	if !s.Complete {
+		b.WriteString(" (INCOMPLETE)")
+	}
+	fmt.Fprintf(&b, "\nelapsed %.1f ms, throughput %.1f req/s, latency p50 %.1f ms p90 %.1f ms p99 %.1f ms\n",
+		s.ElapsedMs, s.Throughput, s.P50Ms, s.P90Ms, s.P99Ms)
+	fmt.Fprintf(&b, "%-16s %9s %10s %9s %8s %10s %9s %9s %9s\n", "class", "published", "dispatched", "completed", "rejected", "req/s", "p50 ms", "p90 ms", "p99 ms")
+	for _, c := range s.Classes {
+		fmt.Fprintf(&b, "%-16s %9d %10d %9d %8d %10.1f %9.1f %9.1f %9.1f\n", c.Class, c.Published, c.Dispatched,
+			c.Completed, c.Rejected, c.Throughput, c.P50Ms, c.P90Ms, c.P99Ms)
+	}
+	for k, n := range s.RejectedBy {
+		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	}
+	fmt.Fprintf(&b, "first %d completions:", s.PrefixK)
+	for _, c := range s.Classes {
+		fmt.Fprintf(&b, " %s %d", c.Class, s.PrefixShare[c.Class])
+	}
+	b.WriteString("\n")
+	return b.String()
+}

@@ -1,0 +1,463 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// ErrIncomplete is returned with the Result when the run ended (ctx or
+// Config.Timeout) before every request ended.
+var ErrIncomplete = errors.New("loadgen: run ended before every request completed or was rejected")
+
+// Progress is a snapshot of a running workload.
+type Progress struct {
+	// Requests is the workload's size.
+	Requests int
+	// Published counts acknowledged publications.
+	Published int
+	// Completed counts completions per class.
+	Completed map[string]int
+	// Rejected counts rejections over all classes.
+	Rejected int
+	// Elapsed is the time since the first publication.
+	Elapsed time.Duration
+}
+
+// request is the bookkeeping of one published request.
+type request struct {
+	class       string
+	publishedAt time.Time
+	ended       bool
+}
+
+// run is one Run's mutable state.
+type run struct {
+	cfg   Config
+	log   zerolog.Logger
+	start time.Time
+
+	mu          sync.Mutex
+	reqs        map[string]*request
+	ended       int
+	total       int
+	published   int
+	failed      int
+	dups        int
+	completions []Completion
+	rejected    []Outcome
+	perClass    map[string]*ClassStats
+	allEnded    chan struct{}
+}
+
+// Run publishes the workload of cfg on nc and follows it until every request
+// ended, ctx ends or cfg.Timeout passes. See the package documentation.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RunID == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("loadgen: run id: %w", err)
+		}
+		cfg.RunID = hex.EncodeToString(b[:])
+	}
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	r := &run{
+		cfg:      cfg,
+		log:      log.With().Str("component", "loadgen").Str("run_id", cfg.RunID).Logger(),
+		reqs:     map[string]*request{},
+		perClass: map[string]*ClassStats{},
+		allEnded: make(chan struct{}),
+	}
+	for _, cc := range cfg.Classes {
+		r.perClass[cc.Class] = &ClassStats{}
+		r.total += cc.Count
+	}
+	if r.total == 0 {
+		close(r.allEnded)
+	}
+
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*cfg.Window+2))
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: jetstream: %w", err)
+	}
+	if err := ensureStream(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	inbox := nc.NewRespInbox()
+	doneSub, err := nc.Subscribe(cfg.Prefix+".done.*", r.onCompletion)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: subscribe completions: %w", err)
+	}
+	defer func() { _ = doneSub.Unsubscribe() }()
+	outSub, err := nc.Subscribe(inbox, r.onOutcome)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: subscribe outcomes %s: %w", inbox, err)
+	}
+	defer func() { _ = outSub.Unsubscribe() }()
+	for _, s := range []*nats.Subscription{doneSub, outSub} {
+		if err := s.SetPendingLimits(-1, -1); err != nil {
+			return nil, fmt.Errorf("loadgen: pending limits: %w", err)
+		}
+	}
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("loadgen: flush subscriptions: %w", err)
+	}
+
+	r.start = time.Now()
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		r.publishAll(ctx, js, inbox)
+	}()
+
+	progress := time.NewTicker(cfg.ProgressInterval)
+	defer progress.Stop()
+	var end error
+wait:
+	for {
+		select {
+		case <-r.allEnded:
+			break wait
+		case <-ctx.Done():
+			end = ErrIncomplete
+			break wait
+		case <-progress.C:
+			if cfg.OnProgress != nil {
+				cfg.OnProgress(r.progress())
+			}
+		}
+	}
+	elapsed := time.Since(r.start)
+	<-pubDone // every publication is settled, or ctx is done and it stops promptly
+	if cfg.OnProgress != nil {
+		cfg.OnProgress(r.progress())
+	}
+	return r.result(elapsed), end
+}
+
+// ensureStream creates the request stream when it is missing.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	_, err := js.Stream(ctx, cfg.Stream)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("loadgen: look up stream %s: %w", cfg.Stream, err)
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:      cfg.Stream,
+		Subjects:  []string{cfg.Prefix + ".req.*"},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.FileStorage,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("loadgen: create stream %s: %w", cfg.Stream, err)
+	}
+	return nil
+}
+
+// order returns the class of each request in publication order.
+func order(cfg Config) []string {
+	var out []string
+	switch cfg.Order {
+	case OrderSequential, OrderRandom:
+		for _, cc := range cfg.Classes {
+			for range cc.Count {
+				out = append(out, cc.Class)
+			}
+		}
+		if cfg.Order == OrderRandom {
+			seed := cfg.Seed
+			if seed == 0 {
+				seed = uint64(time.Now().UnixNano())
+			}
+			rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+			rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+		}
+	default: // alternating
+		left := make([]int, len(cfg.Classes))
+		for i, cc := range cfg.Classes {
+			left[i] = cc.Count
+		}
+		for more := true; more; {
+			more = false
+			for i, cc := range cfg.Classes {
+				if left[i] > 0 {
+					out = append(out, cc.Class)
+					left[i]--
+					more = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// message builds request n of class.
+func (r *run) message(n int, class, id, inbox string) *nats.Msg {
+	cfg := r.cfg
+	m := nats.NewMsg(cfg.Prefix + ".req." + class)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(cfg.ISL, 10))
+	if cfg.Cached > 0 {
+		m.Header.Set("Dispatch-Cached-Tokens", strconv.FormatUint(cfg.Cached, 10))
+	}
+	m.Header.Set("Dispatch-Reply-To", inbox)
+	if cfg.OutputTokens > 0 {
+		m.Header.Set("Dispatch-Output-Tokens", strconv.Itoa(cfg.OutputTokens))
+	}
+	if cfg.Pin != "" {
+		m.Header.Set("Dispatch-Worker", cfg.Pin)
+	}
+	if cfg.Priority > 0 {
+		m.Header.Set("Dispatch-Priority", strconv.FormatFloat(cfg.Priority, 'g', -1, 64))
+	}
+	if cfg.Strict > 0 {
+		m.Header.Set("Dispatch-Strict-Priority", strconv.FormatUint(cfg.Strict, 10))
+	}
+	if cfg.DeadlineMs > 0 {
+		m.Header.Set("Dispatch-Deadline-Ms", strconv.FormatUint(cfg.DeadlineMs, 10))
+	}
+	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, cfg.RunID, n, class)
+	return m
+}
+
+// publishAll publishes every request, paced by Rate, with at most Window
+// awaiting acknowledgement; a failed publication is retried with the same
+// Nats-Msg-Id a few times, then counted as failed.
+func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox string) {
+	type inflight struct {
+		id  string
+		fut jetstream.PubAckFuture
+	}
+	window := make(chan inflight, r.cfg.Window)
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for f := range window {
+			var err error
+			select {
+			case <-f.fut.Ok():
+			case err = <-f.fut.Err():
+				err = r.retry(ctx, js, f.fut.Msg(), err)
+			case <-ctx.Done():
+				continue // unknown fate; the run is over
+			}
+			r.published1(f.id, err)
+		}
+	}()
+	defer func() {
+		close(window)
+		<-collected
+	}()
+
+	for n, class := range order(r.cfg) {
+		if r.cfg.Rate > 0 {
+			at := r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
+			if d := time.Until(at); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		id := r.cfg.RunID + "-" + strconv.Itoa(n)
+		m := r.message(n, class, id, inbox)
+		r.mu.Lock()
+		r.reqs[id] = &request{class: class, publishedAt: time.Now()}
+		r.mu.Unlock()
+		fut, err := js.PublishMsgAsync(m)
+		if err != nil {
+			r.published1(id, r.retry(ctx, js, m, err))
+			continue
+		}
+		select {
+		case window <- inflight{id: id, fut: fut}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// retry republishes m synchronously (same Nats-Msg-Id) up to 5 times.
+func (r *run) retry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, err error) error {
+	for attempt := 1; attempt <= 5 && ctx.Err() == nil; attempt++ {
+		r.log.Debug().Err(err).Str("request_id", m.Header.Get(jetstream.MsgIDHeader)).Int("attempt", attempt).Msg("republish")
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = js.PublishMsg(pctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("loadgen: publish %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+}
+
+// published1 records the fate of one publication.
+func (r *run) published1(id string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.reqs[id]
+	if err != nil {
+		r.log.Error().Err(err).Str("request_id", id).Msg("publication failed")
+		r.failed++
+		r.endLocked(q)
+		return
+	}
+	r.published++
+	r.perClass[q.class].Published++
+}
+
+// endLocked marks q ended; r.mu must be held.
+func (r *run) endLocked(q *request) {
+	if q.ended {
+		return
+	}
+	q.ended = true
+	r.ended++
+	if r.ended == r.total {
+		close(r.allEnded)
+	}
+}
+
+// completionRecord is the worker's record on <prefix>.done.<worker_id>.
+type completionRecord struct {
+	RequestID  string    `json:"request_id"`
+	Class      string    `json:"class"`
+	WorkerID   string    `json:"worker_id"`
+	DPRank     int       `json:"dp_rank"`
+	Seq        uint64    `json:"seq"`
+	QueuedMs   uint64    `json:"queued_ms"`
+	ReceivedAt time.Time `json:"received_at"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+func (r *run) onCompletion(m *nats.Msg) {
+	var rec completionRecord
+	if err := json.Unmarshal(m.Data, &rec); err != nil {
+		r.log.Warn().Err(err).Str("subject", m.Subject).Msg("undecodable completion record")
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q, ok := r.reqs[rec.RequestID]
+	if !ok {
+		return // another run's
+	}
+	if q.ended {
+		r.dups++
+		return
+	}
+	r.completions = append(r.completions, Completion{
+		RequestID: rec.RequestID, Class: q.class, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
+		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
+		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		Latency: rec.FinishedAt.Sub(q.publishedAt),
+	})
+	r.perClass[q.class].Completed++
+	r.endLocked(q)
+}
+
+func (r *run) onOutcome(m *nats.Msg) {
+	var o Outcome
+	if err := json.Unmarshal(m.Data, &o); err != nil {
+		r.log.Warn().Err(err).Msg("undecodable outcome")
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q, ok := r.reqs[o.RequestID]
+	if !ok {
+		r.log.Warn().Str("request_id", o.RequestID).Msg("outcome for an unknown request")
+		return
+	}
+	o.Class = q.class
+	st := r.perClass[q.class]
+	switch o.Status {
+	case "dispatched":
+		st.Dispatched++
+	case "rejected":
+		if q.ended {
+			return
+		}
+		st.Rejected++
+		if st.Errors == nil {
+			st.Errors = map[string]int{}
+		}
+		st.Errors[o.Error]++
+		r.rejected = append(r.rejected, o)
+		r.endLocked(q)
+	default:
+		r.log.Warn().Str("status", o.Status).Str("request_id", o.RequestID).Msg("unknown outcome status")
+	}
+}
+
+func (r *run) progress() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := Progress{Requests: r.total, Published: r.published, Rejected: len(r.rejected),
+		Completed: make(map[string]int, len(r.perClass)), Elapsed: time.Since(r.start)}
+	for c, st := range r.perClass {
+		p.Completed[c] = st.Completed
+	}
+	return p
+}
+
+func (r *run) result(elapsed time.Duration) *Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := &Result{
+		RunID: r.cfg.RunID, Requests: r.total, Published: r.published, PublishFailed: r.failed,
+		Completions: append([]Completion(nil), r.completions...),
+		Rejected:    append([]Outcome(nil), r.rejected...),
+		Duplicates:  r.dups, PerClass: map[string]ClassStats{}, Elapsed: elapsed,
+		Complete: r.ended == r.total,
+	}
+	secs := elapsed.Seconds()
+	var all []time.Duration
+	byClass := map[string][]time.Duration{}
+	for _, c := range res.Completions {
+		all = append(all, c.Latency)
+		byClass[c.Class] = append(byClass[c.Class], c.Latency)
+	}
+	for _, cc := range r.cfg.Classes {
+		res.Classes = append(res.Classes, cc.Class)
+		st := *r.perClass[cc.Class]
+		st.P50, st.P90, st.P99 = percentiles(byClass[cc.Class])
+		if secs > 0 {
+			st.Throughput = float64(st.Completed) / secs
+		}
+		res.PerClass[cc.Class] = st
+	}
+	res.P50, res.P90, res.P99 = percentiles(all)
+	if secs > 0 {
+		res.Throughput = float64(len(res.Completions)) / secs
+	}
+	return res
+}

@@ -1,0 +1,338 @@
+package mock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/worker"
+)
+
+// HeaderOutputTokens is the request header giving the number of output tokens
+// of one request, overriding Config.OutputTokens.
+const HeaderOutputTokens = "Dispatch-Output-Tokens"
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	DefaultMaxNumSeqs          = 4
+	DefaultMaxNumBatchedTokens = 8192
+	DefaultPrefillTokensPerSec = 20000
+	DefaultDecodePerToken      = 5 * time.Millisecond
+	DefaultOutputTokens        = 1
+	DefaultBlockSize           = 16
+)
+
+// Config describes one simulated engine.
+type Config struct {
+	// ID, Prefix, DPStart, DPSize, TotalKVBlocks, Taints, TTL and AckWait are
+	// passed to the worker helper (see worker.Config for units and bounds).
+	ID            string
+	Prefix        string
+	DPStart       int
+	DPSize        int
+	TotalKVBlocks uint64
+	Taints        []string
+	TTL           time.Duration
+	AckWait       time.Duration
+	// MaxNumSeqs is the number of concurrent sequences per rank, default 4, >= 1.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is reported to the dispatcher, default 8192; it does not
+	// limit the simulation.
+	MaxNumBatchedTokens uint64
+	// PrefillTokensPerSec is the prefill speed of one sequence in tokens per
+	// second, default 20000, > 0.
+	PrefillTokensPerSec float64
+	// DecodePerToken is the time of one decode step (every output token after
+	// the first), default 5ms, >= 0.
+	DecodePerToken time.Duration
+	// OutputTokens is the number of output tokens of a request without a
+	// Dispatch-Output-Tokens header, default 1, >= 1.
+	OutputTokens int
+	// BlockSize is the KV block size in tokens, default 16.
+	BlockSize int
+	// RefuseWhenFull, when > 0, refuses (busy) a request that would make its
+	// rank's waiting queue longer than RefuseWhenFull; 0 accepts everything.
+	RefuseWhenFull int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	if c.PrefillTokensPerSec == 0 {
+		c.PrefillTokensPerSec = DefaultPrefillTokensPerSec
+	}
+	if c.DecodePerToken == 0 {
+		c.DecodePerToken = DefaultDecodePerToken
+	}
+	if c.OutputTokens == 0 {
+		c.OutputTokens = DefaultOutputTokens
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.Prefix == "" {
+		c.Prefix = worker.DefaultPrefix
+	}
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	var errs []error
+	if c.MaxNumSeqs < 1 {
+		errs = append(errs, fmt.Errorf("max num seqs %d: want >= 1", c.MaxNumSeqs))
+	}
+	if c.PrefillTokensPerSec <= 0 {
+		errs = append(errs, fmt.Errorf("prefill tokens per sec %v: want > 0", c.PrefillTokensPerSec))
+	}
+	if c.DecodePerToken < 0 {
+		errs = append(errs, fmt.Errorf("decode per token %v: want >= 0", c.DecodePerToken))
+	}
+	if c.OutputTokens < 1 {
+		errs = append(errs, fmt.Errorf("output tokens %d: want >= 1", c.OutputTokens))
+	}
+	if c.BlockSize < 1 {
+		errs = append(errs, fmt.Errorf("block size %d: want >= 1", c.BlockSize))
+	}
+	if c.RefuseWhenFull < 0 {
+		errs = append(errs, fmt.Errorf("refuse when full %d: want >= 0", c.RefuseWhenFull))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("mock: invalid config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// Completion is the record published on <prefix>.done.<worker_id> when a
+// request finishes. Times marshal as RFC 3339 with nanoseconds; StartedAt is
+// when the request got a sequence slot.
+type Completion struct {
+	RequestID  string    `json:"request_id"`
+	Class      string    `json:"class"`
+	WorkerID   string    `json:"worker_id"`
+	DPRank     int       `json:"dp_rank"`
+	Seq        uint64    `json:"seq"`
+	QueuedMs   uint64    `json:"queued_ms"`
+	ReceivedAt time.Time `json:"received_at"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// Stats counts what a Worker did.
+type Stats struct {
+	// Accepted counts requests accepted.
+	Accepted uint64
+	// Refused counts requests refused busy.
+	Refused uint64
+	// Completed counts requests finished and acknowledged.
+	Completed uint64
+}
+
+// Worker is one simulated engine. Build it with [New].
+type Worker struct {
+	cfg      Config
+	nc       *nats.Conn
+	log      zerolog.Logger
+	helper   *worker.Worker
+	doneSubj string
+	wake     chan struct{} // cap 1
+	quit     chan struct{}
+	loopDone chan struct{}
+
+	mu    sync.Mutex
+	eng   *engine
+	stats Stats
+}
+
+// New validates cfg and builds a simulated engine on nc; call Start to run it.
+func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Worker{
+		cfg:      cfg,
+		nc:       nc,
+		log:      log.With().Str("component", "mockworker").Str("worker_id", cfg.ID).Logger(),
+		doneSubj: cfg.Prefix + ".done." + cfg.ID,
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		eng:      newEngine(cfg),
+	}
+	m.helper, err = worker.New(nc, worker.Config{
+		ID: cfg.ID, Prefix: cfg.Prefix, DPStart: cfg.DPStart, DPSize: cfg.DPSize,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
+		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait,
+	}, worker.HandlerFunc(m.offer), log)
+	if err != nil {
+		return nil, fmt.Errorf("mock: %w", err)
+	}
+	return m, nil
+}
+
+// Helper returns the worker helper, for SetDraining and inspection.
+func (m *Worker) Helper() *worker.Worker { return m.helper }
+
+// Stats returns the counters so far.
+func (m *Worker) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// Start starts the simulation and subscribes for work.
+func (m *Worker) Start() error {
+	go m.loop()
+	if err := m.helper.Start(); err != nil {
+		close(m.quit)
+		<-m.loopDone
+		return fmt.Errorf("mock: %w", err)
+	}
+	return nil
+}
+
+// Stop stops taking work, lets the requests inside finish until ctx ends, hands
+// back the rest and stops the simulation.
+func (m *Worker) Stop(ctx context.Context) error {
+	err := m.helper.Stop(ctx)
+	select {
+	case <-m.quit:
+	default:
+		close(m.quit)
+	}
+	<-m.loopDone
+	return err
+}
+
+// Run builds and starts a Worker and stops it when ctx ends, giving it grace to
+// finish the requests inside it; it returns the first error.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, log zerolog.Logger) error {
+	m, err := New(nc, cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := m.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return m.Stop(sctx)
+}
+
+// uncached returns the uncached token count of r (see the package doc).
+func uncached(r *worker.Request) uint64 {
+	if worker.HeaderValue(r.Header, worker.HeaderCost) != "" {
+		return r.Cost
+	}
+	cached, _ := strconv.ParseUint(strings.TrimSpace(worker.HeaderValue(r.Header, worker.HeaderCachedTokens)), 10, 64)
+	return r.ISL - min(r.ISL, cached)
+}
+
+// offer is the helper's Handler: it admits r to the engine and updates the
+// reported load before returning, as the helper's seen_seq contract requires.
+func (m *Worker) offer(r *worker.Request) bool {
+	out := m.cfg.OutputTokens
+	if s := worker.HeaderValue(r.Header, HeaderOutputTokens); s != "" {
+		if v, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && v >= 1 {
+			out = v
+		}
+	}
+	j := &job{req: r, id: r.RequestID, rank: r.DPRank, uncached: uncached(r), out: out}
+	tokens := r.ISL
+	if tokens == 0 {
+		tokens = j.uncached
+	}
+	bs := uint64(m.cfg.BlockSize)
+	j.blocks = (tokens + uint64(out) + bs - 1) / bs
+
+	m.mu.Lock()
+	ok := m.eng.admit(time.Now(), j)
+	if ok {
+		m.stats.Accepted++
+		m.setLoadLocked(j.rank)
+	} else {
+		m.stats.Refused++
+	}
+	m.mu.Unlock()
+	if ok {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+	return ok
+}
+
+// setLoadLocked reports rank's load; m.mu must be held.
+func (m *Worker) setLoadLocked(rank int) {
+	if err := m.helper.SetLoad(rank, m.eng.rank(rank).load); err != nil {
+		m.log.Error().Err(err).Msg("set load")
+	}
+}
+
+// loop is the simulation goroutine: it applies due events and sleeps until the
+// next one or a new arrival.
+func (m *Worker) loop() {
+	defer close(m.loopDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		m.mu.Lock()
+		done := m.eng.advance(time.Now())
+		for i := range m.eng.ranks {
+			m.setLoadLocked(m.cfg.DPStart + i)
+		}
+		m.stats.Completed += uint64(len(done))
+		next, ok := m.eng.next()
+		m.mu.Unlock()
+		for _, j := range done {
+			m.complete(j)
+		}
+		if ok {
+			timer.Reset(time.Until(next))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-m.quit:
+			return
+		case <-m.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// complete acknowledges a finished request and publishes its record.
+func (m *Worker) complete(j *job) {
+	r := j.req
+	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
+	if err := r.Done(); err != nil {
+		lg.Warn().Err(err).Msg("ack finished request")
+		return // handed back at stop: not ours to report
+	}
+	b, err := json.Marshal(Completion{
+		RequestID: r.RequestID, Class: r.Class, WorkerID: m.cfg.ID, DPRank: j.rank,
+		Seq: r.Seq, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
+		StartedAt: j.startedAt, FinishedAt: j.finishAt,
+	})
+	if err != nil {
+		lg.Error().Err(err).Msg("encode completion")
+		return
+	}
+	if err := m.nc.Publish(m.doneSubj, b); err != nil {
+		lg.Error().Err(err).Msg("publish completion")
+	}
+	lg.Debug().Msg("request finished")
+}

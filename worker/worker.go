@@ -1,0 +1,348 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Handler decides on dispatched requests.
+type Handler interface {
+	// Offer is called once per dispatched request, from one goroutine, in
+	// arrival order. It returns true to accept (the application then owns r and
+	// must finish it with Done, Nak or Term) or false to refuse it as busy. An
+	// accepting Offer must have counted r in the load given to SetLoad before it
+	// returns. Offer must not block.
+	Offer(r *Request) bool
+}
+
+// HandlerFunc adapts a function to [Handler].
+type HandlerFunc func(r *Request) bool
+
+// Offer calls f(r).
+func (f HandlerFunc) Offer(r *Request) bool { return f(r) }
+
+// ErrStarted is returned by a second Start, and by Start after Stop.
+var ErrStarted = errors.New("worker: already started")
+
+// Worker is the worker side of the wire contract. Build it with [New].
+type Worker struct {
+	nc       *nats.Conn
+	cfg      Config
+	h        Handler
+	log      zerolog.Logger
+	instance string
+	taints   []string
+	workSubj string
+	loadSubj string
+
+	kick chan struct{} // cap 1: a report is wanted
+	quit chan struct{} // closed by Stop to end the loops
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex
+	ranks     []RankLoad // indexed by rank - DPStart
+	seenSeq   uint64
+	draining  bool
+	offering  bool
+	held      map[*Request]struct{}
+	started   bool
+	stopping  bool
+	heldEmpty chan struct{} // closed when held empties while stopping
+	sub       *nats.Subscription
+}
+
+// New validates cfg, applies its defaults and returns a Worker that is not yet
+// subscribed. It picks the worker's random instance id.
+func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, error) {
+	if nc == nil || h == nil {
+		return nil, fmt.Errorf("%w: nil connection or handler", ErrConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("worker: instance id: %w", err)
+	}
+	taints := append([]string{}, cfg.Taints...)
+	w := &Worker{
+		nc:        nc,
+		cfg:       cfg,
+		h:         h,
+		log:       log.With().Str("component", "worker").Str("worker_id", cfg.ID).Logger(),
+		instance:  hex.EncodeToString(id[:]),
+		taints:    taints,
+		workSubj:  cfg.Prefix + ".work." + cfg.ID,
+		loadSubj:  cfg.Prefix + ".load." + cfg.ID,
+		kick:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+		ranks:     make([]RankLoad, cfg.DPSize),
+		held:      map[*Request]struct{}{},
+		heldEmpty: make(chan struct{}),
+	}
+	return w, nil
+}
+
+// Config returns the worker's configuration with defaults applied.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Start subscribes to <prefix>.work.<id>, publishes the first report and starts
+// the report loop and the progress ticker.
+func (w *Worker) Start() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return ErrStarted
+	}
+	sub, err := w.nc.Subscribe(w.workSubj, w.onMsg)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", w.workSubj, err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("worker: pending limits %s: %w", w.workSubj, err)
+	}
+	w.sub = sub
+	w.started = true
+	w.wg.Add(2)
+	go w.reportLoop()
+	go w.progressLoop()
+	w.kickReport()
+	w.log.Info().Str("subject", w.workSubj).Str("instance", w.instance).Msg("worker started")
+	return nil
+}
+
+// Held returns the number of accepted requests not yet finished.
+func (w *Worker) Held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.held)
+}
+
+// onMsg handles one dispatch; it runs on the subscription's goroutine.
+func (w *Worker) onMsg(m *nats.Msg) {
+	r := parseRequest(m, w.cfg.DPStart, time.Now())
+	r.w = w
+	lg := w.log.With().Str("request_id", r.RequestID).Uint64("seq", r.Seq).Logger()
+	for _, err := range r.HeaderErrors {
+		lg.Warn().Err(err).Msg("malformed dispatch header")
+	}
+	if m.Reply == "" {
+		lg.Warn().Msg("dispatch without reply subject; accepting it is impossible, refusing")
+	}
+	w.mu.Lock()
+	refuse := w.stopping || m.Reply == ""
+	inRange := r.DPRank >= w.cfg.DPStart && r.DPRank < w.cfg.DPStart+w.cfg.DPSize
+	if !refuse && inRange {
+		w.offering = true
+		r.state = stateOffered
+		w.held[r] = struct{}{}
+	}
+	w.mu.Unlock()
+	if !refuse && !inRange {
+		lg.Warn().Int("dp_rank", r.DPRank).Msg("dispatch to a rank outside this worker, refusing")
+		refuse = true
+	}
+
+	accepted := false
+	if !refuse {
+		accepted = w.h.Offer(r)
+		w.mu.Lock()
+		w.offering = false
+		if r.Seq > w.seenSeq {
+			w.seenSeq = r.Seq
+		}
+		switch {
+		case r.state == stateFinished:
+			// Finished inside Offer: it was accepted whatever Offer returned.
+			accepted = true
+		case accepted:
+			r.state = stateHeld
+		default:
+			r.state = stateFinished
+			delete(w.held, r)
+		}
+		w.mu.Unlock()
+		w.kickReport()
+	}
+
+	if m.Reply != "" {
+		reply := &nats.Msg{Subject: m.Reply}
+		if !accepted {
+			reply.Header = nats.Header{HeaderStatus: []string{StatusBusy}}
+		}
+		if err := w.nc.PublishMsg(reply); err != nil {
+			lg.Error().Err(err).Msg("reply to dispatch")
+		}
+	}
+	if accepted && r.Ack != "" && w.isHeld(r) {
+		if err := w.nc.Publish(r.Ack, ackProgress); err != nil {
+			lg.Error().Err(err).Msg("progress ack")
+		}
+	}
+	lg.Debug().Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
+}
+
+func (w *Worker) isHeld(r *Request) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return r.state == stateHeld
+}
+
+// release marks r finished; false when it already was.
+func (w *Worker) release(r *Request) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.state == stateFinished {
+		return false
+	}
+	r.state = stateFinished
+	delete(w.held, r)
+	if w.stopping && len(w.held) == 0 {
+		w.closeHeldEmpty()
+	}
+	return true
+}
+
+// closeHeldEmpty closes heldEmpty once; w.mu must be held.
+func (w *Worker) closeHeldEmpty() {
+	select {
+	case <-w.heldEmpty:
+	default:
+		close(w.heldEmpty)
+	}
+}
+
+// progressLoop sends +WPI for every held request every AckWait/3.
+func (w *Worker) progressLoop() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.cfg.AckWait / 3)
+	defer t.Stop()
+	var subjects []string
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-t.C:
+		}
+		subjects = subjects[:0]
+		w.mu.Lock()
+		for r := range w.held {
+			if r.state == stateHeld && r.Ack != "" {
+				subjects = append(subjects, r.Ack)
+			}
+		}
+		w.mu.Unlock()
+		for _, s := range subjects {
+			if err := w.nc.Publish(s, ackProgress); err != nil {
+				w.log.Error().Err(err).Msg("progress ack")
+				break
+			}
+		}
+	}
+}
+
+// reportLoop publishes a report on every kick, at most one per
+// MinReportInterval, and at least every TTL/3.
+func (w *Worker) reportLoop() {
+	defer w.wg.Done()
+	heartbeat := time.NewTimer(w.cfg.TTL / 3)
+	defer heartbeat.Stop()
+	gap := time.NewTimer(0)
+	defer gap.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-w.kick:
+		case <-heartbeat.C:
+		}
+		if wait := w.cfg.MinReportInterval - time.Since(last); wait > 0 {
+			gap.Reset(wait)
+			select {
+			case <-w.quit:
+				return
+			case <-gap.C:
+			}
+		}
+		ok, err := w.publishReport()
+		if err != nil {
+			w.log.Error().Err(err).Msg("load report")
+		}
+		if ok || err != nil {
+			last = time.Now()
+			heartbeat.Reset(w.cfg.TTL / 3)
+		}
+	}
+}
+
+// Stop drains the worker: it reports draining, refuses new dispatches, waits
+// until every held request is finished or ctx ends, naks the requests still
+// held, publishes a last report and stops its goroutines. It returns ctx's
+// error when requests had to be handed back. Stop does not close nc.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started || w.stopping {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopping = true
+	w.draining = true
+	if len(w.held) == 0 {
+		w.closeHeldEmpty()
+	}
+	sub := w.sub
+	w.mu.Unlock()
+	w.kickReport()
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		w.log.Warn().Err(err).Msg("unsubscribe")
+	}
+
+	var result error
+	select {
+	case <-w.heldEmpty:
+	case <-ctx.Done():
+		w.mu.Lock()
+		left := make([]*Request, 0, len(w.held))
+		for r := range w.held {
+			left = append(left, r)
+		}
+		w.mu.Unlock()
+		for _, r := range left {
+			if err := r.Nak(); err != nil && !errors.Is(err, ErrFinished) {
+				w.log.Error().Err(err).Str("request_id", r.RequestID).Msg("hand back on stop")
+			}
+		}
+		if len(left) > 0 {
+			w.log.Warn().Int("requests", len(left)).Msg("stopped with requests held; handed them back")
+			result = fmt.Errorf("worker: stop: handed back %d requests: %w", len(left), ctx.Err())
+		}
+	}
+	close(w.quit)
+	w.wg.Wait()
+	if _, err := w.publishReport(); err != nil {
+		w.log.Error().Err(err).Msg("last load report")
+	}
+	if err := w.nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		w.log.Warn().Err(err).Msg("flush on stop")
+	}
+	w.log.Info().Msg("worker stopped")
+	return result
+}
+
+// Close stops the worker at once, handing back every held request (-NAK).
+func (w *Worker) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return w.Stop(ctx)
+}
