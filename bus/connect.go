@@ -1,0 +1,248 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	neturl "net/url"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Defaults of Options.
+const (
+	// DefaultReconnectWait is the pause between reconnect attempts when
+	// Options.ReconnectWait is 0.
+	DefaultReconnectWait = time.Second
+	// DefaultPingInterval is how often the client pings the server when
+	// Options.PingInterval is 0. Two unanswered pings mark the connection stale,
+	// so a silent server is noticed within about twice this interval.
+	DefaultPingInterval = 10 * time.Second
+)
+
+// ErrAuth reports that the server rejected the connection's credentials. It is
+// permanent: Connect does not retry it.
+var ErrAuth = errors.New("bus: nats rejected the credentials")
+
+// Options says how to connect to NATS (SPEC 10). The zero value connects to
+// nats.DefaultURL without credentials.
+type Options struct {
+	// URL is a comma-separated list of server URLs; "" means nats.DefaultURL.
+	URL string
+	// Name is the connection name shown by the server's monitoring.
+	Name string
+
+	// CredsFile is a user JWT + nkey seed file (--nats-creds).
+	CredsFile string
+	// NKeyFile is an nkey seed file (--nats-nkey).
+	NKeyFile string
+	// User and Password authenticate with a user name and password.
+	User, Password string
+
+	// TLSCA is a PEM file of CAs that verify the server.
+	TLSCA string
+	// TLSCert and TLSKey are the client's certificate and key (PEM files), both or neither.
+	TLSCert, TLSKey string
+
+	// ReconnectWait is the pause between reconnect attempts to the same
+	// server, before jitter; 0 means DefaultReconnectWait.
+	ReconnectWait time.Duration
+	// PingInterval is the client's ping interval; 0 means DefaultPingInterval.
+	PingInterval time.Duration
+
+	// OnDisconnect is called when the connection is lost. It runs on the NATS
+	// client's callback goroutine and must not block.
+	OnDisconnect func()
+	// OnReconnect is called when the connection is back. It runs on the NATS
+	// client's callback goroutine and must not block.
+	OnReconnect func()
+}
+
+// Connect connects to NATS. The first connection is retried with exponential
+// backoff until it succeeds or ctx ends; a rejection of the credentials
+// (ErrAuth, wrapping the NATS error) or an unreadable credentials or TLS file is
+// permanent and returned at once. The connection then reconnects forever
+// (nats.MaxReconnects(-1)) with jittered waits, and every state change is logged
+// on log with component "bus": connected, disconnected (with its error),
+// reconnected, closed, and asynchronous errors such as slow consumers or
+// permission violations.
+func Connect(ctx context.Context, o Options, log zerolog.Logger) (*nats.Conn, error) {
+	log = log.With().Str("component", "bus").Logger()
+	opts, err := o.natsOptions(log)
+	if err != nil {
+		return nil, err
+	}
+	servers := o.URL
+	if servers == "" {
+		servers = nats.DefaultURL
+	}
+	url := redactURLs(servers) // for logs and errors
+
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = 5 * time.Second
+	b.MaxElapsedTime = 0 // bounded by ctx only
+
+	attempt := 0
+	var nc *nats.Conn
+	var last error
+	op := func() error {
+		attempt++
+		c, err := nats.Connect(servers, opts...)
+		if err == nil {
+			nc = c
+			return nil
+		}
+		if isAuthError(err) {
+			return backoff.Permanent(fmt.Errorf("%w: connect %s: %w", ErrAuth, url, err))
+		}
+		if isFileError(err) {
+			return backoff.Permanent(fmt.Errorf("bus: connect %s: %w", url, err))
+		}
+		last = err
+		log.Warn().Err(err).Int("attempt", attempt).Str("url", url).Msg("nats connect failed, retrying")
+		return err
+	}
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			return nil, fmt.Errorf("bus: connect %s: gave up after %d attempts: %w (last error: %v)", url, attempt, cerr, last)
+		}
+		return nil, err // permanent, already wrapped
+	}
+	log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("server_id", nc.ConnectedServerId()).
+		Int("attempts", attempt).Msg("nats connected")
+	return nc, nil
+}
+
+// natsOptions translates o into nats options, checking what can be checked
+// before connecting.
+func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
+	methods := 0
+	for _, set := range []bool{o.CredsFile != "", o.NKeyFile != "", o.User != "" || o.Password != ""} {
+		if set {
+			methods++
+		}
+	}
+	if methods > 1 {
+		return nil, errors.New("bus: connect: give at most one of creds file, nkey file and user/password")
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, errors.New("bus: connect: TLS certificate and key must be given together")
+	}
+	if o.ReconnectWait < 0 || o.PingInterval < 0 {
+		return nil, errors.New("bus: connect: negative reconnect wait or ping interval")
+	}
+	wait := o.ReconnectWait
+	if wait == 0 {
+		wait = DefaultReconnectWait
+	}
+	ping := o.PingInterval
+	if ping == 0 {
+		ping = DefaultPingInterval
+	}
+
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(wait),
+		nats.ReconnectJitter(wait/2, wait),
+		nats.PingInterval(ping),
+		nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			ev := log.Warn()
+			if err != nil {
+				ev = ev.Err(err)
+			}
+			ev.Msg("nats disconnected")
+			if o.OnDisconnect != nil {
+				o.OnDisconnect()
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("server_id", nc.ConnectedServerId()).
+				Uint64("reconnects", nc.Stats().Reconnects).Msg("nats reconnected")
+			if o.OnReconnect != nil {
+				o.OnReconnect()
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Debug().Err(err).Msg("nats reconnect attempt failed")
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			ev := log.Info()
+			if err := nc.LastError(); err != nil {
+				ev = log.Warn().Err(err)
+			}
+			ev.Msg("nats connection closed")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := log.Error().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("nats async error")
+		}),
+		nats.LameDuckModeHandler(func(nc *nats.Conn) {
+			log.Warn().Str("server_id", nc.ConnectedServerId()).Msg("nats server entering lame duck mode")
+		}),
+	}
+	switch {
+	case o.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	case o.NKeyFile != "":
+		opt, err := nats.NkeyOptionFromSeed(o.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("bus: connect: nkey file: %w", err)
+		}
+		opts = append(opts, opt)
+	case o.User != "" || o.Password != "":
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(o.TLSCA))
+	}
+	if o.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(o.TLSCert, o.TLSKey))
+	}
+	// Apply the options once to a scratch copy so that unreadable TLS files
+	// fail here, permanently, instead of inside the retry loop.
+	scratch := nats.GetDefaultOptions()
+	for _, opt := range opts {
+		if err := opt(&scratch); err != nil {
+			return nil, fmt.Errorf("bus: connect: %w", err)
+		}
+	}
+	return opts, nil
+}
+
+// isAuthError reports whether err is the server rejecting the credentials.
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) ||
+		errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) ||
+		errors.Is(err, nats.ErrAccountAuthExpired) ||
+		errors.Is(err, nats.ErrNkeysNotSupported)
+}
+
+// isFileError reports whether err comes from reading a local file (creds, TLS),
+// which retrying will not fix.
+func isFileError(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe)
+}
+
+// redactURLs hides passwords in a comma-separated URL list.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}

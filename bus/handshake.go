@@ -1,0 +1,387 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Header names of the handshake (SPEC 1.2). Readers match Dispatch-* names
+// case-insensitively.
+const (
+	// HeaderDispatchStatus is set by a worker that refuses a request, with the value "busy".
+	HeaderDispatchStatus = "Dispatch-Status"
+	// statusHeader and noResponders are NATS's own status message marking:
+	// "Status: 503" with an empty body means nobody listens on the subject.
+	statusHeader = "Status"
+	noResponders = "503"
+)
+
+// Errors of Handshaker.Send.
+var (
+	// ErrClosed reports use of a closed Handshaker or DeadLetterer.
+	ErrClosed = errors.New("bus: closed")
+	// ErrNotConnected reports a dispatch attempted while the connection is not
+	// up (SPEC 1.2: nothing is dispatched while disconnected).
+	ErrNotConnected = errors.New("bus: not connected to nats")
+	// ErrDuplicateToken reports a Send with a token that is still in flight.
+	ErrDuplicateToken = errors.New("bus: token already in flight")
+)
+
+// Outcome is how a worker answered a dispatched request (SPEC 1.2).
+type Outcome int
+
+// The outcomes of a dispatch. The zero value is not an outcome.
+const (
+	// Accepted: the worker replied without Dispatch-Status; it now owns the request.
+	Accepted Outcome = iota + 1
+	// Refused: the worker replied Dispatch-Status: busy (or another status, or
+	// NATS answered with a status other than no-responders).
+	Refused
+	// NoResponders: nobody subscribes to the worker's subject.
+	NoResponders
+	// Timeout: no answer within the dispatch timeout (or the Handshaker was
+	// closed first). The worker may still have accepted; its answer was lost.
+	Timeout
+)
+
+// String returns the outcome's lower-case name, suitable for logs and metric labels.
+func (o Outcome) String() string {
+	switch o {
+	case Accepted:
+		return "accepted"
+	case Refused:
+		return "refused"
+	case NoResponders:
+		return "no_responders"
+	case Timeout:
+		return "timeout"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Result is the answer to one Send.
+type Result struct {
+	// Token is the token given to Send.
+	Token uint64
+	// Worker is the worker id given to Send.
+	Worker string
+	// Outcome is how the worker answered.
+	Outcome Outcome
+}
+
+// Handshaker sends dispatched requests to workers as core NATS requests and
+// reports each answer (SPEC 1.2). Any number of requests may be in flight: all
+// replies arrive on one wildcard inbox subscription, reply subject
+// "<inbox>.<attempt>", and timeouts are run by one goroutine whose timer is set
+// to the earliest deadline. As every request has the same timeout, deadlines
+// are in send order and live in a FIFO, so Send and each expiry cost O(1)
+// amortized.
+//
+// For every Send that returns nil, deliver is called exactly once with its
+// Result: from the subscription's goroutine for an answer, from the timer
+// goroutine for a timeout, or from Close for requests still in flight. deliver
+// may be called from those goroutines concurrently and must not block. An
+// answer that arrives after its timeout is dropped and counted by Late.
+//
+// A Handshaker is safe for concurrent use.
+type Handshaker struct {
+	nc      *nats.Conn
+	subj    Subjects
+	timeout time.Duration
+	deliver func(Result)
+	log     zerolog.Logger
+	inbox   string // "<inbox>." ; replies arrive on inbox + attempt id (base 36)
+	sub     *nats.Subscription
+
+	mu      sync.Mutex
+	closed  bool
+	next    uint64          // last attempt id issued
+	pending map[uint64]call // by attempt id
+	tokens  map[uint64]bool // tokens in flight
+	order   []deadline      // FIFO by deadline; order[head:] is live
+	head    int
+	active  sync.WaitGroup // deliveries of answers in progress
+
+	late atomic.Uint64
+
+	kick chan struct{} // cap 1: the FIFO went from empty to non-empty
+	stop chan struct{}
+	done chan struct{}
+}
+
+type call struct {
+	token  uint64
+	worker string
+}
+
+type deadline struct {
+	id uint64
+	at time.Time
+}
+
+// NewHandshaker subscribes to a fresh inbox on nc and starts the timeout
+// goroutine. prefix is the subject prefix ("" means DefaultPrefix); timeout is
+// the dispatch timeout (--dispatch-timeout), > 0; deliver receives every Result.
+func NewHandshaker(nc *nats.Conn, prefix string, timeout time.Duration, deliver func(Result), log zerolog.Logger) (*Handshaker, error) {
+	subj, err := NewSubjects(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("bus: handshaker: %w", err)
+	}
+	if nc == nil || deliver == nil {
+		return nil, errors.New("bus: handshaker: nil connection or deliver function")
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("bus: handshaker: dispatch timeout %s must be > 0", timeout)
+	}
+	h := &Handshaker{
+		nc:      nc,
+		subj:    subj,
+		timeout: timeout,
+		deliver: deliver,
+		log:     log.With().Str("component", "bus").Logger(),
+		inbox:   nc.NewInbox() + ".",
+		pending: make(map[uint64]call),
+		tokens:  make(map[uint64]bool),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	h.sub, err = nc.Subscribe(h.inbox+"*", h.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("bus: handshaker: subscribe %s*: %w", h.inbox, err)
+	}
+	go h.run()
+	return h, nil
+}
+
+// Send publishes body with hdr to "<prefix>.work.<worker>" as a request whose
+// answer will be delivered with token. It does not wait for the answer and
+// does not block on the network (NATS buffers the publish). hdr is not kept
+// after Send returns. Send fails with ErrNotConnected while the connection is
+// down, ErrDuplicateToken when token is already in flight, ErrClosed after
+// Close, ErrInvalidSubject for a worker id that is not a subject token, or the
+// publish error; then deliver is not called for it.
+func (h *Handshaker) Send(worker string, hdr nats.Header, body []byte, token uint64) error {
+	if !validToken(worker) {
+		return fmt.Errorf("%w: worker id %q", ErrInvalidSubject, worker)
+	}
+	if h.nc.Status() != nats.CONNECTED {
+		return ErrNotConnected
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	if h.tokens[token] {
+		h.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrDuplicateToken, token)
+	}
+	h.next++
+	id := h.next
+	h.pending[id] = call{token: token, worker: worker}
+	h.tokens[token] = true
+	wasEmpty := h.head == len(h.order)
+	// time.Now under the lock keeps the FIFO sorted by deadline.
+	h.order = append(h.order, deadline{id: id, at: time.Now().Add(h.timeout)})
+	h.mu.Unlock()
+	if wasEmpty {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+
+	err := h.nc.PublishMsg(&nats.Msg{
+		Subject: h.subj.Work(worker),
+		Reply:   h.inbox + strconv.FormatUint(id, 36),
+		Header:  hdr,
+		Data:    body,
+	})
+	if err != nil {
+		h.mu.Lock()
+		_, still := h.pending[id]
+		if still {
+			h.forget(id, token)
+		}
+		h.mu.Unlock()
+		if still {
+			return fmt.Errorf("bus: dispatch to %s: %w", worker, err)
+		}
+		// Already resolved (and delivered) meanwhile: the Send stands.
+	}
+	return nil
+}
+
+// InFlight returns the number of requests sent and not yet resolved.
+func (h *Handshaker) InFlight() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending)
+}
+
+// Late returns how many answers arrived for requests no longer in flight
+// (after their timeout, or unknown reply subjects).
+func (h *Handshaker) Late() uint64 { return h.late.Load() }
+
+// Close unsubscribes, stops the timer goroutine and delivers Timeout for every
+// request still in flight. After Close returns no further deliver call is made.
+// Close is idempotent.
+func (h *Handshaker) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	left := make([]Result, 0, len(h.pending))
+	for id, c := range h.pending {
+		left = append(left, Result{Token: c.token, Worker: c.worker, Outcome: Timeout})
+		delete(h.pending, id)
+	}
+	clear(h.tokens)
+	h.order, h.head = nil, 0
+	h.mu.Unlock()
+
+	if err := h.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn().Err(err).Str("subject", h.sub.Subject).Msg("handshake inbox unsubscribe failed")
+	}
+	close(h.stop)
+	<-h.done
+	h.active.Wait()
+	for _, r := range left {
+		h.deliver(r)
+	}
+}
+
+// forget drops attempt id of token. h.mu must be held.
+func (h *Handshaker) forget(id, token uint64) {
+	delete(h.pending, id)
+	delete(h.tokens, token)
+}
+
+// onReply resolves the request an answer is for. It runs on the
+// subscription's goroutine.
+func (h *Handshaker) onReply(m *nats.Msg) {
+	id, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, h.inbox), 36, 64)
+	h.mu.Lock()
+	c, ok := h.pending[id]
+	if err != nil || !ok || h.closed {
+		h.mu.Unlock()
+		h.late.Add(1)
+		h.log.Debug().Str("subject", m.Subject).Msg("late or unknown handshake answer dropped")
+		return
+	}
+	h.forget(id, c.token)
+	h.active.Add(1)
+	h.mu.Unlock()
+	defer h.active.Done()
+
+	out := classify(m)
+	if out == Refused {
+		if st := headerFold(m.Header, HeaderDispatchStatus); !strings.EqualFold(strings.TrimSpace(st), "busy") {
+			h.log.Warn().Str("worker_id", c.worker).Str("status", st).Str("nats_status", m.Header.Get(statusHeader)).
+				Msg("unexpected handshake answer, counted as refused")
+		}
+	}
+	h.deliver(Result{Token: c.token, Worker: c.worker, Outcome: out})
+}
+
+// classify maps an answer to its outcome (SPEC 1.2).
+func classify(m *nats.Msg) Outcome {
+	if st := m.Header.Get(statusHeader); st != "" && len(m.Data) == 0 {
+		if st == noResponders {
+			return NoResponders
+		}
+		return Refused // a NATS status message is never an acceptance
+	}
+	if headerFold(m.Header, HeaderDispatchStatus) == "" {
+		return Accepted
+	}
+	return Refused
+}
+
+// headerFold returns the first value of the header named key, matched
+// case-insensitively (the exact spelling wins when several spellings exist).
+func headerFold(h nats.Header, key string) string {
+	if v, ok := h[key]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, key) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// run is the timer goroutine: it resolves expired requests as Timeout.
+func (h *Handshaker) run() {
+	defer close(h.done)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			t.Stop()
+			return
+		case <-h.kick:
+		case <-t.C:
+		}
+		if next, ok := h.expire(time.Now()); ok {
+			t.Reset(time.Until(next))
+		} else {
+			t.Stop()
+		}
+	}
+}
+
+// expire delivers Timeout for every request whose deadline is at or before
+// now and returns the next deadline, if any.
+func (h *Handshaker) expire(now time.Time) (time.Time, bool) {
+	var timedOut []Result
+	h.mu.Lock()
+	var next time.Time
+	ok := false
+	for h.head < len(h.order) {
+		d := h.order[h.head]
+		c, live := h.pending[d.id]
+		if live && d.at.After(now) {
+			next, ok = d.at, true
+			break
+		}
+		h.order[h.head] = deadline{}
+		h.head++
+		if live {
+			h.forget(d.id, c.token)
+			timedOut = append(timedOut, Result{Token: c.token, Worker: c.worker, Outcome: Timeout})
+		}
+	}
+	if h.head == len(h.order) {
+		h.order, h.head = h.order[:0], 0
+	} else if h.head > 1024 && h.head*2 > len(h.order) {
+		n := copy(h.order, h.order[h.head:])
+		h.order, h.head = h.order[:n], 0
+	}
+	if len(timedOut) > 0 {
+		h.active.Add(1)
+	}
+	h.mu.Unlock()
+	if len(timedOut) > 0 {
+		defer h.active.Done()
+	}
+
+	for _, r := range timedOut {
+		h.log.Debug().Str("worker_id", r.Worker).Uint64("token", r.Token).Msg("handshake timed out")
+		h.deliver(r)
+	}
+	return next, ok
+}

@@ -1,0 +1,33 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// SubscribeLoad subscribes to "<prefix>.load.*" (SPEC 1.3) and calls fn with
+// each report's subject token (the worker id it claims to be from) and raw
+// body, on the subscription's one goroutine, in arrival order. fn must not
+// block for long: reports queue behind it, and past the subscription's
+// pending limits NATS drops them (logged as a slow-consumer async error).
+// Parsing and checking the report is the caller's business. Unsubscribe the
+// returned subscription to stop.
+func SubscribeLoad(nc *nats.Conn, prefix string, fn func(token string, data []byte)) (*nats.Subscription, error) {
+	subj, err := NewSubjects(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe load: %w", err)
+	}
+	if nc == nil || fn == nil {
+		return nil, errors.New("bus: subscribe load: nil connection or function")
+	}
+	sub, err := nc.Subscribe(subj.LoadAll(), func(m *nats.Msg) {
+		fn(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], m.Data)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe %s: %w", subj.LoadAll(), err)
+	}
+	return sub, nil
+}

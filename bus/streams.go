@@ -1,0 +1,139 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultDuplicateWindow is the duplicate window used when
+// StreamConfig.DuplicateWindow is 0 (SPEC 10, --duplicate-window).
+const DefaultDuplicateWindow = 2 * time.Minute
+
+// ErrStreamConflict reports an existing stream whose configuration cannot be
+// changed into the wanted one (JetStream cannot change a stream's storage type
+// or move it to or from work-queue retention). The error names the stream.
+var ErrStreamConflict = errors.New("bus: stream conflict")
+
+// StreamConfig is what the dispatcher's two streams are made of (SPEC 1, 10).
+type StreamConfig struct {
+	// Prefix is the subject prefix; "" means DefaultPrefix.
+	Prefix string
+	// Replicas is the number of stream replicas, 1 to 5; 0 means 1.
+	Replicas int
+	// Storage is file (the zero value) or memory.
+	Storage jetstream.StorageType
+	// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values to drop
+	// duplicates; 0 means DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+}
+
+// EnsureStreams creates ReqStream (subjects "<prefix>.req.*", work-queue
+// retention) and DLQStream (subjects "<prefix>.dlq.*", limits retention) when
+// they are missing, and otherwise updates them to the configured subjects,
+// replicas and duplicate window, keeping every other setting an operator may
+// have made (limits, max age, placement...). A stream that already matches is
+// left alone. An existing stream with another storage type or retention policy
+// fails with ErrStreamConflict naming it: JetStream cannot change either in place.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) error {
+	subj, err := NewSubjects(c.Prefix)
+	if err != nil {
+		return fmt.Errorf("bus: ensure streams: %w", err)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("bus: ensure streams: replicas %d out of range 1 to 5", c.Replicas)
+	}
+	if c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage {
+		return fmt.Errorf("bus: ensure streams: unknown storage type %d", c.Storage)
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.DuplicateWindow < 0 {
+		return fmt.Errorf("bus: ensure streams: negative duplicate window %s", c.DuplicateWindow)
+	}
+	want := []jetstream.StreamConfig{
+		{
+			Name:       ReqStream,
+			Subjects:   []string{subj.ReqAll()},
+			Retention:  jetstream.WorkQueuePolicy,
+			Storage:    c.Storage,
+			Replicas:   c.Replicas,
+			Duplicates: c.DuplicateWindow,
+		},
+		{
+			Name:       DLQStream,
+			Subjects:   []string{subj.DLQAll()},
+			Retention:  jetstream.LimitsPolicy,
+			Storage:    c.Storage,
+			Replicas:   c.Replicas,
+			Duplicates: c.DuplicateWindow,
+		},
+	}
+	for _, w := range want {
+		if err := ensureStream(ctx, js, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureStream creates w or brings the existing stream of that name in line.
+func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, w.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, w); err != nil {
+			// Another dispatcher may have created it meanwhile: fall through
+			// to the update path once.
+			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return fmt.Errorf("bus: create stream %s: %w", w.Name, err)
+			}
+			if s, err = js.Stream(ctx, w.Name); err != nil {
+				return fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
+			}
+		} else {
+			return nil
+		}
+	} else if err != nil {
+		return fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
+	}
+
+	cur := s.CachedInfo().Config
+	if cur.Storage != w.Storage {
+		return fmt.Errorf("%w: stream %s has %s storage, configured %s; JetStream cannot change the storage type of a stream: "+
+			"move its messages and delete it, or configure %s storage", ErrStreamConflict, w.Name, cur.Storage, w.Storage, cur.Storage)
+	}
+	if cur.Retention != w.Retention {
+		return fmt.Errorf("%w: stream %s has %s retention, want %s; JetStream cannot change it: delete or rename the stream",
+			ErrStreamConflict, w.Name, cur.Retention, w.Retention)
+	}
+	if sameSet(cur.Subjects, w.Subjects) && cur.Replicas == w.Replicas && cur.Duplicates == w.Duplicates {
+		return nil
+	}
+	next := cur
+	next.Subjects = w.Subjects
+	next.Replicas = w.Replicas
+	next.Duplicates = w.Duplicates
+	if _, err := js.UpdateStream(ctx, next); err != nil {
+		return fmt.Errorf("bus: update stream %s: %w", w.Name, err)
+	}
+	return nil
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}

@@ -1,0 +1,322 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// DefaultPullWait is the expiry of one pull request when Config.PullWait is 0.
+const DefaultPullWait = time.Second
+
+// Retry delays after a failed pull: doubling from the first to the last.
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMax   = 2 * time.Second
+)
+
+// ErrRunning is returned by Run when another Run of the same Consumer is active.
+var ErrRunning = errors.New("ingest: consumer already running")
+
+// Config configures the durable pull consumer of the request stream.
+type Config struct {
+	Stream   string        // request stream, e.g. "DISPATCH_REQ"; required
+	Durable  string        // durable consumer name, e.g. "dispatcher"; required
+	AckWait  time.Duration // consumer AckWait (--ack-wait, e.g. 30s); > 0
+	MaxHeld  int           // --max-held: most deliveries held by the dispatcher at once; > 0
+	InFlight int           // extra MaxAckPending room for messages accepted by workers and not yet acked; >= 0
+	Batch    int           // most messages asked for by one pull request, e.g. 256; > 0
+	// PullWait is how long one pull request waits on the server for messages
+	// before it expires and the next is sent; 0 means DefaultPullWait. It bounds
+	// how long Run takes to return after Stop (about PullWait + 1 s at most) and how
+	// long a pull lost in a reconnection goes unnoticed.
+	PullWait time.Duration
+}
+
+// MaxAckPending returns the consumer's MaxAckPending: MaxHeld + InFlight.
+func (c Config) MaxAckPending() int { return c.MaxHeld + c.InFlight }
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Stream == "" {
+		errs = append(errs, errors.New("stream is empty"))
+	}
+	if c.Durable == "" {
+		errs = append(errs, errors.New("durable is empty"))
+	}
+	if c.AckWait <= 0 {
+		errs = append(errs, fmt.Errorf("ack wait %v is not positive", c.AckWait))
+	}
+	if c.MaxHeld <= 0 {
+		errs = append(errs, fmt.Errorf("max held %d is not positive", c.MaxHeld))
+	}
+	if c.InFlight < 0 {
+		errs = append(errs, fmt.Errorf("in-flight room %d is negative", c.InFlight))
+	}
+	if c.MaxHeld > 0 && c.InFlight >= 0 && c.MaxHeld > math.MaxInt32-c.InFlight {
+		errs = append(errs, fmt.Errorf("max held %d + in-flight room %d exceeds %d", c.MaxHeld, c.InFlight, math.MaxInt32))
+	}
+	if c.Batch <= 0 {
+		errs = append(errs, fmt.Errorf("batch %d is not positive", c.Batch))
+	}
+	if c.PullWait < 0 {
+		errs = append(errs, fmt.Errorf("pull wait %v is negative", c.PullWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Delivery is one request message handed to the actor.
+type Delivery struct {
+	Msg          jetstream.Msg
+	StreamSeq    uint64    // stream sequence: identifies the request across redeliveries
+	NumDelivered uint64    // 1 on first delivery
+	Published    time.Time // JetStream publication timestamp (SPEC 3.1 arrival)
+	Token        string    // the subject's last token: the class token (SPEC 3.2)
+	Headers      Headers
+	// Err is the *HeaderError of a malformed header (SPEC 1.1: bad_request), or nil.
+	// Headers is then partially filled: every header that did decode, in
+	// particular MsgID and ReplyTo when they are valid.
+	Err error
+}
+
+// Consumer pulls request messages from the durable consumer with explicit flow
+// control: at most MaxHeld deliveries are held (handed out and not released) at
+// once. Run is its only goroutine; Release, Held and Stop may be called from any
+// goroutine.
+type Consumer struct {
+	js   jetstream.JetStream
+	cons jetstream.Consumer
+	cfg  Config
+	log  zerolog.Logger
+
+	held    atomic.Int64  // deliveries received by Run and not released
+	room    chan struct{} // capacity 1: Release signals Run
+	stop    chan struct{} // closed by Stop
+	stopped sync.Once
+	running atomic.Bool
+}
+
+// NewConsumer creates or updates the durable pull consumer c.Durable on stream
+// c.Stream: explicit ack, AckWait c.AckWait, MaxAckPending c.MaxHeld+c.InFlight,
+// deliver all. The stream must exist. No filter subject is set: the request stream
+// is a work-queue stream with this single consumer.
+func NewConsumer(ctx context.Context, js jetstream.JetStream, c Config, log zerolog.Logger) (*Consumer, error) {
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("ingest: config: %w", err)
+	}
+	if c.PullWait == 0 {
+		c.PullWait = DefaultPullWait
+	}
+	if c.Batch > c.MaxHeld {
+		c.Batch = c.MaxHeld
+	}
+	cs := &Consumer{
+		js:   js,
+		cfg:  c,
+		log:  log.With().Str("component", "ingest").Logger(),
+		room: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+	}
+	if err := cs.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+// ensure creates or updates the durable consumer and keeps its handle.
+func (c *Consumer) ensure(ctx context.Context) error {
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       c.cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.cfg.AckWait,
+		MaxAckPending: c.cfg.MaxAckPending(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("ingest: create or update consumer %q on stream %q: %w", c.cfg.Durable, c.cfg.Stream, err)
+	}
+	c.cons = cons
+	return nil
+}
+
+// Release tells the consumer that n held deliveries have left the dispatcher
+// (accepted by a worker, dead-lettered, handed back, or merged into an already
+// held request as a redelivery). Every Delivery must be released exactly once.
+func (c *Consumer) Release(n int) {
+	if n <= 0 {
+		return
+	}
+	if c.held.Add(-int64(n)) < 0 {
+		c.log.Error().Int("released", n).Msg("released more deliveries than were held")
+		c.held.Store(0)
+	}
+	select {
+	case c.room <- struct{}{}:
+	default:
+	}
+}
+
+// Held returns the number of deliveries received and not released: those handed
+// out to the actor plus those Run is about to hand out.
+func (c *Consumer) Held() int { return int(c.held.Load()) }
+
+// Stop stops pulling: Run hands back (NAKs) what it received and has not handed
+// out, waits for the pull request it has open to end, and returns nil. Deliveries
+// already handed out are the actor's to hand back (Keeper.NakAll). Safe to call
+// more than once and from any goroutine.
+func (c *Consumer) Stop() { c.stopped.Do(func() { close(c.stop) }) }
+
+// Run pulls until ctx ends or Stop is called, sending batches of decoded
+// deliveries to out; it returns nil after Stop, ctx.Err() when ctx ends, and
+// ErrRunning when another Run is active. A slice sent on out belongs to the
+// receiver.
+//
+// Flow control: Run has at most one pull request open, for at most
+// min(Batch, MaxHeld-Held()) messages, so Held never exceeds MaxHeld. While Held
+// is below MaxHeld a pull request is always open, except between the end of one
+// and the send of the next (and while a failed pull waits to be retried, from
+// 50 ms doubling to 2 s). Run receives messages while it waits for out, so a slow
+// receiver does not leave the server without a pull. Failures (lost connection,
+// deleted consumer, which is created again) are logged and retried; they never
+// end Run.
+func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+
+	var (
+		batch   jetstream.MessageBatch
+		msgs    <-chan jetstream.Msg // nil: no pull open
+		pending []Delivery           // received, not yet sent on out
+		retry   *time.Timer
+		retryC  <-chan time.Time // non-nil while waiting to retry
+		delay   time.Duration
+	)
+	failed := func(err error) {
+		if delay == 0 {
+			delay = retryFirst
+		} else {
+			delay = min(2*delay, retryMax)
+		}
+		c.log.Warn().Err(err).Dur("retry_in", delay).Msg("pull failed")
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+			if err := c.ensure(ctx); err != nil {
+				c.log.Error().Err(err).Msg("re-create consumer")
+			}
+		}
+		if retry == nil {
+			retry = time.NewTimer(delay)
+		} else {
+			retry.Reset(delay)
+		}
+		retryC = retry.C
+	}
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+
+	for {
+		if msgs == nil && retryC == nil {
+			if room := c.cfg.MaxHeld - c.Held(); room > 0 {
+				b, err := c.cons.Fetch(min(room, c.cfg.Batch), jetstream.FetchMaxWait(c.cfg.PullWait))
+				if err != nil {
+					failed(err)
+				} else {
+					batch, msgs = b, b.Messages()
+				}
+			}
+		}
+		var send chan<- []Delivery
+		if len(pending) > 0 {
+			send = out
+		}
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				if err := batch.Error(); err != nil {
+					failed(err)
+				} else {
+					delay = 0
+				}
+				batch, msgs = nil, nil
+				continue
+			}
+			if d, ok := c.decode(m); ok {
+				c.held.Add(1)
+				pending = append(pending, d)
+			}
+		case send <- pending:
+			pending = nil
+		case <-c.room:
+		case <-retryC:
+			retryC = nil
+		case <-c.stop:
+			c.shutdown(pending, msgs)
+			return nil
+		case <-ctx.Done():
+			c.shutdown(pending, msgs)
+			return ctx.Err()
+		}
+	}
+}
+
+// shutdown hands back what Run received and did not hand out, including what
+// the open pull request (msgs, if any) still delivers. It waits for that pull to
+// end first (within PullWait, or PullWait + 1 s at worst when the server's expiry
+// notice is lost): a NAK while our own pull is open would be redelivered straight
+// into it.
+func (c *Consumer) shutdown(pending []Delivery, msgs <-chan jetstream.Msg) {
+	for m := range msgs { // a nil msgs (no pull open) ends at once
+		if d, ok := c.decode(m); ok {
+			c.held.Add(1)
+			pending = append(pending, d)
+		}
+	}
+	for _, d := range pending {
+		if err := d.Msg.Nak(); err != nil {
+			c.log.Warn().Err(err).Uint64("stream_seq", d.StreamSeq).Msg("hand back on stop")
+		}
+	}
+	c.held.Add(-int64(len(pending)))
+	c.log.Info().Int("handed_back", len(pending)).Msg("stopped pulling")
+}
+
+// decode turns a message into a Delivery. It reports false for a message without
+// JetStream metadata, which cannot be tracked; such a message is logged and left
+// to the ack wait (it cannot come from a JetStream pull).
+func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
+	md, err := m.Metadata()
+	if err != nil {
+		c.log.Error().Err(err).Str("subject", m.Subject()).Msg("message without JetStream metadata")
+		return Delivery{}, false
+	}
+	d := Delivery{
+		Msg:          m,
+		StreamSeq:    md.Sequence.Stream,
+		NumDelivered: md.NumDelivered,
+		Published:    md.Timestamp,
+		Token:        lastToken(m.Subject()),
+	}
+	h, err := Decode(m.Headers())
+	d.Headers = h
+	if err != nil {
+		d.Err = err
+	}
+	return d, true
+}
+
+// lastToken returns the last dot-separated token of subject.
+func lastToken(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}

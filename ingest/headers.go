@@ -1,0 +1,562 @@
+package ingest
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/request"
+)
+
+// Bounds of the request headers (SPEC 1.1).
+const (
+	MaxTokens     = 1 << 40    // Dispatch-ISL-Tokens, Dispatch-Cached-Tokens, overlap tokens
+	MaxStrict     = 1<<31 - 1  // Dispatch-Strict-Priority
+	MaxJump       = 1e6        // Dispatch-Priority
+	MaxWeight     = 1e6        // magnitude of a Dispatch-Preferred-Taints weight
+	MaxRank       = 65535      // Dispatch-DP-Rank
+	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
+	MaxTokenLen   = 128        // bytes in a worker id or a taint
+)
+
+// Header names, spelt as in SPEC 1.1. Dispatch-* names match case-insensitively.
+const (
+	HeaderMsgID     = "Nats-Msg-Id"
+	HeaderISL       = "Dispatch-ISL-Tokens"
+	HeaderCached    = "Dispatch-Cached-Tokens"
+	HeaderOverlap   = "Dispatch-Worker-Overlap"
+	HeaderStrict    = "Dispatch-Strict-Priority"
+	HeaderPriority  = "Dispatch-Priority"
+	HeaderWorker    = "Dispatch-Worker"
+	HeaderRank      = "Dispatch-DP-Rank"
+	HeaderAllowed   = "Dispatch-Allowed-Workers"
+	HeaderRequired  = "Dispatch-Required-Taints"
+	HeaderPreferred = "Dispatch-Preferred-Taints"
+	HeaderDeadline  = "Dispatch-Deadline-Ms"
+	HeaderReplyTo   = "Dispatch-Reply-To"
+)
+
+// Slots of the Dispatch-* headers, in the order of the SPEC 1.1 table; Decode
+// parses (and reports the first malformed header) in this order.
+const (
+	hISL = iota
+	hCached
+	hOverlap
+	hStrict
+	hPriority
+	hWorker
+	hRank
+	hAllowed
+	hRequired
+	hPreferred
+	hDeadline
+	hReplyTo
+	numHeaders
+)
+
+// names maps a slot to its header name.
+var names = [numHeaders]string{
+	HeaderISL, HeaderCached, HeaderOverlap, HeaderStrict, HeaderPriority, HeaderWorker,
+	HeaderRank, HeaderAllowed, HeaderRequired, HeaderPreferred, HeaderDeadline, HeaderReplyTo,
+}
+
+const dispatchPrefix = "Dispatch-"
+
+// Headers holds the decoded request headers. Zero values mean absent, unless a
+// Has* flag says otherwise. Strings and list items are substrings of the header
+// values as received (no copies).
+type Headers struct {
+	MsgID       string            // Nats-Msg-Id (exact-case match); "" when absent or empty
+	ISL         uint64            // Dispatch-ISL-Tokens, tokens, <= MaxTokens
+	Cached      uint64            // Dispatch-Cached-Tokens, tokens, <= MaxTokens (clamped to ISL later, by the scheduler)
+	Overlap     []request.Overlap // Dispatch-Worker-Overlap "id=tokens,..."; nil when absent
+	Strict      uint32            // Dispatch-Strict-Priority, <= MaxStrict
+	Jump        float64           // Dispatch-Priority, seconds of jump: finite, in [0, MaxJump]
+	Pin         request.Target    // Dispatch-Worker and Dispatch-DP-Rank; Rank is request.AnyRank when no rank is given
+	Allowed     []string          // Dispatch-Allowed-Workers "id,id"; nil when absent
+	Required    []string          // Dispatch-Required-Taints "t,t"; nil when absent
+	Preferred   []request.Taint   // Dispatch-Preferred-Taints "t=w,t" (bare taint weighs 1); nil when absent
+	DeadlineMs  uint64            // Dispatch-Deadline-Ms, milliseconds after publication, <= MaxDeadlineMs
+	HasDeadline bool              // Dispatch-Deadline-Ms is present (0 is a valid deadline)
+	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
+}
+
+// HeaderError names a malformed header (SPEC 1.1: the request is rejected as
+// bad_request, naming the header).
+type HeaderError struct {
+	Header string // canonical name from SPEC 1.1, whatever case the producer used
+	Value  string // the value as received, cut to maxErrValue bytes (then ending in "...")
+	Reason string // what is wrong, e.g. `is not an unsigned integer`
+}
+
+// Error returns e.g. `header Dispatch-ISL-Tokens: "abc" is not an unsigned integer`.
+func (e *HeaderError) Error() string {
+	return fmt.Sprintf("header %s: %q %s", e.Header, e.Value, e.Reason)
+}
+
+// maxErrValue bounds the value quoted in a HeaderError, since the message travels
+// in DLQ headers and outcomes.
+const maxErrValue = 128
+
+func headerErr(slot int, value, reason string) *HeaderError {
+	return &HeaderError{Header: names[slot], Value: cut(value), Reason: reason}
+}
+
+func cut(s string) string {
+	if len(s) <= maxErrValue {
+		return s
+	}
+	return s[:maxErrValue] + "..."
+}
+
+// Decode decodes every header of SPEC 1.1.
+//
+// Matching: Nats-Msg-Id matches exactly (it is JetStream's own header). Dispatch-*
+// names match case-insensitively; Decode walks the keys once and classifies each
+// with an ASCII case fold, so the cost is O(number of keys + total value length)
+// and nothing is allocated unless a list header is present.
+//
+// Repeats: a name with several values counts its first value. When the same header
+// arrives under differently-cased names (a nats.Header keeps the case as sent, and
+// Go map order is random), the value of the name that sorts first byte-wise counts;
+// so the canonical spelling `Dispatch-ISL-Tokens` wins over `dispatch-isl-tokens`
+// (but `DISPATCH-ISL-TOKENS` wins over both). A name present with no value at all is
+// absent; a present but empty value is malformed (except Nats-Msg-Id, where empty
+// means absent).
+//
+// Whitespace: spaces and tabs around a value, around each list item and around the
+// `=` of a pair are ignored (HTTP-style optional whitespace); inside a token or a
+// number they make it malformed.
+//
+// Errors: a malformed header yields a *HeaderError naming it. When several are
+// malformed the first in SPEC 1.1 table order is reported. The returned Headers
+// then still carries every header that did decode (in particular MsgID and
+// ReplyTo); a malformed header leaves its fields at their zero values, except Pin,
+// which is left unpinned when either Dispatch-Worker or Dispatch-DP-Rank is bad.
+// Duplicate items inside one list are kept as sent.
+func Decode(h nats.Header) (Headers, error) {
+	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
+	if len(h) == 0 {
+		return d, nil
+	}
+	if v := h[HeaderMsgID]; len(v) > 0 {
+		d.MsgID = v[0]
+	}
+	var (
+		keys    [numHeaders]string
+		vals    [numHeaders]string
+		present uint32
+	)
+	for k, v := range h {
+		if len(v) == 0 {
+			continue
+		}
+		i := slotOf(k)
+		if i < 0 {
+			continue
+		}
+		if present&(1<<i) != 0 && k >= keys[i] {
+			continue
+		}
+		present |= 1 << i
+		keys[i], vals[i] = k, v[0]
+	}
+	if present == 0 {
+		return d, nil
+	}
+	var first *HeaderError
+	note := func(e *HeaderError) {
+		if first == nil {
+			first = e
+		}
+	}
+	has := func(i int) bool { return present&(1<<i) != 0 }
+
+	if has(hISL) {
+		n, err := parseUint(hISL, vals[hISL], MaxTokens)
+		d.ISL = n
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hCached) {
+		n, err := parseUint(hCached, vals[hCached], MaxTokens)
+		d.Cached = n
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hOverlap) {
+		ov, err := parseOverlap(vals[hOverlap])
+		d.Overlap = ov
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hStrict) {
+		n, err := parseUint(hStrict, vals[hStrict], MaxStrict)
+		d.Strict = uint32(n)
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hPriority) {
+		f, err := parseFloat(hPriority, vals[hPriority], 0, MaxJump)
+		d.Jump = f
+		if err != nil {
+			note(err)
+		}
+	}
+	workerOK := false
+	if has(hWorker) {
+		v := trim(vals[hWorker])
+		if r := checkToken(v, &workerChars, "worker id"); r != "" {
+			note(headerErr(hWorker, vals[hWorker], r))
+		} else {
+			d.Pin.Worker = v
+			workerOK = true
+		}
+	}
+	if has(hRank) {
+		n, err := parseUint(hRank, vals[hRank], MaxRank)
+		switch {
+		case err != nil:
+			note(err)
+			d.Pin = request.Target{Rank: request.AnyRank}
+		case !has(hWorker):
+			note(headerErr(hRank, vals[hRank], "needs "+HeaderWorker))
+		case workerOK:
+			d.Pin.Rank = int32(n)
+		}
+	}
+	if has(hAllowed) {
+		l, err := parseList(hAllowed, vals[hAllowed], &workerChars, "worker id")
+		d.Allowed = l
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hRequired) {
+		l, err := parseList(hRequired, vals[hRequired], &taintChars, "taint")
+		d.Required = l
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hPreferred) {
+		l, err := parsePreferred(vals[hPreferred])
+		d.Preferred = l
+		if err != nil {
+			note(err)
+		}
+	}
+	if has(hDeadline) {
+		n, err := parseUint(hDeadline, vals[hDeadline], MaxDeadlineMs)
+		if err != nil {
+			note(err)
+		} else {
+			d.DeadlineMs, d.HasDeadline = n, true
+		}
+	}
+	if has(hReplyTo) {
+		v := trim(vals[hReplyTo])
+		if r := checkSubject(v); r != "" {
+			note(headerErr(hReplyTo, vals[hReplyTo], r))
+		} else {
+			d.ReplyTo = v
+		}
+	}
+	if first != nil {
+		return d, first
+	}
+	return d, nil
+}
+
+// slotOf returns the slot of a Dispatch-* header name in any case, or -1.
+func slotOf(k string) int {
+	const p = len(dispatchPrefix)
+	if len(k) <= p || k[0]|0x20 != 'd' || !strings.EqualFold(k[:p], dispatchPrefix) {
+		return -1
+	}
+	rest := k[p:]
+	for i, n := range names {
+		if len(n)-p == len(rest) && strings.EqualFold(n[p:], rest) {
+			return i
+		}
+	}
+	return -1
+}
+
+// trim removes the optional whitespace (spaces and tabs) around s.
+func trim(s string) string {
+	i, j := 0, len(s)
+	for i < j && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	for j > i && (s[j-1] == ' ' || s[j-1] == '\t') {
+		j--
+	}
+	return s[i:j]
+}
+
+// parseUint parses an unsigned decimal integer <= max without allocating. On
+// error it returns 0 and a *HeaderError for slot.
+func parseUint(slot int, raw string, max uint64) (uint64, *HeaderError) {
+	n, r := uintValue(trim(raw), max)
+	if r != "" {
+		return 0, headerErr(slot, raw, r)
+	}
+	return n, nil
+}
+
+// uintValue parses s as an unsigned decimal integer <= max; it returns the reason
+// when s is not one. Leading zeros are allowed; signs are not.
+func uintValue(s string, max uint64) (uint64, string) {
+	const notUint = "is not an unsigned integer"
+	if s == "" {
+		return 0, notUint
+	}
+	digits := s
+	if s[0] == '-' {
+		digits = s[1:]
+	}
+	if digits == "" {
+		return 0, notUint
+	}
+	var n uint64
+	over, zero := false, true
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, notUint
+		}
+		if c != '0' {
+			zero = false
+		}
+		if !over {
+			n = n*10 + uint64(c-'0')
+			over = n > max // n <= max <= 2^40 before the step, so no overflow
+		}
+	}
+	switch {
+	case s[0] == '-' && !zero:
+		return 0, "is negative"
+	case s[0] == '-':
+		return 0, notUint
+	case over:
+		return 0, "exceeds " + strconv.FormatUint(max, 10)
+	}
+	return n, ""
+}
+
+// parseFloat parses a finite float in [lo, hi]; -0 becomes 0.
+func parseFloat(slot int, raw string, lo, hi float64) (float64, *HeaderError) {
+	f, r := floatValue(trim(raw), lo, hi)
+	if r != "" {
+		return 0, headerErr(slot, raw, r)
+	}
+	return f, nil
+}
+
+func floatValue(s string, lo, hi float64) (float64, string) {
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil && !isRangeErr(err):
+		return 0, "is not a number"
+	case math.IsNaN(f) || math.IsInf(f, 0): // ErrRange comes with ±Inf
+		return 0, "is not finite"
+	case f < lo && lo == 0:
+		return 0, "is negative"
+	case f < lo:
+		return 0, "is below " + strconv.FormatFloat(lo, 'g', -1, 64)
+	case f > hi:
+		return 0, "exceeds " + strconv.FormatFloat(hi, 'g', -1, 64)
+	}
+	if f == 0 {
+		f = 0 // -0 becomes 0
+	}
+	return f, ""
+}
+
+func isRangeErr(err error) bool {
+	ne, ok := err.(*strconv.NumError)
+	return ok && ne.Err == strconv.ErrRange
+}
+
+// Character sets of worker ids and taints (SPEC 1, 1.1).
+var (
+	workerChars = charset("_-")
+	taintChars  = charset("_.:/-")
+)
+
+func charset(extra string) [256]bool {
+	var t [256]bool
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for i := 0; i < len(extra); i++ {
+		t[extra[i]] = true
+	}
+	return t
+}
+
+// checkToken returns "" when s is a valid token of the set, else the reason.
+func checkToken(s string, set *[256]bool, what string) string {
+	if s == "" {
+		return "is not a " + what + " (empty)"
+	}
+	if len(s) > MaxTokenLen {
+		return "is not a " + what + " (longer than " + strconv.Itoa(MaxTokenLen) + " bytes)"
+	}
+	for i := 0; i < len(s); i++ {
+		if !set[s[i]] {
+			return "is not a " + what + " (invalid character)"
+		}
+	}
+	return ""
+}
+
+// checkSubject returns "" when s is a literal NATS subject to publish to: non-empty
+// tokens separated by dots, no whitespace or control characters, and no wildcard
+// token (`*` or `>`), as nats-server's IsValidLiteralSubject; else the reason.
+func checkSubject(s string) string {
+	if s == "" {
+		return "is not a subject (empty)"
+	}
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '.' {
+			if s[i] <= ' ' || s[i] == 0x7f {
+				return "is not a subject (whitespace or control character)"
+			}
+			continue
+		}
+		tok := s[start:i]
+		switch tok {
+		case "":
+			return "is not a subject (empty token)"
+		case "*", ">":
+			return "is not a literal subject (wildcard)"
+		}
+		start = i + 1
+	}
+	return ""
+}
+
+// items returns the number of comma-separated items in s.
+func items(s string) int { return strings.Count(s, ",") + 1 }
+
+// nextItem splits the next comma-separated item off s, trimmed.
+func nextItem(s string) (item, rest string) {
+	if i := strings.IndexByte(s, ','); i >= 0 {
+		return trim(s[:i]), s[i+1:]
+	}
+	return trim(s), ""
+}
+
+// itemReason describes what is wrong with item n (1-based).
+func itemReason(n int, item, reason string) string {
+	if item == "" {
+		return "has an empty item (item " + strconv.Itoa(n) + ")"
+	}
+	return fmt.Sprintf("has an invalid item %d %q: %s", n, cut(item), reason)
+}
+
+// parseList parses "tok,tok,..." with every token in set.
+func parseList(slot int, raw string, set *[256]bool, what string) ([]string, *HeaderError) {
+	s := trim(raw)
+	out := make([]string, 0, items(s))
+	for n := 1; ; n++ {
+		item, rest := nextItem(s)
+		if item == "" {
+			return nil, headerErr(slot, raw, itemReason(n, "", ""))
+		}
+		if r := checkToken(item, set, what); r != "" {
+			return nil, headerErr(slot, raw, itemReason(n, item, r))
+		}
+		out = append(out, item)
+		if !moreItems(s) {
+			break
+		}
+		s = rest
+	}
+	return out, nil
+}
+
+// splitPair splits "a=b" around its first '=', trimmed; ok is false without '='.
+func splitPair(item string) (k, v string, ok bool) {
+	i := strings.IndexByte(item, '=')
+	if i < 0 {
+		return item, "", false
+	}
+	return trim(item[:i]), trim(item[i+1:]), true
+}
+
+// parseOverlap parses Dispatch-Worker-Overlap: "id=tokens,...".
+func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
+	s := trim(raw)
+	out := make([]request.Overlap, 0, items(s))
+	for n := 1; ; n++ {
+		item, rest := nextItem(s)
+		if item == "" {
+			return nil, headerErr(hOverlap, raw, itemReason(n, "", ""))
+		}
+		id, tok, ok := splitPair(item)
+		if !ok {
+			return nil, headerErr(hOverlap, raw, itemReason(n, item, "is not id=tokens"))
+		}
+		if r := checkToken(id, &workerChars, "worker id"); r != "" {
+			return nil, headerErr(hOverlap, raw, itemReason(n, item, "worker "+r))
+		}
+		t, r := uintValue(tok, MaxTokens)
+		if r != "" {
+			return nil, headerErr(hOverlap, raw, itemReason(n, item, "tokens "+r))
+		}
+		out = append(out, request.Overlap{Worker: id, Tokens: t})
+		if !moreItems(s) {
+			break
+		}
+		s = rest
+	}
+	return out, nil
+}
+
+// parsePreferred parses Dispatch-Preferred-Taints: "t=w,t,...".
+func parsePreferred(raw string) ([]request.Taint, *HeaderError) {
+	s := trim(raw)
+	out := make([]request.Taint, 0, items(s))
+	for n := 1; ; n++ {
+		item, rest := nextItem(s)
+		if item == "" {
+			return nil, headerErr(hPreferred, raw, itemReason(n, "", ""))
+		}
+		name, w, hasW := splitPair(item)
+		if r := checkToken(name, &taintChars, "taint"); r != "" {
+			return nil, headerErr(hPreferred, raw, itemReason(n, item, "taint "+r))
+		}
+		weight := 1.0
+		if hasW {
+			f, r := floatValue(w, -MaxWeight, MaxWeight)
+			if r != "" {
+				return nil, headerErr(hPreferred, raw, itemReason(n, item, "weight "+r))
+			}
+			weight = f
+		}
+		out = append(out, request.Taint{Name: name, Weight: weight})
+		if !moreItems(s) {
+			break
+		}
+		s = rest
+	}
+	return out, nil
+}
+
+// moreItems reports whether s has an item after its first.
+func moreItems(s string) bool { return strings.IndexByte(s, ',') >= 0 }

@@ -1,0 +1,393 @@
+package ingest
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/request"
+)
+
+// hdr builds a header from name/value pairs, adding repeated names in order.
+func hdr(kv ...string) nats.Header {
+	h := nats.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// with returns the decoded value of no headers, changed by f.
+func with(f func(*Headers)) Headers {
+	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
+	if f != nil {
+		f(&d)
+	}
+	return d
+}
+
+func ov(w string, n uint64) request.Overlap   { return request.Overlap{Worker: w, Tokens: n} }
+func taint(n string, w float64) request.Taint { return request.Taint{Name: n, Weight: w} }
+
+type decodeCase struct {
+	name    string
+	h       nats.Header
+	want    Headers
+	wantErr string // header named by the *HeaderError; "" for none
+}
+
+var (
+	long128 = strings.Repeat("w", 128)
+	long129 = strings.Repeat("w", 129)
+)
+
+var decodeCases = []decodeCase{
+	// No headers at all.
+	{name: "nil", h: nil, want: with(nil)},
+	{name: "empty", h: nats.Header{}, want: with(nil)},
+	{name: "unrelated", h: hdr("Content-Type", "x", "Dispatch-Unknown", "1"), want: with(nil)},
+	{name: "no values", h: nats.Header{HeaderISL: {}}, want: with(nil)},
+
+	// Nats-Msg-Id: exact case only; empty means absent.
+	{name: "msg id", h: hdr("Nats-Msg-Id", "r1"), want: with(func(d *Headers) { d.MsgID = "r1" })},
+	{name: "msg id repeated", h: hdr("Nats-Msg-Id", "r1", "Nats-Msg-Id", "r2"), want: with(func(d *Headers) { d.MsgID = "r1" })},
+	{name: "msg id other case ignored", h: hdr("nats-msg-id", "r1"), want: with(nil)},
+	{name: "msg id empty", h: hdr("Nats-Msg-Id", ""), want: with(nil)},
+
+	// Dispatch-ISL-Tokens.
+	{name: "isl", h: hdr(HeaderISL, "4096"), want: with(func(d *Headers) { d.ISL = 4096 })},
+	{name: "isl zero", h: hdr(HeaderISL, "0"), want: with(nil)},
+	{name: "isl leading zeros", h: hdr(HeaderISL, "007"), want: with(func(d *Headers) { d.ISL = 7 })},
+	{name: "isl spaces", h: hdr(HeaderISL, " 12\t"), want: with(func(d *Headers) { d.ISL = 12 })},
+	{name: "isl at max", h: hdr(HeaderISL, "1099511627776"), want: with(func(d *Headers) { d.ISL = 1 << 40 })},
+	{name: "isl past max", h: hdr(HeaderISL, "1099511627777"), wantErr: HeaderISL},
+	{name: "isl huge", h: hdr(HeaderISL, "99999999999999999999999999"), wantErr: HeaderISL},
+	{name: "isl not number", h: hdr(HeaderISL, "abc"), wantErr: HeaderISL},
+	{name: "isl huge then junk", h: hdr(HeaderISL, "99999999999999999999999x"), wantErr: HeaderISL},
+	{name: "isl negative", h: hdr(HeaderISL, "-1"), wantErr: HeaderISL},
+	{name: "isl minus zero", h: hdr(HeaderISL, "-0"), wantErr: HeaderISL},
+	{name: "isl plus", h: hdr(HeaderISL, "+1"), wantErr: HeaderISL},
+	{name: "isl minus", h: hdr(HeaderISL, "-"), wantErr: HeaderISL},
+	{name: "isl float", h: hdr(HeaderISL, "1.5"), wantErr: HeaderISL},
+	{name: "isl empty", h: hdr(HeaderISL, ""), wantErr: HeaderISL},
+	{name: "isl inner space", h: hdr(HeaderISL, "1 2"), wantErr: HeaderISL},
+	{name: "isl lower case", h: hdr("dispatch-isl-tokens", "5"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl upper case", h: hdr("DISPATCH-ISL-TOKENS", "5"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl repeated", h: hdr(HeaderISL, "5", HeaderISL, "6"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl repeated, bad second", h: hdr(HeaderISL, "5", HeaderISL, "x"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl two cases, byte-wise first wins", h: hdr("dispatch-isl-tokens", "6", HeaderISL, "5", "dispatch-ISL-tokens", "7"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl two cases, upper wins", h: hdr("DISPATCH-ISL-TOKENS", "8", HeaderISL, "5"), want: with(func(d *Headers) { d.ISL = 8 })},
+
+	// Dispatch-Cached-Tokens.
+	{name: "cached", h: hdr(HeaderCached, "100"), want: with(func(d *Headers) { d.Cached = 100 })},
+	{name: "cached above isl kept", h: hdr(HeaderISL, "10", HeaderCached, "100"), want: with(func(d *Headers) { d.ISL, d.Cached = 10, 100 })},
+	{name: "cached at max", h: hdr(HeaderCached, "1099511627776"), want: with(func(d *Headers) { d.Cached = 1 << 40 })},
+	{name: "cached past max", h: hdr(HeaderCached, "1099511627777"), wantErr: HeaderCached},
+	{name: "cached negative", h: hdr(HeaderCached, "-5"), wantErr: HeaderCached},
+	{name: "cached junk", h: hdr(HeaderCached, "5k"), wantErr: HeaderCached},
+	{name: "cached mixed case", h: hdr("dIsPaTcH-cAcHeD-tOkEnS", "3"), want: with(func(d *Headers) { d.Cached = 3 })},
+
+	// Dispatch-Worker-Overlap.
+	{name: "overlap", h: hdr(HeaderOverlap, "w1=100, w-2 = 0,w_3=1099511627776"), want: with(func(d *Headers) {
+		d.Overlap = []request.Overlap{ov("w1", 100), ov("w-2", 0), ov("w_3", 1<<40)}
+	})},
+	{name: "overlap one", h: hdr(HeaderOverlap, "w1=5"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov("w1", 5)} })},
+	{name: "overlap duplicates kept", h: hdr(HeaderOverlap, "w1=5,w1=6"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov("w1", 5), ov("w1", 6)} })},
+	{name: "overlap tokens past max", h: hdr(HeaderOverlap, "w1=1099511627777"), wantErr: HeaderOverlap},
+	{name: "overlap no =", h: hdr(HeaderOverlap, "w1"), wantErr: HeaderOverlap},
+	{name: "overlap no tokens", h: hdr(HeaderOverlap, "w1="), wantErr: HeaderOverlap},
+	{name: "overlap no id", h: hdr(HeaderOverlap, "=5"), wantErr: HeaderOverlap},
+	{name: "overlap bad id", h: hdr(HeaderOverlap, "w.1=5"), wantErr: HeaderOverlap},
+	{name: "overlap negative", h: hdr(HeaderOverlap, "w1=-5"), wantErr: HeaderOverlap},
+	{name: "overlap two =", h: hdr(HeaderOverlap, "w1=5=6"), wantErr: HeaderOverlap},
+	{name: "overlap empty item", h: hdr(HeaderOverlap, "w1=5,,w2=6"), wantErr: HeaderOverlap},
+	{name: "overlap trailing comma", h: hdr(HeaderOverlap, "w1=5,"), wantErr: HeaderOverlap},
+	{name: "overlap empty", h: hdr(HeaderOverlap, ""), wantErr: HeaderOverlap},
+	{name: "overlap id at 128", h: hdr(HeaderOverlap, long128+"=1"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov(long128, 1)} })},
+	{name: "overlap id at 129", h: hdr(HeaderOverlap, long129+"=1"), wantErr: HeaderOverlap},
+
+	// Dispatch-Strict-Priority.
+	{name: "strict", h: hdr(HeaderStrict, "3"), want: with(func(d *Headers) { d.Strict = 3 })},
+	{name: "strict at max", h: hdr(HeaderStrict, "2147483647"), want: with(func(d *Headers) { d.Strict = math.MaxInt32 })},
+	{name: "strict past max", h: hdr(HeaderStrict, "2147483648"), wantErr: HeaderStrict},
+	{name: "strict negative", h: hdr(HeaderStrict, "-1"), wantErr: HeaderStrict},
+	{name: "strict junk", h: hdr(HeaderStrict, "high"), wantErr: HeaderStrict},
+
+	// Dispatch-Priority.
+	{name: "jump", h: hdr(HeaderPriority, "2.5"), want: with(func(d *Headers) { d.Jump = 2.5 })},
+	{name: "jump exponent", h: hdr(HeaderPriority, "1e3"), want: with(func(d *Headers) { d.Jump = 1000 })},
+	{name: "jump at max", h: hdr(HeaderPriority, "1000000"), want: with(func(d *Headers) { d.Jump = 1e6 })},
+	{name: "jump past max", h: hdr(HeaderPriority, "1000000.0001"), wantErr: HeaderPriority},
+	{name: "jump zero", h: hdr(HeaderPriority, "0"), want: with(nil)},
+	{name: "jump minus zero", h: hdr(HeaderPriority, "-0"), want: with(nil)},
+	{name: "jump negative", h: hdr(HeaderPriority, "-0.5"), wantErr: HeaderPriority},
+	{name: "jump NaN", h: hdr(HeaderPriority, "NaN"), wantErr: HeaderPriority},
+	{name: "jump Inf", h: hdr(HeaderPriority, "+Inf"), wantErr: HeaderPriority},
+	{name: "jump overflow", h: hdr(HeaderPriority, "1e400"), wantErr: HeaderPriority},
+	{name: "jump junk", h: hdr(HeaderPriority, "soon"), wantErr: HeaderPriority},
+	{name: "jump empty", h: hdr(HeaderPriority, ""), wantErr: HeaderPriority},
+
+	// Dispatch-Worker and Dispatch-DP-Rank.
+	{name: "worker", h: hdr(HeaderWorker, "w-1_A"), want: with(func(d *Headers) { d.Pin.Worker = "w-1_A" })},
+	{name: "worker at 128", h: hdr(HeaderWorker, long128), want: with(func(d *Headers) { d.Pin.Worker = long128 })},
+	{name: "worker at 129", h: hdr(HeaderWorker, long129), wantErr: HeaderWorker},
+	{name: "worker dot", h: hdr(HeaderWorker, "w.1"), wantErr: HeaderWorker},
+	{name: "worker inner space", h: hdr(HeaderWorker, "w 1"), wantErr: HeaderWorker},
+	{name: "worker empty", h: hdr(HeaderWorker, ""), wantErr: HeaderWorker},
+	{name: "worker utf8", h: hdr(HeaderWorker, "wé"), wantErr: HeaderWorker},
+	{name: "worker and rank", h: hdr(HeaderWorker, "w1", HeaderRank, "3"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 3} })},
+	{name: "rank zero", h: hdr(HeaderWorker, "w1", HeaderRank, "0"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 0} })},
+	{name: "rank at max", h: hdr(HeaderWorker, "w1", HeaderRank, "65535"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 65535} })},
+	{name: "rank past max", h: hdr(HeaderWorker, "w1", HeaderRank, "65536"), want: with(nil), wantErr: HeaderRank},
+	{name: "rank negative", h: hdr(HeaderWorker, "w1", HeaderRank, "-1"), want: with(nil), wantErr: HeaderRank},
+	{name: "rank junk", h: hdr(HeaderWorker, "w1", HeaderRank, "any"), want: with(nil), wantErr: HeaderRank},
+	{name: "rank without worker", h: hdr(HeaderRank, "1"), want: with(nil), wantErr: HeaderRank},
+	{name: "rank with bad worker", h: hdr(HeaderWorker, "w.1", HeaderRank, "1"), want: with(nil), wantErr: HeaderWorker},
+	{name: "worker case", h: hdr("dispatch-worker", "w1", "DISPATCH-DP-RANK", "2"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 2} })},
+
+	// Dispatch-Allowed-Workers.
+	{name: "allowed", h: hdr(HeaderAllowed, "w1, w2,w3"), want: with(func(d *Headers) { d.Allowed = []string{"w1", "w2", "w3"} })},
+	{name: "allowed one", h: hdr(HeaderAllowed, "w1"), want: with(func(d *Headers) { d.Allowed = []string{"w1"} })},
+	{name: "allowed at 128", h: hdr(HeaderAllowed, "a,"+long128), want: with(func(d *Headers) { d.Allowed = []string{"a", long128} })},
+	{name: "allowed at 129", h: hdr(HeaderAllowed, "a,"+long129), wantErr: HeaderAllowed},
+	{name: "allowed empty", h: hdr(HeaderAllowed, ""), wantErr: HeaderAllowed},
+	{name: "allowed spaces only", h: hdr(HeaderAllowed, "  "), wantErr: HeaderAllowed},
+	{name: "allowed empty item", h: hdr(HeaderAllowed, "w1,,w2"), wantErr: HeaderAllowed},
+	{name: "allowed leading comma", h: hdr(HeaderAllowed, ",w1"), wantErr: HeaderAllowed},
+	{name: "allowed trailing comma", h: hdr(HeaderAllowed, "w1,"), wantErr: HeaderAllowed},
+	{name: "allowed taint chars", h: hdr(HeaderAllowed, "w1,zone:a"), wantErr: HeaderAllowed},
+
+	// Dispatch-Required-Taints.
+	{name: "required", h: hdr(HeaderRequired, "h200,zone-a, gpu.type/x:1"), want: with(func(d *Headers) { d.Required = []string{"h200", "zone-a", "gpu.type/x:1"} })},
+	{name: "required at 128", h: hdr(HeaderRequired, long128), want: with(func(d *Headers) { d.Required = []string{long128} })},
+	{name: "required at 129", h: hdr(HeaderRequired, long129), wantErr: HeaderRequired},
+	{name: "required bad char", h: hdr(HeaderRequired, "a=b"), wantErr: HeaderRequired},
+	{name: "required empty item", h: hdr(HeaderRequired, "a,,b"), wantErr: HeaderRequired},
+	{name: "required empty", h: hdr(HeaderRequired, ""), wantErr: HeaderRequired},
+
+	// Dispatch-Preferred-Taints.
+	{name: "preferred", h: hdr(HeaderPreferred, "h200=2.5, zone-a ,slow=-3, x = 1e6"), want: with(func(d *Headers) {
+		d.Preferred = []request.Taint{taint("h200", 2.5), taint("zone-a", 1), taint("slow", -3), taint("x", 1e6)}
+	})},
+	{name: "preferred weight at -max", h: hdr(HeaderPreferred, "a=-1000000"), want: with(func(d *Headers) { d.Preferred = []request.Taint{taint("a", -1e6)} })},
+	{name: "preferred weight past max", h: hdr(HeaderPreferred, "a=1000000.5"), wantErr: HeaderPreferred},
+	{name: "preferred weight past -max", h: hdr(HeaderPreferred, "a=-1000000.5"), wantErr: HeaderPreferred},
+	{name: "preferred weight NaN", h: hdr(HeaderPreferred, "a=NaN"), wantErr: HeaderPreferred},
+	{name: "preferred weight Inf", h: hdr(HeaderPreferred, "a=-Inf"), wantErr: HeaderPreferred},
+	{name: "preferred weight empty", h: hdr(HeaderPreferred, "a="), wantErr: HeaderPreferred},
+	{name: "preferred weight junk", h: hdr(HeaderPreferred, "a=high"), wantErr: HeaderPreferred},
+	{name: "preferred no taint", h: hdr(HeaderPreferred, "=1"), wantErr: HeaderPreferred},
+	{name: "preferred taint at 129", h: hdr(HeaderPreferred, long129+"=1"), wantErr: HeaderPreferred},
+	{name: "preferred empty item", h: hdr(HeaderPreferred, "a,,b"), wantErr: HeaderPreferred},
+	{name: "preferred empty", h: hdr(HeaderPreferred, ""), wantErr: HeaderPreferred},
+
+	// Dispatch-Deadline-Ms.
+	{name: "deadline", h: hdr(HeaderDeadline, "1500"), want: with(func(d *Headers) { d.DeadlineMs, d.HasDeadline = 1500, true })},
+	{name: "deadline zero", h: hdr(HeaderDeadline, "0"), want: with(func(d *Headers) { d.HasDeadline = true })},
+	{name: "deadline at max", h: hdr(HeaderDeadline, "86400000"), want: with(func(d *Headers) { d.DeadlineMs, d.HasDeadline = 86400000, true })},
+	{name: "deadline past max", h: hdr(HeaderDeadline, "86400001"), wantErr: HeaderDeadline},
+	{name: "deadline negative", h: hdr(HeaderDeadline, "-1"), wantErr: HeaderDeadline},
+	{name: "deadline junk", h: hdr(HeaderDeadline, "1s"), wantErr: HeaderDeadline},
+
+	// Dispatch-Reply-To.
+	{name: "reply", h: hdr(HeaderReplyTo, "_INBOX.abc.1"), want: with(func(d *Headers) { d.ReplyTo = "_INBOX.abc.1" })},
+	{name: "reply one token", h: hdr(HeaderReplyTo, "out"), want: with(func(d *Headers) { d.ReplyTo = "out" })},
+	{name: "reply star inside token", h: hdr(HeaderReplyTo, "a.b*c"), want: with(func(d *Headers) { d.ReplyTo = "a.b*c" })},
+	{name: "reply star", h: hdr(HeaderReplyTo, "a.*.c"), wantErr: HeaderReplyTo},
+	{name: "reply gt", h: hdr(HeaderReplyTo, "a.>"), wantErr: HeaderReplyTo},
+	{name: "reply empty token", h: hdr(HeaderReplyTo, "a..b"), wantErr: HeaderReplyTo},
+	{name: "reply leading dot", h: hdr(HeaderReplyTo, ".a"), wantErr: HeaderReplyTo},
+	{name: "reply trailing dot", h: hdr(HeaderReplyTo, "a."), wantErr: HeaderReplyTo},
+	{name: "reply space", h: hdr(HeaderReplyTo, "a b"), wantErr: HeaderReplyTo},
+	{name: "reply control", h: hdr(HeaderReplyTo, "a\x00b"), wantErr: HeaderReplyTo},
+	{name: "reply empty", h: hdr(HeaderReplyTo, ""), wantErr: HeaderReplyTo},
+	{name: "reply case", h: hdr("dispatch-reply-to", "x.y"), want: with(func(d *Headers) { d.ReplyTo = "x.y" })},
+
+	// Several headers; the first malformed one in table order is reported, and
+	// the others still decode.
+	{name: "typical", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "4096", HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
+		d.MsgID, d.ISL, d.ReplyTo = "r1", 4096, "out.r1"
+	})},
+	{name: "partial on error", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "x", HeaderStrict, "2", HeaderDeadline, "-1", HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
+		d.MsgID, d.Strict, d.ReplyTo = "r1", 2, "out.r1"
+	}), wantErr: HeaderISL},
+	{name: "all", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "100", HeaderCached, "40", HeaderOverlap, "w1=40",
+		HeaderStrict, "1", HeaderPriority, "0.5", HeaderWorker, "w1", HeaderRank, "1", HeaderAllowed, "w1,w2",
+		HeaderRequired, "h200", HeaderPreferred, "h200=2", HeaderDeadline, "500", HeaderReplyTo, "o.r1"),
+		want: Headers{MsgID: "r1", ISL: 100, Cached: 40, Overlap: []request.Overlap{ov("w1", 40)}, Strict: 1, Jump: 0.5,
+			Pin: request.Target{Worker: "w1", Rank: 1}, Allowed: []string{"w1", "w2"}, Required: []string{"h200"},
+			Preferred: []request.Taint{taint("h200", 2)}, DeadlineMs: 500, HasDeadline: true, ReplyTo: "o.r1"}},
+}
+
+func TestDecode(t *testing.T) {
+	for _, tc := range decodeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Decode(tc.h)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+			} else {
+				var he *HeaderError
+				if !errors.As(err, &he) {
+					t.Fatalf("got error %v (%T), want a *HeaderError", err, err)
+				}
+				if he.Header != tc.wantErr {
+					t.Fatalf("got error naming %q, want %q (%v)", he.Header, tc.wantErr, err)
+				}
+				if he.Reason == "" || !strings.HasPrefix(err.Error(), "header "+tc.wantErr+": ") {
+					t.Fatalf("got message %q, want it to start with the header and give a reason", err)
+				}
+			}
+			want := tc.want
+			if reflect.DeepEqual(want, Headers{}) {
+				want = with(nil) // a malformed header alone leaves every field absent
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestHeaderErrorMessage(t *testing.T) {
+	_, err := Decode(hdr(HeaderISL, "abc"))
+	if got, want := err.Error(), `header Dispatch-ISL-Tokens: "abc" is not an unsigned integer`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	_, err = Decode(hdr("dispatch-allowed-workers", "w1,,w2"))
+	if got, want := err.Error(), `header Dispatch-Allowed-Workers: "w1,,w2" has an empty item (item 2)`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	_, err = Decode(hdr(HeaderISL, strings.Repeat("9", 1000)))
+	var he *HeaderError
+	if !errors.As(err, &he) || len(he.Value) > maxErrValue+3 {
+		t.Fatalf("got value of %d bytes in %v, want at most %d", len(he.Value), err, maxErrValue+3)
+	}
+}
+
+// TestDecodeCaseRuleDeterministic checks that differently-cased duplicates give
+// the same answer however the map happens to be iterated.
+func TestDecodeCaseRuleDeterministic(t *testing.T) {
+	h := hdr("dispatch-priority", "3", "Dispatch-Priority", "2", "DISPATCH-PRIORITY", "1", "Dispatch-priority", "4")
+	for i := 0; i < 100; i++ {
+		got, err := Decode(h)
+		if err != nil || got.Jump != 1 {
+			t.Fatalf("got %v, %v; want jump 1 (from DISPATCH-PRIORITY) every time", got.Jump, err)
+		}
+	}
+}
+
+// typical is the header set of most requests: an id, an ISL and a reply subject.
+var typical = hdr("Nats-Msg-Id", "req-0000000001", HeaderISL, "4096", HeaderReplyTo, "_INBOX.loadgen.0001")
+
+func TestDecodeTypicalAllocs(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { _, _ = Decode(typical) }); n != 0 {
+		t.Fatalf("got %v allocs per Decode of typical headers, want 0", n)
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := Decode(typical)
+		if err != nil || d.ISL != 4096 {
+			b.Fatal(d, err)
+		}
+	}
+}
+
+// FuzzDecode takes a header block, one "name: value" a line, decodes it and
+// checks that a nil error implies every bound of SPEC 1.1.
+func FuzzDecode(f *testing.F) {
+	for _, tc := range decodeCases {
+		var sb strings.Builder
+		for k, vs := range tc.h {
+			for _, v := range vs {
+				sb.WriteString(k + ": " + v + "\n")
+			}
+		}
+		f.Add(sb.String())
+	}
+	f.Fuzz(func(t *testing.T, block string) {
+		h := nats.Header{}
+		for _, line := range strings.Split(block, "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			h.Add(k, strings.TrimPrefix(v, " "))
+		}
+		d, err := Decode(h)
+		if err != nil {
+			var he *HeaderError
+			if !errors.As(err, &he) {
+				t.Fatalf("got %T error %v, want *HeaderError", err, err)
+			}
+			for _, n := range names {
+				if he.Header == n {
+					return
+				}
+			}
+			t.Fatalf("error names unknown header %q", he.Header)
+		}
+		checkBounds(t, d)
+	})
+}
+
+func checkBounds(t *testing.T, d Headers) {
+	t.Helper()
+	if d.ISL > MaxTokens || d.Cached > MaxTokens || d.Strict > MaxStrict || d.DeadlineMs > MaxDeadlineMs {
+		t.Fatalf("number out of range: %+v", d)
+	}
+	if !d.HasDeadline && d.DeadlineMs != 0 {
+		t.Fatalf("deadline without HasDeadline: %+v", d)
+	}
+	if math.IsNaN(d.Jump) || d.Jump < 0 || d.Jump > MaxJump || math.Signbit(d.Jump) {
+		t.Fatalf("jump out of range: %v", d.Jump)
+	}
+	if d.Pin.Rank < request.AnyRank || d.Pin.Rank > MaxRank {
+		t.Fatalf("rank out of range: %v", d.Pin.Rank)
+	}
+	if d.Pin.Rank != request.AnyRank && d.Pin.Worker == "" {
+		t.Fatalf("rank without worker: %+v", d.Pin)
+	}
+	if d.Pin.Worker != "" && checkToken(d.Pin.Worker, &workerChars, "") != "" {
+		t.Fatalf("bad worker %q", d.Pin.Worker)
+	}
+	for _, o := range d.Overlap {
+		if checkToken(o.Worker, &workerChars, "") != "" || o.Tokens > MaxTokens {
+			t.Fatalf("bad overlap %+v", o)
+		}
+	}
+	if d.Overlap != nil && len(d.Overlap) == 0 {
+		t.Fatalf("empty non-nil overlap")
+	}
+	for _, l := range [][]string{d.Allowed, d.Required} {
+		if l != nil && len(l) == 0 {
+			t.Fatalf("empty non-nil list")
+		}
+	}
+	for _, a := range d.Allowed {
+		if checkToken(a, &workerChars, "") != "" {
+			t.Fatalf("bad allowed %q", a)
+		}
+	}
+	for _, r := range d.Required {
+		if checkToken(r, &taintChars, "") != "" {
+			t.Fatalf("bad required %q", r)
+		}
+	}
+	for _, p := range d.Preferred {
+		if checkToken(p.Name, &taintChars, "") != "" || math.IsNaN(p.Weight) || math.Abs(p.Weight) > MaxWeight {
+			t.Fatalf("bad preferred %+v", p)
+		}
+	}
+	if d.ReplyTo != "" && checkSubject(d.ReplyTo) != "" {
+		t.Fatalf("bad reply subject %q", d.ReplyTo)
+	}
+}

@@ -1,0 +1,189 @@
+package ingest
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Keeper keeps the messages of held requests from redelivery (SPEC 9): Tick sends
+// a progress acknowledgement (+WPI, which restarts the server's ack wait) for each
+// message untouched for at least half the ack wait, and for no other. Messages are
+// keyed by stream sequence.
+//
+// It is a FIFO of (stream seq, generation, last touched) stamps in touch order,
+// with lazy deletion: Drop and re-Hold only change the map, and Tick discards
+// stale stamps when they reach the front. Every operation is amortised O(1);
+// memory is O(held + messages touched within the last half ack wait).
+//
+// Keeper is not safe for concurrent use: the queue actor owns it. The times given
+// to Hold and Tick must not go backwards (a monotonic clock reading).
+type Keeper struct {
+	half time.Duration
+	log  zerolog.Logger
+	held map[uint64]kept
+	fifo []stamp // fifo[head:] is the queue
+	head int
+	gen  uint64
+}
+
+type kept struct {
+	msg jetstream.Msg
+	gen uint64
+}
+
+type stamp struct {
+	seq, gen uint64
+	at       time.Time
+}
+
+// DefaultAckWait is the ack wait a Keeper assumes when given a non-positive one
+// (SPEC 10: --ack-wait 30s).
+const DefaultAckWait = 30 * time.Second
+
+// NewKeeper returns an empty Keeper for a consumer whose ack wait is ackWait
+// (a non-positive ackWait means DefaultAckWait).
+func NewKeeper(ackWait time.Duration, log zerolog.Logger) *Keeper {
+	if ackWait <= 0 {
+		ackWait = DefaultAckWait
+	}
+	half := ackWait / 2
+	if half <= 0 {
+		half = 1
+	}
+	return &Keeper{
+		half: half,
+		log:  log.With().Str("component", "ingest").Logger(),
+		held: make(map[uint64]kept),
+	}
+}
+
+// Len returns the number of held messages.
+func (k *Keeper) Len() int { return len(k.held) }
+
+// Hold starts keeping message m of stream sequence seq, received (or last
+// acknowledged) at now. Holding a sequence already held replaces its message and
+// restarts its clock.
+func (k *Keeper) Hold(seq uint64, m jetstream.Msg, now time.Time) {
+	k.gen++
+	k.held[seq] = kept{msg: m, gen: k.gen}
+	k.push(stamp{seq: seq, gen: k.gen, at: now})
+	k.compact()
+}
+
+// Replace swaps in m, a redelivered message of the held sequence seq (SPEC 9:
+// the request is not queued twice), and reports whether seq was held. The clock is
+// not restarted, so the next progress acknowledgement may come up to half an ack
+// wait early, which is harmless. Not held: nothing changes.
+func (k *Keeper) Replace(seq uint64, m jetstream.Msg) bool {
+	e, ok := k.held[seq]
+	if !ok {
+		return false
+	}
+	e.msg = m
+	k.held[seq] = e
+	return true
+}
+
+// Msg returns the current message of the held sequence seq.
+func (k *Keeper) Msg(seq uint64) (jetstream.Msg, bool) {
+	e, ok := k.held[seq]
+	return e.msg, ok
+}
+
+// Drop stops keeping seq, when its request leaves the dispatcher, and returns its
+// message (for the final acknowledgement by whoever owns it next).
+func (k *Keeper) Drop(seq uint64) (jetstream.Msg, bool) {
+	e, ok := k.held[seq]
+	if !ok {
+		return nil, false
+	}
+	delete(k.held, seq)
+	k.compact()
+	return e.msg, true
+}
+
+// Tick sends a progress acknowledgement for every held message untouched for at
+// least half the ack wait, restarts their clocks at now, and returns how many were
+// sent. Call it at least every quarter of the ack wait or so; each message is then
+// acknowledged about every half ack wait, whatever the Tick rate.
+func (k *Keeper) Tick(now time.Time) int {
+	sent := 0
+	for k.head < len(k.fifo) {
+		s := k.fifo[k.head]
+		e, ok := k.held[s.seq]
+		if !ok || e.gen != s.gen {
+			k.pop()
+			continue
+		}
+		if now.Sub(s.at) < k.half {
+			break
+		}
+		k.pop()
+		if err := e.msg.InProgress(); err != nil {
+			k.log.Warn().Err(err).Uint64("stream_seq", s.seq).Msg("progress acknowledgement")
+		} else {
+			sent++
+		}
+		k.push(stamp{seq: s.seq, gen: s.gen, at: now})
+	}
+	return sent
+}
+
+// NakAll hands every held message back for immediate redelivery (SIGTERM, SPEC 9),
+// oldest touch first, empties the Keeper and returns how many NAKs were sent.
+func (k *Keeper) NakAll() int {
+	n := 0
+	for _, s := range k.fifo[k.head:] {
+		e, ok := k.held[s.seq]
+		if !ok || e.gen != s.gen {
+			continue
+		}
+		delete(k.held, s.seq)
+		if err := e.msg.Nak(); err != nil {
+			k.log.Warn().Err(err).Uint64("stream_seq", s.seq).Msg("hand back")
+			continue
+		}
+		n++
+	}
+	clear(k.held)
+	k.fifo, k.head = nil, 0
+	return n
+}
+
+func (k *Keeper) push(s stamp) {
+	k.fifo = append(k.fifo, s)
+}
+
+// pop removes the front stamp; the consumed prefix is reclaimed once it is at
+// least half the slice, which keeps pops amortised O(1).
+func (k *Keeper) pop() {
+	k.fifo[k.head] = stamp{}
+	k.head++
+	if k.head == len(k.fifo) {
+		k.fifo, k.head = k.fifo[:0], 0
+	} else if k.head >= 1024 && 2*k.head >= len(k.fifo) {
+		n := copy(k.fifo, k.fifo[k.head:])
+		k.fifo, k.head = k.fifo[:n], 0
+	}
+}
+
+// compact drops stale stamps once they outnumber live ones by more than two to
+// one (plus slack), so that churn behind a recent front cannot grow the FIFO
+// without bound. Its O(len) cost is paid for by the stale stamps since the last
+// compaction, so it is amortised O(1).
+func (k *Keeper) compact() {
+	q := len(k.fifo) - k.head
+	if q < 1024 || q <= 3*len(k.held) {
+		return
+	}
+	live := k.fifo[:0]
+	for _, s := range k.fifo[k.head:] {
+		if e, ok := k.held[s.seq]; ok && e.gen == s.gen {
+			live = append(live, s)
+		}
+	}
+	clear(k.fifo[len(live):])
+	k.fifo, k.head = live, 0
+}

@@ -1,0 +1,310 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"fairdispatch/request"
+)
+
+const namespace = "fairdispatch"
+
+// Unresolved is the class index of a request whose class could not be resolved.
+// Its series carry class="".
+const Unresolved = -1
+
+// The handshake outcomes (label outcome of fairdispatch_handshakes_total). The
+// first four match the String of the bus package's outcomes.
+const (
+	OutcomeAccepted     = "accepted"
+	OutcomeRefused      = "refused"
+	OutcomeNoResponders = "no_responders"
+	OutcomeTimeout      = "timeout"
+	// OutcomeLate is an answer that arrived after its dispatch had timed out.
+	OutcomeLate = "late"
+)
+
+// The reasons a load report is dropped (label reason of
+// fairdispatch_load_reports_dropped_total, SPEC 1.3).
+const (
+	// DropParse: the report is not valid JSON of the expected shape.
+	DropParse = "parse"
+	// DropMismatch: worker_id disagrees with the subject token.
+	DropMismatch = "mismatch"
+	// DropRank: a rank outside [start, start + size).
+	DropRank = "rank"
+	// DropInvalid: a field out of its bounds (ttl_ms, size, ...).
+	DropInvalid = "invalid"
+	// DropCapacity: the registry is full and the worker is new.
+	DropCapacity = "capacity"
+)
+
+var (
+	outcomes    = []string{OutcomeAccepted, OutcomeRefused, OutcomeNoResponders, OutcomeTimeout, OutcomeLate}
+	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity}
+)
+
+// QueueWaitBuckets are the upper bounds, in seconds, of the queue wait
+// histogram: 1 ms doubling up to 65.536 s (17 buckets).
+var QueueWaitBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
+
+// ClassState is the queue state of one class, as the queue actor last saw it.
+type ClassState struct {
+	// Requests is the number of queued requests.
+	Requests uint64
+	// ISLTokens is the sum of their raw input lengths, in tokens.
+	ISLTokens uint64
+	// CachedTokens is the sum of their cached input tokens.
+	CachedTokens uint64
+	// Deficit is the class's DRR deficit, in cost units (uncached tokens).
+	Deficit uint64
+}
+
+// Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];
+// the zero value is not usable.
+type Metrics struct {
+	classes []string
+
+	// Per class, index k.
+	pendingRequests []prometheus.Gauge
+	pendingISL      []prometheus.Gauge
+	pendingCached   []prometheus.Gauge
+	deficit         []prometheus.Gauge
+	dispatched      []prometheus.Counter
+	queueWait       []prometheus.Observer
+
+	// Per class including the unresolved one, index k+1 (0 is unresolved).
+	rejected    [][]prometheus.Counter // [k+1][index in request.Codes]
+	deadLetters []prometheus.Counter
+
+	rejectedVec    *prometheus.CounterVec
+	handshakes     []prometheus.Counter // index in outcomes
+	handshakesVec  *prometheus.CounterVec
+	loadDropped    []prometheus.Counter // index in dropReasons
+	loadDroppedVec *prometheus.CounterVec
+
+	booked     *prometheus.GaugeVec
+	reported   *prometheus.GaugeVec
+	overloaded *prometheus.GaugeVec
+
+	liveWorkers  prometheus.Gauge
+	held         prometheus.Gauge
+	redelivered  prometheus.Counter
+	progressAcks prometheus.Counter
+	connected    prometheus.Gauge
+	graceOver    prometheus.Gauge
+
+	mu      sync.Mutex          // guards workers and seen
+	workers map[string]struct{} // workers whose series exist
+	seen    map[string]struct{} // scratch for SetWorkers, kept to reuse its memory
+}
+
+// New builds the collectors for the given classes (in policy order; a class's
+// index there is its index in every per-class method) and registers them on reg.
+// A nil reg registers nothing, which suits tests and benchmarks. Like promauto,
+// New panics if a collector cannot be registered (a metric of the same name is
+// already on reg): that is a wiring bug, found at start-up.
+func New(reg prometheus.Registerer, classes []string) *Metrics {
+	classVec := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, []string{"class"})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	workerVec := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, []string{"worker"})
+	}
+
+	pendingRequests := classVec("pending_requests", "Requests queued, per policy class.")
+	pendingISL := classVec("pending_isl_tokens", "Raw input tokens of the queued requests, per policy class.")
+	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
+	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens).")
+	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
+	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "queue_wait_seconds",
+		Help:    "Time from a request's publication to its acceptance by a worker, per policy class.",
+		Buckets: QueueWaitBuckets,
+	}, []string{"class"})
+	deadLetters := counterVec("dead_letters_total", "Requests published to the DLQ, per policy class (class=\"\": unresolved).", "class")
+
+	m := &Metrics{
+		classes:         append([]string(nil), classes...),
+		pendingRequests: make([]prometheus.Gauge, len(classes)),
+		pendingISL:      make([]prometheus.Gauge, len(classes)),
+		pendingCached:   make([]prometheus.Gauge, len(classes)),
+		deficit:         make([]prometheus.Gauge, len(classes)),
+		dispatched:      make([]prometheus.Counter, len(classes)),
+		queueWait:       make([]prometheus.Observer, len(classes)),
+		rejected:        make([][]prometheus.Counter, len(classes)+1),
+		deadLetters:     make([]prometheus.Counter, len(classes)+1),
+		rejectedVec: counterVec("rejected_total",
+			"Requests rejected, per policy class (class=\"\": unresolved) and SPEC 7 error code.", "class", "reason"),
+		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
+		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
+		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
+		reported:       workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
+		overloaded:     workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (SPEC 6.3), else 0."),
+		liveWorkers:    gauge("live_workers", "Workers currently live."),
+		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
+		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),
+		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
+		connected:      gauge("nats_connected", "1 while connected to NATS, else 0."),
+		graceOver:      gauge("startup_grace_over", "1 once the start-up grace has passed, else 0."),
+		workers:        map[string]struct{}{},
+		seen:           map[string]struct{}{},
+	}
+	for k, c := range classes {
+		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
+		m.pendingISL[k] = pendingISL.WithLabelValues(c)
+		m.pendingCached[k] = pendingCached.WithLabelValues(c)
+		m.deficit[k] = deficit.WithLabelValues(c)
+		m.dispatched[k] = dispatched.WithLabelValues(c)
+		m.queueWait[k] = queueWait.WithLabelValues(c)
+	}
+	for slot := range m.rejected {
+		c := ""
+		if slot > 0 {
+			c = classes[slot-1]
+		}
+		m.rejected[slot] = make([]prometheus.Counter, len(request.Codes))
+		for i, code := range request.Codes {
+			m.rejected[slot][i] = m.rejectedVec.WithLabelValues(c, string(code))
+		}
+		m.deadLetters[slot] = deadLetters.WithLabelValues(c)
+	}
+	for _, o := range outcomes {
+		m.handshakes = append(m.handshakes, m.handshakesVec.WithLabelValues(o))
+	}
+	for _, r := range dropReasons {
+		m.loadDropped = append(m.loadDropped, m.loadDroppedVec.WithLabelValues(r))
+	}
+
+	if reg != nil {
+		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
+			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.booked, m.reported,
+			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver)
+	}
+	return m
+}
+
+// Classes returns the class names given to New, in index order. The caller must
+// not modify the slice.
+func (m *Metrics) Classes() []string { return m.classes }
+
+// slot maps a class index to its index in the slices that include the
+// unresolved class: k+1 for a known class, 0 for anything else.
+func (m *Metrics) slot(k int) int {
+	if k < 0 || k >= len(m.classes) {
+		return 0
+	}
+	return k + 1
+}
+
+// Dispatched counts one request of class k accepted by a worker. An index
+// outside the classes is ignored. It does not allocate.
+func (m *Metrics) Dispatched(k int) {
+	if k >= 0 && k < len(m.dispatched) {
+		m.dispatched[k].Inc()
+	}
+}
+
+// QueueWait records the time, in seconds, from a request's publication to its
+// acceptance, for class k; a negative value (clock skew) counts as 0. An index
+// outside the classes is ignored. It does not allocate.
+func (m *Metrics) QueueWait(k int, seconds float64) {
+	if k < 0 || k >= len(m.queueWait) {
+		return
+	}
+	if !(seconds > 0) { // also maps NaN to 0
+		seconds = 0
+	}
+	m.queueWait[k].Observe(seconds)
+}
+
+// Rejected counts one request of class k (or [Unresolved]) rejected with code.
+// For the codes of request.Codes it does not allocate; another code is counted
+// under its own label value (a series created on first use).
+func (m *Metrics) Rejected(k int, code request.Code) {
+	s := m.slot(k)
+	for i, c := range request.Codes {
+		if c == code {
+			m.rejected[s][i].Inc()
+			return
+		}
+	}
+	c := ""
+	if s > 0 {
+		c = m.classes[s-1]
+	}
+	m.rejectedVec.WithLabelValues(c, string(code)).Inc()
+}
+
+// DeadLetter counts one request of class k (or [Unresolved]) published to the
+// DLQ. It does not allocate.
+func (m *Metrics) DeadLetter(k int) { m.deadLetters[m.slot(k)].Inc() }
+
+// Handshake counts one handshake outcome, one of the Outcome constants. It does
+// not allocate for those; another value is counted under its own label value.
+func (m *Metrics) Handshake(outcome string) {
+	for i, o := range outcomes {
+		if o == outcome {
+			m.handshakes[i].Inc()
+			return
+		}
+	}
+	m.handshakesVec.WithLabelValues(outcome).Inc()
+}
+
+// LoadDropped counts one dropped load report, for reason one of the Drop
+// constants. It does not allocate for those; another value is counted under its
+// own label value.
+func (m *Metrics) LoadDropped(reason string) {
+	for i, r := range dropReasons {
+		if r == reason {
+			m.loadDropped[i].Inc()
+			return
+		}
+	}
+	m.loadDroppedVec.WithLabelValues(reason).Inc()
+}
+
+// SetClass sets the queue gauges of class k. An index outside the classes is
+// ignored. It does not allocate.
+func (m *Metrics) SetClass(k int, s ClassState) {
+	if k < 0 || k >= len(m.classes) {
+		return
+	}
+	m.pendingRequests[k].Set(float64(s.Requests))
+	m.pendingISL[k].Set(float64(s.ISLTokens))
+	m.pendingCached[k].Set(float64(s.CachedTokens))
+	m.deficit[k].Set(float64(s.Deficit))
+}
+
+// SetHeld sets the number of request messages the dispatcher holds.
+func (m *Metrics) SetHeld(n int) { m.held.Set(float64(n)) }
+
+// Redelivered counts one redelivered request message.
+func (m *Metrics) Redelivered() { m.redelivered.Inc() }
+
+// ProgressAck counts one progress acknowledgement sent for a held message.
+func (m *Metrics) ProgressAck() { m.progressAcks.Inc() }
+
+// SetConnected records whether the dispatcher is connected to NATS.
+func (m *Metrics) SetConnected(up bool) { m.connected.Set(b2f(up)) }
+
+// SetGraceOver records whether the start-up grace has passed.
+func (m *Metrics) SetGraceOver(over bool) { m.graceOver.Set(b2f(over)) }
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
