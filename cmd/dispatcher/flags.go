@@ -1,0 +1,205 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// settings are every setting of SPEC 10, plus the few this program adds.
+type settings struct {
+	natsURL, dataDir, storage, natsListen                     string
+	creds, nkey, user, password, tlsCA, tlsCert, tlsKey       string
+	policy, prefix, httpAddr, adminToken                      string
+	replicas                                                  int
+	decodeBlocks, prefillTokensFrac, queueThreshold           optFloat
+	prefillTokens                                             optUint
+	queuePolicy                                               string
+	ackWait, dispatchTimeout, dupWindow, grace                time.Duration
+	blockSize, temperature, overlapCredit, prefillScale, decW float64
+	maxHeld, inFlight, maxWorkers                             int
+	logLevel, logFormat                                       string
+	checkConfig                                               string
+	demo                                                      bool
+	demoPerClass                                              int
+}
+
+// optFloat is a float flag that may be unset.
+type optFloat struct{ v *float64 }
+
+func (o *optFloat) String() string {
+	if o.v == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*o.v, 'g', -1, 64)
+}
+
+func (o *optFloat) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return fmt.Errorf("want a finite number >= 0")
+	}
+	o.v = &f
+	return nil
+}
+
+// optUint is an unsigned integer flag that may be unset.
+type optUint struct{ v *uint64 }
+
+func (o *optUint) String() string {
+	if o.v == nil {
+		return ""
+	}
+	return strconv.FormatUint(*o.v, 10)
+}
+
+func (o *optUint) Set(s string) error {
+	u, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || u > 1<<40 {
+		return fmt.Errorf("want an integer in [0, 2^40]")
+	}
+	o.v = &u
+	return nil
+}
+
+func newFlags(s *settings) *flag.FlagSet {
+	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
+	fs.StringVar(&s.natsURL, "nats-url", "", "NATS server URL; empty: start an embedded nats-server with JetStream in --data-dir")
+	fs.StringVar(&s.natsListen, "nats-listen", "127.0.0.1:4222", "host:port the embedded nats-server listens on (only without --nats-url)")
+	fs.StringVar(&s.dataDir, "data-dir", "./data", "JetStream storage directory of the embedded server")
+	fs.StringVar(&s.storage, "stream-storage", "file", "stream storage: file or memory")
+	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
+	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
+	fs.StringVar(&s.user, "nats-user", "", "NATS user")
+	fs.StringVar(&s.password, "nats-password", "", "NATS password")
+	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
+	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
+	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
+	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
+	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject")
+	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of both streams (1 to 5)")
+	fs.StringVar(&s.httpAddr, "http-addr", "127.0.0.1:8080", "admin HTTP listen address")
+	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token guarding the admin write routes; empty: unguarded")
+	fs.Var(&s.decodeBlocks, "active-decode-blocks-threshold", "overload when kv_used or active_decode blocks exceed this fraction of total_kv_blocks (unset: off)")
+	fs.Var(&s.prefillTokens, "active-prefill-tokens-threshold", "overload when active prefill tokens exceed this (unset: off)")
+	fs.Var(&s.prefillTokensFrac, "active-prefill-tokens-threshold-frac", "overload when active prefill tokens exceed this fraction of max_num_batched_tokens (unset: off)")
+	fs.Var(&s.queueThreshold, "queue-threshold", "without --policy-config: the default class queues when prefill exceeds this fraction of max_num_batched_tokens (unset: no queueing)")
+	fs.StringVar(&s.queuePolicy, "queue-policy", "fcfs", "without --policy-config: fcfs or wspt")
+	fs.DurationVar(&s.ackWait, "ack-wait", 30*time.Second, "request consumer ack wait")
+	fs.DurationVar(&s.dispatchTimeout, "dispatch-timeout", 2*time.Second, "how long a worker may take to accept or refuse")
+	fs.DurationVar(&s.dupWindow, "duplicate-window", 2*time.Minute, "JetStream duplicate window of both streams")
+	fs.Float64Var(&s.blockSize, "block-size", 16, "tokens per KV block in worker scoring (> 0)")
+	fs.Float64Var(&s.temperature, "router-temperature", 0, "worker selection temperature (>= 0; 0: lowest cost)")
+	fs.Float64Var(&s.overlapCredit, "overlap-score-credit", 1, "credit per cached block in worker scoring")
+	fs.Float64Var(&s.prefillScale, "prefill-load-scale", 1, "weight of prefill load in worker scoring")
+	fs.Float64Var(&s.decW, "decode-active-request-weight", 0, "weight of active requests in worker scoring")
+	fs.DurationVar(&s.grace, "startup-grace", 3*time.Second, "wait this long for load reports before dispatching or failing anything")
+	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
+	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
+	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
+	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
+	fs.StringVar(&s.checkConfig, "check-config", "", "validate this policy file, print the resolved class matrix, and exit")
+	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
+	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
+	return fs
+}
+
+// parseSettings parses args, then fills every flag not given on the command
+// line from its environment variable DISPATCHER_<FLAG>.
+func parseSettings(args []string, env func(string) (string, bool), stderr io.Writer) (*settings, error) {
+	s := &settings{}
+	fs := newFlags(s)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, parseError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := EnvName(f.Name)
+		if v, ok := env(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("environment %s=%q: %v", name, v, e)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, s.validate()
+}
+
+// parseError is a command-line error the flag package has already printed.
+type parseError struct{ error }
+
+// EnvName is the environment variable of a flag: DISPATCHER_<FLAG>, upper case, - as _.
+func EnvName(flag string) string {
+	return "DISPATCHER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func (s *settings) validate() error {
+	var bad []string
+	if s.storage != "file" && s.storage != "memory" {
+		bad = append(bad, fmt.Sprintf("--stream-storage %q: want file or memory", s.storage))
+	}
+	if s.replicas < 1 || s.replicas > 5 {
+		bad = append(bad, fmt.Sprintf("--stream-replicas %d: want 1 to 5", s.replicas))
+	}
+	if s.queuePolicy != "fcfs" && s.queuePolicy != "wspt" {
+		bad = append(bad, fmt.Sprintf("--queue-policy %q: want fcfs or wspt", s.queuePolicy))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--ack-wait", s.ackWait}, {"--dispatch-timeout", s.dispatchTimeout}, {"--duplicate-window", s.dupWindow}} {
+		if d.v <= 0 {
+			bad = append(bad, fmt.Sprintf("%s %v: want > 0", d.name, d.v))
+		}
+	}
+	if s.grace < 0 {
+		bad = append(bad, fmt.Sprintf("--startup-grace %v: want >= 0", s.grace))
+	}
+	if s.dispatchTimeout >= s.ackWait {
+		bad = append(bad, fmt.Sprintf("--dispatch-timeout %v: want below --ack-wait %v", s.dispatchTimeout, s.ackWait))
+	}
+	if !(s.blockSize > 0) || math.IsInf(s.blockSize, 0) {
+		bad = append(bad, fmt.Sprintf("--block-size %v: want a finite number > 0", s.blockSize))
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--router-temperature", s.temperature}, {"--overlap-score-credit", s.overlapCredit}, {"--prefill-load-scale", s.prefillScale}, {"--decode-active-request-weight", s.decW}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			bad = append(bad, fmt.Sprintf("%s %v: want a finite number >= 0", f.name, f.v))
+		}
+	}
+	if s.maxHeld < 1 {
+		bad = append(bad, fmt.Sprintf("--max-held %d: want >= 1", s.maxHeld))
+	}
+	if s.inFlight < 0 || s.maxWorkers < 1 {
+		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
+	}
+	if s.logFormat != "console" && s.logFormat != "json" {
+		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s", strings.Join(bad, "\n"))
+	}
+	return nil
+}

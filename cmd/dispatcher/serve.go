@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/admin"
+	"fairdispatch/bus"
+	"fairdispatch/configs"
+	"fairdispatch/dispatcher"
+	"fairdispatch/filters"
+	"fairdispatch/ingest"
+	"fairdispatch/metrics"
+	"fairdispatch/scheduler"
+)
+
+// serve runs the dispatcher until ctx ends.
+func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Writer) error {
+	pol, err := loadPolicy(s)
+	if err != nil {
+		return err
+	}
+	url := s.natsURL
+	if url == "" {
+		srv, err := embeddedServer(s, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		url = srv.ClientURL()
+	}
+
+	var act atomic.Pointer[dispatcher.Actor]
+	nc, err := bus.Connect(ctx, bus.Options{
+		URL: url, Name: "fairdispatch-dispatcher",
+		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password,
+		TLSCA: s.tlsCA, TLSCert: s.tlsCert, TLSKey: s.tlsKey,
+		OnDisconnect: func() {
+			if a := act.Load(); a != nil {
+				go a.Connected(false)
+			}
+		},
+		OnReconnect: func() {
+			if a := act.Load(); a != nil {
+				go a.Connected(true)
+			}
+		},
+	}, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	storage := jetstream.FileStorage
+	if s.storage == "memory" {
+		storage = jetstream.MemoryStorage
+	}
+	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: storage, DuplicateWindow: s.dupWindow}); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	names := make([]string, len(pol.Classes))
+	for i, c := range pol.Classes {
+		names[i] = c.Name
+	}
+	m := metrics.New(reg, names)
+
+	sched := scheduler.New(scheduler.Config{
+		Policy: pol,
+		Thresholds: filters.Thresholds{
+			DecodeBlocks: s.decodeBlocks.v, PrefillTokens: s.prefillTokens.v, PrefillFrac: s.prefillTokensFrac.v,
+		},
+		Scoring: filters.Scoring{BlockSize: s.blockSize, OverlapCredit: s.overlapCredit, PrefillScale: s.prefillScale,
+			DecodeRequestWeight: s.decW, Temperature: s.temperature},
+		Grace:      int64(s.grace),
+		Rand:       rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		MaxWorkers: s.maxWorkers,
+	}, time.Now().UnixNano())
+
+	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	dl, err := bus.NewDeadLetterer(js, s.prefix, log)
+	if err != nil {
+		return err
+	}
+	inFlight := s.inFlight
+	if inFlight == 0 {
+		inFlight = 4 * s.maxHeld
+	}
+	cons, err := ingest.NewConsumer(ctx, js, ingest.Config{
+		Stream: bus.ReqStream, Durable: "dispatcher", AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
+	}, log)
+	if err != nil {
+		return err
+	}
+	a := dispatcher.New(dispatcher.Config{Stream: bus.ReqStream, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
+		Scheduler: sched, Handshaker: hs, DeadLetters: dl, Consumer: cons,
+		Keeper:  ingest.NewKeeper(s.ackWait, log),
+		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
+		Metrics: m, Log: log,
+	})
+	act.Store(a)
+	if !nc.IsConnected() {
+		a.Connected(false)
+	}
+
+	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg}, control{a, nc}, log)
+	if err := adm.Start(); err != nil {
+		return fmt.Errorf("admin http: %w", err)
+	}
+	sub, err := bus.SubscribeLoad(nc, s.prefix, a.LoadReport)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	consDone := make(chan error, 1)
+	go func() { consDone <- cons.Run(runCtx, a.Deliveries()) }()
+	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
+		Dur("startup_grace", s.grace).Msg("dispatcher running")
+
+	if s.demo {
+		go func() {
+			defer cancelRun()
+			if err := runDemo(runCtx, nc, s, stdout, log); err != nil {
+				log.Error().Err(err).Msg("demo failed")
+			}
+		}()
+	}
+
+	a.Run(runCtx)
+	cons.Stop()
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelClose()
+	_ = dl.Close(closeCtx)
+	_ = adm.Shutdown(closeCtx)
+	if err := nc.Drain(); err != nil {
+		log.Warn().Err(err).Msg("nats drain")
+	}
+	log.Info().Msg("dispatcher stopped")
+	return nil
+}
+
+func loadPolicy(s *settings) (*configs.Policy, error) {
+	if s.policy != "" {
+		return configs.Load(s.policy)
+	}
+	return configs.Default(s.queuePolicy, s.queueThreshold.v)
+}
+
+func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
+	host, port, err := net.SplitHostPort(s.natsListen)
+	if err != nil {
+		return nil, fmt.Errorf("--nats-listen %q: %w", s.natsListen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("--nats-listen %q: bad port", s.natsListen)
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "fairdispatch-embedded", Host: host, Port: p,
+		JetStream: true, StoreDir: s.dataDir, NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server on %s did not start (is the port taken?)", s.natsListen)
+	}
+	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Msg("embedded nats-server with JetStream started")
+	return srv, nil
+}
+
+// control adapts the actor to the admin API.
+type control struct {
+	a  *dispatcher.Actor
+	nc *nats.Conn
+}
+
+func (c control) Thresholds() filters.Thresholds { return c.a.Thresholds() }
+func (c control) SetThresholds(ctx context.Context, t filters.Thresholds) error {
+	return c.a.SetThresholds(ctx, t)
+}
+func (c control) Queues() any { return c.a.View() }
+func (c control) Ready() error {
+	switch {
+	case !c.nc.IsConnected():
+		return fmt.Errorf("not connected to NATS")
+	case c.a.InGrace():
+		return fmt.Errorf("start-up grace running")
+	}
+	return nil
+}

@@ -1,0 +1,527 @@
+package dispatcher
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/bus"
+	"fairdispatch/filters"
+	"fairdispatch/ingest"
+	"fairdispatch/metrics"
+	"fairdispatch/request"
+	"fairdispatch/scheduler"
+	"fairdispatch/workers"
+)
+
+// Handshaker sends a dispatched request to a worker (bus.Handshaker).
+type Handshaker interface {
+	Send(worker string, hdr nats.Header, body []byte, token uint64) error
+}
+
+// DeadLetterer stores rejected requests (bus.DeadLetterer).
+type DeadLetterer interface {
+	Publish(dl bus.DeadLetter, done func(error)) error
+}
+
+// Releaser is told when held deliveries leave the dispatcher (ingest.Consumer).
+type Releaser interface {
+	Release(n int)
+	Stop()
+}
+
+// Config configures an Actor.
+type Config struct {
+	Stream          string        // the request stream, for default request ids
+	AckWait         time.Duration // the consumer's ack wait
+	DispatchTimeout time.Duration // how long a worker may take to answer; bounds shutdown
+	Tick            time.Duration // safety-net re-check and deadline resolution; default 25ms
+	Now             func() time.Time
+}
+
+// Deps are the adapters the actor drives.
+type Deps struct {
+	Scheduler   *scheduler.Scheduler
+	Handshaker  Handshaker
+	DeadLetters DeadLetterer
+	Consumer    Releaser
+	Keeper      *ingest.Keeper
+	Outcome     func(subject string, o bus.OutcomeMsg) error
+	Metrics     *metrics.Metrics
+	Log         zerolog.Logger
+}
+
+// held is a request the dispatcher holds: queued, or sent and not yet answered.
+type held struct {
+	msg      jetstream.Msg
+	snap     *request.Snapshot
+	token    string // subject token
+	replyTo  string
+	inFlight bool
+	worker   string
+	rank     int32
+	seq      uint64
+	dead     bool             // being dead-lettered
+	err      *scheduler.Error // why, while dead
+}
+
+type loadMsg struct {
+	token string
+	data  []byte
+}
+
+type dlqDone struct {
+	seq uint64
+	err error
+}
+
+type thresholdReq struct {
+	t    filters.Thresholds
+	done chan struct{}
+}
+
+// Actor is the queue actor. Create it with New, feed it through its methods
+// (each safe for concurrent use), and run it with Run.
+type Actor struct {
+	cfg Config
+	d   Deps
+	log zerolog.Logger
+
+	deliveries chan []ingest.Delivery
+	results    chan bus.Result
+	loads      chan loadMsg
+	dlq        chan dlqDone
+	thresholds chan thresholdReq
+	conn       chan bool
+
+	held        map[uint64]*held
+	inFlight    int
+	connected   bool
+	stopping    bool
+	tickDecs    []scheduler.Decision
+	workerLoads []metrics.WorkerLoad
+
+	view      atomic.Pointer[View]
+	th        atomic.Pointer[filters.Thresholds]
+	connState atomic.Bool
+	grace     atomic.Bool
+}
+
+// New returns an actor; it does nothing until Run.
+func New(cfg Config, d Deps) *Actor {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 25 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Actor{
+		cfg: cfg, d: d, log: d.Log.With().Str("component", "actor").Logger(),
+		deliveries: make(chan []ingest.Delivery, 64),
+		results:    make(chan bus.Result, 4096),
+		loads:      make(chan loadMsg, 4096),
+		dlq:        make(chan dlqDone, 4096),
+		thresholds: make(chan thresholdReq),
+		conn:       make(chan bool, 16),
+		held:       make(map[uint64]*held),
+		connected:  true,
+	}
+	t := d.Scheduler.Thresholds()
+	a.th.Store(&t)
+	a.connState.Store(true)
+	a.grace.Store(true)
+	a.publishView(cfg.Now())
+	return a
+}
+
+// Deliveries is where ingest sends decoded request messages.
+func (a *Actor) Deliveries() chan<- []ingest.Delivery { return a.deliveries }
+
+// HandshakeResult delivers a worker's answer (the bus.Handshaker callback).
+func (a *Actor) HandshakeResult(r bus.Result) { a.results <- r }
+
+// LoadReport delivers a raw load report (the bus.SubscribeLoad callback).
+func (a *Actor) LoadReport(token string, data []byte) {
+	a.loads <- loadMsg{token, append([]byte(nil), data...)}
+}
+
+// Connected tells the actor the NATS connection came back (true) or was lost.
+func (a *Actor) Connected(up bool) {
+	a.connState.Store(up)
+	a.conn <- up
+}
+
+// IsConnected reports the last connection state given to Connected.
+func (a *Actor) IsConnected() bool { return a.connState.Load() }
+
+// InGrace reports whether the start-up grace is still running.
+func (a *Actor) InGrace() bool { return a.grace.Load() }
+
+// Thresholds returns the busy thresholds in force.
+func (a *Actor) Thresholds() filters.Thresholds { return *a.th.Load() }
+
+// SetThresholds has the actor apply new busy thresholds and returns once it has.
+func (a *Actor) SetThresholds(ctx context.Context, t filters.Thresholds) error {
+	req := thresholdReq{t, make(chan struct{})}
+	select {
+	case a.thresholds <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-req.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run runs the actor until ctx ends, then shuts down (SPEC 9, SIGTERM): the
+// consumer stops, every queued message is handed back for immediate
+// redelivery, and Run returns once every dispatch in flight is answered and
+// every dead letter stored, or the dispatch timeout and 3 s more have passed.
+func (a *Actor) Run(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.Tick)
+	defer tick.Stop()
+	lastView := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			drain, cancel := context.WithTimeout(context.Background(), a.cfg.DispatchTimeout+3*time.Second)
+			a.shutdown(drain)
+			cancel()
+			return
+		case batch := <-a.deliveries:
+			now := a.cfg.Now()
+			for i := range batch {
+				a.admit(now, &batch[i])
+			}
+		case r := <-a.results:
+			a.answer(r)
+		case l := <-a.loads:
+			a.report(l)
+		case d := <-a.dlq:
+			a.deadLettered(d)
+		case req := <-a.thresholds:
+			a.d.Scheduler.SetThresholds(req.t)
+			t := req.t
+			a.th.Store(&t)
+			close(req.done)
+		case up := <-a.conn:
+			a.connection(up)
+		case <-tick.C:
+			now := a.cfg.Now()
+			a.tick(now)
+			if now.Sub(lastView) >= time.Second {
+				a.publishView(now)
+				lastView = now
+			}
+		}
+		a.drain()
+	}
+}
+
+// drain dispatches while anything queued is dispatchable.
+func (a *Actor) drain() {
+	if !a.connected || a.stopping {
+		return
+	}
+	now := a.cfg.Now()
+	ns := now.UnixNano()
+	for {
+		d := a.d.Scheduler.Next(ns)
+		if d.Kind == scheduler.None {
+			return
+		}
+		a.decide(now, a.held[d.Req.Ref], d)
+	}
+}
+
+// admit takes in one delivery.
+func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
+	if h := a.held[dl.StreamSeq]; h != nil {
+		// A redelivery of a request we hold: keep one copy, with the new handle.
+		h.msg = dl.Msg
+		a.d.Keeper.Replace(dl.StreamSeq, dl.Msg)
+		a.d.Consumer.Release(1)
+		a.d.Metrics.Redelivered()
+		return
+	}
+	if a.stopping {
+		_ = dl.Msg.Nak()
+		a.d.Consumer.Release(1)
+		return
+	}
+	id := dl.Headers.MsgID
+	if id == "" {
+		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
+	}
+	h := &held{msg: dl.Msg, token: dl.Token, replyTo: dl.Headers.ReplyTo}
+	a.held[dl.StreamSeq] = h
+	a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
+	if dl.Err != nil {
+		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
+		a.reject(now, h, &scheduler.Error{Code: request.BadRequest, Message: dl.Err.Error()})
+		return
+	}
+	hd := &dl.Headers
+	arr := scheduler.Arrival{
+		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap,
+		Strict: hd.Strict, Jump: hd.Jump, Pin: hd.Pin, Allowed: hd.Allowed, Required: hd.Required,
+		Preferred: hd.Preferred, Published: dl.Published.UnixNano(), DeadlineMs: hd.DeadlineMs, HasDeadline: hd.HasDeadline,
+	}
+	d := a.d.Scheduler.Arrive(now.UnixNano(), &arr)
+	h.snap = d.Req
+	a.decide(now, h, d)
+}
+
+// decide carries out a scheduler decision about held request h.
+func (a *Actor) decide(now time.Time, h *held, d scheduler.Decision) {
+	switch d.Kind {
+	case scheduler.Dispatch:
+		a.send(now, h, d)
+	case scheduler.Reject:
+		a.reject(now, h, d.Err)
+	}
+}
+
+// dispatch headers the actor sets; any producer-sent variant of them is removed.
+var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-Rank", "Dispatch-Seq",
+	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack"}
+
+func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
+	r := h.snap
+	src := h.msg.Headers()
+	hdr := make(nats.Header, len(src)+len(ownHeaders))
+	for k, v := range src {
+		if !isOwnHeader(k) {
+			hdr[k] = v
+		}
+	}
+	hdr["Dispatch-Request-Id"] = []string{r.ID}
+	hdr["Dispatch-Class"] = []string{a.className(r.Class)}
+	hdr["Dispatch-DP-Rank"] = []string{strconv.Itoa(int(d.Rank))}
+	hdr["Dispatch-Seq"] = []string{strconv.FormatUint(d.Seq, 10)}
+	hdr["Dispatch-Cost"] = []string{strconv.FormatUint(r.Cost, 10)}
+	hdr["Dispatch-Queued-Ms"] = []string{strconv.FormatInt(queuedMs(now, r), 10)}
+	hdr["Dispatch-Ack"] = []string{h.msg.Reply()}
+	h.inFlight, h.worker, h.rank, h.seq = true, d.Worker, d.Rank, d.Seq
+	a.inFlight++
+	a.d.Keeper.Drop(r.Ref)
+	if err := a.d.Handshaker.Send(d.Worker, hdr, h.msg.Data(), r.Ref); err != nil {
+		a.log.Warn().Err(err).Str("request_id", r.ID).Str("worker_id", d.Worker).Msg("dispatch send failed")
+		a.answer(bus.Result{Token: r.Ref, Worker: d.Worker, Outcome: bus.Refused})
+	}
+}
+
+func isOwnHeader(k string) bool {
+	if len(k) < 9 || !strings.EqualFold(k[:9], "Dispatch-") {
+		return false
+	}
+	for _, o := range ownHeaders {
+		if strings.EqualFold(k, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// answer handles a worker's answer to a dispatch.
+func (a *Actor) answer(res bus.Result) {
+	h := a.held[res.Token]
+	if h == nil || !h.inFlight {
+		return
+	}
+	h.inFlight = false
+	a.inFlight--
+	now := a.cfg.Now()
+	a.d.Metrics.Handshake(res.Outcome.String())
+	if res.Outcome == bus.Accepted {
+		r := h.snap
+		delete(a.held, res.Token)
+		a.d.Consumer.Release(1)
+		a.d.Metrics.Dispatched(r.Class)
+		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
+		if h.replyTo != "" {
+			rank, q := int(h.rank), queuedMs(now, r)
+			a.outcome(h.replyTo, bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusDispatched,
+				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q})
+		}
+		return
+	}
+	if res.Outcome == bus.Timeout {
+		a.log.Debug().Str("request_id", h.snap.ID).Str("worker_id", h.worker).Msg("dispatch timed out; the request keeps its place")
+	}
+	if a.stopping {
+		a.handBack(res.Token, h)
+		return
+	}
+	a.d.Scheduler.Return(now.UnixNano(), h.snap, h.worker, h.seq)
+	a.d.Keeper.Hold(res.Token, h.msg, now)
+}
+
+// handBack NAKs a held message for immediate redelivery and forgets it.
+func (a *Actor) handBack(seq uint64, h *held) {
+	_ = h.msg.Nak()
+	a.d.Keeper.Drop(seq)
+	delete(a.held, seq)
+	a.d.Consumer.Release(1)
+}
+
+// reject dead-letters h; its message is acknowledged once the DLQ copy is stored.
+func (a *Actor) reject(now time.Time, h *held, e *scheduler.Error) {
+	r := h.snap
+	h.dead = true
+	class := h.token
+	if r.Class >= 0 {
+		class = a.className(r.Class)
+	}
+	a.d.Metrics.Rejected(r.Class, e.Code)
+	a.d.Keeper.Drop(r.Ref)
+	seq := r.Ref
+	err := a.d.DeadLetters.Publish(bus.DeadLetter{
+		Class: class, RequestID: r.ID, Code: string(e.Code), Message: e.Message,
+		Header: h.msg.Headers(), Body: h.msg.Data(),
+	}, func(err error) { a.dlq <- dlqDone{seq, err} })
+	if err != nil {
+		a.log.Error().Err(err).Str("request_id", r.ID).Msg("dead letter refused; handing the message back")
+		a.handBack(seq, h)
+		return
+	}
+	h.err = e
+}
+
+func (a *Actor) deadLettered(d dlqDone) {
+	h := a.held[d.seq]
+	if h == nil {
+		return
+	}
+	if d.err != nil {
+		a.log.Error().Err(d.err).Str("request_id", h.snap.ID).Msg("dead letter not stored; handing the message back")
+		a.handBack(d.seq, h)
+		return
+	}
+	a.d.Metrics.DeadLetter(h.snap.Class)
+	if err := h.msg.Ack(); err != nil {
+		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
+	}
+	a.d.Keeper.Drop(d.seq)
+	delete(a.held, d.seq)
+	a.d.Consumer.Release(1)
+	if h.replyTo != "" {
+		r, e := h.snap, h.err
+		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message}
+		if r.Class >= 0 {
+			o.PolicyClass = a.className(r.Class)
+		}
+		if e.Code == request.QueueFull {
+			o.Details = map[string]any{"limit_kind": e.LimitKind, "current": e.Current, "limit": e.Limit}
+		}
+		a.outcome(h.replyTo, o)
+	}
+}
+
+func (a *Actor) outcome(subject string, o bus.OutcomeMsg) {
+	if err := a.d.Outcome(subject, o); err != nil {
+		a.log.Warn().Err(err).Str("request_id", o.RequestID).Str("subject", subject).Msg("outcome not published")
+	}
+}
+
+func (a *Actor) report(l loadMsg) {
+	rep, err := workers.ParseReport(l.token, l.data)
+	if err != nil {
+		a.d.Metrics.LoadDropped(string(workers.Reason(err)))
+		a.log.Debug().Err(err).Str("worker_id", l.token).Msg("load report dropped")
+		return
+	}
+	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), rep) {
+		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
+	}
+}
+
+func (a *Actor) connection(up bool) {
+	if up == a.connected {
+		return
+	}
+	a.connected = up
+	a.d.Metrics.SetConnected(up)
+	now := a.cfg.Now().UnixNano()
+	if up {
+		a.d.Scheduler.Resume(now)
+		a.log.Info().Msg("connected: dispatching resumes")
+	} else {
+		a.d.Scheduler.Pause()
+		a.log.Warn().Msg("disconnected: queues kept, dispatching paused")
+	}
+}
+
+func (a *Actor) tick(now time.Time) {
+	ns := now.UnixNano()
+	a.grace.Store(a.d.Scheduler.InGrace(ns))
+	a.tickDecs = a.d.Scheduler.Tick(ns, a.tickDecs[:0])
+	for _, d := range a.tickDecs {
+		if h := a.held[d.Req.Ref]; h != nil {
+			a.reject(now, h, d.Err)
+		}
+	}
+	clear(a.tickDecs)
+	if a.connected {
+		for range a.d.Keeper.Tick(now) {
+			a.d.Metrics.ProgressAck()
+		}
+	}
+}
+
+func (a *Actor) shutdown(drain context.Context) {
+	a.stopping = true
+	a.d.Consumer.Stop()
+	n := 0
+	for seq, h := range a.held {
+		if !h.inFlight && !h.dead {
+			a.handBack(seq, h)
+			n++
+		}
+	}
+	a.log.Info().Int("handed_back", n).Int("in_flight", a.inFlight).Msg("shutting down")
+	for a.inFlight > 0 || a.deadPending() {
+		select {
+		case r := <-a.results:
+			a.answer(r)
+		case d := <-a.dlq:
+			a.deadLettered(d)
+		case batch := <-a.deliveries:
+			for i := range batch {
+				a.admit(a.cfg.Now(), &batch[i])
+			}
+		case <-drain.Done():
+			a.log.Warn().Int("in_flight", a.inFlight).Msg("drain deadline: exiting with dispatches unanswered")
+			return
+		}
+	}
+}
+
+func (a *Actor) deadPending() bool {
+	for _, h := range a.held {
+		if h.dead {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *Actor) className(k int) string {
+	if k < 0 {
+		return ""
+	}
+	return a.d.Scheduler.Policy().Classes[k].Name
+}
+
+func queuedMs(now time.Time, r *request.Snapshot) int64 {
+	return max(0, now.UnixNano()-r.Arrival) / 1e6
+}

@@ -1,0 +1,83 @@
+package dispatcher
+
+import (
+	"time"
+
+	"fairdispatch/metrics"
+	"fairdispatch/scheduler"
+)
+
+// View is the immutable snapshot of the actor's state that the admin API
+// serves at /debug/queues. The actor publishes a new one about every second.
+type View struct {
+	At        time.Time              `json:"at"`
+	Connected bool                   `json:"connected"`
+	Grace     bool                   `json:"startup_grace"`
+	Held      int                    `json:"held"`
+	InFlight  int                    `json:"in_flight"`
+	Classes   []scheduler.ClassStats `json:"classes"`
+	Workers   []WorkerView           `json:"workers"`
+}
+
+// WorkerView is one live worker in a View.
+type WorkerView struct {
+	ID         string     `json:"worker_id"`
+	Draining   bool       `json:"draining"`
+	Excluded   bool       `json:"excluded"`
+	Overloaded bool       `json:"overloaded"`
+	Bookings   int        `json:"bookings"`
+	Ranks      []RankView `json:"ranks"`
+}
+
+// RankView is one rank's load: as reported, as booked since, and the sum.
+type RankView struct {
+	Rank            int32  `json:"dp_rank"`
+	ReportedPrefill uint64 `json:"reported_prefill_tokens"`
+	BookedPrefill   uint64 `json:"booked_prefill_tokens"`
+	Prefill         uint64 `json:"active_prefill_tokens"`
+	DecodeBlocks    uint64 `json:"active_decode_blocks"`
+	KVUsedBlocks    uint64 `json:"kv_used_blocks"`
+	ActiveRequests  uint64 `json:"active_requests"`
+	DecodeLatch     bool   `json:"decode_latch"`
+}
+
+// View returns the last published snapshot.
+func (a *Actor) View() *View { return a.view.Load() }
+
+// publishView builds a new View and updates the gauges from it.
+func (a *Actor) publishView(now time.Time) {
+	s := a.d.Scheduler
+	v := &View{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
+	v.Classes = s.Stats(nil)
+	for _, w := range s.Workers().All() {
+		wv := WorkerView{ID: w.ID, Draining: w.Draining, Excluded: w.Excluded, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
+		for i := range w.Ranks {
+			rk := &w.Ranks[i]
+			l := rk.Load()
+			wv.Ranks = append(wv.Ranks, RankView{
+				Rank: int32(w.Start) + int32(i), ReportedPrefill: rk.Reported.ActivePrefillTokens, BookedPrefill: rk.Booked,
+				Prefill: l.ActivePrefillTokens, DecodeBlocks: l.ActiveDecodeBlocks, KVUsedBlocks: l.KVUsedBlocks,
+				ActiveRequests: l.ActiveRequests, DecodeLatch: rk.Latch,
+			})
+		}
+		v.Workers = append(v.Workers, wv)
+	}
+	a.view.Store(v)
+
+	m := a.d.Metrics
+	for k, c := range v.Classes {
+		m.SetClass(k, metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit})
+	}
+	a.workerLoads = a.workerLoads[:0]
+	for _, w := range v.Workers {
+		wl := metrics.WorkerLoad{ID: w.ID, Overloaded: w.Overloaded}
+		for _, r := range w.Ranks {
+			wl.BookedPrefill += r.BookedPrefill
+			wl.ReportedPrefill += r.ReportedPrefill
+		}
+		a.workerLoads = append(a.workerLoads, wl)
+	}
+	m.SetWorkers(a.workerLoads)
+	m.SetHeld(v.Held)
+	m.SetGraceOver(!v.Grace)
+}

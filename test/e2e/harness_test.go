@@ -1,0 +1,334 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/worker/mock"
+)
+
+// dispatcherBin is the dispatcher binary built once by TestMain.
+var dispatcherBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fairdispatch-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dispatcherBin = filepath.Join(dir, "dispatcher")
+	args := []string{"build", "-o", dispatcherBin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "fairdispatch/cmd/dispatcher")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the dispatcher:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// waitFor polls cond every 10 ms until it holds or the timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// natsServer is an embedded nats-server with JetStream, restartable on the same storage.
+type natsServer struct {
+	t    testing.TB
+	dir  string
+	port int
+	srv  *server.Server
+	mod  func(*server.Options)
+}
+
+func startNATS(t testing.TB, mod ...func(*server.Options)) *natsServer {
+	t.Helper()
+	n := &natsServer{t: t, dir: t.TempDir(), port: -1}
+	if len(mod) > 0 {
+		n.mod = mod[0]
+	}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsServer) start() {
+	n.t.Helper()
+	o := &server.Options{Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir, NoLog: true, NoSigs: true}
+	if n.mod != nil {
+		n.mod(o)
+	}
+	srv, err := server.NewServer(o)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		n.t.Fatal("nats-server did not start")
+	}
+	n.srv = srv
+	n.port = srv.Addr().(*net.TCPAddr).Port
+}
+
+func (n *natsServer) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// restart stops the server and starts it again on the same port and storage.
+func (n *natsServer) restart() {
+	n.stop()
+	n.start()
+}
+
+func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+
+func connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func jsOf(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// lockedBuffer collects a subprocess's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// proc is a dispatcher subprocess.
+type proc struct {
+	t        testing.TB
+	cmd      *exec.Cmd
+	httpAddr string
+	out      *lockedBuffer
+	done     chan struct{}
+	err      error
+}
+
+// dispatcherArgs are the defaults every e2e dispatcher runs with: short ack
+// wait and grace so that recovery is observable in seconds.
+func dispatcherArgs(url string) []string {
+	return []string{"--nats-url", url, "--ack-wait", "4s", "--dispatch-timeout", "500ms",
+		"--startup-grace", "300ms", "--log-format", "json", "--log-level", "info"}
+}
+
+// startDispatcher starts the dispatcher binary with the default arguments plus
+// extra (later flags win) and waits until /readyz says ready.
+func startDispatcher(t testing.TB, url string, extra ...string) *proc {
+	t.Helper()
+	p := launch(t, url, extra...)
+	p.waitReady()
+	return p
+}
+
+// launch starts the dispatcher without waiting for it.
+func launch(t testing.TB, url string, extra ...string) *proc {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append(dispatcherArgs(url), "--http-addr", addr)
+	args = append(args, extra...)
+	p := &proc{t: t, cmd: exec.Command(dispatcherBin, args...), httpAddr: addr, out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("dispatcher output:\n%s", tail(p.out.String(), 60))
+		}
+	})
+	return p
+}
+
+func (p *proc) waitReady() {
+	p.t.Helper()
+	waitFor(p.t, 20*time.Second, "dispatcher /readyz", func() bool {
+		select {
+		case <-p.done:
+			p.t.Fatalf("dispatcher exited: %v\n%s", p.err, tail(p.out.String(), 40))
+		default:
+		}
+		code, _ := p.get("/readyz")
+		return code == http.StatusOK
+	})
+}
+
+func (p *proc) get(path string) (int, string) {
+	resp, err := http.Get("http://" + p.httpAddr + path)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the sum of every sample of a Prometheus metric whose line
+// starts with name (and, when given, contains every label fragment).
+func (p *proc) metric(name string, labels ...string) float64 {
+	_, body := p.get("/metrics")
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%g", &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	<-p.done
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// wait waits for the process to exit.
+func (p *proc) wait(timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		p.t.Fatalf("dispatcher did not exit within %v", timeout)
+		return nil
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func tail(s string, lines int) string {
+	ls := strings.Split(s, "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// startMock starts an in-process mock worker.
+func startMock(t testing.TB, nc *nats.Conn, cfg mock.Config) *mock.Worker {
+	t.Helper()
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 4 * time.Second
+	}
+	w, err := mock.New(nc, cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
+// writePolicy writes a policy file into a temp dir and returns its path.
+func writePolicy(t testing.TB, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// streamMsgs returns the number of messages in a stream.
+func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
