@@ -480,7 +480,7 @@ func (a *Actor) tick(now time.Time) {
 
 func (a *Actor) shutdown(drain context.Context) {
 	a.stopping = true
-	a.d.Consumer.Stop()
+	a.d.Consumer.Stop() // normally stopped already by the caller
 	n := 0
 	for seq, h := range a.held {
 		if !h.inFlight && !h.dead {

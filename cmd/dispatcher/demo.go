@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -42,7 +43,7 @@ func runDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log
 		ISL:        512,
 		Order:      loadgen.OrderAlternating,
 		Timeout:    2 * time.Minute,
-		OnProgress: func(p loadgen.Progress) { progressLine(out, p) },
+		OnProgress: progress(out),
 	}, quiet)
 	fmt.Fprintln(out)
 	if res == nil {
@@ -57,14 +58,35 @@ func runDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log
 	return err
 }
 
-func progressLine(out io.Writer, p loadgen.Progress) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "\r%6.1fs  published %d/%d", p.Elapsed.Seconds(), p.Published, p.Requests)
-	for _, c := range []string{"premium", "regular"} {
-		fmt.Fprintf(&b, "  %s %4d", c, p.Completed[c])
+// progress returns the demo's progress printer: one line overwritten in place
+// on a terminal, a new line about every second otherwise (make run | tee, CI).
+func progress(out io.Writer) func(loadgen.Progress) {
+	tty := false
+	if f, ok := out.(*os.File); ok {
+		if st, err := f.Stat(); err == nil {
+			tty = st.Mode()&os.ModeCharDevice != 0
+		}
 	}
-	if p.Rejected > 0 {
-		fmt.Fprintf(&b, "  rejected %d", p.Rejected)
+	var last time.Duration = -time.Second
+	return func(p loadgen.Progress) {
+		if !tty && p.Elapsed-last < time.Second && p.Published < p.Requests {
+			return
+		}
+		last = p.Elapsed
+		var b strings.Builder
+		if tty {
+			b.WriteString("\r")
+		}
+		fmt.Fprintf(&b, "%6.1fs  published %d/%d", p.Elapsed.Seconds(), p.Published, p.Requests)
+		for _, c := range []string{"premium", "regular"} {
+			fmt.Fprintf(&b, "  %s completed %4d", c, p.Completed[c])
+		}
+		if p.Rejected > 0 {
+			fmt.Fprintf(&b, "  rejected %d", p.Rejected)
+		}
+		if !tty {
+			b.WriteString("\n")
+		}
+		fmt.Fprint(out, b.String())
 	}
-	fmt.Fprint(out, b.String())
 }

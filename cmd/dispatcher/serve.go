@@ -138,10 +138,23 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	}
 	defer sub.Unsubscribe()
 
+	// Shutdown order (SPEC 9, SIGTERM): stop pulling and wait for the pull to
+	// end, so that messages handed back are not pulled straight in again; then
+	// the actor hands back what it holds and waits for dispatches in flight.
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
+	actorCtx, stopActor := context.WithCancel(context.Background())
+	defer stopActor()
 	consDone := make(chan error, 1)
-	go func() { consDone <- cons.Run(runCtx, a.Deliveries()) }()
+	go func() { consDone <- cons.Run(context.Background(), a.Deliveries()) }()
+	go func() {
+		<-runCtx.Done()
+		cons.Stop()
+		if err := <-consDone; err != nil {
+			log.Warn().Err(err).Msg("consumer stopped")
+		}
+		stopActor()
+	}()
 	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
 		Dur("startup_grace", s.grace).Msg("dispatcher running")
 
@@ -153,9 +166,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 			}
 		}()
 	}
-
-	a.Run(runCtx)
-	cons.Stop()
+	a.Run(actorCtx)
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelClose()
 	_ = dl.Close(closeCtx)
