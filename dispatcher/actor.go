@@ -191,13 +191,19 @@ func (a *Actor) Run(ctx context.Context) {
 	defer tick.Stop()
 	lastView := time.Time{}
 	for {
+		// While disconnected, deliveries wait in the channel: an arrival could
+		// otherwise be dispatched straight away (SPEC 1.2).
+		deliveries := a.deliveries
+		if !a.connected {
+			deliveries = nil
+		}
 		select {
 		case <-ctx.Done():
 			drain, cancel := context.WithTimeout(context.Background(), a.cfg.DispatchTimeout+3*time.Second)
 			a.shutdown(drain)
 			cancel()
 			return
-		case batch := <-a.deliveries:
+		case batch := <-deliveries:
 			now := a.cfg.Now()
 			for i := range batch {
 				a.admit(now, &batch[i])
