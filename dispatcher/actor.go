@@ -98,13 +98,14 @@ type Actor struct {
 	loads      chan loadMsg
 	dlq        chan dlqDone
 	thresholds chan thresholdReq
-	conn       chan bool
+	conn       chan struct{} // a connection change; the state is in connState
 
 	held        map[uint64]*held
 	inFlight    int
 	connected   bool
 	stopping    bool
 	tickDecs    []scheduler.Decision
+	parked      []*held // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
 
 	view      atomic.Pointer[View]
@@ -128,7 +129,7 @@ func New(cfg Config, d Deps) *Actor {
 		loads:      make(chan loadMsg, 4096),
 		dlq:        make(chan dlqDone, 4096),
 		thresholds: make(chan thresholdReq),
-		conn:       make(chan bool, 16),
+		conn:       make(chan struct{}, 1),
 		held:       make(map[uint64]*held),
 		connected:  true,
 	}
@@ -136,6 +137,7 @@ func New(cfg Config, d Deps) *Actor {
 	a.th.Store(&t)
 	a.connState.Store(true)
 	a.grace.Store(true)
+	d.Metrics.SetConnected(true)
 	a.publishView(cfg.Now())
 	return a
 }
@@ -152,9 +154,13 @@ func (a *Actor) LoadReport(token string, data []byte) {
 }
 
 // Connected tells the actor the NATS connection came back (true) or was lost.
+// It never blocks, so NATS callbacks may call it; the latest state wins.
 func (a *Actor) Connected(up bool) {
 	a.connState.Store(up)
-	a.conn <- up
+	select {
+	case a.conn <- struct{}{}:
+	default:
+	}
 }
 
 // IsConnected reports the last connection state given to Connected.
@@ -219,12 +225,13 @@ func (a *Actor) Run(ctx context.Context) {
 			t := req.t
 			a.th.Store(&t)
 			close(req.done)
-		case up := <-a.conn:
-			a.connection(up)
+		case <-a.conn:
+			a.connection(a.connState.Load())
 		case <-tick.C:
 			now := a.cfg.Now()
 			a.tick(now)
 			if now.Sub(lastView) >= time.Second {
+				a.d.Scheduler.RecheckAll() // the safety net of SPEC 6.5
 				a.publishView(now)
 				lastView = now
 			}
@@ -273,7 +280,12 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
 	if dl.Err != nil {
 		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
-		a.reject(now, h, &scheduler.Error{Code: request.BadRequest, Message: dl.Err.Error()})
+		h.err = &scheduler.Error{Code: request.BadRequest, Message: dl.Err.Error()}
+		if a.d.Scheduler.InGrace(now.UnixNano()) {
+			a.parked = append(a.parked, h) // nothing is failed during the grace (SPEC 9)
+			return
+		}
+		a.reject(now, h, h.err)
 		return
 	}
 	hd := &dl.Headers
@@ -369,6 +381,11 @@ func (a *Actor) answer(res bus.Result) {
 		return
 	}
 	a.d.Scheduler.Return(now.UnixNano(), h.snap, h.worker, h.seq)
+	// The ack wait last restarted up to half an ack wait plus the dispatch
+	// timeout ago: restart it now, so the Keeper's clock is the server's.
+	if err := h.msg.InProgress(); err == nil {
+		a.d.Metrics.ProgressAck()
+	}
 	a.d.Keeper.Hold(res.Token, h.msg, now)
 }
 
@@ -469,7 +486,17 @@ func (a *Actor) connection(up bool) {
 
 func (a *Actor) tick(now time.Time) {
 	ns := now.UnixNano()
-	a.grace.Store(a.d.Scheduler.InGrace(ns))
+	inGrace := a.d.Scheduler.InGrace(ns)
+	a.grace.Store(inGrace)
+	if !inGrace && len(a.parked) > 0 {
+		for _, h := range a.parked {
+			if a.held[h.snap.Ref] == h {
+				a.reject(now, h, h.err)
+			}
+		}
+		clear(a.parked)
+		a.parked = a.parked[:0]
+	}
 	a.tickDecs = a.d.Scheduler.Tick(ns, a.tickDecs[:0])
 	for _, d := range a.tickDecs {
 		if h := a.held[d.Req.Ref]; h != nil {

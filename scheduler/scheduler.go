@@ -386,6 +386,10 @@ func (s *Scheduler) Pause() { s.reg.Pause() }
 // Resume restarts them from now.
 func (s *Scheduler) Resume(now int64) { s.reg.Resume(now) }
 
+// RecheckAll returns every blocked lane to the ready index, to be examined
+// again: the timer's safety net (SPEC 6.5). O(blocked lanes × log L).
+func (s *Scheduler) RecheckAll() { s.recheckAll() }
+
 func (s *Scheduler) recheckAll() {
 	for _, c := range s.classes {
 		c.RecheckAll()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -53,12 +54,12 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		TLSCA: s.tlsCA, TLSCert: s.tlsCert, TLSKey: s.tlsKey,
 		OnDisconnect: func() {
 			if a := act.Load(); a != nil {
-				go a.Connected(false)
+				a.Connected(false)
 			}
 		},
 		OnReconnect: func() {
 			if a := act.Load(); a != nil {
-				go a.Connected(true)
+				a.Connected(true)
 			}
 		},
 	}, log)
@@ -128,7 +129,10 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		a.Connected(false)
 	}
 
-	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg}, control{a, nc}, log)
+	ctl := &control{a: a, nc: nc}
+	ctl.streamsOK.Store(true) // ensured just above
+	go ctl.watchStreams(ctx, js, hs, m, log)
+	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg}, ctl, log)
 	if err := adm.Start(); err != nil {
 		return fmt.Errorf("admin http: %w", err)
 	}
@@ -212,21 +216,58 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 
 // control adapts the actor to the admin API.
 type control struct {
-	a  *dispatcher.Actor
-	nc *nats.Conn
+	a         *dispatcher.Actor
+	nc        *nats.Conn
+	streamsOK atomic.Bool
 }
 
-func (c control) Thresholds() filters.Thresholds { return c.a.Thresholds() }
-func (c control) SetThresholds(ctx context.Context, t filters.Thresholds) error {
+func (c *control) Thresholds() filters.Thresholds { return c.a.Thresholds() }
+func (c *control) SetThresholds(ctx context.Context, t filters.Thresholds) error {
 	return c.a.SetThresholds(ctx, t)
 }
-func (c control) Queues() any { return c.a.View() }
-func (c control) Ready() error {
+func (c *control) Queues() any { return c.a.View() }
+
+// Ready is SPEC 8's readiness: connected, streams present, grace over.
+func (c *control) Ready() error {
 	switch {
 	case !c.nc.IsConnected():
 		return fmt.Errorf("not connected to NATS")
+	case !c.streamsOK.Load():
+		return fmt.Errorf("stream %s or %s missing", bus.ReqStream, bus.DLQStream)
 	case c.a.InGrace():
 		return fmt.Errorf("start-up grace running")
 	}
 	return nil
+}
+
+// watchStreams checks every few seconds that both streams exist, and copies
+// the handshaker's count of late answers into the metrics.
+func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, m *metrics.Metrics, log zerolog.Logger) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	var late uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for n := hs.Late(); late < n; late++ {
+			m.Handshake(metrics.OutcomeLate)
+		}
+		if !c.nc.IsConnected() {
+			continue
+		}
+		ok := true
+		for _, name := range []string{bus.ReqStream, bus.DLQStream} {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Stream(cctx, name)
+			cancel()
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				ok = false
+				log.Error().Str("stream", name).Msg("stream missing: not ready")
+			}
+		}
+		c.streamsOK.Store(ok)
+	}
 }
