@@ -33,7 +33,7 @@ const (
 	DLQWindow = 256
 	// DLQAckTimeout is how long one publish waits for JetStream's
 	// acknowledgement before it is retried.
-	DLQAckTimeout = 10 * time.Second
+	DLQAckTimeout = 5 * time.Second
 	// dlqRetryMin and dlqRetryMax bound the backoff between failed attempts
 	// of one dead letter (a disconnect is retried as soon as the connection is
 	// back, without backoff).

@@ -200,6 +200,7 @@ func TestDeadLetterSurvivesRestart(t *testing.T) {
 
 	ts.restart()
 	waitFor(t, "reconnect", func() bool { return nc.IsConnected() })
+	waitJetStream(t, js)
 	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -143,3 +143,15 @@ const testWait = 20 * time.Second
 func timeAfter() <-chan time.Time { return time.After(testWait) }
 
 func nopLogger() zerolog.Logger { return zerolog.Nop() }
+
+// waitJetStream waits until JetStream answers on js's connection. Right after
+// a server (re)start the first API requests can go unanswered.
+func waitJetStream(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	waitFor(t, "jetstream", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err == nil
+	})
+}
