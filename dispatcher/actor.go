@@ -50,7 +50,7 @@ type Deps struct {
 	Scheduler   *scheduler.Scheduler
 	Handshaker  Handshaker
 	DeadLetters DeadLetterer
-	Consumer    Releaser
+	Consumer    Releaser // the first consumer; SetConsumer replaces it when the role changes
 	Keeper      *ingest.Keeper
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
@@ -60,6 +60,7 @@ type Deps struct {
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
 type held struct {
 	msg      jetstream.Msg
+	rel      Releaser // the consumer the message came from
 	snap     *request.Snapshot
 	token    string // subject token
 	replyTo  string
@@ -93,12 +94,14 @@ type Actor struct {
 	d   Deps
 	log zerolog.Logger
 
-	deliveries chan []ingest.Delivery
-	results    chan bus.Result
-	loads      chan loadMsg
-	dlq        chan dlqDone
-	thresholds chan thresholdReq
-	conn       chan struct{} // a connection change; the state is in connState
+	deliveries  chan []ingest.Delivery
+	results     chan bus.Result
+	loads       chan loadMsg
+	dlq         chan dlqDone
+	thresholds  chan thresholdReq
+	conn        chan struct{} // a connection change; the state is in connState
+	role        chan struct{} // a role change; the state is in leading
+	handBackReq chan chan int
 
 	held        map[uint64]*held
 	inFlight    int
@@ -112,7 +115,21 @@ type Actor struct {
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
+	leading   atomic.Bool // this process may pull and dispatch (it holds the lease)
+	cons      atomic.Pointer[Releaser]
 }
+
+// SetConsumer sets the consumer that deliveries come from from now on (each
+// leadership term pulls with a consumer of its own).
+func (a *Actor) SetConsumer(r Releaser) { a.cons.Store(&r) }
+
+func (a *Actor) consumer() Releaser { return *a.cons.Load() }
+
+// idle is the consumer of an actor that has not pulled yet.
+type idle struct{}
+
+func (idle) Release(int) {}
+func (idle) Stop()       {}
 
 // New returns an actor; it does nothing until Run.
 func New(cfg Config, d Deps) *Actor {
@@ -124,17 +141,23 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	a := &Actor{
 		cfg: cfg, d: d, log: d.Log.With().Str("component", "actor").Logger(),
-		deliveries: make(chan []ingest.Delivery, 64),
-		results:    make(chan bus.Result, 4096),
-		loads:      make(chan loadMsg, 4096),
-		dlq:        make(chan dlqDone, 4096),
-		thresholds: make(chan thresholdReq),
-		conn:       make(chan struct{}, 1),
-		held:       make(map[uint64]*held),
-		connected:  true,
+		deliveries:  make(chan []ingest.Delivery, 64),
+		results:     make(chan bus.Result, 4096),
+		loads:       make(chan loadMsg, 4096),
+		dlq:         make(chan dlqDone, 4096),
+		thresholds:  make(chan thresholdReq),
+		conn:        make(chan struct{}, 1),
+		role:        make(chan struct{}, 1),
+		handBackReq: make(chan chan int),
+		held:        make(map[uint64]*held),
+		connected:   true,
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)
+	if d.Consumer == nil {
+		d.Consumer = idle{}
+	}
+	a.SetConsumer(d.Consumer)
 	a.connState.Store(true)
 	a.grace.Store(true)
 	d.Metrics.SetConnected(true)
@@ -160,6 +183,38 @@ func (a *Actor) Connected(up bool) {
 	select {
 	case a.conn <- struct{}{}:
 	default:
+	}
+}
+
+// SetLeader tells the actor whether it may pull and dispatch. When it stops
+// leading it stops dispatching at once (checked before every dispatch); the
+// caller then stops the consumer and calls HandBack. It never blocks.
+func (a *Actor) SetLeader(lead bool) {
+	a.leading.Store(lead)
+	select {
+	case a.role <- struct{}{}:
+	default:
+	}
+}
+
+// Leader reports the role last given to SetLeader.
+func (a *Actor) Leader() bool { return a.leading.Load() }
+
+// HandBack has the actor hand every queued message back for immediate
+// redelivery (it lost the lead) and returns how many it handed back.
+// Dispatches in flight stay in flight; a refusal then hands the request back too.
+func (a *Actor) HandBack(ctx context.Context) (int, error) {
+	reply := make(chan int, 1)
+	select {
+	case a.handBackReq <- reply:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	select {
+	case n := <-reply:
+		return n, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
 }
 
@@ -200,7 +255,7 @@ func (a *Actor) Run(ctx context.Context) {
 		// While disconnected, deliveries wait in the channel: an arrival could
 		// otherwise be dispatched straight away (SPEC 1.2).
 		deliveries := a.deliveries
-		if !a.connected {
+		if !a.connected || !a.leading.Load() {
 			deliveries = nil
 		}
 		select {
@@ -227,6 +282,11 @@ func (a *Actor) Run(ctx context.Context) {
 			close(req.done)
 		case <-a.conn:
 			a.connection(a.connState.Load())
+		case <-a.role:
+			a.d.Metrics.SetLeader(a.leading.Load())
+			a.log.Info().Bool("leader", a.leading.Load()).Msg("role changed")
+		case reply := <-a.handBackReq:
+			reply <- a.handBackQueued()
 		case <-tick.C:
 			now := a.cfg.Now()
 			a.tick(now)
@@ -242,12 +302,12 @@ func (a *Actor) Run(ctx context.Context) {
 
 // drain dispatches while anything queued is dispatchable.
 func (a *Actor) drain() {
-	if !a.connected || a.stopping {
+	if !a.connected || !a.active() {
 		return
 	}
 	now := a.cfg.Now()
 	ns := now.UnixNano()
-	for {
+	for a.leading.Load() {
 		d := a.d.Scheduler.Next(ns)
 		if d.Kind == scheduler.None {
 			return
@@ -262,20 +322,20 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		// A redelivery of a request we hold: keep one copy, with the new handle.
 		h.msg = dl.Msg
 		a.d.Keeper.Replace(dl.StreamSeq, dl.Msg)
-		a.d.Consumer.Release(1)
+		a.consumer().Release(1)
 		a.d.Metrics.Redelivered()
 		return
 	}
-	if a.stopping {
+	if !a.active() {
 		_ = dl.Msg.Nak()
-		a.d.Consumer.Release(1)
+		a.consumer().Release(1)
 		return
 	}
 	id := dl.Headers.MsgID
 	if id == "" {
 		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
 	}
-	h := &held{msg: dl.Msg, token: dl.Token, replyTo: dl.Headers.ReplyTo}
+	h := &held{msg: dl.Msg, rel: a.consumer(), token: dl.Token, replyTo: dl.Headers.ReplyTo}
 	a.held[dl.StreamSeq] = h
 	a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
 	if dl.Err != nil {
@@ -363,7 +423,7 @@ func (a *Actor) answer(res bus.Result) {
 	if res.Outcome == bus.Accepted {
 		r := h.snap
 		delete(a.held, res.Token)
-		a.d.Consumer.Release(1)
+		h.rel.Release(1)
 		a.d.Metrics.Dispatched(r.Class)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
 		if h.replyTo != "" {
@@ -376,7 +436,7 @@ func (a *Actor) answer(res bus.Result) {
 	if res.Outcome == bus.Timeout {
 		a.log.Debug().Str("request_id", h.snap.ID).Str("worker_id", h.worker).Msg("dispatch timed out; the request keeps its place")
 	}
-	if a.stopping {
+	if !a.active() {
 		a.handBack(res.Token, h)
 		return
 	}
@@ -394,7 +454,7 @@ func (a *Actor) handBack(seq uint64, h *held) {
 	_ = h.msg.Nak()
 	a.d.Keeper.Drop(seq)
 	delete(a.held, seq)
-	a.d.Consumer.Release(1)
+	h.rel.Release(1)
 }
 
 // reject dead-letters h; its message is acknowledged once the DLQ copy is stored.
@@ -436,7 +496,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	}
 	a.d.Keeper.Drop(d.seq)
 	delete(a.held, d.seq)
-	a.d.Consumer.Release(1)
+	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
 		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message}
@@ -511,16 +571,29 @@ func (a *Actor) tick(now time.Time) {
 	}
 }
 
-func (a *Actor) shutdown(drain context.Context) {
-	a.stopping = true
-	a.d.Consumer.Stop() // normally stopped already by the caller
+// active reports whether the actor may admit and dispatch: it leads and is not stopping.
+func (a *Actor) active() bool { return a.leading.Load() && !a.stopping }
+
+// handBackQueued NAKs every held message that is neither in flight nor being
+// dead-lettered, and returns how many.
+func (a *Actor) handBackQueued() int {
 	n := 0
 	for seq, h := range a.held {
 		if !h.inFlight && !h.dead {
+			a.d.Scheduler.Remove(h.snap)
 			a.handBack(seq, h)
 			n++
 		}
 	}
+	if n > 0 {
+		a.log.Info().Int("handed_back", n).Msg("held requests handed back")
+	}
+	return n
+}
+
+func (a *Actor) shutdown(drain context.Context) {
+	a.stopping = true
+	n := a.handBackQueued()
 	a.log.Info().Int("handed_back", n).Int("in_flight", a.inFlight).Msg("shutting down")
 	for a.inFlight > 0 || a.deadPending() {
 		select {

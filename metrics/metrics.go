@@ -94,6 +94,7 @@ type Metrics struct {
 	progressAcks prometheus.Counter
 	connected    prometheus.Gauge
 	graceOver    prometheus.Gauge
+	leader       prometheus.Gauge
 
 	mu      sync.Mutex          // guards workers and seen
 	workers map[string]struct{} // workers whose series exist
@@ -157,6 +158,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
 		connected:      gauge("nats_connected", "1 while connected to NATS, else 0."),
 		graceOver:      gauge("startup_grace_over", "1 once the start-up grace has passed, else 0."),
+		leader:         gauge("leader", "1 while this dispatcher holds the leader lease and dispatches, 0 while it stands by."),
 		workers:        map[string]struct{}{},
 		seen:           map[string]struct{}{},
 	}
@@ -189,7 +191,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.booked, m.reported,
-			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver)
+			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver, m.leader)
 	}
 	return m
 }
@@ -301,6 +303,9 @@ func (m *Metrics) SetConnected(up bool) { m.connected.Set(b2f(up)) }
 
 // SetGraceOver records whether the start-up grace has passed.
 func (m *Metrics) SetGraceOver(over bool) { m.graceOver.Set(b2f(over)) }
+
+// SetLeader records whether this dispatcher leads (1) or stands by (0).
+func (m *Metrics) SetLeader(lead bool) { m.leader.Set(b2f(lead)) }
 
 func b2f(b bool) float64 {
 	if b {

@@ -45,6 +45,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_progress_acks_total", "COUNTER", nil},
 		{"fairdispatch_nats_connected", "GAUGE", nil},
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
+		{"fairdispatch_leader", "GAUGE", nil},
 	}
 	for _, tt := range tests {
 		mf := mfs[tt.name]

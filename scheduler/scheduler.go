@@ -360,6 +360,17 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	return dst
 }
 
+// Remove takes a queued request out of the scheduler (its message is handed
+// back: the dispatcher lost the lead or is stopping). A request that is not
+// queued is left alone.
+func (s *Scheduler) Remove(r *request.Snapshot) {
+	if r == nil || r.Index < 0 {
+		return
+	}
+	s.dl.remove(r)
+	s.classes[r.Class].Remove(r)
+}
+
 // NextDeadline returns the earliest deadline of a queued request, or 0.
 func (s *Scheduler) NextDeadline() int64 {
 	if len(s.dl) == 0 {

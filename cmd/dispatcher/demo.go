@@ -54,7 +54,7 @@ func runDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log
 	p, r := sum.PrefixShare["premium"], sum.PrefixShare["regular"]
 	fmt.Fprintf(out, "Of the first %d completions, %d were premium and %d regular (%.1f : 1).\n", n, p, r, float64(p)/float64(max(r, 1)))
 	fmt.Fprintln(out, "With quanta 512:128 DRR gives premium four times regular's share while both queues are")
-	fmt.Fprintln(out, "backlogged (ideal 256:64); regular still progresses. With equal quanta the split is even.")
+	fmt.Fprintf(out, "backlogged (ideal %d:%d); regular still progresses. With equal quanta the split is even.\n", n*4/5, n/5)
 	return err
 }
 

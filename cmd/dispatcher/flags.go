@@ -1,11 +1,13 @@
 package main
 
 import (
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +27,9 @@ type settings struct {
 	maxHeld, inFlight, maxWorkers                             int
 	logLevel, logFormat                                       string
 	checkConfig                                               string
+	election                                                  bool
+	leaseTTL                                                  time.Duration
+	instanceID                                                string
 	demo                                                      bool
 	demoPerClass                                              int
 }
@@ -104,6 +109,9 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
+	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader")
+	fs.DurationVar(&s.leaseTTL, "lease-ttl", 3*time.Second, "leader lease time (200ms to 1m); a standby takes over within about 1.25 x this after the leader dies")
+	fs.StringVar(&s.instanceID, "instance-id", defaultInstanceID(), "this process's id in the leader lease")
 	fs.StringVar(&s.checkConfig, "check-config", "", "validate this policy file, print the resolved class matrix, and exit")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
@@ -195,6 +203,9 @@ func (s *settings) validate() error {
 	if s.inFlight < 0 || s.maxWorkers < 1 {
 		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
 	}
+	if s.leaseTTL < 200*time.Millisecond || s.leaseTTL > time.Minute {
+		bad = append(bad, fmt.Sprintf("--lease-ttl %v: want 200ms to 1m", s.leaseTTL))
+	}
 	if s.logFormat != "console" && s.logFormat != "json" {
 		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))
 	}
@@ -202,4 +213,12 @@ func (s *settings) validate() error {
 		return fmt.Errorf("%s", strings.Join(bad, "\n"))
 	}
 	return nil
+}
+
+// defaultInstanceID is host-pid-random: unique per process.
+func defaultInstanceID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }

@@ -24,6 +24,7 @@ import (
 	"fairdispatch/dispatcher"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/leader"
 	"fairdispatch/metrics"
 	"fairdispatch/scheduler"
 )
@@ -103,7 +104,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	if err != nil {
 		return err
 	}
-	defer hs.Close()
+	defer hs.Close() // idempotent; closed before the drain below on a clean exit
 	dl, err := bus.NewDeadLetterer(js, s.prefix, log)
 	if err != nil {
 		return err
@@ -112,14 +113,8 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	if inFlight == 0 {
 		inFlight = 4 * s.maxHeld
 	}
-	cons, err := ingest.NewConsumer(ctx, js, ingest.Config{
-		Stream: bus.ReqStream, Durable: "dispatcher", AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
-	}, log)
-	if err != nil {
-		return err
-	}
 	a := dispatcher.New(dispatcher.Config{Stream: bus.ReqStream, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
-		Scheduler: sched, Handshaker: hs, DeadLetters: dl, Consumer: cons,
+		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper:  ingest.NewKeeper(s.ackWait, log),
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
 		Metrics: m, Log: log,
@@ -142,25 +137,44 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	}
 	defer sub.Unsubscribe()
 
-	// Shutdown order (SPEC 9, SIGTERM): stop pulling and wait for the pull to
-	// end, so that messages handed back are not pulled straight in again; then
-	// the actor hands back what it holds and waits for dispatches in flight.
+	// Roles: with leader election (the default) this process pulls and
+	// dispatches only while it holds the lease; a standby keeps its registry
+	// warm from load reports. Shutdown order (SPEC 9, SIGTERM): stop pulling and
+	// wait for the pull to end, so that messages handed back are not pulled
+	// straight in again; then the actor hands back what it holds and waits for
+	// dispatches in flight; then the lease is released for a standby.
+	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
+		Stream: bus.ReqStream, Durable: "dispatcher", AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
+	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	actorCtx, stopActor := context.WithCancel(context.Background())
 	defer stopActor()
-	consDone := make(chan error, 1)
-	go func() { consDone <- cons.Run(context.Background(), a.Deliveries()) }()
-	go func() {
-		<-runCtx.Done()
-		cons.Stop()
-		if err := <-consDone; err != nil {
-			log.Warn().Err(err).Msg("consumer stopped")
+	electCtx, stopElect := context.WithCancel(context.Background())
+	defer stopElect()
+	electDone := make(chan struct{})
+	if s.election {
+		el, err := leader.New(ctx, js, leader.Config{ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: storage}, log)
+		if err != nil {
+			return err
 		}
+		go func() { defer close(electDone); el.Run(electCtx, pull.lead) }()
+	} else {
+		close(electDone)
+		pull.lead(true)
+	}
+	var fatal error
+	go func() {
+		select {
+		case <-runCtx.Done():
+		case fatal = <-pull.fatal:
+			log.Error().Err(fatal).Msg("cannot pull requests as leader; exiting so that another dispatcher leads")
+		}
+		pull.close()
 		stopActor()
 	}()
 	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
-		Dur("startup_grace", s.grace).Msg("dispatcher running")
+		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).Msg("dispatcher running")
 
 	if s.demo {
 		go func() {
@@ -171,15 +185,18 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		}()
 	}
 	a.Run(actorCtx)
+	stopElect()
+	<-electDone
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelClose()
 	_ = dl.Close(closeCtx)
 	_ = adm.Shutdown(closeCtx)
+	hs.Close()
 	if err := nc.Drain(); err != nil {
 		log.Warn().Err(err).Msg("nats drain")
 	}
 	log.Info().Msg("dispatcher stopped")
-	return nil
+	return fatal
 }
 
 func loadPolicy(s *settings) (*configs.Policy, error) {
@@ -236,6 +253,8 @@ func (c *control) Ready() error {
 		return fmt.Errorf("stream %s or %s missing", bus.ReqStream, bus.DLQStream)
 	case c.a.InGrace():
 		return fmt.Errorf("start-up grace running")
+	case !c.a.Leader():
+		return fmt.Errorf("standby: another dispatcher holds the leader lease")
 	}
 	return nil
 }

@@ -1,0 +1,171 @@
+// Package leader elects the one active dispatcher among any number of
+// processes with a lease held in a JetStream key-value bucket.
+//
+// The lease is one key whose bucket has a TTL (the bucket's MaxAge): a process
+// becomes leader by creating the key (Create fails while it exists) and stays
+// leader by updating it with the revision it last wrote (Update fails if anyone
+// else wrote it since) every TTL/4. The server removes the key TTL after the
+// last update, so a crashed leader's lease runs out by itself.
+//
+// Safety: the leader considers its lease valid only until 3/4 of the TTL after
+// it *started* its last successful renewal. The server keeps the key at least
+// a TTL after that renewal was stored, which is later, so a leader always
+// steps down before any other process can create the key: two leaders never
+// overlap, whatever the network does, as long as clocks run at the same rate.
+//
+// Why a lease and not JetStream's pinned-client priority groups: a pinned
+// client is chosen by the server, and a leader cut off from the server is not
+// told that it lost the pin; it would go on dispatching the requests it holds.
+// With a lease the leader knows, from its own clock, the moment its lease ends,
+// and stops at once (SPEC 9 and issue 5: "stops dispatching at once").
+//
+// Failover bound: a standby retries every TTL/4, and the key disappears at
+// most TTL after the dead leader's last renewal, so a standby leads within
+// about TTL + TTL/4 of a crash (plus the server's expiry scan), and at once
+// after a clean shutdown, which deletes the key.
+package leader
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Defaults.
+const (
+	DefaultBucket = "fairdispatch_leader"
+	DefaultKey    = "dispatcher"
+	DefaultTTL    = 3 * time.Second
+)
+
+// Config configures an Elector.
+type Config struct {
+	Bucket   string // KV bucket; default DefaultBucket
+	Key      string // lease key; default DefaultKey
+	ID       string // this process's id, stored as the key's value; required
+	TTL      time.Duration
+	Replicas int
+	Storage  jetstream.StorageType
+	Now      func() time.Time
+}
+
+// Elector campaigns for the lease and keeps it.
+type Elector struct {
+	cfg    Config
+	kv     jetstream.KeyValue
+	log    zerolog.Logger
+	leader atomic.Bool
+}
+
+// New creates (or updates) the lease bucket.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Elector, error) {
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultBucket
+	}
+	if cfg.Key == "" {
+		cfg.Key = DefaultKey
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ID == "" {
+		return nil, errors.New("leader: an id is required")
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.Bucket, Description: "fairdispatch dispatcher leader lease",
+		History: 1, TTL: cfg.TTL, Replicas: max(cfg.Replicas, 1), Storage: cfg.Storage,
+	})
+	if err != nil {
+		return nil, errors.Join(errors.New("leader: lease bucket "+cfg.Bucket), err)
+	}
+	return &Elector{cfg: cfg, kv: kv, log: log.With().Str("component", "leader").Str("id", cfg.ID).Logger()}, nil
+}
+
+// Leader reports whether this process holds the lease now.
+func (e *Elector) Leader() bool { return e.leader.Load() }
+
+// TTL returns the lease time.
+func (e *Elector) TTL() time.Duration { return e.cfg.TTL }
+
+// Run campaigns and keeps the lease until ctx ends. It calls onChange(true)
+// when this process becomes leader and onChange(false) when it stops being one
+// (its renewal was refused, or its lease ran out before a renewal succeeded),
+// from Run's goroutine, and waits for onChange to return. On ctx's end a leader
+// deletes the key, so that a standby takes over at once; Run then returns
+// without calling onChange.
+func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
+	every := e.cfg.TTL / 4
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var rev uint64
+	var validUntil time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if e.leader.Load() {
+				dctx, cancel := context.WithTimeout(context.Background(), every)
+				err := e.kv.Delete(dctx, e.cfg.Key, jetstream.LastRevision(rev))
+				cancel()
+				e.leader.Store(false)
+				e.log.Info().Err(err).Msg("lease released")
+			}
+			return
+		case <-t.C:
+		}
+		start := e.cfg.Now()
+		if e.leader.Load() {
+			if !start.Before(validUntil) {
+				e.stepDown("lease ran out before a renewal succeeded", onChange)
+			} else {
+				r, err := e.call(ctx, func(c context.Context) (uint64, error) {
+					return e.kv.Update(c, e.cfg.Key, []byte(e.cfg.ID), rev)
+				})
+				switch {
+				case err == nil:
+					rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
+				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
+					e.stepDown("lease taken: "+err.Error(), onChange)
+				default:
+					e.log.Warn().Err(err).Time("valid_until", validUntil).Msg("lease renewal failed; retrying")
+				}
+			}
+		} else {
+			r, err := e.call(ctx, func(c context.Context) (uint64, error) {
+				return e.kv.Create(c, e.cfg.Key, []byte(e.cfg.ID))
+			})
+			if err == nil {
+				rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
+				e.leader.Store(true)
+				e.log.Info().Dur("ttl", e.cfg.TTL).Msg("lease acquired: leading")
+				onChange(true)
+			} else if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+				e.log.Debug().Err(err).Msg("campaign failed")
+			}
+		}
+		t.Reset(every)
+	}
+}
+
+func (e *Elector) call(ctx context.Context, f func(context.Context) (uint64, error)) (uint64, error) {
+	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/4)
+	defer cancel()
+	return f(c)
+}
+
+func (e *Elector) stepDown(why string, onChange func(bool)) {
+	e.leader.Store(false)
+	e.log.Warn().Str("reason", why).Msg("lease lost: standing by")
+	onChange(false)
+}
+
+func isMismatch(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

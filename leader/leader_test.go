@@ -1,0 +1,143 @@
+package leader
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+func startServer(t *testing.T) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+type candidate struct {
+	e      *Elector
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan struct{}
+	events atomic.Int32 // onChange calls
+}
+
+func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, Storage: jetstream.MemoryStorage}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		e.Run(ctx, func(bool) { c.events.Add(1) })
+	}()
+	t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+// watch samples both candidates until stop and fails if both ever lead at once.
+func watch(t *testing.T, a, b *candidate) (stop func()) {
+	quit := make(chan struct{})
+	var both atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if a.e.Leader() && b.e.Leader() {
+				both.Store(true)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+		if both.Load() {
+			t.Fatal("two leaders at once")
+		}
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !f() {
+		if time.Since(start) > d {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestOneLeaderAndCleanHandover(t *testing.T) {
+	s := startServer(t)
+	ttl := 600 * time.Millisecond
+	a := campaign(t, s.ClientURL(), "a", ttl)
+	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	b := campaign(t, s.ClientURL(), "b", ttl)
+	stop := watch(t, a, b)
+	time.Sleep(2 * ttl) // b campaigns several times meanwhile; the behaviour under test is that it does not win
+	if b.e.Leader() || !a.e.Leader() {
+		t.Fatalf("leaders: a %v b %v, want a only", a.e.Leader(), b.e.Leader())
+	}
+	a.cancel()
+	<-a.done
+	took := waitFor(t, 5*time.Second, "b to lead after a released", b.e.Leader)
+	stop()
+	if took > ttl {
+		t.Errorf("handover after a clean release took %v, want under the TTL %v (the key is deleted)", took, ttl)
+	}
+}
+
+func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
+	s := startServer(t)
+	ttl := 600 * time.Millisecond
+	a := campaign(t, s.ClientURL(), "a", ttl)
+	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	b := campaign(t, s.ClientURL(), "b", ttl)
+	stop := watch(t, a, b)
+	a.nc.Close() // a's renewals now fail: it must step down on its own clock
+	waitFor(t, 3*ttl, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 5*time.Second, "b to lead", b.e.Leader)
+	stop()
+	if a.events.Load() != 2 {
+		t.Errorf("a saw %d role changes, want 2 (lead, step down)", a.events.Load())
+	}
+}
+
+func TestNewValidatesID(t *testing.T) {
+	s := startServer(t)
+	nc, _ := nats.Connect(s.ClientURL())
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := New(context.Background(), js, Config{}, zerolog.Nop()); err == nil {
+		t.Fatal("New without an id: want an error")
+	}
+}
