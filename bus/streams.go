@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -87,15 +89,15 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) 
 
 // ensureStream creates w or brings the existing stream of that name in line.
 func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.StreamConfig) error {
-	s, err := js.Stream(ctx, w.Name)
+	s, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, w.Name) })
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateStream(ctx, w); err != nil {
+		if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, w) }); err != nil {
 			// Another dispatcher may have created it meanwhile: fall through
 			// to the update path once.
 			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return fmt.Errorf("bus: create stream %s: %w", w.Name, err)
 			}
-			if s, err = js.Stream(ctx, w.Name); err != nil {
+			if s, err = retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, w.Name) }); err != nil {
 				return fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
 			}
 		} else {
@@ -121,7 +123,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.Strea
 	next.Subjects = w.Subjects
 	next.Replicas = w.Replicas
 	next.Duplicates = w.Duplicates
-	if _, err := js.UpdateStream(ctx, next); err != nil {
+	if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.UpdateStream(ctx, next) }); err != nil {
 		return fmt.Errorf("bus: update stream %s: %w", w.Name, err)
 	}
 	return nil
@@ -136,4 +138,37 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// apiTimeout bounds one JetStream API request of EnsureStreams. Right after a
+// server starts, a request can go unanswered; it is retried rather than left
+// to hang until the caller's deadline.
+const apiTimeout = 5 * time.Second
+
+// retryAPI calls f with a per-attempt timeout until it succeeds, fails with an
+// error that retrying cannot fix, or ctx ends. It retries unanswered requests,
+// missing responders and a JetStream that is not (yet) enabled.
+func retryAPI[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	b.MaxElapsedTime = 0
+	b.Reset()
+	for {
+		actx, cancel := context.WithTimeout(ctx, apiTimeout)
+		v, err := f(actx)
+		cancel()
+		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+		if err == nil || !transient || ctx.Err() != nil {
+			return v, err
+		}
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
 }

@@ -130,3 +130,20 @@ func TestEnsureStreamsRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureStreamsRightAfterRestart calls EnsureStreams as soon as the
+// connection is back: the first JetStream requests after a server start can
+// go unanswered and must be retried, not waited on until the deadline.
+func TestEnsureStreamsRightAfterRestart(t *testing.T) {
+	ts := startServer(t, nil)
+	nc := connect(t, ts)
+	js := newJS(t, nc)
+	ts.restart()
+	waitFor(t, "reconnect", func() bool { return nc.IsConnected() })
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatalf("EnsureStreams: %v", err)
+	}
+	if got := streamConfig(t, js, DLQStream).Retention; got != jetstream.LimitsPolicy {
+		t.Errorf("DLQ retention: got %v", got)
+	}
+}
