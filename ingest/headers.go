@@ -20,6 +20,16 @@ const (
 	MaxRank       = 65535      // Dispatch-DP-Rank
 	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
 	MaxTokenLen   = 128        // bytes in a worker id or a taint
+	// MaxListItems bounds the items of each list header: Dispatch-Worker-Overlap,
+	// Dispatch-Allowed-Workers, Dispatch-Required-Taints and
+	// Dispatch-Preferred-Taints. A longer list is malformed (bad_request).
+	MaxListItems = 256
+	// MaxValueBytes bounds the length in bytes of the value of Nats-Msg-Id and of
+	// each Dispatch-* header, surrounding whitespace included. A longer value is
+	// malformed (bad_request). Every valid value of SPEC 1.1 fits easily: the
+	// longest, a 256-item overlap list, is under 37 KiB. The whole message, headers
+	// and body, is bounded by the NATS server's max_payload.
+	MaxValueBytes = 64 << 10
 )
 
 // Header names, spelt as in SPEC 1.1. Dispatch-* names match case-insensitively.
@@ -137,18 +147,36 @@ func cut(s string) string {
 // ReplyTo); a malformed header leaves its fields at their zero values, except Pin,
 // which is left unpinned when either Dispatch-Worker or Dispatch-DP-Rank is bad.
 // Duplicate items inside one list are kept as sent.
+//
+// Bounds: a value of Nats-Msg-Id or of a Dispatch-* header longer than
+// MaxValueBytes, and a list header with more than MaxListItems items, are
+// malformed; both are checked before anything is parsed or allocated, so a
+// hostile value costs at most one scan of its bytes. An oversized Nats-Msg-Id is
+// reported under that name and left out (MsgID is then "", and the default
+// request id applies).
 func Decode(h nats.Header) (Headers, error) {
 	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
 	if len(h) == 0 {
 		return d, nil
 	}
+	var first *HeaderError
+	note := func(e *HeaderError) {
+		if first == nil {
+			first = e
+		}
+	}
 	if v := h[HeaderMsgID]; len(v) > 0 {
-		d.MsgID = v[0]
+		if len(v[0]) > MaxValueBytes {
+			note(&HeaderError{Header: HeaderMsgID, Value: cut(v[0]), Reason: tooLong})
+		} else {
+			d.MsgID = v[0]
+		}
 	}
 	var (
-		keys    [numHeaders]string
-		vals    [numHeaders]string
-		present uint32
+		keys     [numHeaders]string
+		vals     [numHeaders]string
+		present  uint32
+		oversize uint32
 	)
 	for k, v := range h {
 		if len(v) == 0 {
@@ -165,16 +193,27 @@ func Decode(h nats.Header) (Headers, error) {
 		keys[i], vals[i] = k, v[0]
 	}
 	if present == 0 {
+		if first != nil {
+			return d, first
+		}
 		return d, nil
 	}
-	var first *HeaderError
-	note := func(e *HeaderError) {
-		if first == nil {
-			first = e
+	// An oversized value is reported in its slot's place in table order, and
+	// the slot is then treated as absent.
+	for i := range numHeaders {
+		if present&(1<<i) != 0 && len(vals[i]) > MaxValueBytes {
+			present &^= 1 << i
+			oversize |= 1 << i
 		}
 	}
 	has := func(i int) bool { return present&(1<<i) != 0 }
+	big := func(i int) {
+		if oversize&(1<<i) != 0 {
+			note(headerErr(i, vals[i], tooLong))
+		}
+	}
 
+	big(hISL)
 	if has(hISL) {
 		n, err := parseUint(hISL, vals[hISL], MaxTokens)
 		d.ISL = n
@@ -182,6 +221,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hCached)
 	if has(hCached) {
 		n, err := parseUint(hCached, vals[hCached], MaxTokens)
 		d.Cached = n
@@ -189,6 +229,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hOverlap)
 	if has(hOverlap) {
 		ov, err := parseOverlap(vals[hOverlap])
 		d.Overlap = ov
@@ -196,6 +237,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hStrict)
 	if has(hStrict) {
 		n, err := parseUint(hStrict, vals[hStrict], MaxStrict)
 		d.Strict = uint32(n)
@@ -203,6 +245,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hPriority)
 	if has(hPriority) {
 		f, err := parseFloat(hPriority, vals[hPriority], 0, MaxJump)
 		d.Jump = f
@@ -211,6 +254,7 @@ func Decode(h nats.Header) (Headers, error) {
 		}
 	}
 	workerOK := false
+	big(hWorker)
 	if has(hWorker) {
 		v := trim(vals[hWorker])
 		if r := checkToken(v, &workerChars, "worker id"); r != "" {
@@ -220,6 +264,7 @@ func Decode(h nats.Header) (Headers, error) {
 			workerOK = true
 		}
 	}
+	big(hRank)
 	if has(hRank) {
 		n, err := parseUint(hRank, vals[hRank], MaxRank)
 		switch {
@@ -232,6 +277,7 @@ func Decode(h nats.Header) (Headers, error) {
 			d.Pin.Rank = int32(n)
 		}
 	}
+	big(hAllowed)
 	if has(hAllowed) {
 		l, err := parseList(hAllowed, vals[hAllowed], &workerChars, "worker id")
 		d.Allowed = l
@@ -239,6 +285,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hRequired)
 	if has(hRequired) {
 		l, err := parseList(hRequired, vals[hRequired], &taintChars, "taint")
 		d.Required = l
@@ -246,6 +293,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hPreferred)
 	if has(hPreferred) {
 		l, err := parsePreferred(vals[hPreferred])
 		d.Preferred = l
@@ -253,6 +301,7 @@ func Decode(h nats.Header) (Headers, error) {
 			note(err)
 		}
 	}
+	big(hDeadline)
 	if has(hDeadline) {
 		n, err := parseUint(hDeadline, vals[hDeadline], MaxDeadlineMs)
 		if err != nil {
@@ -261,6 +310,7 @@ func Decode(h nats.Header) (Headers, error) {
 			d.DeadlineMs, d.HasDeadline = n, true
 		}
 	}
+	big(hReplyTo)
 	if has(hReplyTo) {
 		v := trim(vals[hReplyTo])
 		if r := checkSubject(v); r != "" {
@@ -453,6 +503,22 @@ func checkSubject(s string) string {
 // items returns the number of comma-separated items in s.
 func items(s string) int { return strings.Count(s, ",") + 1 }
 
+// The reasons of the size bounds.
+var (
+	tooLong = "is longer than " + strconv.Itoa(MaxValueBytes) + " bytes"
+	tooMany = "has more than " + strconv.Itoa(MaxListItems) + " items"
+)
+
+// checkItems returns the reason when s has more than MaxListItems items, else
+// "". It runs before the list is allocated, so that a value of commas cannot
+// make Decode allocate more than MaxListItems items.
+func checkItems(s string) string {
+	if n := items(s); n > MaxListItems {
+		return tooMany + " (" + strconv.Itoa(n) + ")"
+	}
+	return ""
+}
+
 // nextItem splits the next comma-separated item off s, trimmed.
 func nextItem(s string) (item, rest string) {
 	if i := strings.IndexByte(s, ','); i >= 0 {
@@ -472,6 +538,9 @@ func itemReason(n int, item, reason string) string {
 // parseList parses "tok,tok,..." with every token in set.
 func parseList(slot int, raw string, set *[256]bool, what string) ([]string, *HeaderError) {
 	s := trim(raw)
+	if r := checkItems(s); r != "" {
+		return nil, headerErr(slot, raw, r)
+	}
 	out := make([]string, 0, items(s))
 	for n := 1; ; n++ {
 		item, rest := nextItem(s)
@@ -502,6 +571,9 @@ func splitPair(item string) (k, v string, ok bool) {
 // parseOverlap parses Dispatch-Worker-Overlap: "id=tokens,...".
 func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
 	s := trim(raw)
+	if r := checkItems(s); r != "" {
+		return nil, headerErr(hOverlap, raw, r)
+	}
 	out := make([]request.Overlap, 0, items(s))
 	for n := 1; ; n++ {
 		item, rest := nextItem(s)
@@ -531,6 +603,9 @@ func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
 // parsePreferred parses Dispatch-Preferred-Taints: "t=w,t,...".
 func parsePreferred(raw string) ([]request.Taint, *HeaderError) {
 	s := trim(raw)
+	if r := checkItems(s); r != "" {
+		return nil, headerErr(hPreferred, raw, r)
+	}
 	out := make([]request.Taint, 0, items(s))
 	for n := 1; ; n++ {
 		item, rest := nextItem(s)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -328,6 +330,9 @@ func FuzzDecode(f *testing.F) {
 			if !errors.As(err, &he) {
 				t.Fatalf("got %T error %v, want *HeaderError", err, err)
 			}
+			if he.Header == HeaderMsgID {
+				return
+			}
 			for _, n := range names {
 				if he.Header == n {
 					return
@@ -336,6 +341,9 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("error names unknown header %q", he.Header)
 		}
 		checkBounds(t, d)
+		if len(d.MsgID) > MaxValueBytes {
+			t.Fatalf("msg id of %d bytes", len(d.MsgID))
+		}
 	})
 }
 
@@ -372,6 +380,10 @@ func checkBounds(t *testing.T, d Headers) {
 			t.Fatalf("empty non-nil list")
 		}
 	}
+	if len(d.Allowed) > MaxListItems || len(d.Required) > MaxListItems || len(d.Preferred) > MaxListItems || len(d.Overlap) > MaxListItems {
+		t.Fatalf("a list over %d items: %d allowed, %d required, %d preferred, %d overlap",
+			MaxListItems, len(d.Allowed), len(d.Required), len(d.Preferred), len(d.Overlap))
+	}
 	for _, a := range d.Allowed {
 		if checkToken(a, &workerChars, "") != "" {
 			t.Fatalf("bad allowed %q", a)
@@ -389,5 +401,104 @@ func checkBounds(t *testing.T, d Headers) {
 	}
 	if d.ReplyTo != "" && checkSubject(d.ReplyTo) != "" {
 		t.Fatalf("bad reply subject %q", d.ReplyTo)
+	}
+}
+
+// list returns n comma-separated copies of item.
+func list(item string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(item+",", n), ",")
+}
+
+// TestDecodeBounds checks the size bounds: MaxListItems items in each list
+// header and MaxValueBytes in each value, both inclusive.
+func TestDecodeBounds(t *testing.T) {
+	atLimit := strings.Repeat("0", MaxValueBytes-1) + "7" // a valid number, MaxValueBytes long
+	tests := []struct {
+		name    string
+		h       nats.Header
+		wantErr string // header named; "" for none
+		reason  string // part of the reason
+		check   func(Headers) bool
+	}{
+		{"allowed at limit", hdr(HeaderAllowed, list("w1", MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Allowed) == MaxListItems }},
+		{"allowed over limit", hdr(HeaderAllowed, list("w1", MaxListItems+1)), HeaderAllowed, "has more than 256 items (257)", nil},
+		{"required at limit", hdr(HeaderRequired, list("h200", MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Required) == MaxListItems }},
+		{"required over limit", hdr(HeaderRequired, list("h200", MaxListItems+1)), HeaderRequired, "more than 256 items", nil},
+		{"preferred at limit", hdr(HeaderPreferred, list("h200=2", MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Preferred) == MaxListItems }},
+		{"preferred over limit", hdr(HeaderPreferred, list("h200=2", MaxListItems+1)), HeaderPreferred, "more than 256 items", nil},
+		{"overlap at limit", hdr(HeaderOverlap, list("w1=5", MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Overlap) == MaxListItems }},
+		{"overlap over limit", hdr(HeaderOverlap, list("w1=5", MaxListItems+1)), HeaderOverlap, "more than 256 items", nil},
+		// Empty items count too: a value of commas is refused before anything is allocated.
+		{"commas", hdr(HeaderAllowed, strings.Repeat(",", 10000)), HeaderAllowed, "more than 256 items (10001)", nil},
+		// The longest valid lists fit well within MaxValueBytes.
+		{"longest valid overlap", hdr(HeaderOverlap, list(long128+"=1099511627776", MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Overlap) == MaxListItems }},
+		{"value at limit", hdr(HeaderISL, atLimit), "", "", func(d Headers) bool { return d.ISL == 7 }},
+		{"value over limit", hdr(HeaderISL, atLimit+" "), HeaderISL, "is longer than 65536 bytes", nil},
+		{"reply over limit", hdr(HeaderReplyTo, strings.Repeat("a", MaxValueBytes+1)), HeaderReplyTo, "longer than", nil},
+		{"float over limit", hdr(HeaderPriority, "0."+strings.Repeat("0", MaxValueBytes)+"1"), HeaderPriority, "longer than", nil},
+		{"msg id at limit", hdr(HeaderMsgID, strings.Repeat("m", MaxValueBytes)), "", "",
+			func(d Headers) bool { return len(d.MsgID) == MaxValueBytes }},
+		{"msg id over limit", hdr(HeaderMsgID, strings.Repeat("m", MaxValueBytes+1), HeaderISL, "5"), HeaderMsgID, "longer than",
+			func(d Headers) bool { return d.MsgID == "" && d.ISL == 5 }},
+		// Table order still decides which problem is reported: the overlap
+		// (3rd) before the allow-list (8th), and the others still decode.
+		{"order", hdr(HeaderAllowed, list("w", 300), HeaderOverlap, strings.Repeat("x", MaxValueBytes+1), HeaderReplyTo, "o.r"),
+			HeaderOverlap, "longer than", func(d Headers) bool { return d.ReplyTo == "o.r" && d.Overlap == nil && d.Allowed == nil }},
+		{"oversized worker leaves the pin off", hdr(HeaderWorker, strings.Repeat("w", MaxValueBytes+1), HeaderRank, "1"), HeaderWorker, "longer than",
+			func(d Headers) bool { return d.Pin == request.Target{Rank: request.AnyRank} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Decode(tc.h)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+			} else {
+				var he *HeaderError
+				if !errors.As(err, &he) || he.Header != tc.wantErr || !strings.Contains(he.Reason, tc.reason) {
+					t.Fatalf("got error %v, want one naming %s with %q", err, tc.wantErr, tc.reason)
+				}
+				if len(he.Value) > maxErrValue+3 {
+					t.Fatalf("got a quoted value of %d bytes, want at most %d", len(he.Value), maxErrValue+3)
+				}
+			}
+			if tc.check != nil && !tc.check(d) {
+				t.Fatalf("got %+v, which fails the check", d)
+			}
+		})
+	}
+}
+
+// TestDecodeBoundsAllocs checks that refusing an oversized list costs a few
+// small allocations (the error), not one the size of the list: the bound is
+// checked before the list is built.
+func TestDecodeBoundsAllocs(t *testing.T) {
+	h := hdr(HeaderOverlap, strings.Repeat(",", MaxValueBytes))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 20
+	for range runs {
+		if _, err := Decode(h); err == nil {
+			t.Fatal("got no error for 64 KiB of commas")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 1024 {
+		t.Fatalf("got %d bytes allocated per Decode of 64 KiB of commas, want at most 1024", per)
+	}
+}
+
+func TestBoundReasonsMatchConstants(t *testing.T) {
+	if want := "is longer than " + strconv.Itoa(MaxValueBytes) + " bytes"; tooLong != want {
+		t.Fatalf("got %q, want %q", tooLong, want)
+	}
+	if want := "has more than " + strconv.Itoa(MaxListItems) + " items"; tooMany != want {
+		t.Fatalf("got %q, want %q", tooMany, want)
 	}
 }

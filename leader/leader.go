@@ -110,7 +110,7 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 		select {
 		case <-ctx.Done():
 			if e.leader.Load() {
-				dctx, cancel := context.WithTimeout(context.Background(), every)
+				dctx, cancel := context.WithTimeout(context.Background(), e.cfg.TTL)
 				err := e.kv.Delete(dctx, e.cfg.Key, jetstream.LastRevision(rev))
 				cancel()
 				e.leader.Store(false)
