@@ -154,7 +154,7 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 }
 
 func (e *Elector) call(ctx context.Context, f func(context.Context) (uint64, error)) (uint64, error) {
-	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/4)
+	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2) // a slow call is retried at the next round; validity still bounds the lead
 	defer cancel()
 	return f(c)
 }

@@ -165,7 +165,7 @@ type proc struct {
 // dispatcherArgs are the defaults every e2e dispatcher runs with: short ack
 // wait and grace so that recovery is observable in seconds.
 func dispatcherArgs(url string) []string {
-	return []string{"--nats-url", url, "--ack-wait", "4s", "--dispatch-timeout", "500ms",
+	return []string{"--nats-url", url, "--ack-wait", "4s", "--dispatch-timeout", "2s",
 		"--startup-grace", "300ms", "--log-format", "json", "--log-level", "info"}
 }
 

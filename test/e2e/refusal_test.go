@@ -1,0 +1,393 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/worker"
+	"fairdispatch/worker/loadgen"
+	"fairdispatch/worker/mock"
+)
+
+// SPEC 1.2: a dispatch that is refused, unanswered, or sent to nobody leaves
+// the request in its lane with its place kept, and it completes on a worker
+// that accepts; a worker that dies holding accepted requests gets them
+// dispatched again after the ack wait.
+
+const frlHandshakes = "fairdispatch_handshakes_total"
+
+// frlStartWorker starts a custom worker built on package worker; it is
+// stopped at cleanup (handing back anything it still holds).
+func frlStartWorker(t *testing.T, nc *nats.Conn, cfg worker.Config, h worker.Handler) *worker.Worker {
+	t.Helper()
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 4 * time.Second
+	}
+	w, err := worker.New(nc, cfg, h, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+// frlPublishReports publishes a valid load report for worker id (no load, one
+// rank, ttl 3 s) every interval until the test ends, as a worker would that
+// is alive on the report subject whatever it does on its work subject.
+func frlPublishReports(t *testing.T, nc *nats.Conn, id string, interval time.Duration) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"worker_id": id, "ttl_ms": 3000, "instance": id + "-1",
+		"max_num_batched_tokens": 8192, "ranks": []map[string]any{{"dp_rank": 0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			_ = nc.Publish("dispatch.load."+id, body)
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(quit); <-stopped })
+}
+
+// frlDoneRecords counts completion records on dispatch.done.* per request id and worker.
+type frlDoneRecords struct {
+	mu    sync.Mutex
+	byReq map[string][]string // request id -> worker ids, one per record
+}
+
+func frlRecordDone(t *testing.T, nc *nats.Conn) *frlDoneRecords {
+	t.Helper()
+	d := &frlDoneRecords{byReq: map[string][]string{}}
+	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
+		var c mock.Completion
+		if json.Unmarshal(m.Data, &c) != nil {
+			return
+		}
+		d.mu.Lock()
+		d.byReq[c.RequestID] = append(d.byReq[c.RequestID], c.WorkerID)
+		d.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return d
+}
+
+func (d *frlDoneRecords) workers(id string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.byReq[id]...)
+}
+
+// frlWaitLive waits until /debug/queues lists every worker in ids.
+func frlWaitLive(t *testing.T, p *proc, ids ...string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "workers "+strings.Join(ids, ",")+" live at the dispatcher", func() bool {
+		v, ok := frlQueues(p)
+		for _, id := range ids {
+			ok = ok && v.hasWorker(id)
+		}
+		return ok
+	})
+}
+
+// frlWaitMetric waits until the metric's samples matching label sum to want. A
+// completion record can overtake the dispatcher's handling of the acceptance,
+// so counters of acceptances are polled, not read once.
+func frlWaitMetric(t *testing.T, p *proc, name, label string, want float64) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%s{%s} to reach %v", name, label, want), func() bool {
+		return p.metric(name, label) == want
+	})
+}
+
+// frlRunLoad publishes n unpinned 512-token requests of class default and waits
+// for every one to end.
+func frlRunLoad(t *testing.T, nc *nats.Conn, runID string, n int) *loadgen.Result {
+	t.Helper()
+	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "default", Count: n}},
+		ISL:     512, RunID: runID, Timeout: 40 * time.Second,
+	}, zerolog.Nop())
+	if res == nil {
+		t.Fatalf("loadgen: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("loadgen: %v (completed %d of %d, rejected %v)", err, len(res.Completions), n, res.Rejected)
+	}
+	return res
+}
+
+// frlCheckAllOn checks that every request of res completed, none was rejected,
+// and each ran on worker id.
+func frlCheckAllOn(t *testing.T, res *loadgen.Result, n int, id string) {
+	t.Helper()
+	if len(res.Completions) != n || len(res.Rejected) != 0 || !res.Complete {
+		t.Errorf("completed %d of %d, rejected %d %v", len(res.Completions), n, len(res.Rejected), res.Rejected)
+	}
+	for _, c := range res.Completions {
+		if c.WorkerID != id {
+			t.Errorf("request %s completed on %q, want %q", c.RequestID, c.WorkerID, id)
+		}
+	}
+}
+
+// TestRefusalBusyWorkerRequestGoesElsewhere: a worker refusing with
+// Dispatch-Status: busy sees offers, and every request completes on the
+// worker that accepts.
+func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
+	const n = 40
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.url())
+	nc := connect(t, ns.url())
+
+	var offers atomic.Int64
+	frlStartWorker(t, nc, worker.Config{ID: "refuser"}, worker.HandlerFunc(func(*worker.Request) bool {
+		offers.Add(1)
+		return false
+	}))
+	// A slow accepting worker: while it holds work the idle refuser scores better.
+	good := startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
+	frlWaitLive(t, p, "refuser", "good")
+
+	res := frlRunLoad(t, nc, "busy", n)
+	frlCheckAllOn(t, res, n, "good")
+	if st := good.Stats(); st.Completed != n || st.Refused != 0 {
+		t.Errorf("good worker stats %+v, want %d completed, 0 refused", st, n)
+	}
+	refused := p.metric(frlHandshakes, `outcome="refused"`)
+	t.Logf("refuser saw %d offers; handshakes refused %v, accepted %v", offers.Load(), refused,
+		p.metric(frlHandshakes, `outcome="accepted"`))
+	if offers.Load() == 0 {
+		t.Errorf("the refusing worker saw no offer")
+	}
+	// At most one per offer: an answer slower than the dispatch timeout counts as a timeout.
+	if refused == 0 || refused > float64(offers.Load()) {
+		t.Errorf("%s{outcome=\"refused\"} = %v, want > 0 and at most the refuser's offers (%d)", frlHandshakes, refused, offers.Load())
+	}
+	frlWaitMetric(t, p, frlHandshakes, `outcome="accepted"`, n)
+	if got := p.metric("fairdispatch_rejected_total"); got != 0 {
+		t.Errorf("fairdispatch_rejected_total = %v, want 0", got)
+	}
+}
+
+// TestRefusalSilentWorkerTimesOut: a worker that subscribes to its work
+// subject and never answers (while its load reports keep coming) costs a
+// dispatch timeout per offer; the requests complete on the good worker and
+// every timeout is counted.
+func TestRefusalSilentWorkerTimesOut(t *testing.T) {
+	const n = 20
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.url())
+	nc := connect(t, ns.url())
+
+	var offers atomic.Int64
+	sub, err := nc.Subscribe("dispatch.work.silent", func(*nats.Msg) { offers.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	frlPublishReports(t, nc, "silent", 100*time.Millisecond)
+	startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
+	frlWaitLive(t, p, "silent", "good")
+
+	res := frlRunLoad(t, nc, "silent", n)
+	frlCheckAllOn(t, res, n, "good")
+	// Every offer to the silent worker timed out before its request could
+	// complete elsewhere, so the counter has caught up by now or very soon.
+	waitFor(t, 5*time.Second, "one timeout counted per offer to the silent worker", func() bool {
+		return offers.Load() > 0 && p.metric(frlHandshakes, `outcome="timeout"`) == float64(offers.Load())
+	})
+	t.Logf("silent worker got %d offers; handshakes timeout %v", offers.Load(), p.metric(frlHandshakes, `outcome="timeout"`))
+	frlWaitMetric(t, p, frlHandshakes, `outcome="accepted"`, n)
+}
+
+// TestRefusalGoneWorkerNoResponders: a worker whose load reports still arrive
+// but which no longer subscribes to its work subject (no responders); the
+// requests complete on the good worker and the no-responder answers are counted.
+func TestRefusalGoneWorkerNoResponders(t *testing.T) {
+	const n = 20
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.url())
+	nc := connect(t, ns.url())
+
+	frlPublishReports(t, nc, "ghost", 100*time.Millisecond)
+	startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
+	frlWaitLive(t, p, "ghost", "good")
+
+	res := frlRunLoad(t, nc, "ghost", n)
+	frlCheckAllOn(t, res, n, "good")
+	nr := p.metric(frlHandshakes, `outcome="no_responders"`)
+	t.Logf("handshakes no_responders %v", nr)
+	if nr == 0 {
+		t.Errorf("%s{outcome=\"no_responders\"} = 0, want > 0", frlHandshakes)
+	}
+	frlWaitMetric(t, p, frlHandshakes, `outcome="accepted"`, n)
+}
+
+// TestRefusalKilledWorkerRequestsRedispatched: a worker accepts requests and
+// never finishes them, then dies (its NATS connection closes: no more
+// reports, progress acks or subscription). After the ack wait its requests
+// are dispatched again and each completes exactly once, on the good worker.
+func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
+	const n = 8
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.url())
+	nc := connect(t, ns.url())
+	records := frlRecordDone(t, nc)
+
+	holderNC, err := nats.Connect(ns.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(holderNC.Close)
+	var (
+		mu       sync.Mutex
+		load     worker.RankLoad
+		accepted []string
+		holder   *worker.Worker
+	)
+	h := frlStartWorker(t, holderNC, worker.Config{ID: "holder", TTL: time.Second},
+		worker.HandlerFunc(func(r *worker.Request) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			accepted = append(accepted, r.RequestID)
+			load.ActivePrefillTokens += r.ISL
+			load.ActiveRequests++
+			if err := holder.SetLoad(r.DPRank, load); err != nil {
+				t.Errorf("holder: %v", err)
+			}
+			return true // and never Done
+		}))
+	mu.Lock()
+	holder = h // Offer reads it under mu
+	mu.Unlock()
+	frlWaitLive(t, p, "holder")
+
+	type outcome struct {
+		res *loadgen.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+			Classes: []loadgen.ClassCount{{Class: "default", Count: n}},
+			ISL:     512, RunID: "killed", Timeout: 40 * time.Second,
+		}, zerolog.Nop())
+		done <- outcome{res, err}
+	}()
+	waitFor(t, 10*time.Second, "the holder to hold every request", func() bool {
+		return h.Held() == n && p.metric(frlHandshakes, `outcome="accepted"`) == n
+	})
+
+	good := startMock(t, nc, mock.Config{ID: "good"})
+	frlWaitLive(t, p, "holder", "good")
+	holderNC.Close() // the holder dies: no ack, no nak, no progress, no reports
+	if got := good.Stats().Accepted; got != 0 {
+		t.Fatalf("the good worker accepted %d requests before the holder died, want 0", got)
+	}
+
+	out := <-done
+	if out.res == nil {
+		t.Fatalf("loadgen: %v", out.err)
+	}
+	if out.err != nil {
+		t.Fatalf("loadgen: %v (completed %d of %d, rejected %v)", out.err, len(out.res.Completions), n, out.res.Rejected)
+	}
+	res := out.res
+	frlCheckAllOn(t, res, n, "good")
+	if res.Duplicates != 0 {
+		t.Errorf("loadgen saw %d duplicate completion records, want 0", res.Duplicates)
+	}
+	js := jsOf(t, nc)
+	waitFor(t, 10*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
+	mu.Lock()
+	held := append([]string(nil), accepted...)
+	mu.Unlock()
+	if len(held) != n {
+		t.Errorf("the holder accepted %d requests, want %d", len(held), n)
+	}
+	for _, id := range held {
+		if ws := records.workers(id); len(ws) != 1 || ws[0] != "good" {
+			t.Errorf("request %s: completion records from %v, want exactly one from good", id, ws)
+		}
+	}
+	if st := good.Stats(); st.Completed != n {
+		t.Errorf("good worker completed %d, want %d", st.Completed, n)
+	}
+	t.Logf("holder accepted %d and died; the good worker completed %d after %v; accepted handshakes %v",
+		len(held), good.Stats().Completed, res.Elapsed.Round(time.Millisecond), p.metric(frlHandshakes, `outcome="accepted"`))
+}
+
+// TestRefusalOnlyWorkerRefusedRequestWaits: with a single worker and a class
+// that does not queue, a refused request is not failed: it waits in its lane
+// (SPEC 1.2: whatever its class's queueing) and is dispatched again once the
+// worker reports, until the worker accepts it.
+func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
+	const n, refusals = 4, 3
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.url())
+	nc := connect(t, ns.url())
+
+	var offers atomic.Int64
+	perRequest := sync.Map{} // request id -> *atomic.Int64 offers
+	frlStartWorker(t, nc, worker.Config{ID: "fickle"}, worker.HandlerFunc(func(r *worker.Request) bool {
+		offers.Add(1)
+		c, _ := perRequest.LoadOrStore(r.RequestID, new(atomic.Int64))
+		if c.(*atomic.Int64).Add(1) <= refusals {
+			return false
+		}
+		// Accept and finish at once (the load never rises), with a completion record.
+		go func() {
+			if err := r.Done(); err != nil {
+				t.Errorf("done %s: %v", r.RequestID, err)
+				return
+			}
+			b, _ := json.Marshal(mock.Completion{RequestID: r.RequestID, Class: r.Class, WorkerID: "fickle", Seq: r.Seq})
+			_ = nc.Publish("dispatch.done.fickle", b)
+		}()
+		return true
+	}))
+	frlWaitLive(t, p, "fickle")
+
+	res := frlRunLoad(t, nc, "fickle", n)
+	frlCheckAllOn(t, res, n, "fickle")
+	if got := offers.Load(); got != n*(refusals+1) {
+		t.Errorf("offers = %d, want %d (%d refusals and one acceptance per request)", got, n*(refusals+1), refusals)
+	}
+	t.Logf("offers %d; handshakes refused %v", offers.Load(), p.metric(frlHandshakes, `outcome="refused"`))
+	if got := p.metric("fairdispatch_rejected_total"); got != 0 {
+		t.Errorf("fairdispatch_rejected_total = %v, want 0", got)
+	}
+}

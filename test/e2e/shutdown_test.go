@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/worker/mock"
+)
+
+const shutdownPolicy = `default_policy_family: held
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: all
+policy_classes:
+  - name: held
+    policy_family: held
+    cache_bucket: all
+    quantum: 100
+    prefill_busy_threshold: 1000
+`
+
+// TestShutdownHandsBackHeldRequests: SIGTERM with requests queued in the
+// dispatcher (SPEC 9): the dispatcher exits 0 within a few seconds, and a
+// second dispatcher started right after the exit holds every one of them again
+// within 2 s of the exit (they were handed back for immediate redelivery, not
+// left to the 4 s ack wait). Once a free worker appears, all complete, once.
+func TestShutdownHandsBackHeldRequests(t *testing.T) {
+	const n = 200
+	ns := startNATS(t)
+	nc := connect(t, ns.url())
+	js := jsOf(t, nc)
+	// busy1 reports 100000 prefill tokens, over the class's gate (1000): every
+	// request queues. Nobody answers dispatch.work.busy1.
+	ecsStartReporter(t, nc, "busy1", 100000, 10*time.Minute)
+
+	var mu sync.Mutex
+	done := map[string]int{}
+	var early []string
+	if _, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
+		var c mock.Completion
+		if err := json.Unmarshal(m.Data, &c); err == nil {
+			mu.Lock()
+			done[c.RequestID]++
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("dispatch.work.busy1", func(m *nats.Msg) {
+		mu.Lock()
+		early = append(early, m.Header.Get("Dispatch-Request-Id"))
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	args := []string{"--policy-config", writePolicy(t, shutdownPolicy), "--log-level", "debug"}
+	p1 := startDispatcher(t, ns.url(), args...)
+	ecsWaitWorker(t, p1, "busy1")
+	for i := range n {
+		id := fmt.Sprintf("sd-%03d", i)
+		ecsPublish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10"}, []byte(id))
+	}
+	waitFor(t, 15*time.Second, "the first dispatcher to hold every request", func() bool {
+		v, ok := ecsQueues(p1)
+		return ok && v.Held == n && v.pending("held") == n
+	})
+
+	defer func() { t.Logf("first dispatcher log:\n%s", tail(p1.out.String(), 15)) }()
+	sigAt := time.Now()
+	p1.signal(syscall.SIGTERM)
+	err := p1.wait(15 * time.Second)
+	exitAt := time.Now()
+	exitIn := exitAt.Sub(sigAt)
+	if err != nil {
+		t.Errorf("first dispatcher exited with %v, want status 0", err)
+	}
+	if exitIn > 5*time.Second {
+		t.Errorf("first dispatcher took %v to exit after SIGTERM, want a few seconds at most", exitIn)
+	}
+
+	// The second dispatcher, right after the exit. The View is rebuilt about
+	// every second; its own timestamp tells when the snapshot showing every
+	// request held was taken, so the figure is an upper bound.
+	//
+	// For the record, the consumer's delivered count on the NATS side tells,
+	// to within a poll, when the second dispatcher had pulled every message.
+	base := ecsDelivered(t, js)
+	p2 := launch(t, ns.url(), args...)
+	var heldAt, pulledAt time.Time
+	waitFor(t, 20*time.Second, "the second dispatcher to hold every request", func() bool {
+		if pulledAt.IsZero() && ecsDelivered(t, js) >= base+n {
+			pulledAt = time.Now()
+		}
+		v, ok := ecsQueues(p2)
+		if ok && v.Held == n && v.pending("held") == n {
+			heldAt = v.At
+			return true
+		}
+		return false
+	})
+	seenAt := time.Now()
+	if pulledAt.IsZero() {
+		pulledAt = seenAt
+	}
+	took := heldAt.Sub(exitAt)
+	t.Logf("SIGTERM to exit: %v; exit to second dispatcher holding all %d: %v (its view snapshot, an upper bound), "+
+		"%v (observed by polling); all %d redelivered to it (consumer delivered count) %v after the exit",
+		exitIn.Round(time.Millisecond), n, took.Round(time.Millisecond), seenAt.Sub(exitAt).Round(time.Millisecond),
+		n, pulledAt.Sub(exitAt).Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("second dispatcher held all %d requests %v after the first exited, want within 2s (SPEC 9: immediate redelivery)", n, took)
+	}
+	p2.waitReady()
+	mu.Lock()
+	if len(early) > 0 {
+		t.Errorf("requests dispatched while busy1 was busy: %v", early)
+	}
+	mu.Unlock()
+
+	// Free a worker: everything completes, exactly once, and the stream empties.
+	startMock(t, nc, mock.Config{ID: "wfree"})
+	waitFor(t, 30*time.Second, "every request to complete", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == n
+	})
+	waitFor(t, 10*time.Second, "DISPATCH_REQ to be empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	timedOut := ecsTimedOut(p1, p2)
+	excused := 0
+	for i := range n {
+		id := fmt.Sprintf("sd-%03d", i)
+		switch c := done[id]; {
+		case c > 1 && timedOut[id]:
+			excused++ // SPEC 1.2: a timeout can hide an acceptance
+		case c != 1:
+			t.Errorf("request %s completed %d times, want 1", id, c)
+		}
+	}
+	if excused > 0 {
+		t.Logf("%d requests ran twice after a handshake timeout (%d timeouts logged)", excused, len(timedOut))
+	}
+	if d := streamMsgs(t, js, "DISPATCH_DLQ"); d != 0 {
+		t.Errorf("DLQ holds %d messages, want 0", d)
+	}
+}
+
+// ecsDelivered returns the durable consumer's delivered count (consumer
+// sequence): it grows by one for every delivery, redeliveries included.
+func ecsDelivered(t testing.TB, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := js.Consumer(ctx, "DISPATCH_REQ", "dispatcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Delivered.Consumer
+}
