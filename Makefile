@@ -4,15 +4,16 @@ PKGS     ?= ./...
 DEMO     ?= 1
 BENCHTIME ?= 1s
 
-.PHONY: run test vet fmt bench build fuzz cover clean
+.PHONY: run test vet fmt bench build fuzz fuzz-short cover clean
 
 ## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone)
 run:
 	$(GO) run ./cmd/dispatcher --policy-config configs/policy-classes.yaml --demo=$(DEMO)
 
-## test: vet, gofmt check, and every test under the race detector
+## test: vet, gofmt check, every test under the race detector, then each fuzz target briefly
 test: vet fmt
 	$(GO) test -race -count=1 $(PKGS)
+	@$(MAKE) --no-print-directory fuzz-short
 
 vet:
 	$(GO) vet $(PKGS)
@@ -24,6 +25,22 @@ fmt:
 ## bench: the core benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./drr/ ./lanes/ ./ingest/
+
+FUZZTIME ?= 60s
+# package:target of every fuzz target; `go test -fuzz` takes one target at a time.
+FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport configs:FuzzParse admin:FuzzBusyThresholdBody
+
+## fuzz: run each fuzz target for FUZZTIME (default 60s); findings land in each package's testdata/fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn in ./$$pkg/ for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
+	done
+
+## fuzz-short: each fuzz target briefly, as CI runs them
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 ## cover: coverage of the core packages
 cover:

@@ -2,9 +2,12 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	neturl "net/url"
 	"strings"
 	"time"
@@ -226,7 +229,42 @@ func isAuthError(err error) bool {
 		errors.Is(err, nats.ErrAuthExpired) ||
 		errors.Is(err, nats.ErrAuthRevoked) ||
 		errors.Is(err, nats.ErrAccountAuthExpired) ||
-		errors.Is(err, nats.ErrNkeysNotSupported)
+		errors.Is(err, nats.ErrNkeysNotSupported) ||
+		isCertificateError(err)
+}
+
+// isCertificateError reports whether a TLS handshake failed on a certificate:
+// the server's did not verify against our CAs, or the server refused ours.
+// Retrying cannot fix either.
+func isCertificateError(err error) bool {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		invalid   x509.CertificateInvalidError
+		hostname  x509.HostnameError
+		verify    *tls.CertificateVerificationError
+		alert     tls.AlertError
+	)
+	if errors.As(err, &unknownCA) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verify) {
+		return true
+	}
+	if errors.As(err, &alert) {
+		switch alert {
+		case 42, 43, 44, 45, 46, 48, 116: // bad, unsupported, revoked, expired, unknown certificate; unknown CA; certificate required
+			return true
+		}
+	}
+	// Over TCP, crypto/tls reports the server's alert as a *net.OpError
+	// "remote error" around an unexported alert type: match its text.
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" && op.Err != nil {
+		switch op.Err.Error() {
+		case "tls: bad certificate", "tls: unsupported certificate", "tls: revoked certificate",
+			"tls: expired certificate", "tls: unknown certificate", "tls: unknown certificate authority",
+			"tls: certificate required":
+			return true
+		}
+	}
+	return false
 }
 
 // isFileError reports whether err comes from reading a local file (creds, TLS),

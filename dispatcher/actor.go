@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type Releaser interface {
 // Config configures an Actor.
 type Config struct {
 	Stream          string        // the request stream, for default request ids
+	Prefix          string        // the subject prefix: no outcome may be published below it
 	AckWait         time.Duration // the consumer's ack wait
 	DispatchTimeout time.Duration // how long a worker may take to answer; bounds shutdown
 	Tick            time.Duration // safety-net re-check and deadline resolution; default 25ms
@@ -69,12 +71,12 @@ type held struct {
 	rank     int32
 	seq      uint64
 	dead     bool             // being dead-lettered
+	bodiless bool             // the dead letter is being stored without its body
 	err      *scheduler.Error // why, while dead
 }
 
 type loadMsg struct {
-	token string
-	data  []byte
+	rep workers.Report
 }
 
 type dlqDone struct {
@@ -171,9 +173,18 @@ func (a *Actor) Deliveries() chan<- []ingest.Delivery { return a.deliveries }
 // HandshakeResult delivers a worker's answer (the bus.Handshaker callback).
 func (a *Actor) HandshakeResult(r bus.Result) { a.results <- r }
 
-// LoadReport delivers a raw load report (the bus.SubscribeLoad callback).
+// LoadReport parses a raw load report on the caller's goroutine (the
+// bus.SubscribeLoad callback), so that a large or hostile report costs the
+// queue actor nothing, and delivers it if it is valid; a report that is not is
+// dropped and counted.
 func (a *Actor) LoadReport(token string, data []byte) {
-	a.loads <- loadMsg{token, append([]byte(nil), data...)}
+	rep, err := workers.ParseReport(token, data)
+	if err != nil {
+		a.d.Metrics.LoadDropped(string(workers.Reason(err)))
+		a.log.Debug().Err(err).Str("worker_id", token).Msg("load report dropped")
+		return
+	}
+	a.loads <- loadMsg{rep}
 }
 
 // Connected tells the actor the NATS connection came back (true) or was lost.
@@ -348,6 +359,20 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		a.reject(now, h, h.err)
 		return
 	}
+	if r := dl.Headers.ReplyTo; r != "" && (r[0] == '$' || strings.HasPrefix(r, a.cfg.Prefix+".")) {
+		// An outcome published there could pose as a load report, a request or a
+		// JetStream API call: refuse it, and publish no outcome to it.
+		h.replyTo = ""
+		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
+		h.err = &scheduler.Error{Code: request.BadRequest, Message: fmt.Sprintf(
+			"header Dispatch-Reply-To: %q may not start with \"$\" or %q", r, a.cfg.Prefix+".")}
+		if a.d.Scheduler.InGrace(now.UnixNano()) {
+			a.parked = append(a.parked, h)
+			return
+		}
+		a.reject(now, h, h.err)
+		return
+	}
 	hd := &dl.Headers
 	arr := scheduler.Arrival{
 		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap,
@@ -486,8 +511,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 		return
 	}
 	if d.err != nil {
-		a.log.Error().Err(d.err).Str("request_id", h.snap.ID).Msg("dead letter not stored; handing the message back")
-		a.handBack(d.seq, h)
+		a.deadLetterFailed(h, d.err)
 		return
 	}
 	a.d.Metrics.DeadLetter(h.snap.Class)
@@ -510,6 +534,39 @@ func (a *Actor) deadLettered(d dlqDone) {
 	}
 }
 
+// deadLetterFailed handles a dead letter the bus could not store for good (it
+// retries what a retry can fix). The first time, it stores a copy without the
+// body (a body too large for the DLQ is the usual cause), saying so in
+// Dispatch-Body-Dropped; if that fails too, the message goes back to the
+// stream, redelivered only after the ack wait, so it is neither lost nor spun on.
+func (a *Actor) deadLetterFailed(h *held, err error) {
+	r := h.snap
+	if !h.bodiless {
+		h.bodiless = true
+		a.log.Error().Err(err).Str("request_id", r.ID).Msg("dead letter not stored; storing it without its body")
+		hdr := make(nats.Header, len(h.msg.Headers())+1)
+		for k, v := range h.msg.Headers() {
+			hdr[k] = v
+		}
+		hdr.Set("Dispatch-Body-Dropped", strconv.Itoa(len(h.msg.Data())))
+		class := h.token
+		if r.Class >= 0 {
+			class = a.className(r.Class)
+		}
+		seq := r.Ref
+		if perr := a.d.DeadLetters.Publish(bus.DeadLetter{
+			Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message, Header: hdr,
+		}, func(err error) { a.dlq <- dlqDone{seq, err} }); perr == nil {
+			return
+		}
+	}
+	a.log.Error().Err(err).Str("request_id", r.ID).Dur("retry_in", a.cfg.AckWait).Msg("dead letter not stored; the request goes back to the stream")
+	_ = h.msg.NakWithDelay(a.cfg.AckWait)
+	a.d.Keeper.Drop(r.Ref)
+	delete(a.held, r.Ref)
+	h.rel.Release(1)
+}
+
 func (a *Actor) outcome(subject string, o bus.OutcomeMsg) {
 	if err := a.d.Outcome(subject, o); err != nil {
 		a.log.Warn().Err(err).Str("request_id", o.RequestID).Str("subject", subject).Msg("outcome not published")
@@ -517,13 +574,7 @@ func (a *Actor) outcome(subject string, o bus.OutcomeMsg) {
 }
 
 func (a *Actor) report(l loadMsg) {
-	rep, err := workers.ParseReport(l.token, l.data)
-	if err != nil {
-		a.d.Metrics.LoadDropped(string(workers.Reason(err)))
-		a.log.Debug().Err(err).Str("worker_id", l.token).Msg("load report dropped")
-		return
-	}
-	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), rep) {
+	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), l.rep) {
 		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
 	}
 }

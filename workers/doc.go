@@ -68,7 +68,7 @@
 // # Costs
 //
 // For a worker with R ranks and B outstanding bookings, and W live workers:
-// ParseReport O(size of the report + ranks²) (ranks are at most the reported
+// ParseReport O(size of the report + ranks) (ranks are at most the reported
 // size); Apply O(R + B + log W), plus O(W) to insert a new worker; Book O(1)
 // amortised; Unbook O(B); Expire O(W + dropped bookings); Resume O(W + B); Get
 // O(1); All O(1).

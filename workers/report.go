@@ -103,6 +103,9 @@ func ParseReport(token string, data []byte) (Report, error) {
 	if w.DPSize != nil {
 		r.DPSize = *w.DPSize
 	}
+	if len(r.Instance) > maxID {
+		return Report{}, &ReportError{DropInvalid, fmt.Sprintf("instance of %d bytes, at most %d", len(r.Instance), maxID)}
+	}
 	if r.DPSize == 0 || uint64(r.DPStart)+uint64(r.DPSize) > MaxRanks {
 		return Report{}, &ReportError{DropInvalid, fmt.Sprintf("ranks [%d, %d+%d) out of [0, %d)", r.DPStart, r.DPStart, r.DPSize, MaxRanks)}
 	}

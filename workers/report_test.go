@@ -239,3 +239,14 @@ func idOf(t *testing.T, body string) string {
 	rest := body[i+len(key):]
 	return rest[:strings.IndexByte(rest, '"')]
 }
+
+func TestParseReportInstanceBound(t *testing.T) {
+	long := strings.Repeat("i", 129)
+	_, err := workers.ParseReport("w1", []byte(`{"worker_id":"w1","instance":"`+long+`"}`))
+	if workers.Reason(err) != workers.DropInvalid {
+		t.Fatalf("instance of 129 bytes: reason %q, want invalid", workers.Reason(err))
+	}
+	if _, err := workers.ParseReport("w1", []byte(`{"worker_id":"w1","instance":"`+long[:128]+`"}`)); err != nil {
+		t.Fatalf("instance of 128 bytes: %v, want accepted", err)
+	}
+}

@@ -113,7 +113,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	if inFlight == 0 {
 		inFlight = 4 * s.maxHeld
 	}
-	a := dispatcher.New(dispatcher.Config{Stream: bus.ReqStream, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
+	a := dispatcher.New(dispatcher.Config{Stream: bus.ReqStream, Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper:  ingest.NewKeeper(s.ackWait, log),
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },

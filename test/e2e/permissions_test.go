@@ -1,0 +1,400 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/crypto/bcrypt"
+
+	"fairdispatch/worker/mock"
+)
+
+// These tests run the example configs/nats-accounts.conf unchanged (only the
+// listen address and storage directory are overridden) and check that NATS
+// itself refuses what a role may not do, while every role can do its part of
+// the protocol.
+
+// The example secrets whose bcrypt hashes are in configs/nats-accounts.conf.
+const (
+	permAccount          = "FAIRDISPATCH"
+	permDispatcherSecret = "dispatcher-example-secret"
+	permPremiumSecret    = "producer-premium-example-secret"
+	permRegularSecret    = "producer-regular-example-secret"
+	permW1Secret         = "worker-w1-example-secret"
+	permW2Secret         = "worker-w2-example-secret"
+	permMonitorSecret    = "monitor-example-secret"
+)
+
+// permSecrets maps each user of the example to its secret.
+var permSecrets = map[string]string{
+	"dispatcher": permDispatcherSecret, "producer_premium": permPremiumSecret, "producer_regular": permRegularSecret,
+	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret,
+}
+
+// TestPermissionsExampleSecrets checks that the bcrypt hashes in the example
+// are those of the secrets the tests use, and that every user is in the
+// FAIRDISPATCH account, which has JetStream.
+func TestPermissionsExampleSecrets(t *testing.T) {
+	conf, err := server.ProcessConfigFile(permConfigPath(t))
+	if err != nil {
+		t.Fatalf("configs/nats-accounts.conf: %v", err)
+	}
+	if len(conf.Users) != len(permSecrets) {
+		t.Fatalf("got %d users, want %d", len(conf.Users), len(permSecrets))
+	}
+	for _, u := range conf.Users {
+		if u.Account == nil || u.Account.Name != permAccount {
+			t.Fatalf("user %q is not in account %s", u.Username, permAccount)
+		}
+		if !strings.HasPrefix(u.Password, "$2a$11$") {
+			t.Fatalf("user %q: password is not a bcrypt hash of cost 11", u.Username)
+		}
+		if err := bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(permSecrets[u.Username])); err != nil {
+			t.Fatalf("user %q: the hash does not match the example secret: %v", u.Username, err)
+		}
+	}
+}
+
+const permPolicy = `default_policy_family: regular
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: all
+policy_classes:
+  - name: premium
+    policy_family: premium
+    cache_bucket: all
+    quantum: 512
+  - name: regular
+    policy_family: regular
+    cache_bucket: all
+    quantum: 128
+`
+
+// permConfigPath is the example configuration, relative to this file.
+func permConfigPath(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller information")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "configs", "nats-accounts.conf")
+}
+
+// permStart starts a nats-server from the example configuration and a
+// dispatcher connected as its dispatcher user.
+func permStart(t *testing.T) (*natsServer, *proc) {
+	t.Helper()
+	conf, err := server.ProcessConfigFile(permConfigPath(t))
+	if err != nil {
+		t.Fatalf("configs/nats-accounts.conf: %v", err)
+	}
+	// The example stores bcrypt hashes of cost 11. Checking one takes the
+	// race-enabled server in this process seconds, more than a client's
+	// connect timeout, so the users get their plaintext secrets here;
+	// TestPermissionsExampleSecrets checks that the hashes match them.
+	conf = conf.Clone()
+	for _, u := range conf.Users {
+		secret, ok := permSecrets[u.Username]
+		if !ok {
+			t.Fatalf("configs/nats-accounts.conf: user %q has no known example secret", u.Username)
+		}
+		u.Password = secret
+	}
+	n := startNATS(t, func(o *server.Options) {
+		dir := o.StoreDir
+		*o = *conf
+		o.Host, o.Port, o.StoreDir, o.JetStream, o.NoLog, o.NoSigs = "127.0.0.1", -1, dir, true, true, true
+	})
+	t.Setenv("DISPATCHER_NATS_PASSWORD", permDispatcherSecret)
+	p := startDispatcher(t, n.url(), "--nats-user", "dispatcher", "--policy-config", writePolicy(t, permPolicy))
+	return n, p
+}
+
+// permReport is a load report body of SPEC 1.3.
+func permReport(id string, prefill uint64, draining bool, ttlMs int) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"worker_id": id, "data_parallel_size": 1, "max_num_batched_tokens": 8192, "ttl_ms": ttlMs,
+		"draining": draining, "instance": "perm-" + id,
+		"ranks": []map[string]any{{"dp_rank": 0, "active_prefill_tokens": prefill}},
+	})
+	return b
+}
+
+// permOutcomes subscribes to a producer's outcome subject and counts the
+// dispatched outcomes per class.
+type permOutcomes struct {
+	mu  sync.Mutex
+	per map[string]int
+}
+
+func permFollow(t *testing.T, nc *nats.Conn, subject string) *permOutcomes {
+	t.Helper()
+	o := &permOutcomes{per: map[string]int{}}
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		var out struct {
+			Status string `json:"status"`
+			Class  string `json:"policy_class"`
+		}
+		if json.Unmarshal(m.Data, &out) == nil && out.Status == "dispatched" {
+			o.mu.Lock()
+			o.per[out.Class]++
+			o.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func (o *permOutcomes) count(class string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.per[class]
+}
+
+// permPublish publishes one request with JetStream and returns its stream
+// sequence or the error.
+func permPublish(nc *nats.Conn, class, id, replyTo string) (uint64, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m := nats.NewMsg("dispatch.req." + class)
+	m.Header.Set("Nats-Msg-Id", id)
+	m.Header.Set("Dispatch-ISL-Tokens", "64")
+	if replyTo != "" {
+		m.Header.Set("Dispatch-Reply-To", replyTo)
+	}
+	m.Data = []byte("body of " + id)
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// TestPermissionsExampleConfigServes: under the example permissions every
+// role can do its part: producers publish to their granted classes, workers
+// report, accept and acknowledge, the dispatcher dispatches, and outcomes
+// reach the producers' own inboxes.
+func TestPermissionsExampleConfigServes(t *testing.T) {
+	n, p := permStart(t)
+	for _, w := range []struct{ id, user, secret string }{{"w1", "worker_w1", permW1Secret}, {"w2", "worker_w2", permW2Secret}} {
+		nc, errs := secConnect(t, n.url(), w.user, w.secret, "")
+		startMock(t, nc, mock.Config{ID: w.id, TTL: 3 * time.Second})
+		t.Cleanup(func() {
+			// The mock also announces completions on dispatch.done.<id> for
+			// loadgen, outside the protocol; the example does not grant it.
+			if errs.hasOther(`Publish to "dispatch.done.` + w.id + `"`) {
+				t.Errorf("worker %s got asynchronous errors:\n%s", w.id, errs)
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "both workers live", func() bool { return p.metric("fairdispatch_live_workers") == 2 })
+
+	premium, premErrs := secConnect(t, n.url(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	regular, regErrs := secConnect(t, n.url(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
+	premOut := permFollow(t, premium, "_INBOX_producer_premium.outcomes")
+	regOut := permFollow(t, regular, "_INBOX_producer_regular.outcomes")
+	const each = 10
+	for i := range each {
+		if _, err := permPublish(premium, "premium", fmt.Sprintf("prem-%d", i), "_INBOX_producer_premium.outcomes"); err != nil {
+			t.Fatalf("producer_premium to premium: %v", err)
+		}
+		if _, err := permPublish(premium, "regular", fmt.Sprintf("prem-reg-%d", i), "_INBOX_producer_premium.outcomes"); err != nil {
+			t.Fatalf("producer_premium to regular: %v", err)
+		}
+		if _, err := permPublish(regular, "regular", fmt.Sprintf("reg-%d", i), "_INBOX_producer_regular.outcomes"); err != nil {
+			t.Fatalf("producer_regular to regular: %v", err)
+		}
+	}
+	waitFor(t, 20*time.Second, "every outcome", func() bool {
+		return premOut.count("premium") == each && premOut.count("regular") == each && regOut.count("regular") == each
+	})
+	js := jsOf(t, secConnectAs(t, n.url(), "dispatcher", permDispatcherSecret))
+	waitFor(t, 20*time.Second, "every request acknowledged by its worker", func() bool {
+		return streamMsgs(t, js, "DISPATCH_REQ") == 0
+	})
+	if got := p.metric("fairdispatch_dispatched_total"); got != 3*each {
+		t.Fatalf("got %v dispatched, want %d", got, 3*each)
+	}
+	if premErrs.String() != "" || regErrs.String() != "" {
+		t.Fatalf("producers got asynchronous errors:\n%s\n%s", premErrs, regErrs)
+	}
+}
+
+// connectAs connects as a user of the example configuration.
+func secConnectAs(t testing.TB, url, user, secret string) *nats.Conn {
+	t.Helper()
+	nc, _ := secConnect(t, url, user, secret, "")
+	return nc
+}
+
+// TestPermissionsProducerWithoutGrantRefused: producer_regular may not use
+// class premium. NATS refuses the publish; nothing reaches the stream or the
+// dispatcher.
+func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
+	n, p := permStart(t)
+	regular, errs := secConnect(t, n.url(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
+
+	// A JetStream publish gets no acknowledgement: the server dropped it.
+	if seq, err := permPublish(regular, "premium", "forbidden-1", ""); err == nil {
+		t.Fatalf("publish to dispatch.req.premium stored at sequence %d, want it refused", seq)
+	}
+	// A core publish too; the server says why.
+	if err := regular.Publish("dispatch.req.premium", []byte("forbidden-2")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the permission violation", func() bool {
+		return errs.has("Permissions Violation", `Publish to "dispatch.req.premium"`)
+	})
+
+	// The same connection's granted publish is stored as the stream's first
+	// message: nothing before it got in.
+	seq, err := permPublish(regular, "regular", "allowed-1", "")
+	if err != nil {
+		t.Fatalf("publish to the granted class: %v", err)
+	}
+	if seq != 1 {
+		t.Fatalf("the granted request got stream sequence %d, want 1 (the refused ones must not be stored)", seq)
+	}
+	if got := secStreamLastSeq(t, n.srv, permAccount, "DISPATCH_REQ"); got != 1 {
+		t.Fatalf("got DISPATCH_REQ last sequence %d, want 1", got)
+	}
+	// The dispatcher saw only the granted request (no worker: it is rejected
+	// no_endpoints after the grace), never a premium one.
+	waitFor(t, 10*time.Second, "the granted request handled", func() bool {
+		return p.metric("fairdispatch_rejected_total", `class="regular"`) == 1
+	})
+	if got := p.metric("fairdispatch_rejected_total", `class="premium"`) + p.metric("fairdispatch_dispatched_total", `class="premium"`); got != 0 {
+		t.Fatalf("got %v premium requests handled, want 0", got)
+	}
+}
+
+// TestPermissionsWorkerCannotActForAnother: worker_w1 may not report w2's
+// load, receive w2's work, or publish requests. NATS refuses each; w2's state
+// in the dispatcher is unchanged. What w1 can still do, acknowledge any
+// request message, is checked last (docs/security.md).
+func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
+	n, p := permStart(t)
+	w2, _ := secConnect(t, n.url(), "worker_w2", permW2Secret, "")
+	if err := w2.Publish("dispatch.load.w2", permReport("w2", 100, false, 600_000)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "w2 live", func() bool {
+		v, ok := secQueues(p)
+		return ok && len(v.Workers) == 1 && v.Workers[0].ID == "w2" && v.Workers[0].Ranks[0].ReportedPrefill == 100
+	})
+
+	w1, errs := secConnect(t, n.url(), "worker_w1", permW1Secret, "")
+	// A forged report for w2: draining, and a load that would keep it from work.
+	if err := w1.Publish("dispatch.load.w2", permReport("w2", 999_999, true, 600_000)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the load permission violation", func() bool {
+		return errs.has("Permissions Violation", `Publish to "dispatch.load.w2"`)
+	})
+	// Barrier: a report of w1's own that the dispatcher drops as invalid
+	// (ttl_ms 1). Reports from one connection arrive in order, so once it is
+	// counted, the forged one would have been applied had it got through.
+	invalid := p.metric("fairdispatch_load_reports_dropped_total", `reason="invalid"`)
+	if err := w1.Publish("dispatch.load.w1", permReport("w1", 0, false, 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "w1's own invalid report counted", func() bool {
+		return p.metric("fairdispatch_load_reports_dropped_total", `reason="invalid"`) == invalid+1
+	})
+	v := secFreshView(t, p, time.Now())
+	if len(v.Workers) != 1 || v.Workers[0].ID != "w2" || v.Workers[0].Draining || v.Workers[0].Ranks[0].ReportedPrefill != 100 {
+		t.Fatalf("got workers %+v, want only w2, not draining, reported prefill 100", v.Workers)
+	}
+	if got := p.metric("fairdispatch_load_reports_dropped_total", `reason="mismatch"`); got != 0 {
+		t.Fatalf("got %v mismatched reports, want 0 (the forged one never arrived)", got)
+	}
+
+	// Nor may w1 receive w2's work, send work, or publish requests.
+	if _, err := w1.Subscribe("dispatch.work.w2", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"dispatch.work.w2", "dispatch.req.regular"} {
+		if err := w1.Publish(subj, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the other permission violations", func() bool {
+		return errs.has("Permissions Violation", `Subscription to "dispatch.work.w2"`) &&
+			errs.has("Permissions Violation", `Publish to "dispatch.work.w2"`) &&
+			errs.has("Permissions Violation", `Publish to "dispatch.req.regular"`)
+	})
+
+	// What remains: the acknowledgement subject names the stream sequence, not
+	// the worker, so w1 may publish an acknowledgement for any message. The
+	// server accepts it without complaint; docs/security.md says how to see it.
+	before := len(errs.String())
+	if err := w1.Publish("$JS.ACK.DISPATCH_REQ.dispatcher.1.1.1.0.0", []byte("+ACK")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Publish("dispatch.load.w1", permReport("w1", 0, false, 1)); err != nil { // barrier, as above
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the second barrier report", func() bool {
+		return p.metric("fairdispatch_load_reports_dropped_total", `reason="invalid"`) == invalid+2
+	})
+	if len(errs.String()) != before {
+		t.Fatalf("an acknowledgement was refused, which the example does not do: %s", errs.String()[before:])
+	}
+}
+
+// TestPermissionsReplyToCannotForgeLoad: a producer names a load subject as
+// its Dispatch-Reply-To, hoping the dispatcher publishes the "dispatched"
+// outcome there; the outcome carries worker_id, so it would parse as a load
+// report of that worker. Under the example permissions the dispatcher may not
+// publish load reports: NATS refuses it, and the worker's state is unchanged.
+func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
+	n, p := permStart(t)
+	w1nc, _ := secConnect(t, n.url(), "worker_w1", permW1Secret, "")
+	startMock(t, w1nc, mock.Config{ID: "w1", TTL: 3 * time.Second})
+	waitFor(t, 10*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
+
+	premium, _ := secConnect(t, n.url(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	if _, err := permPublish(premium, "premium", "deputy-1", "dispatch.load.w1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the request dispatched", func() bool {
+		return p.metric("fairdispatch_dispatched_total", `class="premium"`) == 1
+	})
+	waitFor(t, 10*time.Second, "the dispatcher's refused outcome publish logged", func() bool {
+		return secContainsAll(p.out.String(), "Permissions Violation", `Publish to \"dispatch.load.w1\"`)
+	})
+	if got := p.metric("fairdispatch_load_reports_dropped_total"); got != 0 {
+		t.Fatalf("got %v dropped reports, want 0", got)
+	}
+}
+
+// secContainsAll reports whether s contains every fragment.
+func secContainsAll(s string, fragments ...string) bool {
+	for _, f := range fragments {
+		if !strings.Contains(s, f) {
+			return false
+		}
+	}
+	return true
+}

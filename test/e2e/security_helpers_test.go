@@ -1,0 +1,375 @@
+package e2e
+
+// Helpers of the security tests (auth_test.go, permissions_test.go,
+// admin_test.go). Their names start with sec so that they cannot collide with
+// the helpers of other e2e files.
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// secWriteFile writes data to name in a fresh temp dir and returns the path.
+func secWriteFile(t testing.TB, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// secPKI is a private CA with a server certificate for 127.0.0.1 and a client
+// certificate, all generated in the test; the paths are PEM files.
+type secPKI struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+// secNewPKI generates a CA (named cn), a server certificate for 127.0.0.1 and
+// a client certificate signed by it.
+func secNewPKI(t testing.TB, cn string) secPKI {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		b, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	serial := int64(1)
+	tmpl := func(name string) *x509.Certificate {
+		serial++
+		return &x509.Certificate{
+			SerialNumber: big.NewInt(serial),
+			Subject:      pkix.Name{CommonName: name, Organization: []string{"fairdispatch e2e"}},
+			NotBefore:    time.Now().Add(-time.Hour),
+			NotAfter:     time.Now().Add(24 * time.Hour),
+		}
+	}
+
+	caKey := newKey()
+	caTmpl := tmpl(cn)
+	caTmpl.IsCA, caTmpl.BasicConstraintsValid = true, true
+	caTmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(name string, usage x509.ExtKeyUsage, ips []net.IP) (cert, key string) {
+		k := newKey()
+		c := tmpl(name)
+		c.KeyUsage = x509.KeyUsageDigitalSignature
+		c.ExtKeyUsage = []x509.ExtKeyUsage{usage}
+		c.IPAddresses = ips
+		der, err := x509.CreateCertificate(rand.Reader, c, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name+"-cert.pem", "CERTIFICATE", der), write(name+"-key.pem", "PRIVATE KEY", keyDER(k))
+	}
+	p := secPKI{CA: write("ca.pem", "CERTIFICATE", caDER)}
+	p.ServerCert, p.ServerKey = leaf("server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
+	p.ClientCert, p.ClientKey = leaf("client", x509.ExtKeyUsageClientAuth, nil)
+	return p
+}
+
+// secTLSServer configures o to require TLS with pki's server certificate, and
+// client certificates signed by pki's CA.
+func secTLSServer(t testing.TB, o *server.Options, pki secPKI) {
+	t.Helper()
+	cfg, err := server.GenTLSConfig(&server.TLSConfigOpts{
+		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, CaFile: pki.CA, Verify: true, Timeout: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.TLSConfig, o.TLS, o.TLSVerify, o.TLSTimeout = cfg, true, true, 2
+}
+
+// secOperator is an operator-mode setup: an operator, a system account and an
+// application account with JetStream, in a memory resolver.
+type secOperator struct {
+	operator *jwt.OperatorClaims
+	sysPub   string
+	account  nkeys.KeyPair
+	resolver *server.MemAccResolver
+}
+
+// secNewOperator builds the operator, the system account and one application
+// account with unlimited JetStream.
+func secNewOperator(t testing.TB) *secOperator {
+	t.Helper()
+	okp, err := nkeys.CreateOperator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opub, _ := okp.PublicKey()
+	oc := jwt.NewOperatorClaims(opub)
+	oc.Name = "fairdispatch-e2e"
+	s := &secOperator{resolver: &server.MemAccResolver{}}
+
+	newAccount := func(name string, js bool) (nkeys.KeyPair, string) {
+		akp, err := nkeys.CreateAccount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		apub, _ := akp.PublicKey()
+		ac := jwt.NewAccountClaims(apub)
+		ac.Name = name
+		if js {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		ajwt, err := ac.Encode(okp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.resolver.Store(apub, ajwt); err != nil {
+			t.Fatal(err)
+		}
+		return akp, apub
+	}
+	_, s.sysPub = newAccount("SYS", false)
+	oc.SystemAccount = s.sysPub
+	s.account, _ = newAccount("FAIRDISPATCH", true)
+	s.operator = oc
+	return s
+}
+
+// configure sets o up for operator mode with s.
+func (s *secOperator) configure(o *server.Options) {
+	o.TrustedOperators = []*jwt.OperatorClaims{s.operator}
+	o.AccountResolver = s.resolver
+	o.SystemAccount = s.sysPub
+}
+
+// creds returns a creds file (user JWT and seed) of a new user of the
+// application account, signed by signer (the account itself for a valid user).
+func (s *secOperator) creds(t testing.TB, name string, signer nkeys.KeyPair) string {
+	t.Helper()
+	ukp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	upub, _ := ukp.PublicKey()
+	uc := jwt.NewUserClaims(upub)
+	uc.Name = name
+	ujwt, err := uc.Encode(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := ukp.Seed()
+	b, err := jwt.FormatUserConfig(ujwt, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secWriteFile(t, name+".creds", b)
+}
+
+// secNkeyUser returns a new user nkey's public key and the path of a file
+// holding its seed.
+func secNkeyUser(t testing.TB) (pub, seedFile string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ = kp.PublicKey()
+	seed, _ := kp.Seed()
+	return pub, secWriteFile(t, "user.nk", seed)
+}
+
+// secWaitExit waits for a dispatcher that must fail at start: it must exit
+// non-zero within the timeout, and its output must contain every fragment.
+func secWaitExit(t testing.TB, p *proc, timeout time.Duration, fragments ...string) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("dispatcher still running after %v; it must give up, not hang. Output:\n%s", timeout, tail(p.out.String(), 30))
+	}
+	if p.err == nil {
+		t.Fatalf("dispatcher exited with status 0, want non-zero. Output:\n%s", tail(p.out.String(), 30))
+	}
+	out := p.out.String()
+	for _, f := range fragments {
+		if !strings.Contains(out, f) {
+			t.Fatalf("dispatcher output lacks %q:\n%s", f, tail(out, 30))
+		}
+	}
+}
+
+// secAsyncErrors collects the asynchronous errors (permission violations) of
+// a NATS connection.
+type secAsyncErrors struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (a *secAsyncErrors) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.errs = append(a.errs, err.Error())
+}
+
+// has reports whether an error containing every fragment was seen.
+func (a *secAsyncErrors) has(fragments ...string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.errs {
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(e, f)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// hasOther reports whether an error without the fragment was seen.
+func (a *secAsyncErrors) hasOther(fragment string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.errs {
+		if !strings.Contains(e, fragment) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *secAsyncErrors) String() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return strings.Join(a.errs, "\n")
+}
+
+// secConnect connects as user/password with the given inbox prefix ("" for
+// the default), collecting asynchronous errors.
+func secConnect(t testing.TB, url, user, password, inbox string) (*nats.Conn, *secAsyncErrors) {
+	t.Helper()
+	errs := &secAsyncErrors{}
+	// The example's passwords are bcrypt hashes of cost 11: checking one takes
+	// the server, under the race detector, longer than the client's default
+	// two-second connect timeout.
+	opts := []nats.Option{nats.UserInfo(user, password), nats.ErrorHandler(errs.handler), nats.Name(user), nats.Timeout(30 * time.Second)}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+// secStreamLastSeq returns the last sequence of a stream of the account, read
+// from the server's monitoring (no client permission needed), or 0 when the
+// stream does not exist.
+func secStreamLastSeq(t testing.TB, srv *server.Server, account, stream string) uint64 {
+	t.Helper()
+	jsz, err := srv.Jsz(&server.JSzOptions{Account: account, Streams: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range jsz.AccountDetails {
+		for _, s := range a.Streams {
+			if s.Name == stream {
+				return s.State.LastSeq
+			}
+		}
+	}
+	return 0
+}
+
+// secView is the part of /debug/queues the security tests read.
+type secView struct {
+	At      time.Time `json:"at"`
+	Workers []struct {
+		ID       string `json:"worker_id"`
+		Draining bool   `json:"draining"`
+		Ranks    []struct {
+			ReportedPrefill uint64 `json:"reported_prefill_tokens"`
+		} `json:"ranks"`
+	} `json:"workers"`
+}
+
+// secQueues fetches /debug/queues.
+func secQueues(p *proc) (secView, bool) {
+	var v secView
+	code, body := p.get("/debug/queues")
+	if code != http.StatusOK {
+		return v, false
+	}
+	return v, json.Unmarshal([]byte(body), &v) == nil
+}
+
+// secFreshView waits for a /debug/queues snapshot taken after since.
+func secFreshView(t testing.TB, p *proc, since time.Time) secView {
+	t.Helper()
+	var v secView
+	waitFor(t, 10*time.Second, "a /debug/queues snapshot after "+since.Format(time.RFC3339Nano), func() bool {
+		var ok bool
+		v, ok = secQueues(p)
+		return ok && v.At.After(since)
+	})
+	return v
+}
+
+// secTLSConfig is a client TLS configuration trusting pki's CA and
+// presenting its client certificate.
+func secTLSConfig(t testing.TB, pki secPKI) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.AppendCertsFromPEM(b)
+	cert, err := tls.LoadX509KeyPair(pki.ClientCert, pki.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+}
