@@ -277,10 +277,12 @@ func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
 // notice is lost): a NAK while our own pull is open would be redelivered straight
 // into it.
 func (c *Consumer) shutdown(pending []Delivery, msgs <-chan jetstream.Msg) {
-	for m := range msgs { // a nil msgs (no pull open) ends at once
-		if d, ok := c.decode(m); ok {
-			c.held.Add(1)
-			pending = append(pending, d)
+	if msgs != nil { // no pull open: nothing more can arrive (ranging over nil would block forever)
+		for m := range msgs {
+			if d, ok := c.decode(m); ok {
+				c.held.Add(1)
+				pending = append(pending, d)
+			}
 		}
 	}
 	for _, d := range pending {

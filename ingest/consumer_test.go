@@ -525,3 +525,31 @@ func TestRunChurn(t *testing.T) {
 		}
 	}
 }
+
+// TestStopAtMaxHeld: with no pull open (the consumer is full), Stop still ends
+// Run at once; it used to range over the nil channel of the missing pull forever.
+func TestStopAtMaxHeld(t *testing.T) {
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.MaxHeld, cfg.Batch = 3, 3
+	for i := 0; i < 5; i++ {
+		e.publish(t, "c", nil)
+	}
+	c, err := NewConsumer(ctx(t), e.js, cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan []Delivery, 8)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background(), out) }()
+	waitFor(t, "3 held and no pull open", func() bool { return c.Held() == 3 && e.info(t).NumWaiting == 0 })
+	c.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Stop with no pull open")
+	}
+}
