@@ -4,7 +4,7 @@ PKGS     ?= ./...
 DEMO     ?= 1
 BENCHTIME ?= 1s
 
-.PHONY: run test vet fmt bench build fuzz fuzz-short cover clean
+.PHONY: run test vet fmt bench bench-e2e bench-quick build fuzz fuzz-short cover clean
 
 ## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone)
 run:
@@ -41,6 +41,14 @@ fuzz:
 ## fuzz-short: each fuzz target briefly, as CI runs them
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+## bench-e2e: bare pipe vs direct work queue vs fairdispatch, one run, embedded NATS (about 2 minutes)
+bench-e2e:
+	$(GO) run ./cmd/bench --requests 200000 --json
+
+## bench-quick: the same, small (under a minute)
+bench-quick:
+	$(GO) run ./cmd/bench --quick
 
 ## cover: coverage of the core packages
 cover:

@@ -1,0 +1,271 @@
+// Command bench measures, in one run on one machine, what the dispatcher's
+// hop costs next to the alternatives (issue #4): a bare pipe (the physical
+// limit of forwarding a work-queue stream to workers over the SPEC 1.2
+// handshake), a direct work queue (workers pulling the stream themselves),
+// and fairdispatch (the real dispatcher, built from ./cmd/dispatcher and run
+// as a subprocess). It reports throughput, latency at half of each system's
+// own peak, CPU per request, the dispatcher's memory per held request, and
+// the seed's premium/regular burst; see docs/bench.md.
+//
+// Run it from the module root: go run ./cmd/bench [--quick] [--json].
+//
+// The nats-server (the embedded library, JetStream on file storage in a
+// temporary directory, one replica) and the bare pipe's forwarder run in
+// child processes started from this executable, so that the CPU of each is
+// read from /proc apart from this process's (publisher and workers).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// System names, as printed.
+const (
+	sysBare   = "bare pipe"
+	sysDirect = "direct work queue"
+	sysFair   = "fairdispatch"
+)
+
+type options struct {
+	requests      int
+	quick, json   bool
+	out           string
+	workers       int
+	directWorkers int
+	body          int
+	window        int
+	hold          int
+	burstTPS      float64
+	dispatcherBin string
+	only          string
+}
+
+type bench struct {
+	opt           options
+	tmp           string
+	url           string
+	modRoot       string
+	dispatcherBin string
+	server        *child
+	nc            *nats.Conn
+	js            jetstream.JetStream
+	pub           *publisher
+	started       time.Time
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench %5.1fs: "+format+"\n", append([]any{time.Since(b.started).Seconds()}, args...)...)
+}
+
+func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role, os.Args[1:]))
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&o.requests, "requests", 200000, "requests per throughput run (latency runs use half)")
+	fs.BoolVar(&o.quick, "quick", false, "small runs (20,000 requests, 20,000 held): finishes in under 40 s")
+	fs.BoolVar(&o.json, "json", false, "also write bench.json and print the JSON on stdout")
+	fs.StringVar(&o.out, "out", "./bench-out", "directory for bench.md, bench.json and bench-burst.png")
+	fs.IntVar(&o.workers, "workers", 64, "workers behind the bare pipe and fairdispatch")
+	fs.IntVar(&o.directWorkers, "direct-workers", 8, "workers pulling the direct work queue")
+	fs.IntVar(&o.body, "body", 128, "request body size in bytes (at least 12)")
+	fs.IntVar(&o.window, "window", 1024, "most publications awaiting their JetStream acknowledgement")
+	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 100000, its --max-held)")
+	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
+	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
+	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst (default all)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if o.quick {
+		if !given["requests"] {
+			o.requests = 20000
+		}
+		if !given["hold"] {
+			o.hold = 20000
+		}
+	}
+	switch {
+	case o.requests < 1000:
+		return o, fmt.Errorf("--requests %d: want at least 1000", o.requests)
+	case o.workers < 1 || o.directWorkers < 1:
+		return o, fmt.Errorf("--workers and --direct-workers must be at least 1")
+	case o.body < bodyHeader:
+		return o, fmt.Errorf("--body %d: want at least %d", o.body, bodyHeader)
+	case o.window < 1:
+		return o, fmt.Errorf("--window %d: want at least 1", o.window)
+	case o.hold < 1 || o.hold > 100000:
+		return o, fmt.Errorf("--hold %d: want 1 to 100000", o.hold)
+	case !(o.burstTPS > 0):
+		return o, fmt.Errorf("--burst-prefill-tps: want > 0")
+	}
+	return o, nil
+}
+
+func run(args []string) error {
+	opt, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	b := &bench{opt: opt, started: started}
+	want := func(part string) bool {
+		return opt.only == "" || strings.Contains(","+opt.only+",", ","+part+",")
+	}
+
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+		return fmt.Errorf("run from inside the fairdispatch module (go env GOMOD: %v)", err)
+	}
+	b.modRoot = filepath.Dir(strings.TrimSpace(string(out)))
+	if b.tmp, err = os.MkdirTemp("", "fairdispatch-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.tmp)
+	if err := os.MkdirAll(opt.out, 0o755); err != nil {
+		return err
+	}
+
+	b.dispatcherBin = opt.dispatcherBin
+	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst")) {
+		b.dispatcherBin = filepath.Join(b.tmp, "dispatcher")
+		b.logf("building ./cmd/dispatcher")
+		cmd := exec.Command("go", "build", "-o", b.dispatcherBin, "./cmd/dispatcher")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = b.modRoot, os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build ./cmd/dispatcher: %w", err)
+		}
+	}
+
+	b.server, b.url, err = startRole("nats", filepath.Join(b.tmp, "nats.log"), filepath.Join(b.tmp, "jetstream"))
+	if err != nil {
+		return err
+	}
+	defer b.server.stop(10 * time.Second)
+	if b.nc, err = nats.Connect(b.url, nats.Name("bench-control")); err != nil {
+		return err
+	}
+	defer b.nc.Close()
+	if b.js, err = jetstream.New(b.nc); err != nil {
+		return err
+	}
+	if b.pub, err = newPublisher(b.url, opt.window); err != nil {
+		return err
+	}
+	defer b.pub.close()
+	b.logf("nats-server %s (pid %d), store %s", b.url, b.server.pid(), b.tmp)
+
+	res := &results{
+		Command: "go run ./cmd/bench " + strings.Join(args, " "), Started: started.UTC().Format(time.RFC3339),
+		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Requests: opt.requests, Workers: opt.workers,
+		DirectWorkers: opt.directWorkers, BodyBytes: opt.body, Window: opt.window,
+	}
+	if want("bare") {
+		res.Systems = append(res.Systems, b.system(sysBare, func() (*system, []*nats.Conn, error) {
+			s, err := b.startBare()
+			return s, nil, err
+		}))
+	}
+	if want("direct") {
+		res.Systems = append(res.Systems, b.system(sysDirect, func() (*system, []*nats.Conn, error) {
+			s, err := b.startDirect()
+			return s, nil, err
+		}))
+	}
+	if want("fair") {
+		res.Systems = append(res.Systems, b.system(sysFair, b.startFair))
+	}
+	if want("memory") {
+		m := b.memory()
+		res.Memory = &m
+	}
+	if want("burst") {
+		b.logf("burst: direct work queue")
+		direct := b.burstDirect()
+		b.logf("burst: fairdispatch")
+		fair := b.burstFair()
+		res.Bursts = []burstResult{direct, fair}
+		chart := filepath.Join(opt.out, "bench-burst.png")
+		if err := burstChart(chart, fair, direct); err != nil {
+			b.logf("chart: %v", err)
+		} else {
+			res.ChartFile = "bench-burst.png"
+		}
+	}
+	res.Stale = stale.Load()
+	res.Seconds = time.Since(started).Seconds()
+	b.keepLogs()
+
+	md := res.markdown()
+	fmt.Print(md)
+	if err := os.WriteFile(filepath.Join(opt.out, "bench.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if opt.json {
+		j, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		j = append(j, '\n')
+		if err := os.WriteFile(filepath.Join(opt.out, "bench.json"), j, 0o644); err != nil {
+			return err
+		}
+		fmt.Println()
+		os.Stdout.Write(j)
+	}
+	return nil
+}
+
+// system sets up one system, measures it and tears it down.
+func (b *bench) system(name string, start func() (*system, []*nats.Conn, error)) sysResult {
+	b.logf("%s: setting up", name)
+	s, conns, err := start()
+	if err != nil {
+		b.logf("%s: %v", name, err)
+		return sysResult{System: name, Error: "setup: " + err.Error()}
+	}
+	r := b.measure(name, s, conns)
+	if name == sysFair && r.Throughput.Seconds > 0 {
+		// Each request costs a worker one answer and one +ACK; the rest are load reports.
+		extra := (r.WorkerMsgsPerRequest - 2) * float64(b.opt.requests)
+		r.LoadReportsPerSecond = max(0, extra) / r.Throughput.Seconds
+	}
+	s.stop()
+	return r
+}
+
+// keepLogs copies every non-empty child log into the output directory.
+func (b *bench) keepLogs() {
+	logs, _ := filepath.Glob(filepath.Join(b.tmp, "*.log"))
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		dst := filepath.Join(b.opt.out, filepath.Base(l))
+		if err := os.WriteFile(dst, data, 0o644); err == nil {
+			b.logf("%s wrote %d bytes of log: %s", strings.TrimSuffix(filepath.Base(l), ".log"), len(data), dst)
+		}
+	}
+}

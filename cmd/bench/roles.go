@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/bus"
+)
+
+// roleEnv, when set in the environment, makes this program one of the helper
+// processes the bench starts from its own executable: "nats" (the embedded
+// nats-server) or "forwarder" (the bare pipe). They run in processes of their
+// own so that /proc gives the CPU of each apart from the bench process's.
+const roleEnv = "FAIRDISPATCH_BENCH_ROLE"
+
+// runRole runs the helper process named role and returns its exit code.
+func runRole(role string, args []string) int {
+	var err error
+	switch role {
+	case "nats":
+		err = natsRole(args)
+	case "forwarder":
+		err = forwarderRole(args)
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+		return 1
+	}
+	return 0
+}
+
+// natsRole runs nats-server (the library, embedded) with JetStream on file
+// storage in args[0], prints its client URL on stdout, and runs until SIGTERM
+// or until its standard input closes (the bench died).
+func natsRole(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want the store directory")
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "bench", Host: "127.0.0.1", Port: -1,
+		JetStream: true, StoreDir: args[0], NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		return err
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("not ready after 10s")
+	}
+	fmt.Println(srv.ClientURL())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // EOF when the parent goes
+		stop()
+	}()
+	<-ctx.Done()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	return nil
+}
+
+// forwarderRole is the bare pipe: args are the NATS URL and the number of
+// workers. It pulls DISPATCH_REQ through the durable "forwarder" (explicit
+// ack, MaxAckPending as the dispatcher's default) in large batches and sends
+// each message to the next worker in turn as a core NATS request carrying
+// Dispatch-Ack, with every answer arriving on one wildcard inbox (as
+// bus.Handshaker does). It never acknowledges: the workers do. No scheduling,
+// no bookkeeping, no timeouts: the physical limit of the hop.
+func forwarderRole(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("want the NATS URL and the number of workers")
+	}
+	workers, err := strconv.Atoi(args[1])
+	if err != nil || workers < 1 {
+		return fmt.Errorf("workers %q: want an integer >= 1", args[1])
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	nc, err := nats.Connect(args[0], nats.Name("bench-forwarder"), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := js.CreateOrUpdateConsumer(cctx, bus.ReqStream, jetstream.ConsumerConfig{
+		Durable: "forwarder", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: 500000, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+	inbox := nc.NewInbox() + "."
+	sub, err := nc.Subscribe(inbox+"*", func(*nats.Msg) {})
+	if err != nil {
+		return err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return err
+	}
+	subjects := make([]string, workers)
+	for i := range subjects {
+		subjects[i] = "dispatch.work." + workerID(i)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	fmt.Println("ready")
+	var next uint64
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("next: %w", err)
+		}
+		h := m.Headers()
+		if h == nil {
+			h = nats.Header{}
+		}
+		h["Dispatch-Ack"] = []string{m.Reply()}
+		next++
+		if err := nc.PublishMsg(&nats.Msg{
+			Subject: subjects[next%uint64(workers)],
+			Reply:   inbox + strconv.FormatUint(next, 36),
+			Header:  h, Data: m.Data(),
+		}); err != nil {
+			fmt.Fprintf(os.Stderr, "forward: %v\n", err)
+		}
+	}
+}
+
+// workerID names worker i of the throughput workers.
+func workerID(i int) string { return "w" + strconv.Itoa(i) }
+
+// child is a helper process started from this executable or from the
+// dispatcher binary.
+type child struct {
+	cmd  *exec.Cmd
+	name string
+	log  string // file holding its stderr
+	// stdin is kept referenced: were it collected, the child would see EOF.
+	stdin io.WriteCloser
+}
+
+// startRole starts this executable as role with args; it waits for the first
+// line on its stdout and returns it.
+func startRole(role, logPath string, args ...string) (*child, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	return startChild(cmd, role, logPath, true)
+}
+
+// startChild starts cmd with stderr to logPath; with firstLine it waits (up to
+// 60 s) for a line on stdout and returns it.
+func startChild(cmd *exec.Cmd, name, logPath string, firstLine bool) (*child, string, error) {
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	cmd.Stderr = lf
+	var out *bufio.Reader
+	if firstLine {
+		pr, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, "", err
+		}
+		out = bufio.NewReader(pr)
+	}
+	stdin, err := cmd.StdinPipe() // closed when we exit: the nats role then stops
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, "", fmt.Errorf("start %s: %w", name, err)
+	}
+	lf.Close()
+	c := &child{cmd: cmd, name: name, log: logPath, stdin: stdin}
+	if !firstLine {
+		return c, "", nil
+	}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := out.ReadString('\n')
+		line <- strings.TrimSpace(s)
+		_, _ = out.WriteTo(discard{}) // keep the pipe drained
+	}()
+	select {
+	case s := <-line:
+		if s == "" {
+			c.kill()
+			return nil, "", fmt.Errorf("%s exited before it was ready; see %s", name, logPath)
+		}
+		return c, s, nil
+	case <-time.After(60 * time.Second):
+		c.kill()
+		return nil, "", fmt.Errorf("%s not ready after 60s; see %s", name, logPath)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits up to grace, then kills.
+func (c *child) stop(grace time.Duration) {
+	if c == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/bus"
+	"fairdispatch/worker"
+)
+
+// workerConns is how many NATS connections the in-process workers of the
+// bare pipe and fairdispatch share (the direct work queue's 8 workers have
+// one each).
+const workerConns = 8
+
+// classes are the subject tokens requests are published to, in turn.
+var classes = []string{"c0", "c1", "c2", "c3"}
+
+// throughputPolicy is the four-class policy of the fairdispatch throughput
+// and latency runs. The busy thresholds are far above any load the workers
+// report, so no class is ever gated: every arrival goes straight to worker
+// selection, and the gate check is still made.
+const throughputPolicy = `default_policy_family: c0
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: all
+policy_classes:
+  - {name: c0, policy_family: c0, cache_bucket: all, quantum: 1024, prefill_busy_threshold: 1000000000000}
+  - {name: c1, policy_family: c1, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000000000000}
+  - {name: c2, policy_family: c2, cache_bucket: all, quantum: 256, prefill_busy_threshold: 1000000000000}
+  - {name: c3, policy_family: c3, cache_bucket: all, quantum: 128, prefill_busy_threshold: 1000000000000}
+`
+
+// system is one of the three set up for measurement.
+type system struct {
+	middle *child // the forwarder or dispatcher process; nil for the direct work queue
+	admin  string // the dispatcher's admin address
+	stop   func()
+}
+
+func (s *system) middlePid() int {
+	if s.middle == nil {
+		return 0
+	}
+	return s.middle.pid()
+}
+
+// resetStreams deletes the request and dead-letter streams, with their
+// consumers and messages, and creates them again as the dispatcher would.
+func (b *bench) resetStreams() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range []string{bus.ReqStream, bus.DLQStream} {
+		if err := b.js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete stream %s: %w", s, err)
+		}
+	}
+	return bus.EnsureStreams(ctx, b.js, bus.StreamConfig{})
+}
+
+// connect opens k connections named name-<i>.
+func (b *bench) connect(name string, k int) ([]*nats.Conn, error) {
+	var out []*nats.Conn
+	for i := range k {
+		nc, err := nats.Connect(b.url, nats.Name(name+"-"+strconv.Itoa(i)), nats.MaxReconnects(-1))
+		if err != nil {
+			closeAll(out)
+			return nil, err
+		}
+		out = append(out, nc)
+	}
+	return out, nil
+}
+
+func closeAll(ncs []*nats.Conn) {
+	for _, nc := range ncs {
+		nc.Close()
+	}
+}
+
+func flushAll(ncs []*nats.Conn) error {
+	for _, nc := range ncs {
+		if err := nc.FlushTimeout(10 * time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startBare sets up the bare pipe: workers answering core requests on
+// dispatch.work.<id>, then the forwarder process.
+func (b *bench) startBare() (*system, error) {
+	if err := b.resetStreams(); err != nil {
+		return nil, err
+	}
+	conns, err := b.connect("bench-bare-worker", workerConns)
+	if err != nil {
+		return nil, err
+	}
+	for i := range b.opt.workers {
+		nc := conns[i%len(conns)]
+		sub, err := nc.Subscribe("dispatch.work."+workerID(i), func(m *nats.Msg) {
+			accepted(m.Data)
+			if err := nc.Publish(m.Reply, nil); err != nil {
+				b.logf("bare worker reply: %v", err)
+			}
+			if ack := m.Header.Get("Dispatch-Ack"); ack != "" {
+				if err := nc.Publish(ack, []byte("+ACK")); err != nil {
+					b.logf("bare worker ack: %v", err)
+				}
+			}
+		})
+		if err == nil {
+			err = sub.SetPendingLimits(-1, -1)
+		}
+		if err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+	}
+	if err := flushAll(conns); err != nil {
+		closeAll(conns)
+		return nil, err
+	}
+	fw, _, err := startRole("forwarder", filepath.Join(b.tmp, "forwarder.log"), b.url, strconv.Itoa(b.opt.workers))
+	if err != nil {
+		closeAll(conns)
+		return nil, err
+	}
+	return &system{middle: fw, stop: func() {
+		fw.stop(5 * time.Second)
+		closeAll(conns)
+	}}, nil
+}
+
+// startDirect sets up the direct work queue: b.opt.directWorkers workers, one
+// connection each, pulling from one shared durable consumer and acknowledging.
+func (b *bench) startDirect() (*system, error) {
+	if err := b.resetStreams(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, bus.ReqStream, jetstream.ConsumerConfig{
+		Durable: "direct", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: 500000, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	conns, err := b.connect("bench-direct-worker", b.opt.directWorkers)
+	if err != nil {
+		return nil, err
+	}
+	var its []jetstream.MessagesContext
+	done := make(chan struct{}, len(conns))
+	for _, nc := range conns {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+		c, err := js.Consumer(context.Background(), bus.ReqStream, cons.CachedInfo().Name)
+		if err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+		it, err := c.Messages(jetstream.PullMaxMessages(256))
+		if err != nil {
+			closeAll(conns)
+			return nil, err
+		}
+		its = append(its, it)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				m, err := it.Next()
+				if err != nil {
+					return
+				}
+				accepted(m.Data())
+				if err := m.Ack(); err != nil {
+					b.logf("direct worker ack: %v", err)
+				}
+			}
+		}()
+	}
+	return &system{stop: func() {
+		for _, it := range its {
+			it.Stop()
+		}
+		for range its {
+			<-done
+		}
+		closeAll(conns)
+	}}, nil
+}
+
+// startDispatcher starts the dispatcher binary with the policy text on the
+// bench's server and waits until it is ready.
+func (b *bench) startDispatcher(tag, policy string) (*system, error) {
+	pf := filepath.Join(b.tmp, tag+"-policy.yaml")
+	if err := os.WriteFile(pf, []byte(policy), 0o644); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(b.dispatcherBin,
+		"--nats-url", b.url, "--policy-config", pf, "--startup-grace", "200ms",
+		"--max-held", "100000", "--log-level", "warn", "--http-addr", addr,
+		"--data-dir", filepath.Join(b.tmp, "dispatcher-data"))
+	d, _, err := startChild(cmd, "dispatcher", filepath.Join(b.tmp, "dispatcher-"+tag+".log"), false)
+	if err != nil {
+		return nil, err
+	}
+	b.logf("dispatcher (%s) pid %d, admin %s", tag, d.pid(), addr)
+	s := &system{middle: d, admin: addr, stop: func() { d.stop(15 * time.Second) }}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("dispatcher not ready after 30s (last: %v); see %s", err, d.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// queues is the part of the dispatcher's /debug/queues the bench reads.
+type queues struct {
+	Held    int `json:"held"`
+	Workers []struct {
+		ID string `json:"worker_id"`
+	} `json:"workers"`
+}
+
+func (s *system) queues() (queues, error) {
+	var q queues
+	resp, err := http.Get("http://" + s.admin + "/debug/queues")
+	if err != nil {
+		return q, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return q, fmt.Errorf("/debug/queues: %s", resp.Status)
+	}
+	return q, json.NewDecoder(resp.Body).Decode(&q)
+}
+
+// waitQueues polls /debug/queues (refreshed by the dispatcher once a second)
+// until ok holds or timeout passes.
+func (s *system) waitQueues(timeout time.Duration, what string, ok func(queues) bool) (queues, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		q, err := s.queues()
+		if err == nil && ok(q) {
+			return q, nil
+		}
+		if time.Now().After(deadline) {
+			return q, fmt.Errorf("dispatcher: %s not reached after %v (last %+v, %v)", what, timeout, q, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startWorkers starts b.opt.workers workers of package worker on shared
+// connections, each with handler h and, when load is not nil, that load.
+func (b *bench) startWorkers(h worker.Handler, load *worker.RankLoad) (stop func(), conns []*nats.Conn, err error) {
+	conns, err = b.connect("bench-worker", workerConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ws []*worker.Worker
+	stop = func() {
+		for _, w := range ws {
+			_ = w.Close()
+		}
+		closeAll(conns)
+	}
+	for i := range b.opt.workers {
+		w, err := worker.New(conns[i%len(conns)], worker.Config{ID: workerID(i)}, h, zerolog.Nop())
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		if load != nil {
+			if err := w.SetLoad(0, *load); err != nil {
+				stop()
+				return nil, nil, err
+			}
+		}
+		if err := w.Start(); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		ws = append(ws, w)
+	}
+	return stop, conns, flushAll(conns)
+}
+
+// startFair sets up fairdispatch for the throughput and latency runs: the
+// dispatcher with the four-class policy and workers that accept at once and
+// acknowledge at once.
+func (b *bench) startFair() (*system, []*nats.Conn, error) {
+	if err := b.resetStreams(); err != nil {
+		return nil, nil, err
+	}
+	s, err := b.startDispatcher("throughput", throughputPolicy)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := worker.HandlerFunc(func(r *worker.Request) bool {
+		accepted(r.Data)
+		if err := r.Done(); err != nil {
+			b.logf("fairdispatch worker ack: %v", err)
+		}
+		return true
+	})
+	stopWorkers, conns, err := b.startWorkers(h, nil)
+	if err != nil {
+		s.stop()
+		return nil, nil, err
+	}
+	stopD := s.stop
+	s.stop = func() {
+		stopWorkers()
+		stopD()
+	}
+	if _, err := s.waitQueues(20*time.Second, "all workers live", func(q queues) bool { return len(q.Workers) == b.opt.workers }); err != nil {
+		s.stop()
+		return nil, nil, err
+	}
+	return s, conns, nil
+}
