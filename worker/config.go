@@ -18,6 +18,10 @@ const (
 	DefaultAckWait = 30 * time.Second
 	// DefaultMinReportInterval is the shortest gap between two load reports.
 	DefaultMinReportInterval = 2 * time.Millisecond
+	// DefaultSeenOnlyInterval is how long a report whose only news is seen_seq may wait.
+	DefaultSeenOnlyInterval = 20 * time.Millisecond
+	// DefaultFirstProgressDelay is how soon after acceptance the first +WPI goes out.
+	DefaultFirstProgressDelay = 5 * time.Millisecond
 )
 
 // Bounds of [Config] fields, from SPEC 1 and 1.3.
@@ -64,6 +68,16 @@ type Config struct {
 	// MinReportInterval is the shortest gap between two load reports (the
 	// coalescing window), default 2ms, at most TTL/3.
 	MinReportInterval time.Duration
+	// SeenOnlyInterval is the coalescing window of a report whose only change
+	// since the last one is seen_seq (the load and draining flag are the same),
+	// default 20ms, at least MinReportInterval and at most TTL/3. The dispatcher
+	// counts those dispatches through its bookings meanwhile, so nothing is
+	// lost by waiting; it spares one report per dispatch at high rates.
+	SeenOnlyInterval time.Duration
+	// FirstProgressDelay is how soon after acceptance the first +WPI is sent,
+	// default 5ms, at most AckWait/3. A request finished sooner needs none,
+	// which spares JetStream one operation per short request.
+	FirstProgressDelay time.Duration
 }
 
 // withDefaults returns c with defaults applied and validated.
@@ -82,6 +96,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MinReportInterval == 0 {
 		c.MinReportInterval = DefaultMinReportInterval
+	}
+	if c.SeenOnlyInterval == 0 {
+		c.SeenOnlyInterval = max(DefaultSeenOnlyInterval, c.MinReportInterval)
+	}
+	if c.FirstProgressDelay == 0 {
+		c.FirstProgressDelay = DefaultFirstProgressDelay
 	}
 	var errs []error
 	if !tokenRE.MatchString(c.ID) {
@@ -107,6 +127,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.AckWait < 3*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ack wait %v: want at least 3ms", c.AckWait))
+	}
+	if c.SeenOnlyInterval < c.MinReportInterval || c.SeenOnlyInterval > c.TTL/3 {
+		errs = append(errs, fmt.Errorf("seen-only interval %v: want min report interval to ttl/3", c.SeenOnlyInterval))
+	}
+	if c.FirstProgressDelay < 0 || c.FirstProgressDelay > c.AckWait/3 {
+		errs = append(errs, fmt.Errorf("first progress delay %v: want 0 to ack wait/3", c.FirstProgressDelay))
 	}
 	if c.MinReportInterval < 0 || c.MinReportInterval > c.TTL/3 {
 		errs = append(errs, fmt.Errorf("min report interval %v: want 0 to ttl/3", c.MinReportInterval))

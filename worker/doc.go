@@ -16,7 +16,10 @@
 // request there as a NATS request carrying the headers of SPEC 1.2; the helper
 // parses them into a [Request] and calls [Handler.Offer]. Offer returns true to
 // accept: the helper replies with an empty message, takes the request into its
-// held set and sends +WPI to the request's Dispatch-Ack subject at once. Offer
+// held set and sends +WPI to the request's Dispatch-Ack subject within
+// Config.FirstProgressDelay (default 5 ms), if it is still held then: SPEC 1.2's
+// "at once", read so that a request finished within those milliseconds costs
+// JetStream no progress acknowledgement, only its +ACK. Offer
 // returns false to refuse: the helper replies with the header
 // "Dispatch-Status: busy". A request whose Dispatch-DP-Rank lies outside
 // [DPStart, DPStart+DPSize), or one arriving while the worker stops, is refused
@@ -38,7 +41,10 @@
 // whether it drains with [Worker.SetDraining]. The helper publishes the JSON
 // report of SPEC 1.3 ([Report]) on <prefix>.load.<id> whenever the load changes
 // (coalesced: at most one report every Config.MinReportInterval, default 2 ms)
-// and at least every TTL/3.
+// and at least every TTL/3. A report whose only news is seen_seq (the load and
+// the draining flag are as last reported) waits up to Config.SeenOnlyInterval,
+// default 20 ms: the dispatcher counts those dispatches through its bookings
+// meanwhile, and at high rates this spares one report per dispatch.
 //
 // seen_seq is computed by the helper: it is the highest Dispatch-Seq of any
 // request whose Offer call has returned (accepted or refused). The contract that

@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // RankLoad is the load of one data-parallel rank (SPEC 1.3).
@@ -137,5 +138,25 @@ func (w *Worker) publishReport() (bool, error) {
 	if err := w.nc.Publish(w.loadSubj, b); err != nil {
 		return false, fmt.Errorf("worker: publish report to %s: %w", w.loadSubj, err)
 	}
+	w.mu.Lock()
+	w.published = publishedState{ranks: append(w.published.ranks[:0], w.ranks...), draining: rep.Draining, seen: rep.SeenSeq, valid: true}
+	w.mu.Unlock()
 	return true, nil
+}
+
+// publishedState is what the last published report said.
+type publishedState struct {
+	ranks    []RankLoad
+	draining bool
+	seen     uint64
+	valid    bool
+}
+
+// onlySeenMoved reports whether the only change since the last published
+// report is seen_seq: then the report may wait (Config.SeenOnlyInterval).
+func (w *Worker) onlySeenMoved() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := &w.published
+	return p.valid && !w.offering && p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen != w.seenSeq
 }

@@ -44,8 +44,14 @@ type Worker struct {
 	loadSubj string
 
 	kick chan struct{} // cap 1: a report is wanted
-	quit chan struct{} // closed by Stop to end the loops
-	wg   sync.WaitGroup
+	// fresh lists accepted requests that have had no +WPI yet, in acceptance
+	// order; firstProgressLoop sends it FirstProgressDelay after acceptance to
+	// those still held. freshKick (cap 1) wakes that loop.
+	fresh     []freshReq
+	freshKick chan struct{}
+	published publishedState // the last report published
+	quit      chan struct{}  // closed by Stop to end the loops
+	wg        sync.WaitGroup
 
 	mu        sync.Mutex
 	ranks     []RankLoad // indexed by rank - DPStart
@@ -84,6 +90,7 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		workSubj:  cfg.Prefix + ".work." + cfg.ID,
 		loadSubj:  cfg.Prefix + ".load." + cfg.ID,
 		kick:      make(chan struct{}, 1),
+		freshKick: make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 		ranks:     make([]RankLoad, cfg.DPSize),
 		held:      map[*Request]struct{}{},
@@ -113,9 +120,10 @@ func (w *Worker) Start() error {
 	}
 	w.sub = sub
 	w.started = true
-	w.wg.Add(2)
+	w.wg.Add(3)
 	go w.reportLoop()
 	go w.progressLoop()
+	go w.firstProgressLoop()
 	w.kickReport()
 	w.log.Info().Str("subject", w.workSubj).Str("instance", w.instance).Msg("worker started")
 	return nil
@@ -184,9 +192,13 @@ func (w *Worker) onMsg(m *nats.Msg) {
 			lg.Error().Err(err).Msg("reply to dispatch")
 		}
 	}
-	if accepted && r.Ack != "" && w.isHeld(r) {
-		if err := w.nc.Publish(r.Ack, ackProgress); err != nil {
-			lg.Error().Err(err).Msg("progress ack")
+	if accepted && r.Ack != "" {
+		w.mu.Lock()
+		w.fresh = append(w.fresh, freshReq{r, time.Now().Add(w.cfg.FirstProgressDelay)})
+		w.mu.Unlock()
+		select {
+		case w.freshKick <- struct{}{}:
+		default:
 		}
 	}
 	lg.Debug().Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
@@ -222,6 +234,55 @@ func (w *Worker) closeHeldEmpty() {
 	}
 }
 
+type freshReq struct {
+	r   *Request
+	due time.Time
+}
+
+// firstProgressLoop sends the first +WPI of each accepted request
+// FirstProgressDelay after its acceptance, if it is still held then.
+func (w *Worker) firstProgressLoop() {
+	defer w.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var due []string
+	for {
+		w.mu.Lock()
+		now := time.Now()
+		n := 0
+		due = due[:0]
+		for ; n < len(w.fresh) && !w.fresh[n].due.After(now); n++ {
+			if f := w.fresh[n]; f.r.state == stateHeld {
+				due = append(due, f.r.Ack)
+			}
+		}
+		clear(w.fresh[:n])
+		w.fresh = w.fresh[n:]
+		var next time.Duration = -1
+		if len(w.fresh) > 0 {
+			next = w.fresh[0].due.Sub(now)
+		}
+		w.mu.Unlock()
+		for _, s := range due {
+			if err := w.nc.Publish(s, ackProgress); err != nil {
+				w.log.Error().Err(err).Msg("progress ack")
+				break
+			}
+		}
+		var tc <-chan time.Time
+		if next >= 0 {
+			t.Reset(next)
+			tc = t.C
+		}
+		select {
+		case <-w.quit:
+			return
+		case <-w.freshKick:
+		case <-tc:
+		}
+	}
+}
+
 // progressLoop sends +WPI for every held request every AckWait/3.
 func (w *Worker) progressLoop() {
 	defer w.wg.Done()
@@ -252,20 +313,27 @@ func (w *Worker) progressLoop() {
 }
 
 // reportLoop publishes a report on every kick, at most one per
-// MinReportInterval, and at least every TTL/3.
+// MinReportInterval (one per SeenOnlyInterval when only seen_seq moved), and
+// at least every TTL/3.
 func (w *Worker) reportLoop() {
 	defer w.wg.Done()
 	heartbeat := time.NewTimer(w.cfg.TTL / 3)
 	defer heartbeat.Stop()
 	gap := time.NewTimer(0)
 	defer gap.Stop()
+	seenOnly := time.NewTimer(time.Hour)
+	seenOnly.Stop()
+	defer seenOnly.Stop()
 	var last time.Time
 	for {
+		beat := false
 		select {
 		case <-w.quit:
 			return
 		case <-w.kick:
+		case <-seenOnly.C:
 		case <-heartbeat.C:
+			beat = true
 		}
 		if wait := w.cfg.MinReportInterval - time.Since(last); wait > 0 {
 			gap.Reset(wait)
@@ -275,12 +343,19 @@ func (w *Worker) reportLoop() {
 			case <-gap.C:
 			}
 		}
+		if !beat && w.onlySeenMoved() {
+			if wait := w.cfg.SeenOnlyInterval - time.Since(last); wait > 0 {
+				seenOnly.Reset(wait)
+				continue
+			}
+		}
 		ok, err := w.publishReport()
 		if err != nil {
 			w.log.Error().Err(err).Msg("load report")
 		}
 		if ok || err != nil {
 			last = time.Now()
+			seenOnly.Stop()
 			heartbeat.Reset(w.cfg.TTL / 3)
 		}
 	}

@@ -1,0 +1,68 @@
+package worker_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/worker"
+	"fairdispatch/worker/internal/natstest"
+)
+
+// TestFirstProgressOnlyForRequestsStillHeld: the first +WPI goes out
+// FirstProgressDelay after acceptance, and only to a request still held; one
+// finished sooner costs JetStream no progress acknowledgement.
+func TestFirstProgressOnlyForRequestsStillHeld(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	a := startWorker(t, nc, worker.Config{ID: "w1", FirstProgressDelay: 200 * time.Millisecond})
+	var mu sync.Mutex
+	acks := map[string][]string{}
+	sub, err := nc.Subscribe("acks.*", func(m *nats.Msg) {
+		mu.Lock()
+		acks[m.Subject] = append(acks[m.Subject], string(m.Data))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for i, id := range []string{"r1", "r2"} {
+		if _, err := nc.RequestMsg(dispatchMsg(id, uint64(i+1), 0, "acks."+id), 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.finish(t, 0, (*worker.Request).Done) // r1 finishes at once
+	got := func(s string) []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), acks[s]...) }
+	natstest.Eventually(t, 5*time.Second, func() bool { return len(got("acks.r2")) > 0 }, "r2's first +WPI")
+	if r2 := got("acks.r2"); r2[0] != "+WPI" {
+		t.Fatalf("r2 acks %v, want +WPI first", r2)
+	}
+	// r1 was due first: by now its +WPI would have been sent, had it been held.
+	if r1 := got("acks.r1"); len(r1) != 1 || r1[0] != "+ACK" {
+		t.Fatalf("r1 acks %v, want only +ACK", r1)
+	}
+}
+
+// TestSeenOnlyReportsCoalesce: refused offers move only seen_seq; their
+// reports wait for SeenOnlyInterval and go out as one.
+func TestSeenOnlyReportsCoalesce(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
+	a := startWorker(t, nc, worker.Config{ID: "w1", SeenOnlyInterval: 500 * time.Millisecond})
+	natstest.Eventually(t, 5*time.Second, func() bool { _, _, ok := rs.last(); return ok }, "first report")
+	a.mu.Lock()
+	a.accept = false
+	a.mu.Unlock()
+	before := len(rs.all())
+	for i := uint64(1); i <= 10; i++ {
+		if _, err := nc.RequestMsg(dispatchMsg("r", i, 0, "acks.x"), 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { r, _, _ := rs.last(); return r.SeenSeq == 10 }, "a report with seen_seq 10")
+	if n := len(rs.all()) - before; n > 2 {
+		t.Fatalf("%d reports for 10 seen_seq-only changes, want at most 2", n)
+	}
+}
