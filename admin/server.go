@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +76,10 @@ type Config struct {
 	// Gatherer is what GET /metrics exposes. Nil means
 	// prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
+	// Pprof mounts net/http/pprof under /debug/pprof/ (the dispatcher's
+	// --pprof). Profiles reveal internals and cost CPU while they run: keep the
+	// admin address on loopback when it is on.
+	Pprof bool
 }
 
 // Server is the admin HTTP server. Build it with New; it is safe for concurrent
@@ -132,6 +137,13 @@ func New(c Config, ctl Control, log zerolog.Logger) *Server {
 	mux.Handle("/healthz", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.healthz}))
 	mux.Handle("/readyz", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.readyz}))
 	mux.Handle("/debug/queues", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.debugQueues}))
+	if c.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s", r.URL.Path))
 	})

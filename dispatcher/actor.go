@@ -407,13 +407,14 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 			hdr[k] = v
 		}
 	}
-	hdr["Dispatch-Request-Id"] = []string{r.ID}
-	hdr["Dispatch-Class"] = []string{a.className(r.Class)}
-	hdr["Dispatch-DP-Rank"] = []string{strconv.Itoa(int(d.Rank))}
-	hdr["Dispatch-Seq"] = []string{strconv.FormatUint(d.Seq, 10)}
-	hdr["Dispatch-Cost"] = []string{strconv.FormatUint(r.Cost, 10)}
-	hdr["Dispatch-Queued-Ms"] = []string{strconv.FormatInt(queuedMs(now, r), 10)}
-	hdr["Dispatch-Ack"] = []string{h.msg.Reply()}
+	// One backing array for the seven values: one allocation, not seven.
+	v := make([]string, len(ownHeaders))
+	v[0], v[1], v[2] = r.ID, a.className(r.Class), strconv.Itoa(int(d.Rank))
+	v[3], v[4] = strconv.FormatUint(d.Seq, 10), strconv.FormatUint(r.Cost, 10)
+	v[5], v[6] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply()
+	for i, k := range ownHeaders {
+		hdr[k] = v[i : i+1 : i+1]
+	}
 	h.inFlight, h.worker, h.rank, h.seq = true, d.Worker, d.Rank, d.Seq
 	a.inFlight++
 	a.d.Keeper.Drop(r.Ref)

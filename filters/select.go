@@ -124,16 +124,25 @@ func (s *Selector) pick() Choice {
 		lo, hi = math.Min(lo, x.cost), math.Max(hi, x.cost)
 	}
 	if s.Scoring.Temperature <= 0 || hi == lo {
-		best, ties := -1, 0
-		for i, x := range c {
-			if x.cost == lo || hi == lo {
+		// The lowest cost, ties broken uniformly with one draw.
+		ties := 0
+		for _, x := range c {
+			if x.cost == lo {
 				ties++
-				if ties == 1 || s.rand.IntN(ties) == 0 {
-					best = i
-				}
 			}
 		}
-		return Choice{c[best].w, c[best].rank}
+		k := 0
+		if ties > 1 {
+			k = s.rand.IntN(ties)
+		}
+		for _, x := range c {
+			if x.cost == lo {
+				if k == 0 {
+					return Choice{x.w, x.rank}
+				}
+				k--
+			}
+		}
 	}
 	scale := (hi - lo) * s.Scoring.Temperature
 	sum := 0.0

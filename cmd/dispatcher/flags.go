@@ -27,7 +27,7 @@ type settings struct {
 	maxHeld, inFlight, maxWorkers                             int
 	logLevel, logFormat                                       string
 	checkConfig                                               string
-	election                                                  bool
+	election, pprof                                           bool
 	leaseTTL                                                  time.Duration
 	instanceID                                                string
 	demo                                                      bool
@@ -112,6 +112,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", 3*time.Second, "leader lease time (200ms to 1m); a standby takes over within about 1.25 x this after the leader dies")
 	fs.StringVar(&s.instanceID, "instance-id", defaultInstanceID(), "this process's id in the leader lease")
+	fs.BoolVar(&s.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address")
 	fs.StringVar(&s.checkConfig, "check-config", "", "validate this policy file, print the resolved class matrix, and exit")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")

@@ -127,7 +127,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	ctl := &control{a: a, nc: nc}
 	ctl.streamsOK.Store(true) // ensured just above
 	go ctl.watchStreams(ctx, js, hs, m, log)
-	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg}, ctl, log)
+	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg, Pprof: s.pprof}, ctl, log)
 	if err := adm.Start(); err != nil {
 		return fmt.Errorf("admin http: %w", err)
 	}
