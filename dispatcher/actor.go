@@ -348,26 +348,15 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	}
 	h := &held{msg: dl.Msg, rel: a.consumer(), token: dl.Token, replyTo: dl.Headers.ReplyTo}
 	a.held[dl.StreamSeq] = h
-	a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
-	if dl.Err != nil {
-		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
-		h.err = &scheduler.Error{Code: request.BadRequest, Message: dl.Err.Error()}
-		if a.d.Scheduler.InGrace(now.UnixNano()) {
-			a.parked = append(a.parked, h) // nothing is failed during the grace (SPEC 9)
-			return
+	if msg := a.malformed(dl); msg != "" {
+		if dl.Err == nil {
+			h.replyTo = "" // the reply subject itself is what is refused
 		}
-		a.reject(now, h, h.err)
-		return
-	}
-	if r := dl.Headers.ReplyTo; r != "" && (r[0] == '$' || strings.HasPrefix(r, a.cfg.Prefix+".")) {
-		// An outcome published there could pose as a load report, a request or a
-		// JetStream API call: refuse it, and publish no outcome to it.
-		h.replyTo = ""
 		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
-		h.err = &scheduler.Error{Code: request.BadRequest, Message: fmt.Sprintf(
-			"header Dispatch-Reply-To: %q may not start with \"$\" or %q", r, a.cfg.Prefix+".")}
+		h.err = &scheduler.Error{Code: request.BadRequest, Message: msg}
 		if a.d.Scheduler.InGrace(now.UnixNano()) {
-			a.parked = append(a.parked, h)
+			a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
+			a.parked = append(a.parked, h) // nothing is failed during the grace (SPEC 9)
 			return
 		}
 		a.reject(now, h, h.err)
@@ -381,7 +370,24 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	}
 	d := a.d.Scheduler.Arrive(now.UnixNano(), &arr)
 	h.snap = d.Req
+	if d.Kind == scheduler.Queued {
+		a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now) // only what waits needs keeping alive
+	}
 	a.decide(now, h, d)
+}
+
+// malformed returns why a delivery is a bad_request, or "": a malformed header
+// (SPEC 1.1), or a Dispatch-Reply-To aimed at a $-subject or at the dispatch
+// protocol's own subjects, where an outcome could pose as a load report, a
+// request or a JetStream API call.
+func (a *Actor) malformed(dl *ingest.Delivery) string {
+	if dl.Err != nil {
+		return dl.Err.Error()
+	}
+	if r := dl.Headers.ReplyTo; r != "" && (r[0] == '$' || strings.HasPrefix(r, a.cfg.Prefix+".")) {
+		return fmt.Sprintf("header Dispatch-Reply-To: %q may not start with \"$\" or %q", r, a.cfg.Prefix+".")
+	}
+	return ""
 }
 
 // decide carries out a scheduler decision about held request h.
