@@ -21,7 +21,8 @@ import (
 	"fairdispatch/workers"
 )
 
-// Handshaker sends a dispatched request to a worker (bus.Handshaker).
+// Handshaker sends a dispatched request to a worker (bus.Handshaker). Send
+// must not keep hdr once it returns: the actor reuses it for the next dispatch.
 type Handshaker interface {
 	Send(worker string, hdr nats.Header, body []byte, token uint64) error
 }
@@ -110,7 +111,8 @@ type Actor struct {
 	connected   bool
 	stopping    bool
 	tickDecs    []scheduler.Decision
-	parked      []*held // malformed requests that arrived during the start-up grace
+	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
+	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
 
 	view      atomic.Pointer[View]
@@ -152,6 +154,7 @@ func New(cfg Config, d Deps) *Actor {
 		role:        make(chan struct{}, 1),
 		handBackReq: make(chan chan int),
 		held:        make(map[uint64]*held),
+		hdr:         make(nats.Header, 16),
 		connected:   true,
 	}
 	t := d.Scheduler.Thresholds()
@@ -407,7 +410,8 @@ var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-
 func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
 	src := h.msg.Headers()
-	hdr := make(nats.Header, len(src)+len(ownHeaders))
+	hdr := a.hdr // reused: Send encodes it before returning
+	clear(hdr)
 	for k, v := range src {
 		if !isOwnHeader(k) {
 			hdr[k] = v

@@ -42,6 +42,9 @@ func (t Thresholds) RankOverloaded(w *workers.Worker, rk *workers.Rank) bool {
 	if rk.Latch {
 		return true
 	}
+	if t.PrefillTokens == nil && t.PrefillFrac == nil {
+		return false
+	}
 	p := rk.Load().ActivePrefillTokens
 	if t.PrefillTokens != nil && p > *t.PrefillTokens {
 		return true

@@ -108,8 +108,11 @@ func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 	}
 	for i := range w.Ranks {
 		l := w.Ranks[i].Load()
-		raw := (float64(l.ActivePrefillTokens) + isl) / sc.BlockSize
-		cost := sc.PrefillScale*math.Max(0, raw-credit) + float64(l.ActiveDecodeBlocks) +
+		prefill := (float64(l.ActivePrefillTokens)+isl)/sc.BlockSize - credit
+		if prefill < 0 {
+			prefill = 0
+		}
+		cost := sc.PrefillScale*prefill + float64(l.ActiveDecodeBlocks) +
 			reqBlocks + sc.DecodeRequestWeight*float64(l.ActiveRequests)
 		s.cands = append(s.cands, candidate{w, int32(w.Start) + int32(i), cost * factor})
 	}
@@ -119,9 +122,14 @@ func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 // (ties at random), else a softmax over -cost / (range * T).
 func (s *Selector) pick() Choice {
 	c := s.cands
-	lo, hi := c[0].cost, c[0].cost
+	lo, hi := c[0].cost, c[0].cost // costs are finite: plain comparisons suffice
 	for _, x := range c[1:] {
-		lo, hi = math.Min(lo, x.cost), math.Max(hi, x.cost)
+		if x.cost < lo {
+			lo = x.cost
+		}
+		if x.cost > hi {
+			hi = x.cost
+		}
 	}
 	if s.Scoring.Temperature <= 0 || hi == lo {
 		// The lowest cost, ties broken uniformly with one draw.

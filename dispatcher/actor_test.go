@@ -1,0 +1,287 @@
+package dispatcher
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/bus"
+	"fairdispatch/configs"
+	"fairdispatch/filters"
+	"fairdispatch/ingest"
+	"fairdispatch/metrics"
+	"fairdispatch/scheduler"
+	"fairdispatch/workers"
+)
+
+// fakeMsg is a JetStream message that records what was done to it.
+type fakeMsg struct {
+	mu     sync.Mutex
+	hdr    nats.Header
+	data   []byte
+	acks   []string
+	stream uint64
+}
+
+func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.stream}}, nil
+}
+func (m *fakeMsg) Data() []byte                     { return m.data }
+func (m *fakeMsg) Headers() nats.Header             { return m.hdr }
+func (m *fakeMsg) Subject() string                  { return "dispatch.req.premium" }
+func (m *fakeMsg) Reply() string                    { return "$JS.ACK.test" }
+func (m *fakeMsg) Ack() error                       { return m.did("+ACK") }
+func (m *fakeMsg) DoubleAck(context.Context) error  { return m.did("+ACK") }
+func (m *fakeMsg) Nak() error                       { return m.did("-NAK") }
+func (m *fakeMsg) NakWithDelay(time.Duration) error { return m.did("-NAK delay") }
+func (m *fakeMsg) InProgress() error                { return m.did("+WPI") }
+func (m *fakeMsg) Term() error                      { return m.did("+TERM") }
+func (m *fakeMsg) TermWithReason(string) error      { return m.did("+TERM") }
+func (m *fakeMsg) did(a string) error {
+	m.mu.Lock()
+	m.acks = append(m.acks, a)
+	m.mu.Unlock()
+	return nil
+}
+func (m *fakeMsg) log() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.acks...)
+}
+
+// fakeBus records sends and dead letters; the test answers them.
+type fakeBus struct {
+	mu      sync.Mutex
+	sent    []sent
+	letters []bus.DeadLetter
+	done    []func(error)
+}
+
+type sent struct {
+	worker string
+	hdr    nats.Header
+	token  uint64
+}
+
+func (b *fakeBus) Send(worker string, hdr nats.Header, _ []byte, token uint64) error {
+	b.mu.Lock()
+	b.sent = append(b.sent, sent{worker, cloneHeader(hdr), token}) // Send may not keep hdr
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {
+	b.mu.Lock()
+	b.letters = append(b.letters, dl)
+	b.done = append(b.done, done)
+	b.mu.Unlock()
+	return nil
+}
+
+func cloneHeader(h nats.Header) nats.Header {
+	c := make(nats.Header, len(h))
+	for k, v := range h {
+		c[k] = v
+	}
+	return c
+}
+
+type countingReleaser struct{ released int }
+
+func (c *countingReleaser) Release(n int) { c.released += n }
+func (c *countingReleaser) Stop()         {}
+
+// fixture drives an Actor's handlers directly, on the test goroutine, as
+// Run's loop would: no goroutines, no NATS.
+type fixture struct {
+	a        *Actor
+	b        *fakeBus
+	rel      *countingReleaser
+	outcomes []bus.OutcomeMsg
+	now      time.Time
+}
+
+func newFixture(t testing.TB, policy string) *fixture {
+	t.Helper()
+	pol, err := configs.Parse("t.yaml", []byte(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	f := &fixture{b: &fakeBus{}, rel: &countingReleaser{}, now: now}
+	s := scheduler.New(scheduler.Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1))}, now.UnixNano())
+	f.a = New(Config{Stream: "DISPATCH_REQ", Prefix: "dispatch", AckWait: 30 * time.Second, DispatchTimeout: 2 * time.Second,
+		Now: func() time.Time { return f.now }}, Deps{
+		Scheduler: s, Handshaker: f.b, DeadLetters: f.b, Consumer: f.rel,
+		Keeper:  ingest.NewKeeper(30*time.Second, zerolog.Nop()),
+		Outcome: func(_ string, o bus.OutcomeMsg) error { f.outcomes = append(f.outcomes, o); return nil },
+		Metrics: metrics.New(nil, classNames(pol)), Log: zerolog.Nop(),
+	})
+	f.a.SetLeader(true)
+	return f
+}
+
+func classNames(p *configs.Policy) []string {
+	var n []string
+	for _, c := range p.Classes {
+		n = append(n, c.Name)
+	}
+	return n
+}
+
+func (f *fixture) report(id string, prefill uint64) {
+	f.a.report(loadMsg{workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
+		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}}})
+	f.a.drain()
+}
+
+func (f *fixture) deliver(seq uint64, token string, hdr nats.Header) *fakeMsg {
+	m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: seq}
+	d := ingest.Delivery{Msg: m, StreamSeq: seq, Published: f.now, Token: token}
+	d.Headers, d.Err = ingest.Decode(hdr)
+	f.a.admit(f.now, &d)
+	f.a.drain()
+	return m
+}
+
+const policy = `default_policy_family: premium
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000}
+`
+
+func TestActorDispatchesAcceptsAndReleases(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 0)
+	m := f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}, "Dispatch-Reply-To": {"out.1"}, "Nats-Msg-Id": {"r1"}})
+	if len(f.b.sent) != 1 {
+		t.Fatalf("sent %d, want 1", len(f.b.sent))
+	}
+	h := f.b.sent[0].hdr
+	for k, want := range map[string]string{"Dispatch-Request-Id": "r1", "Dispatch-Class": "premium", "Dispatch-DP-Rank": "0",
+		"Dispatch-Seq": "1", "Dispatch-Cost": "100", "Dispatch-Ack": "$JS.ACK.test", "Dispatch-ISL-Tokens": "100"} {
+		if got := h.Get(k); got != want {
+			t.Errorf("header %s = %q, want %q", k, got, want)
+		}
+	}
+	f.a.answer(bus.Result{Token: 1, Worker: "w1", Outcome: bus.Accepted})
+	if f.rel.released != 1 || len(f.a.held) != 0 || len(m.log()) != 0 {
+		t.Fatalf("after accept: released %d held %d acks %v; want 1, 0, none (the worker owns the message)", f.rel.released, len(f.a.held), m.log())
+	}
+	if len(f.outcomes) != 1 || f.outcomes[0].Status != bus.StatusDispatched || f.outcomes[0].WorkerID != "w1" {
+		t.Fatalf("outcomes %+v, want one dispatched to w1", f.outcomes)
+	}
+}
+
+func TestActorRefusalRequeuesAndKeepsAlive(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 0)
+	m := f.deliver(7, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	f.a.answer(bus.Result{Token: 7, Worker: "w1", Outcome: bus.Refused})
+	if got := m.log(); len(got) != 1 || got[0] != "+WPI" {
+		t.Fatalf("acks after refusal %v, want one +WPI (the ack wait restarts with the hand-back)", got)
+	}
+	if len(f.b.sent) != 1 || f.a.d.Scheduler.Queued(0) != 1 {
+		t.Fatalf("sent %d queued %d, want 1 and 1: the refusing worker waits for its next report", len(f.b.sent), f.a.d.Scheduler.Queued(0))
+	}
+	f.report("w1", 0)
+	if len(f.b.sent) != 2 || f.b.sent[1].hdr.Get("Dispatch-Seq") != "2" {
+		t.Fatalf("after the report: sent %d, want the request sent again with seq 2", len(f.b.sent))
+	}
+}
+
+func TestActorDeadLetterThenAckThenOutcome(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	m := f.deliver(3, "premium", nats.Header{"Dispatch-ISL-Tokens": {"abc"}, "Dispatch-Reply-To": {"out.3"}})
+	if len(f.b.letters) != 1 || f.b.letters[0].Code != "bad_request" || f.b.letters[0].Class != "premium" {
+		t.Fatalf("letters %+v, want one bad_request for token premium", f.b.letters)
+	}
+	if len(m.log()) != 0 || len(f.outcomes) != 0 {
+		t.Fatalf("before the DLQ ack: acks %v outcomes %d, want none", m.log(), len(f.outcomes))
+	}
+	f.a.deadLettered(dlqDone{seq: 3})
+	if got := m.log(); len(got) != 1 || got[0] != "+ACK" || len(f.outcomes) != 1 || f.outcomes[0].Error != "bad_request" {
+		t.Fatalf("after the DLQ ack: acks %v outcomes %+v, want +ACK and one bad_request outcome", got, f.outcomes)
+	}
+}
+
+func TestActorRedeliveryOfHeldRequestIsNotQueuedTwice(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 5000) // busy: requests queue
+	f.deliver(9, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	f.deliver(9, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	if q := f.a.d.Scheduler.Queued(0); q != 1 || f.rel.released != 1 {
+		t.Fatalf("queued %d released %d, want 1 queued and the duplicate released", q, f.rel.released)
+	}
+}
+
+func TestActorLosingLeadHandsBack(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 5000)
+	m := f.deliver(4, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	f.a.SetLeader(false)
+	if n := f.a.handBackQueued(); n != 1 || f.a.d.Scheduler.Queued(0) != 0 {
+		t.Fatalf("handed back %d, queued %d; want 1 and 0", n, f.a.d.Scheduler.Queued(0))
+	}
+	if got := m.log(); len(got) != 1 || got[0] != "-NAK" {
+		t.Fatalf("acks %v, want -NAK", got)
+	}
+	f.report("w1", 0)
+	if len(f.b.sent) != 0 {
+		t.Fatal("a standby dispatched")
+	}
+}
+
+// lastSend is a Handshaker that remembers only its last call, as cheaply as
+// the real one retains nothing.
+type lastSend struct {
+	worker string
+	token  uint64
+}
+
+func (l *lastSend) Send(worker string, _ nats.Header, _ []byte, token uint64) error {
+	l.worker, l.token = worker, token
+	return nil
+}
+
+// BenchmarkAdmitDispatchAccept is the actor's per-request path without NATS:
+// admit a delivery, dispatch it to one of 64 idle workers, take the acceptance.
+func BenchmarkAdmitDispatchAccept(b *testing.B) {
+	f := newFixture(b, `default_policy_family: a
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: a, policy_family: a, cache_bucket: all, quantum: 512}
+`)
+	f.now = f.now.Add(time.Second)
+	for i := range 64 {
+		f.report("w"+string(rune('A'+i)), 0)
+	}
+	hdr := nats.Header{"Dispatch-ISL-Tokens": {"512"}, "Nats-Msg-Id": {"req-0000000001"}}
+	m := &fakeMsg{hdr: hdr, data: make([]byte, 128)}
+	last := &lastSend{}
+	f.a.d.Handshaker = last
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		seq := uint64(i + 1)
+		d := ingest.Delivery{Msg: m, StreamSeq: seq, Published: f.now, Token: "a"}
+		d.Headers, _ = ingest.Decode(hdr)
+		f.a.admit(f.now, &d)
+		f.a.answer(bus.Result{Token: last.token, Worker: last.worker, Outcome: bus.Accepted})
+		if i%256 == 255 { // the workers report (without seen_seq: counting every dispatch so far)
+			for k := range 64 {
+				f.a.report(loadMsg{workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"}})
+			}
+		}
+	}
+}
