@@ -33,7 +33,10 @@
 // longer than the stream's ack wait is not redelivered. Acknowledgements are the
 // literal JetStream bodies, published with plain core NATS publishes;
 // [Request.DoneSync] instead sends +ACK as a request and waits for JetStream's
-// confirmation.
+// confirmation, and [Request.DoneConfirmed] retries that until JetStream
+// confirms (an ack written just as a server dies is otherwise lost, and the
+// request is redelivered after the ack wait); [Request.DoneConfirmedAfter] runs
+// a function before each attempt, so a completion record can precede every ack.
 //
 // # Load reports and seen_seq
 //

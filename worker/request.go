@@ -155,6 +155,98 @@ func (r *Request) DoneSync(ctx context.Context) error {
 	return nil
 }
 
+// Backoff between attempts of [Request.DoneConfirmed] and the time one attempt
+// waits for JetStream's answer.
+const (
+	confirmBackoffMin = 20 * time.Millisecond
+	confirmBackoffMax = 500 * time.Millisecond
+	confirmAttempt    = time.Second
+)
+
+// DoneConfirmed is Done with a confirmed, retried acknowledgement: it marks the
+// request finished, sends +ACK as a NATS request and, until JetStream answers,
+// sends it again after a short backoff (20 ms doubling to 500 ms) whenever an
+// attempt times out (1 s), finds no responders (JetStream still recovering its
+// consumers after a server restart or a leader change) or meets a broken
+// connection. A plain +ACK published during a server restart can be lost: it
+// is buffered by nats.go and flushed on reconnect, possibly before the
+// consumer is back, and JetStream then redelivers the message after its ack
+// wait although the work was done.
+//
+// Retrying is safe: JetStream answers an ack of a message it no longer holds
+// (already acknowledged, removed from a work-queue stream) like any other, so
+// an attempt whose answer was lost is confirmed by the next. It may not
+// answer at all in rare cases (a consumer leader not yet caught up with the
+// stream ignores the ack), so bound ctx: past the request's ack wait the
+// message may have been redelivered anyway.
+//
+// It returns nil once JetStream confirmed, ErrFinished when the request was
+// already finished, and otherwise an error wrapping ctx's error or
+// nats.ErrConnectionClosed (or nats.ErrConnectionDraining): the acknowledgement
+// may then be lost. The request counts as finished from the call on, as with
+// Done: [Worker.Stop] does not wait for the confirmation.
+func (r *Request) DoneConfirmed(ctx context.Context) error { return r.DoneConfirmedAfter(ctx, nil) }
+
+// DoneConfirmedAfter is [Request.DoneConfirmed] calling before(attempt), when
+// not nil, ahead of every attempt (attempt counts from 1), once the request
+// is marked finished; it is not called when DoneConfirmedAfter returns
+// ErrFinished. It is for a worker that publishes its result on the worker's
+// connection before acknowledging (at least once: a worker that dies in
+// between causes a redelivery, not a lost result): publishing it again ahead
+// of each attempt puts a copy of the result before the acknowledgement that
+// JetStream confirms, in the same connection, even when an earlier copy went
+// down with a server. Subscribers may thus get identical copies of a result.
+func (r *Request) DoneConfirmedAfter(ctx context.Context, before func(attempt int)) error {
+	if !r.w.release(r) {
+		return ErrFinished
+	}
+	if r.Ack == "" {
+		if before != nil {
+			before(1)
+		}
+		return nil
+	}
+	return confirmAck(ctx, r.w.nc, r.Ack, r.RequestID, before)
+}
+
+// confirmAck sends +ACK to subj as a request until it is answered; see
+// [Request.DoneConfirmedAfter].
+func confirmAck(ctx context.Context, nc *nats.Conn, subj, id string, before func(int)) error {
+	backoff := confirmBackoffMin
+	var last error
+	for attempt := 1; ; attempt++ {
+		if before != nil {
+			before(attempt)
+		}
+		actx, cancel := context.WithTimeout(ctx, confirmAttempt)
+		_, err := nc.RequestWithContext(actx, subj, ackAck)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+			errors.Is(err, nats.ErrBadSubject) {
+			return fmt.Errorf("worker: ack request %s (attempt %d): %w", id, attempt, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// Timeout, no responders, disconnected, reconnect buffer full: again.
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		backoff = min(2*backoff, confirmBackoffMax)
+	}
+	return fmt.Errorf("worker: ack request %s unconfirmed (last attempt: %v): %w", id, last, ctx.Err())
+}
+
 func (r *Request) finish(body []byte, what string) error {
 	if !r.w.release(r) {
 		return ErrFinished

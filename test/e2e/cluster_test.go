@@ -105,7 +105,7 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 	rec := haRecord(t, haConnect(t, nodes[watch].url()))
 	js := jsOf(t, haConnect(t, nodes[watch].url()))
 	for i := range 6 {
-		haStartMock(t, haURLs(nodes, i%3), mock.Config{ID: fmt.Sprintf("w%d", i+1), PrefillTokensPerSec: 20000})
+		haStartMock(t, rec, haURLs(nodes, i%3), mock.Config{ID: fmt.Sprintf("w%d", i+1), PrefillTokensPerSec: 20000})
 	}
 	frlWaitLive(t, p, "w1", "w2", "w3", "w4", "w5", "w6")
 
@@ -125,7 +125,7 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 		p.metric("fairdispatch_leader"))
 
 	pub.wait(t, 60*time.Second)
-	haCheck(t, js, rec, []*haPublisher{pub}, nil, nil, 60*time.Second, p)
+	haCheck(t, js, rec, []*haPublisher{pub}, nil, 60*time.Second, p)
 	if info, err := s.Info(context.Background()); err == nil && info.Cluster != nil {
 		t.Logf("DISPATCH_REQ now led by %s; run %v in all; publisher retries %d; dispatcher log:\n%s", info.Cluster.Leader,
 			time.Since(start).Round(time.Millisecond), pub.retries.Load(),

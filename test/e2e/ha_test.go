@@ -46,7 +46,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 	}
 	for i := 1; i <= 4; i++ {
 		// Slower than the publisher, so that a backlog builds in the leader.
-		haStartMock(t, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 6000})
+		haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 6000})
 		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))
 	}
 	// The standby keeps its registry warm from the same reports.
@@ -81,7 +81,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 	}
 
 	pub.wait(t, 60*time.Second)
-	haCheck(t, js, rec, []*haPublisher{pub}, nil, nil, 60*time.Second, p1, p2)
+	haCheck(t, js, rec, []*haPublisher{pub}, nil, 60*time.Second, p1, p2)
 	t.Logf("run ended %v after the kill (%v in all); new leader: redelivered %v, dispatched %v",
 		time.Since(killAt).Round(time.Millisecond), time.Since(start).Round(time.Millisecond),
 		p2.metric("fairdispatch_redelivered_messages_total"), p2.metric("fairdispatch_dispatched_total"))
@@ -102,7 +102,7 @@ func TestHAWorkerLoss(t *testing.T) {
 	p := startDispatcher(t, url, haLog...)
 
 	for i := 1; i <= 3; i++ {
-		haStartMock(t, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
+		haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
 	}
 	holderNC := haConnect(t, url)
 	var (
@@ -173,7 +173,7 @@ func TestHAWorkerLoss(t *testing.T) {
 	t.Logf("holder gone from /debug/queues %v after the kill (ttl 1 s; the view is refreshed every second)", time.Since(killAt).Round(time.Millisecond))
 
 	pub.wait(t, 60*time.Second)
-	verdict := haCheck(t, js, rec, []*haPublisher{pub}, []haKilled{{"holder", killAt}}, nil, 60*time.Second, p)
+	verdict := haCheck(t, js, rec, []*haPublisher{pub}, []haKilled{{"holder", killAt}}, 60*time.Second, p)
 
 	// Where did each ended? Pinned: DLQ no_endpoints; unpinned: a good worker.
 	dlqAt := map[string]time.Time{}
@@ -236,7 +236,7 @@ func TestHANATSRestart(t *testing.T) {
 	rec := haRecord(t, haConnect(t, url))
 	p := startDispatcher(t, url, haLog...)
 	for i := 1; i <= 4; i++ {
-		haStartMock(t, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
+		haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
 	}
 	frlWaitLive(t, p, "w1", "w2", "w3", "w4")
 
@@ -247,7 +247,6 @@ func TestHANATSRestart(t *testing.T) {
 	at := time.Now()
 	ns.restart()
 	down := time.Since(at)
-	restarts := []haRestart{{at, time.Now()}}
 	before := p.metric("fairdispatch_dispatched_total") // the dispatcher is reconnecting now
 	waitFor(t, 30*time.Second, "the dispatcher to dispatch again", func() bool {
 		return p.metric("fairdispatch_dispatched_total") > before+100
@@ -257,7 +256,7 @@ func TestHANATSRestart(t *testing.T) {
 
 	pub.wait(t, 60*time.Second)
 	js := jsOf(t, connect(t, url))
-	haCheck(t, js, rec, []*haPublisher{pub}, nil, restarts, 60*time.Second, p)
+	haCheck(t, js, rec, []*haPublisher{pub}, nil, 60*time.Second, p)
 	t.Logf("run %v; publisher retries %d; dispatcher connected gauge %v, leader gauge %v; dispatcher log around the restart:\n%s",
 		time.Since(start).Round(time.Millisecond), pub.retries.Load(), p.metric("fairdispatch_nats_connected"),
 		p.metric("fairdispatch_leader"), strings.Join(haLogLines(p, "lease", "nats ", "role", "hand", "consumer"), "\n"))
@@ -278,7 +277,7 @@ func TestHAWorkerRestartSameID(t *testing.T) {
 	p := startDispatcher(t, url, haLog...)
 	var ws []*haMock
 	for i := 1; i <= 3; i++ {
-		ws = append(ws, haStartMock(t, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000, TTL: ttl}))
+		ws = append(ws, haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000, TTL: ttl}))
 	}
 	frlWaitLive(t, p, "w1", "w2", "w3")
 
@@ -302,7 +301,7 @@ func TestHAWorkerRestartSameID(t *testing.T) {
 		t.Errorf("the restarted worker got its first request %v after its start, want within %v", gap, bound)
 	}
 	pub.wait(t, 60*time.Second)
-	haCheck(t, js, rec, []*haPublisher{pub}, nil, nil, 60*time.Second, p)
+	haCheck(t, js, rec, []*haPublisher{pub}, nil, 60*time.Second, p)
 	if c := w2.w.Stats().Completed; c == 0 {
 		t.Errorf("the new instance of w2 completed nothing")
 	}

@@ -12,6 +12,16 @@
 // uncached/PrefillTokensPerSec whatever the others do (no shared prefill
 // budget; MaxNumBatchedTokens is only reported). When a request finishes the
 // worker sends +ACK and publishes a [Completion] on <prefix>.done.<worker_id>.
+// With Config.ConfirmAcks it publishes the record first and then confirms
+// the acknowledgement: +ACK sent as a request and sent again until JetStream
+// answers (for at most AckWait), off the simulation goroutine, with an
+// identical copy of the record ahead of each retry (so the confirmed attempt
+// follows a copy in the same connection even when an earlier one was lost
+// with a server; subscribers dedupe identical records). Then an
+// acknowledgement lost around a server restart does not leave a finished
+// request to be redelivered and completed twice, and a worker killed between
+// its record and its acknowledgement causes a redelivery, never a lost
+// request (at least once, SPEC 9).
 //
 // The uncached tokens of a request are its Dispatch-Cost when present (so the
 // reported load equals what the dispatcher booked), else Dispatch-ISL-Tokens
@@ -29,10 +39,12 @@
 // # Structure
 //
 // The simulation core (engine) is a plain state machine with time passed in;
-// [Worker] owns one, a worker helper and one goroutine that wakes at the next
-// event. With RefuseWhenFull > 0 a request that would make a rank's waiting
-// queue longer than RefuseWhenFull is refused busy; by default every request is
-// accepted and waits inside.
+// [Worker] owns one, a worker helper, one goroutine that wakes at the next
+// event and, while confirmed acknowledgements (ConfirmAcks) are pending, up
+// to 8 goroutines that confirm them in finishing order. With RefuseWhenFull
+// > 0 a request that would make a rank's waiting queue longer than
+// RefuseWhenFull is refused busy; by default every request is accepted and
+// waits inside.
 //
 // A Worker is safe for concurrent use.
 package mock

@@ -30,6 +30,10 @@ const (
 	DefaultBlockSize           = 16
 )
 
+// ackWorkers bounds the goroutines confirming acknowledgements of one Worker
+// (see Config.ConfirmAcks).
+const ackWorkers = 8
+
 // Config describes one simulated engine.
 type Config struct {
 	// ID, Prefix, DPStart, DPSize, TotalKVBlocks, Taints, TTL and AckWait are
@@ -61,6 +65,26 @@ type Config struct {
 	// RefuseWhenFull, when > 0, refuses (busy) a request that would make its
 	// rank's waiting queue longer than RefuseWhenFull; 0 accepts everything.
 	RefuseWhenFull int
+	// ConfirmAcks, when true, makes the worker publish a finished request's
+	// completion record and then acknowledge it with
+	// [worker.Request.DoneConfirmedAfter]: +ACK as a request, sent again until
+	// JetStream answers, for at most AckWait, with an identical copy of the
+	// record ahead of each retry. This runs off the simulation goroutine, on
+	// at most 8 goroutines taking finished requests in finishing order; until
+	// one takes it, a request stays held (and kept from redelivery by
+	// progress acks). So an acknowledgement lost around a server restart is
+	// sent again instead of leaving a finished request to be redelivered and
+	// completed twice. The worker's connection must be allowed to receive
+	// replies on its inbox (configs/nats-accounts.conf: the subscribe grant
+	// and inbox prefix that Request.DoneSync needs); without, every
+	// acknowledgement is retried for AckWait.
+	//
+	// By default (false) the worker acknowledges with a plain publish
+	// ([worker.Request.Done]) from the simulation goroutine and publishes the
+	// record right after: cheaper and needing no inbox, but an +ACK sent
+	// around a server restart can be lost (written to the dying connection,
+	// or flushed on reconnect before JetStream is back).
+	ConfirmAcks bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -134,8 +158,15 @@ type Stats struct {
 	Accepted uint64
 	// Refused counts requests refused busy.
 	Refused uint64
-	// Completed counts requests finished and acknowledged.
+	// Completed counts requests finished, acknowledged and reported (a
+	// completion record published; with confirmed acknowledgements the
+	// count is taken just before the record, the confirmation follows).
 	Completed uint64
+	// AckFailures counts completed requests whose acknowledgement JetStream
+	// did not confirm within AckWait, or whose connection closed first:
+	// JetStream redelivers them unless the acknowledgement took effect after
+	// all, so they may complete again.
+	AckFailures uint64
 }
 
 // Worker is one simulated engine. Build it with [New].
@@ -149,9 +180,19 @@ type Worker struct {
 	quit     chan struct{}
 	loopDone chan struct{}
 
+	ackWait time.Duration // bound of one confirmed acknowledgement
+
 	mu    sync.Mutex
 	eng   *engine
 	stats Stats
+
+	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
+	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
+	// WaitGroup of them (Add only on the simulation goroutine).
+	ackMu      sync.Mutex
+	ackQ       []*job
+	ackRunning int
+	ackWG      sync.WaitGroup
 }
 
 // New validates cfg and builds a simulated engine on nc; call Start to run it.
@@ -178,6 +219,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mock: %w", err)
 	}
+	m.ackWait = m.helper.Config().AckWait
 	return m, nil
 }
 
@@ -203,7 +245,10 @@ func (m *Worker) Start() error {
 }
 
 // Stop stops taking work, lets the requests inside finish until ctx ends, hands
-// back the rest and stops the simulation.
+// back the rest and stops the simulation. It then waits, until ctx ends, for
+// the confirmations of acknowledgements in flight (and their completion
+// records); those still unconfirmed go on in the background, each for at most
+// AckWait or until the connection closes.
 func (m *Worker) Stop(ctx context.Context) error {
 	err := m.helper.Stop(ctx)
 	select {
@@ -212,6 +257,12 @@ func (m *Worker) Stop(ctx context.Context) error {
 		close(m.quit)
 	}
 	<-m.loopDone
+	acked := make(chan struct{})
+	go func() { m.ackWG.Wait(); close(acked) }()
+	select {
+	case <-acked:
+	case <-ctx.Done():
+	}
 	return err
 }
 
@@ -294,7 +345,6 @@ func (m *Worker) loop() {
 		for i := range m.eng.ranks {
 			m.setLoadLocked(m.cfg.DPStart + i)
 		}
-		m.stats.Completed += uint64(len(done))
 		next, ok := m.eng.next()
 		m.mu.Unlock()
 		for _, j := range done {
@@ -314,19 +364,115 @@ func (m *Worker) loop() {
 	}
 }
 
-// complete acknowledges a finished request and publishes its record.
+// complete acknowledges a finished request and publishes its record: at once
+// by default, through the ack goroutines with ConfirmAcks. It runs on the
+// simulation goroutine and does not block.
 func (m *Worker) complete(j *job) {
+	if m.cfg.ConfirmAcks {
+		m.ackMu.Lock()
+		m.ackQ = append(m.ackQ, j)
+		spawn := m.ackRunning < ackWorkers
+		if spawn {
+			m.ackRunning++
+			m.ackWG.Add(1)
+		}
+		m.ackMu.Unlock()
+		if spawn {
+			go m.ackLoop()
+		}
+		return
+	}
 	r := j.req
 	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
 	if err := r.Done(); err != nil {
 		lg.Warn().Err(err).Msg("ack finished request")
 		return // handed back at stop: not ours to report
 	}
-	b, err := json.Marshal(Completion{
+	m.mu.Lock()
+	m.stats.Completed++
+	m.mu.Unlock()
+	m.publishCompletion(j)
+}
+
+// ackLoop confirms the acknowledgements of queued jobs, oldest first, until
+// the queue is empty. Until an ack goroutine takes a job its request stays
+// held by the helper, which keeps sending progress (+WPI) for it.
+func (m *Worker) ackLoop() {
+	defer m.ackWG.Done()
+	for {
+		m.ackMu.Lock()
+		if len(m.ackQ) == 0 {
+			m.ackRunning--
+			m.ackMu.Unlock()
+			return
+		}
+		j := m.ackQ[0]
+		m.ackQ[0] = nil
+		m.ackQ = m.ackQ[1:]
+		m.ackMu.Unlock()
+		m.confirm(j)
+	}
+}
+
+// confirm publishes j's record and then acknowledges j's request with a
+// confirmed ack, publishing the record again ahead of each retry. The record
+// goes first (at least once, SPEC 9): a worker that dies between the two only
+// makes JetStream redeliver the request, while one that died after its ack
+// took effect but before its record went out would lose it. The copy ahead
+// of each attempt makes sure that the attempt JetStream confirms follows a
+// copy of the record in the same connection: one published to a server that
+// then went down (lost with it) is not the only one.
+func (m *Worker) confirm(j *job) {
+	r := j.req
+	b, err := m.completion(j)
+	if err != nil {
+		m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.ackWait)
+	err = r.DoneConfirmedAfter(ctx, func(attempt int) {
+		if attempt == 1 {
+			m.mu.Lock()
+			m.stats.Completed++
+			m.mu.Unlock()
+		}
+		if b == nil {
+			return
+		}
+		if err := m.nc.Publish(m.doneSubj, b); err != nil {
+			m.log.Error().Err(err).Str("request_id", r.RequestID).Int("attempt", attempt).Msg("publish completion")
+		}
+	})
+	cancel()
+	switch {
+	case errors.Is(err, worker.ErrFinished):
+		m.log.Warn().Err(err).Str("request_id", r.RequestID).Msg("ack finished request")
+		// handed back at stop: not ours to report
+	case err != nil:
+		m.mu.Lock()
+		m.stats.AckFailures++
+		m.mu.Unlock()
+		m.log.Error().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).
+			Msg("ack of a finished request not confirmed; it may be redelivered")
+	default:
+		m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
+	}
+}
+
+// completion encodes j's completion record.
+func (m *Worker) completion(j *job) ([]byte, error) {
+	r := j.req
+	return json.Marshal(Completion{
 		RequestID: r.RequestID, Class: r.Class, WorkerID: m.cfg.ID, DPRank: j.rank,
 		Seq: r.Seq, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
 		StartedAt: j.startedAt, FinishedAt: j.finishAt,
 	})
+}
+
+// publishCompletion publishes j's completion record.
+func (m *Worker) publishCompletion(j *job) {
+	r := j.req
+	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
+	b, err := m.completion(j)
 	if err != nil {
 		lg.Error().Err(err).Msg("encode completion")
 		return

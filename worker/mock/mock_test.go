@@ -3,11 +3,13 @@ package mock_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -148,5 +150,192 @@ func TestLoadReflectsQueue(t *testing.T) {
 	cancel()
 	if err := m.Stop(ctx); err == nil {
 		t.Errorf("stop with requests inside: got nil, want the hand-back error")
+	}
+}
+
+// collect subscribes to dispatch.done.* on nc and returns the records so far.
+func collect(t *testing.T, nc *nats.Conn) func() []mock.Completion {
+	t.Helper()
+	var mu sync.Mutex
+	var recs []mock.Completion
+	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
+		var c mock.Completion
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			t.Errorf("completion %s: %v", m.Data, err)
+		}
+		mu.Lock()
+		recs = append(recs, c)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []mock.Completion { mu.Lock(); defer mu.Unlock(); return append([]mock.Completion(nil), recs...) }
+}
+
+func TestConfirmedAcksComplete(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	recs := collect(t, nc)
+	m := startMock(t, nc, mock.Config{ID: "w1", ConfirmAcks: true})
+	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
+	const n = 10
+	publish(t, nc, n, 64)
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == n }, "%d completions", n)
+	if got := m.Stats(); got.Completed != n || got.AckFailures != 0 {
+		t.Errorf("stats: got %+v, want %d completed", got, n)
+	}
+}
+
+// TestUnansweredAck: JetStream never answers the acknowledgement (the
+// Dispatch-Ack subject has no responder): the worker publishes the completion
+// records, retries the acks and gives up after AckWait, counting ack
+// failures, without holding up the simulation.
+func TestUnansweredAck(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	recs := collect(t, nc)
+	m := startMock(t, nc, mock.Config{ID: "w1", AckWait: 300 * time.Millisecond, ConfirmAcks: true})
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		d := nats.NewMsg("dispatch.work.w1")
+		d.Header.Set(worker.HeaderRequestID, "r"+strconv.Itoa(i))
+		d.Header.Set(worker.HeaderSeq, strconv.Itoa(i+1))
+		d.Header.Set(worker.HeaderISLTokens, "16")
+		d.Header.Set(worker.HeaderAck, "test.ack.nobody")
+		if _, err := nc.RequestMsg(d, wait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 3 }, "three completion records")
+	if got := m.Stats(); got.AckFailures != 0 {
+		t.Errorf("ack failures before AckWait: %+v", got)
+	}
+	natstest.Eventually(t, wait, func() bool { return m.Stats().AckFailures == 3 }, "three ack failures")
+	if got := m.Stats(); got.Completed != 3 || got.Accepted != 3 {
+		t.Errorf("stats: got %+v, want 3 accepted and completed", got)
+	}
+}
+
+// TestConfirmedAcksAcrossServerRestart: requests finish while the NATS server
+// restarts on its storage; every one completes exactly once (its ack is sent
+// again until JetStream confirms it) and the stream empties. The records are
+// watched on the worker's own connection, which re-subscribes before it
+// flushes what it buffered while disconnected.
+func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	var s *server.Server
+	start := func() {
+		var err error
+		if s, err = server.NewServer(opts); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("server not ready")
+		}
+	}
+	start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	opts.Port = s.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_REQ", Subjects: []string{"dispatch.req.*"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ackWait = 3 * time.Second
+	c := natstest.PullConsumer(t, st, ackWait)
+	recs := collect(t, nc)
+	// Requests all running at once, finishing one every 10 ms over 1.2 s, so
+	// that some finish just before the server goes, some while it is down
+	// (their acks wait in the reconnect buffer) and some after.
+	const n = 120
+	m := startMock(t, nc, mock.Config{ID: "w1", AckWait: ackWait, MaxNumSeqs: n, DecodePerToken: time.Millisecond, ConfirmAcks: true})
+	publish(t, nc, n, 16)
+	b, err := c.Fetch(n, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*nats.Msg
+	for msg := range b.Messages() {
+		d := nats.NewMsg("dispatch.work.w1")
+		d.Header = msg.Headers()
+		d.Header.Set(worker.HeaderRequestID, msg.Headers().Get(jetstream.MsgIDHeader))
+		d.Header.Set(worker.HeaderSeq, strconv.Itoa(len(ds)+1))
+		d.Header.Set(worker.HeaderAck, msg.Reply())
+		d.Header.Set(mock.HeaderOutputTokens, strconv.Itoa(10*len(ds)+1))
+		ds = append(ds, d)
+	}
+	seq := len(ds)
+	for _, d := range ds {
+		if _, err := nc.RequestMsg(d, wait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seq != n {
+		t.Fatalf("fetched %d of %d", seq, n)
+	}
+	time.Sleep(300 * time.Millisecond)
+	down := time.Now()
+	s.Shutdown()
+	s.WaitForShutdown()
+	time.Sleep(300 * time.Millisecond)
+	start()
+	back := time.Now()
+
+	natstest.Eventually(t, wait, func() bool { return len(recs()) >= n }, "%d completions", n)
+	natstest.Eventually(t, wait, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, "every request acknowledged")
+	// Nothing is redelivered after the ack wait.
+	b, err = c.Fetch(1, jetstream.FetchMaxWait(ackWait+time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg := range b.Messages() {
+		t.Errorf("redelivered after its completion record: %s", msg.Headers().Get(jetstream.MsgIDHeader))
+	}
+	// One completion each (a record may come in identical copies: one ahead
+	// of each ack attempt).
+	seen := map[string]map[time.Time]bool{}
+	during := 0
+	for _, r := range recs() {
+		if seen[r.RequestID] == nil {
+			seen[r.RequestID] = map[time.Time]bool{}
+		}
+		if !seen[r.RequestID][r.ReceivedAt] && r.FinishedAt.After(down) && r.FinishedAt.Before(back) {
+			during++
+		}
+		seen[r.RequestID][r.ReceivedAt] = true
+	}
+	t.Logf("%d requests finished while the server was down", during)
+	if during == 0 {
+		t.Errorf("no request finished while the server was down")
+	}
+	if len(seen) != n {
+		t.Errorf("completed requests: got %d, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if len(k) != 1 {
+			t.Errorf("request %s: %d distinct completion records, want 1", id, len(k))
+		}
+	}
+	if got := m.Stats(); got.Completed != n || got.AckFailures != 0 {
+		t.Errorf("stats: got %+v, want %d completed and no ack failure", got, n)
 	}
 }
