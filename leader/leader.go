@@ -110,11 +110,8 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 		select {
 		case <-ctx.Done():
 			if e.leader.Load() {
-				dctx, cancel := context.WithTimeout(context.Background(), e.cfg.TTL)
-				err := e.kv.Delete(dctx, e.cfg.Key, jetstream.LastRevision(rev))
-				cancel()
 				e.leader.Store(false)
-				e.log.Info().Err(err).Msg("lease released")
+				e.release(rev)
 			}
 			return
 		case <-t.C:
@@ -132,6 +129,7 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 					rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
 				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
 					e.stepDown("lease taken: "+err.Error(), onChange)
+				case ctx.Err() != nil: // shutting down: the release follows
 				default:
 					e.log.Warn().Err(err).Time("valid_until", validUntil).Msg("lease renewal failed; retrying")
 				}
@@ -151,6 +149,26 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 		}
 		t.Reset(every)
 	}
+}
+
+// release deletes the key if it is still ours, so that a standby leads at
+// once. A renewal cut short by the shutdown may have been stored anyway, so a
+// revision mismatch is checked against the key's current value and retried
+// with its current revision.
+func (e *Elector) release(rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.TTL)
+	defer cancel()
+	err := e.kv.Delete(ctx, e.cfg.Key, jetstream.LastRevision(rev))
+	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err)) {
+		if cur, gerr := e.kv.Get(ctx, e.cfg.Key); gerr == nil && string(cur.Value()) == e.cfg.ID {
+			err = e.kv.Delete(ctx, e.cfg.Key, jetstream.LastRevision(cur.Revision()))
+		}
+	}
+	if err != nil {
+		e.log.Warn().Err(err).Msg("lease not released; a standby leads once it expires")
+		return
+	}
+	e.log.Info().Msg("lease released")
 }
 
 func (e *Elector) call(ctx context.Context, f func(context.Context) (uint64, error)) (uint64, error) {

@@ -142,3 +142,25 @@ func TestNewValidatesID(t *testing.T) {
 		t.Fatal("New without an id: want an error")
 	}
 }
+
+// TestReleaseAfterAStaleRevision: a renewal cut short by the shutdown may be
+// stored although the elector never learned its revision; the release must
+// still delete the key, or the standby waits for the whole lease.
+func TestReleaseAfterAStaleRevision(t *testing.T) {
+	s := startServer(t)
+	a := campaign(t, s.ClientURL(), "a", 8*time.Second) // renews every 2 s: no renewal between the update and the release
+	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	cur, err := a.e.kv.Get(context.Background(), DefaultKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A renewal the elector did not see: the key moves on without it.
+	if _, err := a.e.kv.Update(context.Background(), DefaultKey, []byte("a"), cur.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	a.cancel()
+	<-a.done
+	if e, err := a.e.kv.Get(context.Background(), DefaultKey); err == nil {
+		t.Fatalf("after release the key is still there (value %q, revision %d), want it deleted", e.Value(), e.Revision())
+	}
+}
