@@ -493,3 +493,76 @@ func TestPauseStopsExpiry(t *testing.T) {
 		t.Fatal("worker still live 4s after resume")
 	}
 }
+
+func TestStatsRemoveAndRecheck(t *testing.T) {
+	f := newFixture(t, twoClasses, filters.Thresholds{})
+	f.report("w1", 5000)
+	a := f.arrive("premium", 100, func(a *Arrival) { a.DeadlineMs, a.HasDeadline = 9000, true })
+	f.arrive("premium", 50, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0}; a.Cached = 10 })
+	f.wantKind(a, Queued)
+	if f.s.NextDeadline() != a.Req.Deadline {
+		t.Fatalf("NextDeadline = %d, want %d", f.s.NextDeadline(), a.Req.Deadline)
+	}
+	f.s.Next(f.now) // moves the pinned lane aside: w1 is busy
+	st := f.s.Stats(nil)
+	if len(st) != 5 || st[0].Name != "premium" || st[0].Pending != 2 || st[0].ISLTokens != 150 || st[0].CachedTokens != 10 ||
+		st[0].PinnedLanes != 1 || st[0].BlockedLanes != 1 || st[0].FreeRanks != 0 {
+		t.Fatalf("Stats()[0] = %+v, want premium: 2 pending, 150 ISL, 10 cached, 1 pinned lane, blocked, 0 free ranks", st[0])
+	}
+	f.s.RecheckAll()
+	if st := f.s.Stats(nil); st[0].BlockedLanes != 0 {
+		t.Fatalf("after RecheckAll %d blocked lanes, want 0", st[0].BlockedLanes)
+	}
+	f.s.Remove(a.Req)
+	f.s.Remove(a.Req) // a request no longer queued is left alone
+	if f.s.Queued(0) != 1 || f.s.NextDeadline() != 0 {
+		t.Fatalf("after Remove: queued %d, next deadline %d; want 1 and none", f.s.Queued(0), f.s.NextDeadline())
+	}
+}
+
+func TestOverloadedFollowsThresholds(t *testing.T) {
+	tok := uint64(100)
+	f := newFixture(t, twoClasses, filters.Thresholds{PrefillTokens: &tok})
+	f.report("w1", 50)
+	f.report("w2", 500)
+	if f.s.Overloaded(f.s.Workers().Get("w1")) || !f.s.Overloaded(f.s.Workers().Get("w2")) {
+		t.Fatal("want w1 free and w2 overloaded at a threshold of 100 prefill tokens")
+	}
+	if f.s.Policy().Classes[0].Name != "premium" {
+		t.Fatal("Policy() does not return the configured policy")
+	}
+}
+
+func TestDeadlinesExpireInOrder(t *testing.T) {
+	f := newFixture(t, twoClasses, filters.Thresholds{})
+	f.report("w1", 5000)
+	f.report("w2", 5000)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var reqs []*request.Snapshot
+	for range 40 {
+		ms := uint64(100 + rng.IntN(900))
+		d := f.arrive("regular", 1, func(a *Arrival) { a.Published = f.now; a.DeadlineMs, a.HasDeadline = ms, true })
+		f.wantKind(d, Queued)
+		reqs = append(reqs, d.Req)
+	}
+	for _, r := range reqs[10:20] { // removed from the middle of the heap
+		f.s.Remove(r)
+	}
+	var last int64
+	expired := 0
+	for step := int64(0); step <= 1000; step += 50 {
+		for _, d := range f.s.Tick(f.now+step*1e6, nil) {
+			if d.Req.Deadline < last || d.Req.Deadline > f.now+step*1e6 {
+				t.Fatalf("expired deadline %d after %d, at %d", d.Req.Deadline, last, f.now+step*1e6)
+			}
+			if d.Err.Code != request.Expired || !strings.Contains(d.Err.Error(), "expired") {
+				t.Fatalf("error %v, want expired", d.Err)
+			}
+			last = d.Req.Deadline
+			expired++
+		}
+	}
+	if expired != 30 || f.s.Queued(2) != 0 {
+		t.Fatalf("expired %d, queued %d; want 30 and 0", expired, f.s.Queued(2))
+	}
+}
