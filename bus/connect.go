@@ -157,11 +157,11 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 		nats.PingInterval(ping),
 		nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			ev := log.Warn()
-			if err != nil {
-				ev = ev.Err(err)
+			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
+				log.Info().Msg("nats disconnected: closing") // our own shutdown, not a fault
+			} else {
+				log.Warn().Err(err).Msg("nats disconnected")
 			}
-			ev.Msg("nats disconnected")
 			if o.OnDisconnect != nil {
 				o.OnDisconnect()
 			}
