@@ -362,7 +362,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 			a.parked = append(a.parked, h) // nothing is failed during the grace (SPEC 9)
 			return
 		}
-		a.reject(now, h, h.err)
+		a.reject(h, h.err)
 		return
 	}
 	hd := &dl.Headers
@@ -399,7 +399,7 @@ func (a *Actor) decide(now time.Time, h *held, d scheduler.Decision) {
 	case scheduler.Dispatch:
 		a.send(now, h, d)
 	case scheduler.Reject:
-		a.reject(now, h, d.Err)
+		a.reject(h, d.Err)
 	}
 }
 
@@ -494,26 +494,28 @@ func (a *Actor) handBack(seq uint64, h *held) {
 }
 
 // reject dead-letters h; its message is acknowledged once the DLQ copy is stored.
-func (a *Actor) reject(now time.Time, h *held, e *scheduler.Error) {
+func (a *Actor) reject(h *held, e *scheduler.Error) {
 	r := h.snap
-	h.dead = true
-	class := h.token
+	h.dead, h.err = true, e
+	a.d.Metrics.Rejected(r.Class, e.Code)
+	a.d.Keeper.Drop(r.Ref) // a dead letter is not kept alive: its publish is acknowledged in ms
+	if err := a.publishDead(h, h.msg.Headers(), h.msg.Data()); err != nil {
+		a.log.Error().Err(err).Str("request_id", r.ID).Msg("dead letter refused; handing the message back")
+		a.handBack(r.Ref, h)
+	}
+}
+
+// publishDead publishes h's dead letter with these headers and body; its
+// acknowledgement comes back to the actor as a dlqDone.
+func (a *Actor) publishDead(h *held, hdr nats.Header, body []byte) error {
+	r, seq := h.snap, h.snap.Ref
+	class := h.token // the subject token when no class could be resolved
 	if r.Class >= 0 {
 		class = a.className(r.Class)
 	}
-	a.d.Metrics.Rejected(r.Class, e.Code)
-	a.d.Keeper.Drop(r.Ref)
-	seq := r.Ref
-	err := a.d.DeadLetters.Publish(bus.DeadLetter{
-		Class: class, RequestID: r.ID, Code: string(e.Code), Message: e.Message,
-		Header: h.msg.Headers(), Body: h.msg.Data(),
+	return a.d.DeadLetters.Publish(bus.DeadLetter{
+		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message, Header: hdr, Body: body,
 	}, func(err error) { a.dlq <- dlqDone{seq, err} })
-	if err != nil {
-		a.log.Error().Err(err).Str("request_id", r.ID).Msg("dead letter refused; handing the message back")
-		a.handBack(seq, h)
-		return
-	}
-	h.err = e
 }
 
 func (a *Actor) deadLettered(d dlqDone) {
@@ -529,7 +531,6 @@ func (a *Actor) deadLettered(d dlqDone) {
 	if err := h.msg.Ack(); err != nil {
 		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
 	}
-	a.d.Keeper.Drop(d.seq)
 	delete(a.held, d.seq)
 	h.rel.Release(1)
 	if h.replyTo != "" {
@@ -560,20 +561,12 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 			hdr[k] = v
 		}
 		hdr.Set("Dispatch-Body-Dropped", strconv.Itoa(len(h.msg.Data())))
-		class := h.token
-		if r.Class >= 0 {
-			class = a.className(r.Class)
-		}
-		seq := r.Ref
-		if perr := a.d.DeadLetters.Publish(bus.DeadLetter{
-			Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message, Header: hdr,
-		}, func(err error) { a.dlq <- dlqDone{seq, err} }); perr == nil {
+		if a.publishDead(h, hdr, nil) == nil {
 			return
 		}
 	}
 	a.log.Error().Err(err).Str("request_id", r.ID).Dur("retry_in", a.cfg.AckWait).Msg("dead letter not stored; the request goes back to the stream")
 	_ = h.msg.NakWithDelay(a.cfg.AckWait)
-	a.d.Keeper.Drop(r.Ref)
 	delete(a.held, r.Ref)
 	h.rel.Release(1)
 }
@@ -613,7 +606,7 @@ func (a *Actor) tick(now time.Time) {
 	if !inGrace && len(a.parked) > 0 {
 		for _, h := range a.parked {
 			if a.held[h.snap.Ref] == h {
-				a.reject(now, h, h.err)
+				a.reject(h, h.err)
 			}
 		}
 		clear(a.parked)
@@ -622,7 +615,7 @@ func (a *Actor) tick(now time.Time) {
 	a.tickDecs = a.d.Scheduler.Tick(ns, a.tickDecs[:0])
 	for _, d := range a.tickDecs {
 		if h := a.held[d.Req.Ref]; h != nil {
-			a.reject(now, h, d.Err)
+			a.reject(h, d.Err)
 		}
 	}
 	clear(a.tickDecs)
