@@ -1,0 +1,75 @@
+package dispatcher
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"fairdispatch/ingest"
+	"fairdispatch/request"
+	"fairdispatch/scheduler"
+)
+
+// admit takes in one delivery.
+func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
+	if h := a.held[dl.StreamSeq]; h != nil {
+		// A redelivery of a request we hold: keep one copy, with the new handle.
+		h.msg = dl.Msg
+		a.d.Keeper.Replace(dl.StreamSeq, dl.Msg)
+		a.consumer().Release(1)
+		a.d.Metrics.Redelivered()
+		return
+	}
+	if !a.active() {
+		_ = dl.Msg.Nak()
+		a.consumer().Release(1)
+		return
+	}
+	id := dl.Headers.MsgID
+	if id == "" {
+		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
+	}
+	h := &held{msg: dl.Msg, rel: a.consumer(), token: dl.Token, replyTo: dl.Headers.ReplyTo}
+	a.held[dl.StreamSeq] = h
+	if msg := a.malformed(dl); msg != "" {
+		if dl.Err == nil {
+			h.replyTo = "" // the reply subject itself is what is refused
+		}
+		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
+		h.err = &scheduler.Error{Code: request.BadRequest, Message: msg}
+		if a.d.Scheduler.InGrace(now.UnixNano()) {
+			a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
+			a.parked = append(a.parked, h) // nothing is failed during the grace (SPEC 9)
+			return
+		}
+		a.reject(h, h.err)
+		return
+	}
+	hd := &dl.Headers
+	arr := scheduler.Arrival{
+		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap,
+		Strict: hd.Strict, Jump: hd.Jump, Pin: hd.Pin, Allowed: hd.Allowed, Required: hd.Required,
+		Preferred: hd.Preferred, Published: dl.Published.UnixNano(), DeadlineMs: hd.DeadlineMs, HasDeadline: hd.HasDeadline,
+	}
+	d := a.d.Scheduler.Arrive(now.UnixNano(), &arr)
+	h.snap = d.Req
+	if d.Kind == scheduler.Queued {
+		a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now) // only what waits needs keeping alive
+	}
+	a.decide(now, h, d)
+}
+
+// malformed returns why a delivery is a bad_request, or "": a malformed header
+// (SPEC 1.1), or a Dispatch-Reply-To aimed at a $-subject or at the dispatch
+// protocol's own subjects, where an outcome could pose as a load report, a
+// request or a JetStream API call.
+func (a *Actor) malformed(dl *ingest.Delivery) string {
+	if dl.Err != nil {
+		return dl.Err.Error()
+	}
+	if r := dl.Headers.ReplyTo; r != "" && (r[0] == '$' || strings.HasPrefix(r, a.cfg.Prefix+".")) {
+		return fmt.Sprintf("header Dispatch-Reply-To: %q may not start with \"$\" or %q", r, a.cfg.Prefix+".")
+	}
+	return ""
+}

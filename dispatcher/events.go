@@ -1,0 +1,71 @@
+package dispatcher
+
+import (
+	"time"
+
+	"fairdispatch/request"
+	"fairdispatch/workers"
+)
+
+func (a *Actor) report(l loadMsg) {
+	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), l.rep) {
+		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
+	}
+}
+
+func (a *Actor) connection(up bool) {
+	if up == a.connected {
+		return
+	}
+	a.connected = up
+	a.d.Metrics.SetConnected(up)
+	now := a.cfg.Now().UnixNano()
+	if up {
+		a.d.Scheduler.Resume(now)
+		a.log.Info().Msg("connected: dispatching resumes")
+	} else {
+		a.d.Scheduler.Pause()
+		a.log.Warn().Msg("disconnected: queues kept, dispatching paused")
+	}
+}
+
+func (a *Actor) tick(now time.Time) {
+	ns := now.UnixNano()
+	inGrace := a.d.Scheduler.InGrace(ns)
+	a.grace.Store(inGrace)
+	if !inGrace && len(a.parked) > 0 {
+		for _, h := range a.parked {
+			if a.held[h.snap.Ref] == h {
+				a.reject(h, h.err)
+			}
+		}
+		clear(a.parked)
+		a.parked = a.parked[:0]
+	}
+	a.tickDecs = a.d.Scheduler.Tick(ns, a.tickDecs[:0])
+	for _, d := range a.tickDecs {
+		if h := a.held[d.Req.Ref]; h != nil {
+			a.reject(h, d.Err)
+		}
+	}
+	clear(a.tickDecs)
+	if a.connected {
+		for range a.d.Keeper.Tick(now) {
+			a.d.Metrics.ProgressAck()
+		}
+	}
+}
+
+// active reports whether the actor may admit and dispatch: it leads and is not stopping.
+func (a *Actor) active() bool { return a.leading.Load() && !a.stopping }
+
+func (a *Actor) className(k int) string {
+	if k < 0 {
+		return ""
+	}
+	return a.d.Scheduler.Policy().Classes[k].Name
+}
+
+func queuedMs(now time.Time, r *request.Snapshot) int64 {
+	return max(0, now.UnixNano()-r.Arrival) / 1e6
+}

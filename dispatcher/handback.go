@@ -1,0 +1,58 @@
+package dispatcher
+
+import "context"
+
+// handBack NAKs a held message for immediate redelivery and forgets it.
+func (a *Actor) handBack(seq uint64, h *held) {
+	_ = h.msg.Nak()
+	a.d.Keeper.Drop(seq)
+	delete(a.held, seq)
+	h.rel.Release(1)
+}
+
+// handBackQueued NAKs every held message that is neither in flight nor being
+// dead-lettered, and returns how many.
+func (a *Actor) handBackQueued() int {
+	n := 0
+	for seq, h := range a.held {
+		if !h.inFlight && !h.dead {
+			a.d.Scheduler.Remove(h.snap)
+			a.handBack(seq, h)
+			n++
+		}
+	}
+	if n > 0 {
+		a.log.Info().Int("handed_back", n).Msg("held requests handed back")
+	}
+	return n
+}
+
+func (a *Actor) shutdown(drain context.Context) {
+	a.stopping = true
+	n := a.handBackQueued()
+	a.log.Info().Int("handed_back", n).Int("in_flight", a.inFlight).Msg("shutting down")
+	for a.inFlight > 0 || a.deadPending() {
+		select {
+		case r := <-a.results:
+			a.answer(r)
+		case d := <-a.dlq:
+			a.deadLettered(d)
+		case batch := <-a.deliveries:
+			for i := range batch {
+				a.admit(a.cfg.Now(), &batch[i])
+			}
+		case <-drain.Done():
+			a.log.Warn().Int("in_flight", a.inFlight).Msg("drain deadline: exiting with dispatches unanswered")
+			return
+		}
+	}
+}
+
+func (a *Actor) deadPending() bool {
+	for _, h := range a.held {
+		if h.dead {
+			return true
+		}
+	}
+	return false
+}
