@@ -1,11 +1,11 @@
-// Package admin is the dispatcher's HTTP admin API (SPEC 8): the busy
+// Package admin is the dispatcher's HTTP admin API (docs/config.md, Admin HTTP API): the busy
 // thresholds read and changed at run time, Prometheus metrics, liveness,
 // readiness and a debug view of the queues.
 //
 // It is an adapter: it decides nothing. Reads come from immutable snapshots the
 // queue actor publishes ([Control.Thresholds], [Control.Queues]); a threshold
 // change is handed to the actor ([Control.SetThresholds]), which applies it and
-// re-checks every queue (SPEC 6.5).
+// re-checks every queue (docs/design.md, When queues are re-checked).
 //
 // # Routes
 //
@@ -44,7 +44,7 @@
 //	     the dispatcher is stopping); the change may or may not have been
 //	     applied, GET tells
 //
-// Decisions where SPEC 8 is silent:
+// Decisions where docs/config.md, Admin HTTP API is silent:
 //   - The tokens threshold must be written as an integer: 1.5, 1.0 and 1e3 are
 //     all 400 (a token count; every JSON encoder writes an integer as digits).
 //   - Fractions have no upper bound: a value above 1 is legal and means the

@@ -24,7 +24,7 @@ import (
 )
 
 // DefaultAddr is the address the server listens on when Config.Addr is empty:
-// loopback only (SPEC 8).
+// loopback only (docs/config.md, Admin HTTP API).
 const DefaultAddr = "127.0.0.1:8080"
 
 // The http.Server's limits.

@@ -24,7 +24,7 @@ const MaxBodyBytes = 64 << 10
 // tokens (2^40).
 const MaxPrefillTokens = 1 << 40
 
-// The JSON keys of the busy thresholds (SPEC 6.3, 8).
+// The JSON keys of the busy thresholds (docs/design.md, Worker selection; docs/config.md, Admin HTTP API).
 const (
 	// KeyDecodeBlocks is filters.Thresholds.DecodeBlocks, a fraction of total_kv_blocks.
 	KeyDecodeBlocks = "active_decode_blocks_threshold"

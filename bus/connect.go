@@ -32,7 +32,7 @@ const (
 // permanent: Connect does not retry it.
 var ErrAuth = errors.New("bus: nats rejected the credentials")
 
-// Options says how to connect to NATS (SPEC 10). The zero value connects to
+// Options says how to connect to NATS (docs/config.md, Flags and environment). The zero value connects to
 // nats.DefaultURL without credentials.
 type Options struct {
 	// URL is a comma-separated list of server URLs; "" means nats.DefaultURL.

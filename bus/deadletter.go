@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Header names written on a dead letter (SPEC 7), in their canonical spelling.
+// Header names written on a dead letter (docs/protocol.md, Outcomes), in their canonical spelling.
 const (
 	HeaderError        = "Dispatch-Error"
 	HeaderErrorMessage = "Dispatch-Error-Message"
@@ -41,7 +41,7 @@ const (
 	dlqRetryMax = 5 * time.Second
 )
 
-// DeadLetter is one request to move to DLQStream (SPEC 7).
+// DeadLetter is one request to move to DLQStream (docs/protocol.md, Outcomes).
 type DeadLetter struct {
 	// Class is the physical class, or the request's subject token when no
 	// class could be resolved. It is the last token of the DLQ subject
@@ -50,7 +50,7 @@ type DeadLetter struct {
 	// RequestID is the request id; it becomes Dispatch-Request-Id and
 	// Nats-Msg-Id, so that a retried dead-lettering is stored once. Required.
 	RequestID string
-	// Code is the error code (SPEC 7, e.g. "queue_full"); it becomes Dispatch-Error.
+	// Code is the error code (docs/protocol.md, Outcomes, e.g. "queue_full"); it becomes Dispatch-Error.
 	Code string
 	// Message is the human-readable error; it becomes Dispatch-Error-Message.
 	Message string
@@ -209,7 +209,7 @@ func (d *DeadLetterer) Close(ctx context.Context) error {
 	return d.result
 }
 
-// dlqHeader builds the DLQ copy's headers (SPEC 7).
+// dlqHeader builds the DLQ copy's headers (docs/protocol.md, Outcomes).
 func dlqHeader(dl DeadLetter) nats.Header {
 	ours := []string{HeaderError, HeaderErrorMessage, HeaderRequestID, HeaderClass}
 	h := make(nats.Header, len(dl.Header)+len(ours)+1)

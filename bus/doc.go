@@ -7,17 +7,17 @@
 //
 // # A guided tour
 //
-// Connect opens the connection (SPEC 10): the first connection is retried with
+// Connect opens the connection (docs/config.md, Flags and environment): the first connection is retried with
 // exponential backoff bounded by the caller's context, except a credentials
 // rejection (ErrAuth), which fails at once. Afterwards the connection
 // reconnects forever (nats.MaxReconnects(-1)); every state change is logged.
 //
 // EnsureStreams creates or updates DISPATCH_REQ ("<prefix>.req.*", work-queue
-// retention) and DISPATCH_DLQ ("<prefix>.dlq.*", limits retention), SPEC 1.
+// retention) and DISPATCH_DLQ ("<prefix>.dlq.*", limits retention), docs/protocol.md.
 // Settings an operator added (limits, max age) are kept; a storage or
 // retention change, which JetStream cannot make in place, is ErrStreamConflict.
 //
-// Handshaker is the dispatch handshake of SPEC 1.2. Send publishes the request
+// Handshaker is the dispatch handshake of docs/protocol.md, Dispatch handshake. Send publishes the request
 // to "<prefix>.work.<worker>" with a reply subject under one wildcard inbox
 // subscription; the answer, classified as Accepted, Refused, NoResponders or
 // Timeout, is handed to a deliver function given at construction (the actor's
@@ -26,18 +26,18 @@
 // one goroutine sleeps until the earliest. Send is O(1) amortized, each answer
 // O(1), each expiry O(1) amortized; memory is O(requests sent within one timeout).
 //
-// DeadLetterer publishes dead letters (SPEC 7) with JetStream acknowledgement:
+// DeadLetterer publishes dead letters (docs/protocol.md, Outcomes) with JetStream acknowledgement:
 // at most DLQWindow unacknowledged at once, each retried until stored (with
 // the same Nats-Msg-Id, so JetStream stores it once within its duplicate
 // window), then done(nil) tells the actor it may acknowledge the request.
 //
-// PublishOutcome publishes the SPEC 7 JSON to a request's Dispatch-Reply-To
+// PublishOutcome publishes the docs/protocol.md, Outcomes JSON to a request's Dispatch-Reply-To
 // subject; SubscribeLoad hands every "<prefix>.load.<worker>" message to a
 // function, unparsed.
 //
 // # Wire details
 //
-// Dispatch-* header names are written in SPEC's spelling and read
+// Dispatch-* header names are written in the spelling docs/protocol.md gives and read
 // case-insensitively (Dispatch-Status). Header names starting "Nats-" belong
 // to NATS: they are not copied onto dead letters, which get Nats-Msg-Id set to
 // the request id. Stream names do not depend on the subject prefix.

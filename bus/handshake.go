@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Header names of the handshake (SPEC 1.2). Readers match Dispatch-* names
+// Header names of the handshake (docs/protocol.md, Dispatch handshake). Readers match Dispatch-* names
 // case-insensitively.
 const (
 	// HeaderDispatchStatus is set by a worker that refuses a request, with the value "busy".
@@ -29,13 +29,13 @@ var (
 	// ErrClosed reports use of a closed Handshaker or DeadLetterer.
 	ErrClosed = errors.New("bus: closed")
 	// ErrNotConnected reports a dispatch attempted while the connection is not
-	// up (SPEC 1.2: nothing is dispatched while disconnected).
+	// up (docs/protocol.md, Dispatch handshake: nothing is dispatched while disconnected).
 	ErrNotConnected = errors.New("bus: not connected to nats")
 	// ErrDuplicateToken reports a Send with a token that is still in flight.
 	ErrDuplicateToken = errors.New("bus: token already in flight")
 )
 
-// Outcome is how a worker answered a dispatched request (SPEC 1.2).
+// Outcome is how a worker answered a dispatched request (docs/protocol.md, Dispatch handshake).
 type Outcome int
 
 // The outcomes of a dispatch. The zero value is not an outcome.
@@ -78,7 +78,7 @@ type Result struct {
 }
 
 // Handshaker sends dispatched requests to workers as core NATS requests and
-// reports each answer (SPEC 1.2). Any number of requests may be in flight: all
+// reports each answer (docs/protocol.md, Dispatch handshake). Any number of requests may be in flight: all
 // replies arrive on one wildcard inbox subscription, reply subject
 // "<inbox>.<attempt>", and timeouts are run by one goroutine whose timer is set
 // to the earliest deadline. As every request has the same timeout, deadlines
@@ -295,7 +295,7 @@ func (h *Handshaker) onReply(m *nats.Msg) {
 	h.deliver(Result{Token: c.token, Worker: c.worker, Outcome: out})
 }
 
-// classify maps an answer to its outcome (SPEC 1.2).
+// classify maps an answer to its outcome (docs/protocol.md, Dispatch handshake).
 func classify(m *nats.Msg) Outcome {
 	if st := m.Header.Get(statusHeader); st != "" && len(m.Data) == 0 {
 		if st == noResponders {

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// SubscribeLoad subscribes to "<prefix>.load.*" (SPEC 1.3) and calls fn with
+// SubscribeLoad subscribes to "<prefix>.load.*" (docs/protocol.md, Load report) and calls fn with
 // each report's subject token (the worker id it claims to be from) and raw
 // body, on the subscription's one goroutine, in arrival order. fn must not
 // block for long: reports queue behind it, and past the subscription's

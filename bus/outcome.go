@@ -8,14 +8,14 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Outcome statuses (SPEC 7).
+// Outcome statuses (docs/protocol.md, Outcomes).
 const (
 	StatusDispatched = "dispatched"
 	StatusRejected   = "rejected"
 )
 
 // OutcomeMsg is the JSON published to a request's Dispatch-Reply-To subject
-// (SPEC 7). Fields are written in SPEC order; empty optional fields are left out.
+// (docs/protocol.md, Outcomes). Fields are written in the order docs/protocol.md lists them; empty optional fields are left out.
 type OutcomeMsg struct {
 	// RequestID is the request id.
 	RequestID string `json:"request_id"`
@@ -38,7 +38,7 @@ type OutcomeMsg struct {
 	Details map[string]any `json:"details,omitempty"`
 }
 
-// MarshalOutcome returns o's JSON (SPEC 7), without a trailing newline and
+// MarshalOutcome returns o's JSON (docs/protocol.md, Outcomes), without a trailing newline and
 // without HTML escaping.
 func MarshalOutcome(o OutcomeMsg) ([]byte, error) {
 	if o.Status != StatusDispatched && o.Status != StatusRejected {
@@ -58,7 +58,7 @@ func MarshalOutcome(o OutcomeMsg) ([]byte, error) {
 }
 
 // PublishOutcome publishes o as JSON on subject with core NATS (fire and
-// forget; SPEC 7). subject is the request's Dispatch-Reply-To value; it must
+// forget; docs/protocol.md, Outcomes). subject is the request's Dispatch-Reply-To value; it must
 // be a literal subject (no wildcards, no empty tokens), else ErrInvalidSubject.
 func PublishOutcome(nc *nats.Conn, subject string, o OutcomeMsg) error {
 	if !validSubject(subject) {

@@ -56,7 +56,7 @@ func TestOutcomeJSONMatchesSpec(t *testing.T) {
 	}
 }
 
-// TestPublishOutcome checks the SPEC 7 example as published on the wire.
+// TestPublishOutcome checks the docs/protocol.md, Outcomes example as published on the wire.
 func TestPublishOutcome(t *testing.T) {
 	ts := startServer(t, nil)
 	nc := connect(t, ts)

@@ -13,7 +13,7 @@ import (
 )
 
 // DefaultDuplicateWindow is the duplicate window used when
-// StreamConfig.DuplicateWindow is 0 (SPEC 10, --duplicate-window).
+// StreamConfig.DuplicateWindow is 0 (docs/config.md, Flags and environment, --duplicate-window).
 const DefaultDuplicateWindow = 2 * time.Minute
 
 // ErrStreamConflict reports an existing stream whose configuration cannot be
@@ -21,7 +21,7 @@ const DefaultDuplicateWindow = 2 * time.Minute
 // or move it to or from work-queue retention). The error names the stream.
 var ErrStreamConflict = errors.New("bus: stream conflict")
 
-// StreamConfig is what the dispatcher's two streams are made of (SPEC 1, 10).
+// StreamConfig is what the dispatcher's two streams are made of (docs/protocol.md; docs/config.md, Flags and environment).
 type StreamConfig struct {
 	// Prefix is the subject prefix; "" means DefaultPrefix.
 	Prefix string

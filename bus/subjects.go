@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Stream names (SPEC 1). They do not depend on the subject prefix.
+// Stream names (docs/protocol.md). They do not depend on the subject prefix.
 const (
 	// ReqStream is the work-queue stream that holds requests on "<prefix>.req.*".
 	ReqStream = "DISPATCH_REQ"
@@ -21,7 +21,7 @@ const DefaultPrefix = "dispatch"
 // not accept where it is used.
 var ErrInvalidSubject = errors.New("bus: invalid subject")
 
-// Subjects builds the wire subjects of SPEC 1 for one prefix. The zero value is
+// Subjects builds the wire subjects of docs/protocol.md for one prefix. The zero value is
 // not useful; build it with NewSubjects. A Subjects is immutable and safe for
 // concurrent use.
 type Subjects struct {

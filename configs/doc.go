@@ -1,8 +1,8 @@
 // Package configs loads and validates the dispatcher's policy configuration
-// (SPEC section 2) and converts it into plain Go types: a Policy holding the
+// (docs/config.md, Policy YAML) and converts it into plain Go types: a Policy holding the
 // uncached-ISL buckets and the physical policy classes, in file order (the
 // DRR ring order), with their defaults applied. It also resolves a request's
-// class (SPEC 3.2) and renders the class matrix for `dispatcher --check-config`.
+// class (docs/design.md, Class resolution) and renders the class matrix for `dispatcher --check-config`.
 //
 // The example policies policy-classes.yaml and policy-cached-uncached.yaml
 // beside this file are the seed documents' examples, unchanged; a test loads
@@ -55,7 +55,7 @@
 // so one mistake is reported once (for example, a bucket list with a problem
 // suppresses the "unknown bucket" and "missing class for bucket" checks).
 //
-// # Decisions where SPEC is silent
+// # Decisions where the specification is silent
 //
 //   - A document with none of default_policy_family, uncached_isl_buckets and
 //     policy_classes is an error ("no policy: ..."), not the synthetic
@@ -78,7 +78,7 @@
 //
 // # Resolution
 //
-// Policy.Resolve follows SPEC 3.2: an explicit class's name selects it;
+// Policy.Resolve follows docs/design.md, Class resolution: an explicit class's name selects it;
 // otherwise a family's name selects that family, and any other token (an
 // unknown one, or the name of a family × bucket class) selects
 // default_policy_family; the bucket is the one with the largest

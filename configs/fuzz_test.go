@@ -10,7 +10,7 @@ import (
 
 // FuzzParse feeds Parse arbitrary documents. It must not panic or hang; an
 // error must be a *ValidationError with at least one problem; and a nil error
-// implies a usable Policy: every bound of SPEC 2 holds, and Resolve maps any
+// implies a usable Policy: every bound of docs/config.md, Policy YAML holds, and Resolve maps any
 // token and any uncached count to a class (an explicit class's own name to that
 // class, anything else to a class of the right bucket). The seed corpus is the
 // example files, the invalid test file, f.Add below and
@@ -64,7 +64,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// fuzzCheckPolicy checks the bounds of SPEC 2 on a policy Parse accepted.
+// fuzzCheckPolicy checks the bounds of docs/config.md, Policy YAML on a policy Parse accepted.
 func fuzzCheckPolicy(t *testing.T, p *Policy) {
 	t.Helper()
 	if len(p.Classes) == 0 || len(p.Buckets) == 0 || p.DefaultFamily == "" {
@@ -130,7 +130,7 @@ func fuzzCheckPolicy(t *testing.T, p *Policy) {
 	}
 }
 
-// fuzzCheckResolve checks Resolve against SPEC 3.2, read naively.
+// fuzzCheckResolve checks Resolve against docs/design.md, Class resolution, read naively.
 func fuzzCheckResolve(t *testing.T, p *Policy, token string, uncached uint64) {
 	t.Helper()
 	i := p.Resolve(token, uncached)
@@ -161,7 +161,7 @@ func fuzzCheckResolve(t *testing.T, p *Policy, token string, uncached uint64) {
 	}
 }
 
-// fuzzToken is the subject-token rule of SPEC 1, written out again.
+// fuzzToken is the subject-token rule of docs/protocol.md, written out again.
 func fuzzToken(s string) bool {
 	if s == "" || len(s) > 128 {
 		return false

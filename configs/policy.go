@@ -143,7 +143,7 @@ func Default(queuePolicy string, queueThreshold *float64) (*Policy, error) {
 }
 
 // Resolve returns the index in Classes of the physical class for a request
-// arriving on subject token token with uncached uncached tokens (SPEC 3.2):
+// arriving on subject token token with uncached uncached tokens (docs/design.md, Class resolution):
 //
 //  1. token equals an explicit class's name: that class.
 //  2. else token equals a family: that family; else (unknown, or the name of

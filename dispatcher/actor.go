@@ -255,7 +255,7 @@ func (a *Actor) SetThresholds(ctx context.Context, t filters.Thresholds) error {
 	}
 }
 
-// Run runs the actor until ctx ends, then shuts down (SPEC 9, SIGTERM): the
+// Run runs the actor until ctx ends, then shuts down (docs/design.md, Delivery guarantees, SIGTERM): the
 // consumer stops, every queued message is handed back for immediate
 // redelivery, and Run returns once every dispatch in flight is answered and
 // every dead letter stored, or the dispatch timeout and 3 s more have passed.
@@ -265,7 +265,7 @@ func (a *Actor) Run(ctx context.Context) {
 	lastView := time.Time{}
 	for {
 		// While disconnected, deliveries wait in the channel: an arrival could
-		// otherwise be dispatched straight away (SPEC 1.2).
+		// otherwise be dispatched straight away (docs/protocol.md, Dispatch handshake).
 		deliveries := a.deliveries
 		if !a.connected || !a.leading.Load() {
 			deliveries = nil
@@ -303,7 +303,7 @@ func (a *Actor) Run(ctx context.Context) {
 			now := a.cfg.Now()
 			a.tick(now)
 			if now.Sub(lastView) >= time.Second {
-				a.d.Scheduler.RecheckAll() // the safety net of SPEC 6.5
+				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)
 				lastView = now
 			}

@@ -40,7 +40,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		h.err = &scheduler.Error{Code: request.BadRequest, Message: msg}
 		if a.d.Scheduler.InGrace(now.UnixNano()) {
 			a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
-			a.parked = append(a.parked, h) // nothing is failed during the grace (SPEC 9)
+			a.parked = append(a.parked, h) // nothing is failed during the grace (docs/design.md, Delivery guarantees)
 			return
 		}
 		a.reject(h, h.err)
@@ -61,7 +61,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 }
 
 // malformed returns why a delivery is a bad_request, or "": a malformed header
-// (SPEC 1.1), or a Dispatch-Reply-To aimed at a $-subject or at the dispatch
+// (docs/protocol.md, Request headers), or a Dispatch-Reply-To aimed at a $-subject or at the dispatch
 // protocol's own subjects, where an outcome could pose as a load report, a
 // request or a JetStream API call.
 func (a *Actor) malformed(dl *ingest.Delivery) string {

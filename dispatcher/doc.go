@@ -5,7 +5,7 @@
 // reports, handshake answers (bus), dead-letter acknowledgements, threshold
 // changes from the admin API, connection events, a timer and shutdown. After
 // every event it asks the scheduler for the next dispatch until nothing queued
-// is dispatchable (SPEC 6.5). Adapters only carry out what it decides: the
+// is dispatchable (docs/design.md, When queues are re-checked). Adapters only carry out what it decides: the
 // actor never blocks on I/O, and nothing else touches the scheduler.
 //
 // Life of a request: a delivery is admitted (queued, sent, or rejected); while
@@ -13,7 +13,7 @@
 // sent as a core NATS request and stays held until the worker answers; an
 // accepted request leaves the dispatcher (the worker owns its message now); a
 // refused one goes back to its lane; a rejected one is dead-lettered, and its
-// message is acknowledged only once the DLQ copy is stored (SPEC 9).
+// message is acknowledged only once the DLQ copy is stored (docs/design.md, Delivery guarantees).
 //
 // The admin API reads immutable snapshots the actor publishes (View,
 // Thresholds), never live state.

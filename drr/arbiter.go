@@ -9,7 +9,7 @@ import (
 type Queue interface {
 	// Empty reports whether the class holds no queued request at all.
 	Empty() bool
-	// Candidate returns the DRR cost of the class's candidate (SPEC 4.2) and true,
+	// Candidate returns the DRR cost of the class's candidate (docs/design.md, Lanes) and true,
 	// or false when the class has queued work but nothing dispatchable.
 	// Calling it may move blocked lanes aside inside the class, so the arbiter calls it
 	// at most once per class per Next call and caches the answer.
@@ -64,7 +64,7 @@ func New(quanta []uint64) *Arbiter {
 	}
 }
 
-// Next runs one arbitration call (SPEC 5) over qs, which holds the classes in the
+// Next runs one arbitration call (docs/design.md, DRR) over qs, which holds the classes in the
 // order given to New. It chooses at most one class, calls Pop on it exactly once,
 // charges it the candidate's cost and returns its index and true; or it returns
 // -1 and false when nothing is queued or nothing is dispatchable. It calls Empty

@@ -207,8 +207,8 @@ func TestEmptyResetsDeficit(t *testing.T) {
 	})
 }
 
-// TestNothingQueuedKeepsDeficits: step 1 clears the carry and nothing else, as SPEC
-// 5 says; the cursor stays too.
+// TestNothingQueuedKeepsDeficits: step 1 clears the carry and nothing else, as docs/design.md
+// (DRR) says; the cursor stays too.
 func TestNothingQueuedKeepsDeficits(t *testing.T) {
 	w := newWorld(2)
 	w.fakes[0].push(0, 3, 3)

@@ -22,7 +22,7 @@ const (
 )
 
 // BenchmarkArbiter is the acceptance benchmark of one dispatch decision: an
-// arbiter call (SPEC 5) over C real lanes.Class queues holding L pinned lanes
+// arbiter call (docs/design.md, DRR) over C real lanes.Class queues holding L pinned lanes
 // between them (spread round robin, perLane requests each) plus sharedPerClass
 // shared requests per class, with every request costing R quanta. One op is
 // Arbiter.Next, Last on the class taken, and a push of a fresh request into the
@@ -53,7 +53,7 @@ func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 	a := drr.New(quanta)
 
 	var seq uint64
-	// fill resets r as a freshly admitted request (SPEC 3.1), keeping its id,
+	// fill resets r as a freshly admitted request (docs/design.md, Snapshot), keeping its id,
 	// class and pin: the next seq, and the FCFS score of an arrival one
 	// millisecond after the previous one.
 	fill := func(r *request.Snapshot) {

@@ -1,5 +1,5 @@
 // Package drr is the weighted Deficit Round Robin arbiter that decides which policy
-// class dispatches next (SPEC section 5). Within a class, order is the class's own
+// class dispatches next (docs/design.md, DRR). Within a class, order is the class's own
 // business (package lanes); drr only sees, per class, whether it is empty, the cost
 // of its candidate if it has a dispatchable one, and a way to pop that candidate.
 //
@@ -41,8 +41,8 @@
 //     request (a quantum per request would let small requests outearn their
 //     cost). So quantum 10 with costs 3,3,3,3 dispatches three (deficit 10, 7, 4,
 //     1) and then the ring moves on with deficit 1 kept. The seed describes this
-//     as "the cursor stays on the class"; SPEC 5 moves the cursor to k+1 on every
-//     take and uses the carry instead, and this package follows SPEC 5: once the
+//     as "the cursor stays on the class"; docs/design.md, DRR moves the cursor to k+1 on every
+//     take and uses the carry instead, and this package follows docs/design.md, DRR: once the
 //     carry's burst ends, the scan resumes after it.
 //   - Blocked classes. A class with queued work but no dispatchable candidate keeps
 //     its deficit and earns nothing, so it cannot build an unbounded burst while
@@ -58,7 +58,7 @@
 //     at deficit 0: the ring scan leaves them at 1000 and 2000, R = min(6, 4) = 4,
 //     standard reaches 5000 and latency 10000, and latency dispatches keeping 1000.
 //
-// # Reading of SPEC 5 where it leaves room
+// # Reading of docs/design.md, DRR where it leaves room
 //
 //   - A call that falls through step 2 (the carry class is empty, blocked or cannot
 //     afford its candidate) does not clear the carry on its own. If the call then

@@ -55,7 +55,7 @@ func (m *modelClass) candidate(b *blockState) *request.Snapshot {
 	return best
 }
 
-// modelArbiter is SPEC 5 with credit granted one virtual round at a time.
+// modelArbiter is docs/design.md, DRR with credit granted one virtual round at a time.
 type modelArbiter struct {
 	quanta, deficit []uint64
 	cursor, carry   int

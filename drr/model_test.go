@@ -7,7 +7,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// refArbiter is a deliberately naive DRR arbiter, SPEC 5 without the bulk credit:
+// refArbiter is a deliberately naive DRR arbiter, docs/design.md, DRR without the bulk credit:
 // when a ring scan takes nothing it grants virtual rounds one at a time (a quantum
 // to every dispatchable class, then a scan from the cursor) until somebody can pay.
 // Deficits are int64 so that an underflow would show as a negative number. It

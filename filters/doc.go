@@ -1,19 +1,19 @@
 // Package filters decides, for a request and the live workers of a
 // [workers.Registry], which ranks it may go to, whether its class must wait,
 // whether a worker is too loaded to take it, and which rank it goes to
-// (SPEC section 6). It is part of the deterministic core: no goroutines, locks,
+// (docs/design.md, Gates and Worker selection). It is part of the deterministic core: no goroutines, locks,
 // I/O or clock; randomness comes from an injected *rand.Rand.
 //
 // Throughout, a rank's load is the registry's view of it: the last report plus
 // the dispatches booked since ([workers.Rank.Load]).
 //
-// # Eligibility (SPEC 6.1)
+// # Eligibility (docs/design.md, Gates)
 //
 // A rank is eligible when its worker is live, passes the request's allow-list,
 // carries every required taint ([Eligible]), and the rank lies in the worker's
 // range. A pin must name such a worker and, unless it is [request.AnyRank], such a rank.
 //
-// # Queue gates (SPEC 6.2)
+// # Queue gates (docs/design.md, Gates)
 //
 // A rank is busy for a class ([Gate.Busy]) when its prefill load is strictly
 // above prefill_busy_threshold, or strictly above prefill_busy_threshold_frac ×
@@ -25,14 +25,14 @@
 // gated: the request goes on to selection and gets its error there.
 //
 // [Gates] keeps, per class, the number of live ranks busy for it, so that the
-// gate of an unconstrained request is O(1), as SPEC 5 needs for a bounded DRR
+// gate of an unconstrained request is O(1), as docs/design.md, DRR needs for a bounded DRR
 // call. The caller must call [Gates.Update] after every change to a worker's
 // load or state (report, booking, release, exclusion, and bookings dropped by
 // [workers.Registry.Expire]) and [Gates.Remove] when a worker is removed. A
 // pinned request checks only its target; a request with an allow-list or
 // required taints recounts its eligible ranks.
 //
-// # Overload (SPEC 6.3)
+// # Overload (docs/design.md, Worker selection)
 //
 // A rank is overloaded ([Thresholds.RankOverloaded]) when its prefill load is
 // strictly above active_prefill_tokens_threshold, or above
@@ -45,7 +45,7 @@
 // excluded, or when every one of its ranks is; then none of its ranks is a
 // candidate, while every rank of a worker with one free rank still is.
 //
-// # Selection (SPEC 6.3, 6.4)
+// # Selection (docs/design.md, Worker selection)
 //
 // [Selector.Select] fails, for a pin, in this order: not in the allow-list
 // (pinned_worker_not_allowed, even when the worker is not live); not live, rank

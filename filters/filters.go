@@ -10,7 +10,7 @@ import (
 // UnknownBatched stands for max_num_batched_tokens when a worker does not report it.
 const UnknownBatched = 10_000_000
 
-// Thresholds are the busy thresholds of SPEC 6.3, set by flags and changed at
+// Thresholds are the busy thresholds of docs/design.md, Worker selection, set by flags and changed at
 // run time. A nil field is unset.
 type Thresholds struct {
 	// DecodeBlocks is active_decode_blocks_threshold, a fraction of total_kv_blocks.
@@ -37,7 +37,7 @@ func (t Thresholds) UpdateLatch(w *workers.Worker) {
 	}
 }
 
-// RankOverloaded reports whether rank rk of w is overloaded (SPEC 6.3).
+// RankOverloaded reports whether rank rk of w is overloaded (docs/design.md, Worker selection).
 func (t Thresholds) RankOverloaded(w *workers.Worker, rk *workers.Rank) bool {
 	if rk.Latch {
 		return true
@@ -71,7 +71,7 @@ func (t Thresholds) Overloaded(w *workers.Worker) bool {
 }
 
 // Eligible reports whether live worker w passes r's allow-list and carries every
-// taint r requires (SPEC 6.1). Rank bounds are checked by the caller.
+// taint r requires (docs/design.md, Gates). Rank bounds are checked by the caller.
 func Eligible(w *workers.Worker, r *request.Snapshot) bool {
 	if r.Route == nil {
 		return true

@@ -5,7 +5,7 @@ import (
 	"fairdispatch/workers"
 )
 
-// Gate is a class's queue gate (SPEC 6.2). A nil field is unset.
+// Gate is a class's queue gate (docs/design.md, Gates). A nil field is unset.
 type Gate struct {
 	Threshold *uint64  // prefill_busy_threshold, tokens
 	Frac      *float64 // prefill_busy_threshold_frac of max_num_batched_tokens
@@ -44,7 +44,7 @@ func (g *Gate) gated(busy, eligible int) bool {
 }
 
 // Gates keeps, for every class, the number of live ranks busy for it, so that
-// the gate of an unconstrained request costs O(1) (SPEC 5). Update must be
+// the gate of an unconstrained request costs O(1) (docs/design.md, DRR). Update must be
 // called after every change to a worker's load or state, Remove when it goes.
 //
 // Update costs O(ranks × classes) of the worker; Gated O(1); GatedFor O(1) for
@@ -112,7 +112,7 @@ func (g *Gates) Gated(k int) bool { return g.gates[k].gated(g.busy[k], g.ranks) 
 // Free returns the number of live ranks not busy for class k.
 func (g *Gates) Free(k int) int { return g.ranks - g.busy[k] }
 
-// GatedFor reports whether class k is gated for request r (SPEC 6.2): a pinned
+// GatedFor reports whether class k is gated for request r (docs/design.md, Gates): a pinned
 // request checks only its target; a constrained one its eligible ranks. A
 // request with no eligible rank is not gated: it proceeds to selection and
 // gets its error there.

@@ -12,7 +12,7 @@ import (
 	"fairdispatch/workers"
 )
 
-// naiveGated is the reference for SPEC 6.2: walk every live worker and rank,
+// naiveGated is the reference for docs/design.md, Gates: walk every live worker and rank,
 // keep the eligible ones, count the busy ones, apply the rule. It shares only
 // Gate.Busy (checked on its own by TestGateBusy) with the code under test.
 func naiveGated(reg *workers.Registry, gate filters.Gate, r *request.Snapshot) bool {
@@ -108,7 +108,7 @@ func genRequest(t *rapid.T) *request.Snapshot {
 // TestGatesModel drives a registry and its Gates through random reports,
 // bookings, releases, exclusions and expiries, calling Update and Remove as
 // the scheduler must, and checks after every step that the O(1) counts agree
-// with a brute-force recount (SPEC 5, 6.2).
+// with a brute-force recount (docs/design.md, DRR; docs/design.md, Gates).
 func TestGatesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		gates := make([]filters.Gate, rapid.IntRange(1, 4).Draw(t, "classes"))

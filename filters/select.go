@@ -8,7 +8,7 @@ import (
 	"fairdispatch/workers"
 )
 
-// Scoring holds the cost model's settings (SPEC 6.4).
+// Scoring holds the cost model's settings (docs/design.md, Worker selection).
 type Scoring struct {
 	BlockSize           float64 // tokens per block, > 0; default 16
 	OverlapCredit       float64 // overlap_score_credit, default 1
@@ -17,7 +17,7 @@ type Scoring struct {
 	Temperature         float64 // router_temperature, >= 0; default 0
 }
 
-// DefaultScoring returns the defaults of SPEC 6.4.
+// DefaultScoring returns the defaults of docs/design.md, Worker selection.
 func DefaultScoring() Scoring {
 	return Scoring{BlockSize: 16, OverlapCredit: 1, PrefillScale: 1}
 }
@@ -34,7 +34,7 @@ type candidate struct {
 	cost float64
 }
 
-// Selector picks a rank for a request (SPEC 6.3, 6.4). It keeps scratch space,
+// Selector picks a rank for a request (docs/design.md, Worker selection). It keeps scratch space,
 // so Select does not allocate once warm. Not safe for concurrent use.
 type Selector struct {
 	Scoring    Scoring
@@ -49,7 +49,7 @@ func NewSelector(s Scoring, t Thresholds, src *rand.Rand) *Selector {
 }
 
 // Select returns the rank that request r goes to, or the code of why it can go
-// nowhere. Pinned requests are checked in the order of SPEC 6.3: allow-list,
+// nowhere. Pinned requests are checked in the order of docs/design.md, Worker selection: allow-list,
 // then liveness, rank and taints, then overload.
 func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, request.Code) {
 	s.cands = s.cands[:0]

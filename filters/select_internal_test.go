@@ -8,7 +8,7 @@ import (
 	"fairdispatch/workers"
 )
 
-// TestCostFormula checks the cost model of SPEC 6.4 against values worked out
+// TestCostFormula checks the cost model of docs/design.md, Worker selection against values worked out
 // by hand, one rank at a time.
 func TestCostFormula(t *testing.T) {
 	type rank struct {

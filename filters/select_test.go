@@ -24,7 +24,7 @@ func TestDefaultScoring(t *testing.T) {
 	}
 }
 
-// TestSelectErrors checks the failure codes and their order (SPEC 6.3).
+// TestSelectErrors checks the failure codes and their order (docs/design.md, Worker selection).
 func TestSelectErrors(t *testing.T) {
 	th := filters.Thresholds{PrefillTokens: u64(100)}
 	// busy: every rank overloaded; free: not overloaded; tainted: carries "gpu";
@@ -202,7 +202,7 @@ func TestSelectLowestCost(t *testing.T) {
 	}
 }
 
-// TestSelectPerWorkerOverload documents SPEC 6.3: overload is decided per
+// TestSelectPerWorkerOverload documents docs/design.md, Worker selection: overload is decided per
 // worker, so an overloaded rank of a worker with a free rank stays a candidate.
 func TestSelectPerWorkerOverload(t *testing.T) {
 	th := filters.Thresholds{DecodeBlocks: f64(0.5)}

@@ -78,10 +78,10 @@ type Delivery struct {
 	Msg          jetstream.Msg
 	StreamSeq    uint64    // stream sequence: identifies the request across redeliveries
 	NumDelivered uint64    // 1 on first delivery
-	Published    time.Time // JetStream publication timestamp (SPEC 3.1 arrival)
-	Token        string    // the subject's last token: the class token (SPEC 3.2)
+	Published    time.Time // JetStream publication timestamp (docs/design.md, Snapshot arrival)
+	Token        string    // the subject's last token: the class token (docs/design.md, Class resolution)
 	Headers      Headers
-	// Err is the *HeaderError of a malformed header (SPEC 1.1: bad_request), or nil.
+	// Err is the *HeaderError of a malformed header (docs/protocol.md, Request headers: bad_request), or nil.
 	// Headers is then partially filled: every header that did decode, in
 	// particular MsgID and ReplyTo when they are valid.
 	Err error

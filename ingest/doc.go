@@ -1,6 +1,6 @@
 // Package ingest is the adapter between the request stream and the queue actor:
-// it decodes request headers (SPEC 1.1), pulls request messages from the durable
-// JetStream consumer under explicit flow control (SPEC 9, 10), and keeps held
+// it decodes request headers (docs/protocol.md, Request headers), pulls request messages from the durable
+// JetStream consumer under explicit flow control (docs/design.md, Delivery guarantees; docs/config.md, Flags and environment), and keeps held
 // messages from redelivery. It carries out; it never decides: a malformed header
 // is reported in the Delivery (Delivery.Err), and what to do with it (bad_request,
 // dead letter) is the actor's call.
@@ -13,7 +13,7 @@
 // byte-wise (deterministic, whatever the map order), so the canonical spelling beats
 // an all-lower-case one. Spaces and tabs around values, list items and the `=` of a
 // pair are ignored. A malformed header yields a *HeaderError naming it; with
-// several, the first in SPEC 1.1 table order, and every other header still decodes.
+// several, the first in docs/protocol.md, Request headers table order, and every other header still decodes.
 // Cost: O(keys + value bytes); no allocation unless a list header is present (one
 // slice for each), no strconv allocation for integers.
 //

@@ -11,7 +11,7 @@ import (
 	"fairdispatch/request"
 )
 
-// Bounds of the request headers (SPEC 1.1).
+// Bounds of the request headers (docs/protocol.md, Request headers).
 const (
 	MaxTokens     = 1 << 40    // Dispatch-ISL-Tokens, Dispatch-Cached-Tokens, overlap tokens
 	MaxStrict     = 1<<31 - 1  // Dispatch-Strict-Priority
@@ -26,13 +26,13 @@ const (
 	MaxListItems = 256
 	// MaxValueBytes bounds the length in bytes of the value of Nats-Msg-Id and of
 	// each Dispatch-* header, surrounding whitespace included. A longer value is
-	// malformed (bad_request). Every valid value of SPEC 1.1 fits easily: the
+	// malformed (bad_request). Every valid value of docs/protocol.md, Request headers fits easily: the
 	// longest, a 256-item overlap list, is under 37 KiB. The whole message, headers
 	// and body, is bounded by the NATS server's max_payload.
 	MaxValueBytes = 64 << 10
 )
 
-// Header names, spelt as in SPEC 1.1. Dispatch-* names match case-insensitively.
+// Header names, spelt as in docs/protocol.md, Request headers. Dispatch-* names match case-insensitively.
 const (
 	HeaderMsgID     = "Nats-Msg-Id"
 	HeaderISL       = "Dispatch-ISL-Tokens"
@@ -49,7 +49,7 @@ const (
 	HeaderReplyTo   = "Dispatch-Reply-To"
 )
 
-// Slots of the Dispatch-* headers, in the order of the SPEC 1.1 table; Decode
+// Slots of the Dispatch-* headers, in the order of the docs/protocol.md, Request headers table; Decode
 // parses (and reports the first malformed header) in this order.
 const (
 	hISL = iota
@@ -94,10 +94,10 @@ type Headers struct {
 	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
 }
 
-// HeaderError names a malformed header (SPEC 1.1: the request is rejected as
+// HeaderError names a malformed header (docs/protocol.md, Request headers: the request is rejected as
 // bad_request, naming the header).
 type HeaderError struct {
-	Header string // canonical name from SPEC 1.1, whatever case the producer used
+	Header string // canonical name from docs/protocol.md, Request headers, whatever case the producer used
 	Value  string // the value as received, cut to maxErrValue bytes (then ending in "...")
 	Reason string // what is wrong, e.g. `is not an unsigned integer`
 }
@@ -122,7 +122,7 @@ func cut(s string) string {
 	return s[:maxErrValue] + "..."
 }
 
-// Decode decodes every header of SPEC 1.1.
+// Decode decodes every header of docs/protocol.md, Request headers.
 //
 // Matching: Nats-Msg-Id matches exactly (it is JetStream's own header). Dispatch-*
 // names match case-insensitively; Decode walks the keys once and classifies each
@@ -142,7 +142,7 @@ func cut(s string) string {
 // number they make it malformed.
 //
 // Errors: a malformed header yields a *HeaderError naming it. When several are
-// malformed the first in SPEC 1.1 table order is reported. The returned Headers
+// malformed the first in docs/protocol.md, Request headers table order is reported. The returned Headers
 // then still carries every header that did decode (in particular MsgID and
 // ReplyTo); a malformed header leaves its fields at their zero values, except Pin,
 // which is left unpinned when either Dispatch-Worker or Dispatch-DP-Rank is bad.
@@ -436,7 +436,7 @@ func isRangeErr(err error) bool {
 	return ok && ne.Err == strconv.ErrRange
 }
 
-// Character sets of worker ids and taints (SPEC 1, 1.1).
+// Character sets of worker ids and taints (docs/protocol.md; docs/protocol.md, Request headers).
 var (
 	workerChars = charset("_-")
 	taintChars  = charset("_.:/-")

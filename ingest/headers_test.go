@@ -304,7 +304,7 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 // FuzzDecode takes a header block, one "name: value" a line, decodes it and
-// checks that a nil error implies every bound of SPEC 1.1.
+// checks that a nil error implies every bound of docs/protocol.md, Request headers.
 func FuzzDecode(f *testing.F) {
 	for _, tc := range decodeCases {
 		var sb strings.Builder

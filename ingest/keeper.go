@@ -7,7 +7,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Keeper keeps the messages of held requests from redelivery (SPEC 9): Tick sends
+// Keeper keeps the messages of held requests from redelivery (docs/design.md, Delivery guarantees): Tick sends
 // a progress acknowledgement (+WPI, which restarts the server's ack wait) for each
 // message untouched for at least half the ack wait, and for no other. Messages are
 // keyed by stream sequence.
@@ -39,7 +39,7 @@ type stamp struct {
 }
 
 // DefaultAckWait is the ack wait a Keeper assumes when given a non-positive one
-// (SPEC 10: --ack-wait 30s).
+// (docs/config.md, Flags and environment: --ack-wait 30s).
 const DefaultAckWait = 30 * time.Second
 
 // NewKeeper returns an empty Keeper for a consumer whose ack wait is ackWait
@@ -72,7 +72,7 @@ func (k *Keeper) Hold(seq uint64, m jetstream.Msg, now time.Time) {
 	k.compact()
 }
 
-// Replace swaps in m, a redelivered message of the held sequence seq (SPEC 9:
+// Replace swaps in m, a redelivered message of the held sequence seq (docs/design.md, Delivery guarantees:
 // the request is not queued twice), and reports whether seq was held. The clock is
 // not restarted, so the next progress acknowledgement may come up to half an ack
 // wait early, which is harmless. Not held: nothing changes.
@@ -131,7 +131,7 @@ func (k *Keeper) Tick(now time.Time) int {
 	return sent
 }
 
-// NakAll hands every held message back for immediate redelivery (SIGTERM, SPEC 9),
+// NakAll hands every held message back for immediate redelivery (SIGTERM, docs/design.md, Delivery guarantees),
 // oldest touch first, empties the Keeper and returns how many NAKs were sent.
 func (k *Keeper) NakAll() int {
 	n := 0

@@ -2,7 +2,7 @@ package lanes
 
 import "fairdispatch/request"
 
-// Checker says whether a lane head may be dispatched now (SPEC 4.2, 6.2): for
+// Checker says whether a lane head may be dispatched now (docs/design.md, Lanes; docs/design.md, Gates): for
 // the scheduler, whether the request's class is not gated for it.
 type Checker interface {
 	Dispatchable(r *request.Snapshot) bool
@@ -103,7 +103,7 @@ func (c *Class) Remove(r *request.Snapshot) {
 	c.cached -= r.Cached
 }
 
-// Candidate returns the DRR cost of the class candidate (SPEC 4.2): the shared
+// Candidate returns the DRR cost of the class candidate (docs/design.md, Lanes): the shared
 // head if dispatchable, or the best dispatchable pinned head, whichever ranks
 // higher. Indexed heads found blocked move to the blocked set on the way.
 // Cost: O(1) checks for the shared head, plus O(log L) per lane moved aside.

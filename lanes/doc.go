@@ -1,4 +1,4 @@
-// Package lanes is one policy class's queue (SPEC section 4): the requests of
+// Package lanes is one policy class's queue (docs/design.md, Lanes): the requests of
 // the class ordered for dispatch, split into lanes so that a request that cannot
 // be dispatched yet holds up only the requests that would wait for the same thing.
 // A [Class] implements drr.Queue, so the DRR arbiter (package drr) picks the class
@@ -6,7 +6,7 @@
 //
 // # Order
 //
-// Within a class every comparison is [request.Snapshot.Before] (SPEC 4.1): higher
+// Within a class every comparison is [request.Snapshot.Before] (docs/design.md, Lanes): higher
 // strict priority first, then higher score, then lower seq. The score is computed
 // once, when the request is admitted, from the class's queue policy:
 //
@@ -31,12 +31,12 @@
 // heap of lanes keyed by their heads). A lane whose head was found not
 // dispatchable moves to the blocked set, grouped by worker id, and returns to the
 // index only on [Class.Recheck] of its worker or [Class.RecheckAll] (its worker's
-// state changed, SPEC 6.5), or when a push gives it a new head (which may be
+// state changed, docs/design.md, When queues are re-checked), or when a push gives it a new head (which may be
 // dispatchable where the old one was not). Removing a blocked lane's head does not
 // return the lane to the index: the next head waits for the same target, and a
 // recheck brings it back.
 //
-// The class candidate (SPEC 4.2) is the better, by Before, of
+// The class candidate (docs/design.md, Lanes) is the better, by Before, of
 //
 //   - the shared head, if the [Checker] says it is dispatchable, and
 //   - the best dispatchable pinned head: the best indexed head; while it is not

@@ -42,10 +42,10 @@ func mk(id string, seq uint64, strict uint32, score float64, t request.Target) *
 	}
 }
 
-// fcfs is the FCFS score of SPEC 4.1: jump - arrival_seconds.
+// fcfs is the FCFS score of docs/design.md, Lanes: jump - arrival_seconds.
 func fcfs(jump, arrival float64) float64 { return jump - arrival }
 
-// wspt is the WSPT score of SPEC 4.1: (1 + jump) / cost.
+// wspt is the WSPT score of docs/design.md, Lanes: (1 + jump) / cost.
 func wspt(jump float64, cost uint64) float64 { return (1 + jump) / float64(cost) }
 
 // drain pops every dispatchable candidate and returns their ids in order.

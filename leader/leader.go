@@ -17,7 +17,7 @@
 // client is chosen by the server, and a leader cut off from the server is not
 // told that it lost the pin; it would go on dispatching the requests it holds.
 // With a lease the leader knows, from its own clock, the moment its lease ends,
-// and stops at once (SPEC 9 and issue 5: "stops dispatching at once").
+// and stops at once (docs/design.md, Delivery guarantees and issue 5: "stops dispatching at once").
 //
 // Failover bound: a standby retries every TTL/4, and the key disappears at
 // most TTL after the dead leader's last renewal, so a standby leads within

@@ -10,7 +10,7 @@
 //	fairdispatch_pending_cached_tokens            gauge      class
 //	fairdispatch_drr_deficit                      gauge      class (cost units: uncached tokens)
 //	fairdispatch_dispatched_total                 counter    class
-//	fairdispatch_rejected_total                   counter    class, reason (SPEC 7 error code)
+//	fairdispatch_rejected_total                   counter    class, reason (docs/protocol.md, Outcomes error code)
 //	fairdispatch_queue_wait_seconds               histogram  class (publication to acceptance)
 //	fairdispatch_dead_letters_total               counter    class
 //	fairdispatch_handshakes_total                 counter    outcome
@@ -38,7 +38,7 @@
 // [Metrics.QueueWait] and [Metrics.DeadLetter] are a bounds check, a slice index
 // and an atomic add, with no allocation and no map lookup.
 //
-// A request whose class could not be resolved (SPEC 3.2) has class index
+// A request whose class could not be resolved (docs/design.md, Class resolution) has class index
 // [Unresolved] (-1); it is counted under class="" (the empty label value), not
 // under the subject token it arrived on, so a producer cannot create series at
 // will. Any index outside [0, len(classes)) is treated as unresolved by the

@@ -26,7 +26,7 @@ const (
 )
 
 // The reasons a load report is dropped (label reason of
-// fairdispatch_load_reports_dropped_total, SPEC 1.3).
+// fairdispatch_load_reports_dropped_total, docs/protocol.md, Load report).
 const (
 	// DropParse: the report is not valid JSON of the expected shape.
 	DropParse = "parse"
@@ -146,12 +146,12 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		rejected:        make([][]prometheus.Counter, len(classes)+1),
 		deadLetters:     make([]prometheus.Counter, len(classes)+1),
 		rejectedVec: counterVec("rejected_total",
-			"Requests rejected, per policy class (class=\"\": unresolved) and SPEC 7 error code.", "class", "reason"),
+			"Requests rejected, per policy class (class=\"\": unresolved) and docs/protocol.md, Outcomes error code.", "class", "reason"),
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
 		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
 		reported:       workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
-		overloaded:     workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (SPEC 6.3), else 0."),
+		overloaded:     workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (docs/design.md, Worker selection), else 0."),
 		liveWorkers:    gauge("live_workers", "Workers currently live."),
 		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
 		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),

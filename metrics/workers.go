@@ -10,7 +10,7 @@ type WorkerLoad struct {
 	// ReportedPrefill is active_prefill_tokens of its last report, summed over
 	// its ranks.
 	ReportedPrefill uint64
-	// Overloaded reports whether the worker is overloaded for selection (SPEC 6.3).
+	// Overloaded reports whether the worker is overloaded for selection (docs/design.md, Worker selection).
 	Overloaded bool
 }
 

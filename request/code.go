@@ -1,9 +1,9 @@
 package request
 
-// Code is an error code of SPEC 7: why a request was rejected.
+// Code is an error code of docs/protocol.md, Outcomes: why a request was rejected.
 type Code string
 
-// The error codes of SPEC 7.
+// The error codes of docs/protocol.md, Outcomes.
 const (
 	BadRequest             Code = "bad_request"
 	NoEndpoints            Code = "no_endpoints"

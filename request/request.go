@@ -1,5 +1,5 @@
 // Package request defines the immutable snapshot of a request that the
-// scheduling core queues, orders and places (SPEC 3.1).
+// scheduling core queues, orders and places (docs/design.md, Snapshot).
 //
 // A Snapshot is built once, when the request enters the dispatcher, and is never
 // recomputed while it waits. The core packages (lanes, filters, scheduler) read it;
@@ -10,7 +10,7 @@
 package request
 
 // AnyRank is the Rank of a Target that pins a worker but not a data-parallel rank:
-// the request goes to that worker's best rank (SPEC 4.2, 6.4).
+// the request goes to that worker's best rank (docs/design.md, Lanes; docs/design.md, Worker selection).
 const AnyRank = -1
 
 // Target is a pin: one worker and optionally one of its data-parallel ranks.
@@ -23,7 +23,7 @@ type Target struct {
 // Pinned reports whether t names a worker.
 func (t Target) Pinned() bool { return t.Worker != "" }
 
-// Taint is a preferred taint and its score weight (SPEC 6.4); a bare taint weighs 1.
+// Taint is a preferred taint and its score weight (docs/design.md, Worker selection); a bare taint weighs 1.
 type Taint struct {
 	Name   string
 	Weight float64
@@ -65,7 +65,7 @@ type Snapshot struct {
 	Deadline int64 // Unix nanoseconds after which a queued request expires; 0: none
 	Seq      uint64
 
-	// Score orders requests within a strict tier, higher first (SPEC 4.1). It is
+	// Score orders requests within a strict tier, higher first (docs/design.md, Lanes). It is
 	// computed once, from the class's queue policy, when the request is admitted.
 	Score float64
 
@@ -76,7 +76,7 @@ type Snapshot struct {
 	// after a refused dispatch keeps its place and is not charged again.
 	Charged bool
 	// Refused is set when a worker refused the request (or did not answer); such
-	// a request waits in its lane whatever its class's queueing (SPEC 1.2).
+	// a request waits in its lane whatever its class's queueing (docs/protocol.md, Dispatch handshake).
 	Refused bool
 
 	// Index is the request's position in its lane heap, owned by package lanes;
@@ -113,12 +113,12 @@ func (s *Snapshot) Allowed(id string) bool {
 }
 
 // Constrained reports whether the request has an allow-list or required taints,
-// the constraints that make its gate check cost more than O(1) (SPEC 5).
+// the constraints that make its gate check cost more than O(1) (docs/design.md, DRR).
 func (s *Snapshot) Constrained() bool {
 	return s.Route != nil && (s.Route.Allowed != nil || len(s.Route.Required) > 0)
 }
 
-// Before reports whether s ranks ahead of o within a class (SPEC 4.1): higher
+// Before reports whether s ranks ahead of o within a class (docs/design.md, Lanes): higher
 // strict priority, then higher score, then lower seq.
 func (s *Snapshot) Before(o *Snapshot) bool {
 	if s.Strict != o.Strict {

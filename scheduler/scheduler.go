@@ -137,7 +137,7 @@ func (s *Scheduler) Workers() *workers.Registry { return s.reg }
 // InGrace reports whether the start-up grace is still running at now.
 func (s *Scheduler) InGrace(now int64) bool { return now < s.graceEnd }
 
-// Arrive admits a request (SPEC 3): it takes the snapshot, resolves the class,
+// Arrive admits a request (docs/design.md, Admission): it takes the snapshot, resolves the class,
 // and queues it, dispatches it, or rejects it. During the start-up grace every
 // request is queued, without limit checks, to be arbitrated once it is over.
 func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
@@ -160,7 +160,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 	return Decision{Kind: Queued, Req: r}
 }
 
-// snapshot builds the immutable snapshot of SPEC 3.1.
+// snapshot builds the immutable snapshot of docs/design.md, Snapshot.
 func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
@@ -211,7 +211,7 @@ func (s *Scheduler) bestCached(a *Arrival, r *request.Snapshot) uint64 {
 }
 
 // checkLimits applies the class's queue limits in the order requests, raw ISL
-// tokens, cached tokens (SPEC 3.4).
+// tokens, cached tokens (docs/design.md, Limits).
 func (s *Scheduler) checkLimits(k int) *Error {
 	c, cls := &s.pol.Classes[k], s.classes[k]
 	live := uint64(s.reg.Len())
@@ -245,7 +245,7 @@ func (s *Scheduler) enqueue(r *request.Snapshot) {
 
 // Next returns the next dispatch or rejection of a queued request, or a
 // decision of kind None when nothing queued is dispatchable. The caller calls
-// it again while it returns something. One call is bounded (SPEC 5).
+// it again while it returns something. One call is bounded (docs/design.md, DRR).
 func (s *Scheduler) Next(now int64) Decision {
 	if s.InGrace(now) {
 		return Decision{}
@@ -298,7 +298,7 @@ func (s *Scheduler) expire(now int64, r *request.Snapshot) Decision {
 }
 
 // Return hands back a request whose dispatch to worker id with sequence seq was
-// refused, found no responder, or timed out (SPEC 1.2): its booking is
+// refused, found no responder, or timed out (docs/protocol.md, Dispatch handshake): its booking is
 // released, the worker is left out of selection until its next report, and the
 // request waits in its lane with its place kept, not charged again and without
 // a limit check.
@@ -313,8 +313,8 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 	s.enqueue(r)
 }
 
-// Report applies a load report received at now (SPEC 1.3) and re-checks the
-// lanes it may unblock (SPEC 6.5). It returns false when the report was
+// Report applies a load report received at now (docs/protocol.md, Load report) and re-checks the
+// lanes it may unblock (docs/design.md, When queues are re-checked). It returns false when the report was
 // refused because the registry is full.
 func (s *Scheduler) Report(now int64, rep workers.Report) bool {
 	w, ch, ok := s.reg.Apply(now, rep)
@@ -379,7 +379,7 @@ func (s *Scheduler) NextDeadline() int64 {
 	return s.dl[0].Deadline
 }
 
-// SetThresholds changes the busy thresholds (SPEC 6.3, 8) and re-checks everything.
+// SetThresholds changes the busy thresholds (docs/design.md, Worker selection; docs/config.md, Admin HTTP API) and re-checks everything.
 func (s *Scheduler) SetThresholds(t filters.Thresholds) {
 	s.sel.Thresholds = t
 	for _, w := range s.reg.All() {
@@ -398,7 +398,7 @@ func (s *Scheduler) Pause() { s.reg.Pause() }
 func (s *Scheduler) Resume(now int64) { s.reg.Resume(now) }
 
 // RecheckAll returns every blocked lane to the ready index, to be examined
-// again: the timer's safety net (SPEC 6.5). O(blocked lanes × log L).
+// again: the timer's safety net (docs/design.md, When queues are re-checked). O(blocked lanes × log L).
 func (s *Scheduler) RecheckAll() { s.recheckAll() }
 
 func (s *Scheduler) recheckAll() {

@@ -94,7 +94,7 @@ func (w *simWorker) advance(now int64) (done []int) {
 	return done
 }
 
-// premiumRegular runs the seed's regression workload (SPEC 5, seed
+// premiumRegular runs the seed's regression workload (docs/design.md, DRR, seed
 // drr-queue-scheduling.txt): one worker running four sequences, 512-token
 // prompts, one output token, prefill_busy_threshold 1536, 320 requests per
 // class released at once in alternating order. It returns the completions in order.

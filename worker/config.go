@@ -14,7 +14,7 @@ const (
 	DefaultPrefix = "dispatch"
 	// DefaultTTL is the report TTL: the dispatcher fences a worker silent this long.
 	DefaultTTL = 3 * time.Second
-	// DefaultAckWait is the request stream's default ack wait (SPEC 10).
+	// DefaultAckWait is the request stream's default ack wait (docs/config.md, Flags and environment).
 	DefaultAckWait = 30 * time.Second
 	// DefaultMinReportInterval is the shortest gap between two load reports.
 	DefaultMinReportInterval = 2 * time.Millisecond
@@ -24,7 +24,7 @@ const (
 	DefaultFirstProgressDelay = 5 * time.Millisecond
 )
 
-// Bounds of [Config] fields, from SPEC 1 and 1.3.
+// Bounds of [Config] fields, from docs/protocol.md; docs/protocol.md, Load report.
 const (
 	// MinTTL is the smallest TTL a report may carry.
 	MinTTL = 100 * time.Millisecond

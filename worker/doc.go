@@ -1,5 +1,5 @@
 // Package worker is the Go helper a worker embeds to speak the worker's side of
-// the fairdispatch wire contract (SPEC section 1): it answers dispatches, keeps
+// the fairdispatch wire contract (docs/protocol.md): it answers dispatches, keeps
 // accepted requests alive, acknowledges them, and reports the worker's load.
 //
 // # A guided tour
@@ -13,11 +13,11 @@
 //	defer w.Close()
 //
 // Start subscribes (core NATS) to <prefix>.work.<id>. The dispatcher sends each
-// request there as a NATS request carrying the headers of SPEC 1.2; the helper
+// request there as a NATS request carrying the headers of docs/protocol.md, Dispatch handshake; the helper
 // parses them into a [Request] and calls [Handler.Offer]. Offer returns true to
 // accept: the helper replies with an empty message, takes the request into its
 // held set and sends +WPI to the request's Dispatch-Ack subject within
-// Config.FirstProgressDelay (default 5 ms), if it is still held then: SPEC 1.2's
+// Config.FirstProgressDelay (default 5 ms), if it is still held then: docs/protocol.md, Dispatch handshake's
 // "at once", read so that a request finished within those milliseconds costs
 // JetStream no progress acknowledgement, only its +ACK. Offer
 // returns false to refuse: the helper replies with the header
@@ -42,7 +42,7 @@
 //
 // The application tells the helper its per-rank load with [Worker.SetLoad] and
 // whether it drains with [Worker.SetDraining]. The helper publishes the JSON
-// report of SPEC 1.3 ([Report]) on <prefix>.load.<id> whenever the load changes
+// report of docs/protocol.md, Load report ([Report]) on <prefix>.load.<id> whenever the load changes
 // (coalesced: at most one report every Config.MinReportInterval, default 2 ms)
 // and at least every TTL/3. A report whose only news is seen_seq (the load and
 // the draining flag are as last reported) waits up to Config.SeenOnlyInterval,

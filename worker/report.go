@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// RankLoad is the load of one data-parallel rank (SPEC 1.3).
+// RankLoad is the load of one data-parallel rank (docs/protocol.md, Load report).
 type RankLoad struct {
 	// ActivePrefillTokens counts the uncached tokens of every request received
 	// and not yet finished prefilling, including those waiting inside the worker.
@@ -19,7 +19,7 @@ type RankLoad struct {
 	ActiveRequests uint64
 }
 
-// Report is the JSON load report of SPEC 1.3, as published on <prefix>.load.<id>.
+// Report is the JSON load report of docs/protocol.md, Load report, as published on <prefix>.load.<id>.
 type Report struct {
 	WorkerID            string       `json:"worker_id"`
 	DPStart             int          `json:"data_parallel_start_rank"`

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Header names of the wire contract (SPEC 1.1, 1.2). Dispatch-* names match
+// Header names of the wire contract (docs/protocol.md, Request headers; docs/protocol.md, Dispatch handshake). Dispatch-* names match
 // case-insensitively; see [HeaderValue].
 const (
 	HeaderRequestID    = "Dispatch-Request-Id"
@@ -55,7 +55,7 @@ func HeaderValue(h nats.Header, name string) string {
 	return ""
 }
 
-// Request is one dispatched request, as parsed from the headers of SPEC 1.2.
+// Request is one dispatched request, as parsed from the headers of docs/protocol.md, Dispatch handshake.
 // Numeric headers that are absent or malformed read as 0 (DPRank as the
 // worker's DPStart); HeaderErrors lists the malformed ones.
 type Request struct {
@@ -65,7 +65,7 @@ type Request struct {
 	Class string
 	// DPRank is Dispatch-DP-Rank, the rank the dispatcher chose.
 	DPRank int
-	// Seq is Dispatch-Seq, the worker's dispatch sequence number (SPEC 1.3).
+	// Seq is Dispatch-Seq, the worker's dispatch sequence number (docs/protocol.md, Load report).
 	Seq uint64
 	// Cost is Dispatch-Cost, the scheduling cost in uncached tokens.
 	Cost uint64

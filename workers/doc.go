@@ -1,6 +1,6 @@
 // Package workers is the registry of live workers: it parses and validates their
 // load reports, keeps each worker's last report, books the dispatches sent to it
-// until a report counts them, and fences workers that stop reporting (SPEC 1.3).
+// until a report counts them, and fences workers that stop reporting (docs/protocol.md, Load report).
 //
 // It is part of the deterministic core: no goroutines, locks, I/O or wall clock.
 // Time comes in as a now argument (Unix nanoseconds) on every call that needs it.
@@ -44,7 +44,7 @@
 //   - A report that changes the worker's data-parallel range drops all bookings
 //     (their ranks may no longer exist) and starts its ranks afresh.
 //   - [Registry.Unbook] releases a booking at once when the worker refused the
-//     dispatch or did not answer (SPEC 1.2).
+//     dispatch or did not answer (docs/protocol.md, Dispatch handshake).
 //
 // # Liveness
 //

@@ -11,7 +11,7 @@ import (
 
 // FuzzParseReport feeds ParseReport arbitrary subject tokens and bodies. It
 // must not panic; an error must be a *ReportError with a known reason; and a
-// nil error implies every bound of SPEC 1.3. Each body is parsed twice: with
+// nil error implies every bound of docs/protocol.md, Load report. Each body is parsed twice: with
 // the fuzzed token, and with the token the body claims (its worker_id), so
 // that the checks after the subject/worker_id match are reached too. The seed
 // corpus is in testdata/fuzz/FuzzParseReport.

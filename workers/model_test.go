@@ -11,7 +11,7 @@ import (
 )
 
 // refWorker is a deliberately naive model of one live worker's bookkeeping
-// (SPEC 1.3): a plain list of bookings, filtered again and again.
+// (docs/protocol.md, Load report): a plain list of bookings, filtered again and again.
 type refWorker struct {
 	instance    string
 	start, size uint32

@@ -6,7 +6,7 @@ import (
 )
 
 // Load is the dispatcher's view of one rank: the last report plus every booking
-// the report does not yet count (SPEC 1.3).
+// the report does not yet count (docs/protocol.md, Load report).
 type Load struct {
 	ActivePrefillTokens uint64
 	ActiveDecodeBlocks  uint64
@@ -21,7 +21,7 @@ type Rank struct {
 	// the dispatches to this rank that the last report does not count.
 	Booked         uint64
 	BookedRequests uint64
-	// Latch is the decode latch (SPEC 6.3); package filters maintains it.
+	// Latch is the decode latch (docs/design.md, Worker selection); package filters maintains it.
 	Latch bool
 }
 
@@ -56,7 +56,7 @@ type Worker struct {
 	TTL        int64 // nanoseconds
 	LastReport int64 // Unix nanoseconds of the last valid report
 	// Excluded is set when the worker refused a dispatch or did not answer; it is
-	// left out of selection until its next load report (SPEC 1.2).
+	// left out of selection until its next load report (docs/protocol.md, Dispatch handshake).
 	Excluded bool
 
 	seenSeq  uint64 // of the last report
@@ -96,7 +96,7 @@ type Registry struct {
 	MaxWorkers int
 	paused     bool
 	// nextSeq remembers the next sequence number of expired workers, so that
-	// one coming back never reuses a number still in flight (SPEC 1.3).
+	// one coming back never reuses a number still in flight (docs/protocol.md, Load report).
 	nextSeq map[string]uint64
 	aged    []*Worker
 }
@@ -207,7 +207,7 @@ func (w *Worker) rebook() {
 }
 
 // Book records a dispatch of the given cost to dp rank `rank` of w at now and
-// returns its sequence number, the Dispatch-Seq header (SPEC 1.3).
+// returns its sequence number, the Dispatch-Seq header (docs/protocol.md, Load report).
 func (g *Registry) Book(now int64, w *Worker, rank int32, cost uint64) uint64 {
 	seq := w.nextSeq
 	w.nextSeq++

@@ -147,7 +147,7 @@ func TestAllSortedByID(t *testing.T) {
 	}
 }
 
-// TestBookingsReconciledWithSeenSeq checks SPEC 1.3: the view of a rank is the
+// TestBookingsReconciledWithSeenSeq checks docs/protocol.md, Load report: the view of a rank is the
 // report plus every booking the report does not count.
 func TestBookingsReconciledWithSeenSeq(t *testing.T) {
 	tests := []struct {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// Bounds on a load report's fields (SPEC 1.3).
+// Bounds on a load report's fields (docs/protocol.md, Load report).
 const (
 	MinTTLms   = 100
 	MaxTTLms   = 600_000
@@ -18,7 +18,7 @@ const (
 	maxID     = 128
 )
 
-// RankLoad is the load of one data-parallel rank as reported (SPEC 1.3).
+// RankLoad is the load of one data-parallel rank as reported (docs/protocol.md, Load report).
 type RankLoad struct {
 	Rank                uint32 `json:"dp_rank"`
 	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
@@ -79,7 +79,7 @@ type wireReport struct {
 }
 
 // ParseReport decodes the report published on the subject whose last token is
-// token, and validates it (SPEC 1.3). Unknown JSON fields are ignored, so that
+// token, and validates it (docs/protocol.md, Load report). Unknown JSON fields are ignored, so that
 // workers may add their own. The error is a *ReportError.
 func ParseReport(token string, data []byte) (Report, error) {
 	var w wireReport

@@ -1,6 +1,6 @@
 // Command bench measures, in one run on one machine, what the dispatcher's
 // hop costs next to the alternatives (issue #4): a bare pipe (the physical
-// limit of forwarding a work-queue stream to workers over the SPEC 1.2
+// limit of forwarding a work-queue stream to workers over the docs/protocol.md, Dispatch handshake
 // handshake), a direct work queue (workers pulling the stream themselves),
 // and fairdispatch (the real dispatcher, built from ./cmd/dispatcher and run
 // as a subprocess). It reports throughput, latency at half of each system's

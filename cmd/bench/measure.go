@@ -188,7 +188,7 @@ func (b *bench) memory() (res memResult) {
 		return fail("start workers", err)
 	}
 	// The dispatcher goes first: with no live worker left, a queueing class is
-	// no longer gated (SPEC 6.2) and every held request would be dead-lettered
+	// no longer gated (docs/design.md, Gates) and every held request would be dead-lettered
 	// as no_endpoints.
 	defer func() {
 		t0 := time.Now()

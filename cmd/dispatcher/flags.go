@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// settings are every setting of SPEC 10, plus the few this program adds.
+// settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
 type settings struct {
 	natsURL, dataDir, storage, natsListen                     string
 	creds, nkey, user, password, tlsCA, tlsCert, tlsKey       string

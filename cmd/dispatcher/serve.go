@@ -139,7 +139,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 
 	// Roles: with leader election (the default) this process pulls and
 	// dispatches only while it holds the lease; a standby keeps its registry
-	// warm from load reports. Shutdown order (SPEC 9, SIGTERM): stop pulling and
+	// warm from load reports. Shutdown order (docs/design.md, Delivery guarantees, SIGTERM): stop pulling and
 	// wait for the pull to end, so that messages handed back are not pulled
 	// straight in again; then the actor hands back what it holds and waits for
 	// dispatches in flight; then the lease is released for a standby.
@@ -244,7 +244,7 @@ func (c *control) SetThresholds(ctx context.Context, t filters.Thresholds) error
 }
 func (c *control) Queues() any { return c.a.View() }
 
-// Ready is SPEC 8's readiness: connected, streams present, grace over.
+// Ready is docs/config.md, Admin HTTP API's readiness: connected, streams present, grace over.
 func (c *control) Ready() error {
 	switch {
 	case !c.nc.IsConnected():

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// The dispatcher connects with each authentication method of SPEC 10 to a
+// The dispatcher connects with each authentication method of docs/config.md, Flags and environment to a
 // server that requires it, and gets ready (streams ensured, consumer made). A
 // wrong secret makes it exit non-zero at once with a clear log line, instead
 // of retrying forever.

@@ -18,7 +18,7 @@ import (
 
 // TestCrashNothingLost: 5,000 requests queued in the dispatcher or in flight at
 // three mock workers; the dispatcher is SIGKILLed mid-run and a new one started
-// on the same NATS (SPEC 9, dispatcher crash). Every request completes (or is
+// on the same NATS (docs/design.md, Delivery guarantees, dispatcher crash). Every request completes (or is
 // dead-lettered), none twice: requests accepted by workers are not disturbed,
 // the ones the dead dispatcher held come back after the ack wait. The request
 // stream ends empty.
@@ -154,12 +154,12 @@ func TestCrashNothingLost(t *testing.T) {
 		}
 	}
 	t.Logf("completion records %d for %d distinct requests; DLQ %d %v; duplicates %d (loadgen: %d), of which %d after a "+
-		"handshake timeout (SPEC 1.2, %d timeouts logged) %v",
+		"handshake timeout (docs/protocol.md, Dispatch handshake, %d timeouts logged) %v",
 		records.Load(), len(done), len(dlq), dlq, len(dups)+len(excused), res.Duplicates, len(excused), len(timedOut), excused[:min(10, len(excused))])
 	if len(missing) > 0 {
 		t.Errorf("%d requests neither completed nor dead-lettered, e.g. %v", len(missing), missing[:min(10, len(missing))])
 	}
-	// SPEC 9: a dispatcher crash does not disturb requests accepted by workers.
+	// docs/design.md, Delivery guarantees: a dispatcher crash does not disturb requests accepted by workers.
 	if len(dups) > 0 {
 		t.Errorf("%d requests completed more than once without a handshake timeout to explain it, e.g. %v", len(dups), dups[:min(10, len(dups))])
 	}

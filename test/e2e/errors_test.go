@@ -17,7 +17,7 @@ import (
 // the prefix ecs so that they cannot collide with other e2e files.
 
 // ecsReporter plays the load-reporting side of a worker that does not exist:
-// it publishes a load report (SPEC 1.3) for one worker every 50 ms, so that a
+// it publishes a load report (docs/protocol.md, Load report) for one worker every 50 ms, so that a
 // dispatcher started at any time learns about it within its start-up grace.
 type ecsReporter struct {
 	nc   *nats.Conn
@@ -77,7 +77,7 @@ func (r *ecsReporter) publish() {
 	_ = r.nc.Publish("dispatch.load."+r.id, b)
 }
 
-// ecsView is the part of /debug/queues these tests read (SPEC 8).
+// ecsView is the part of /debug/queues these tests read (docs/config.md, Admin HTTP API).
 type ecsView struct {
 	At      time.Time `json:"at"`
 	Grace   bool      `json:"startup_grace"`
@@ -176,7 +176,7 @@ func ecsStreamAll(t testing.TB, js jetstream.JetStream, name string) []*jetstrea
 }
 
 // ecsTimedOut returns the request ids whose dispatch handshake the dispatcher
-// logged as timed out (debug level). SPEC 1.2: a timeout can hide an acceptance
+// logged as timed out (debug level). docs/protocol.md, Dispatch handshake: a timeout can hide an acceptance
 // whose reply was lost, and the request is dispatched again, so such a request
 // may legitimately run twice; no other request should.
 func ecsTimedOut(procs ...*proc) map[string]bool {
@@ -197,7 +197,7 @@ func ecsTimedOut(procs ...*proc) map[string]bool {
 	return out
 }
 
-// ecsOutcome is the outcome JSON of SPEC 7.
+// ecsOutcome is the outcome JSON of docs/protocol.md, Outcomes.
 type ecsOutcome struct {
 	RequestID   string         `json:"request_id"`
 	Status      string         `json:"status"`
@@ -225,7 +225,7 @@ policy_classes:
     prefill_busy_threshold: 0
 `
 
-// TestErrorsEveryCodeDeadLetteredAndReported provokes each error code of SPEC 7
+// TestErrorsEveryCodeDeadLetteredAndReported provokes each error code of docs/protocol.md, Outcomes
 // and checks the DLQ copy, the outcome, and that the request message is gone
 // from the request stream only through the DLQ.
 //
@@ -304,7 +304,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &o); err != nil {
 			t.Fatalf("outcome %q: %v", m.Data, err)
 		}
-		// Ordering (SPEC 7, 9): the DLQ copy is stored before the outcome goes out.
+		// Ordering (docs/protocol.md, Outcomes; docs/design.md, Delivery guarantees): the DLQ copy is stored before the outcome goes out.
 		found := false
 		for _, d := range ecsStreamAll(t, js, "DISPATCH_DLQ") {
 			found = found || d.Header.Get("Dispatch-Request-Id") == o.RequestID
@@ -347,7 +347,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 		t.Errorf("bad_request message %q does not name the header", o.Message)
 	}
 	if o := got["exp"]; o.Error == "expired" {
-		// SPEC 1.1: within 100 ms of the deadline; reported, not asserted (timing).
+		// docs/protocol.md, Request headers: within 100 ms of the deadline; reported, not asserted (timing).
 		t.Logf("exp (deadline 200 ms) outcome arrived %v after publication", after["exp"].Round(time.Millisecond))
 	}
 

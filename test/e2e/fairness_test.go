@@ -113,7 +113,7 @@ func (f frlFigures) String() string {
 //
 // All 640 are queued before any is dispatched, so that they are released
 // together whatever the speed of publication: the worker starts draining
-// (live, but busy for every class gate, SPEC 1.3 and 6.2), and stops draining
+// (live, but busy for every class gate, docs/protocol.md, Load report; docs/design.md, Gates), and stops draining
 // once the dispatcher holds the whole burst in its queues.
 func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures {
 	t.Helper()
@@ -216,7 +216,7 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 		}
 	}
 	// Under CPU pressure a handshake can outlast --dispatch-timeout: the
-	// acceptance is then lost and the request dispatched again (SPEC 1.2), which
+	// acceptance is then lost and the request dispatched again (docs/protocol.md, Dispatch handshake), which
 	// shows as duplicate completion records. Only first records are counted.
 	t.Logf("handshakes accepted %v timeout %v late %v; redelivered %v",
 		p.metric("fairdispatch_handshakes_total", `outcome="accepted"`), p.metric("fairdispatch_handshakes_total", `outcome="timeout"`),
@@ -225,7 +225,7 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 }
 
 // TestFairnessWeightedVersusEqualQuanta reproduces the seed's regression with
-// the mock worker (SPEC 5): with quanta 512:128 premium gets about four times
+// the mock worker (docs/design.md, DRR): with quanta 512:128 premium gets about four times
 // regular's share of a backlogged single worker while regular still makes
 // progress; with equal quanta the split is even.
 func TestFairnessWeightedVersusEqualQuanta(t *testing.T) {

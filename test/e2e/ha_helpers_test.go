@@ -38,7 +38,7 @@ func haConnect(t testing.TB, urls string) *nats.Conn {
 }
 
 // haLog is the dispatcher flag set of these tests: debug logs, so that every
-// handshake timeout (SPEC 1.2, the one excused cause of a duplicate besides
+// handshake timeout (docs/protocol.md, Dispatch handshake, the one excused cause of a duplicate besides
 // a killed worker) is on record.
 var haLog = []string{"--log-level", "debug"}
 
@@ -88,7 +88,7 @@ func haRecord(t testing.TB, nc *nats.Conn) *haRecorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Acceptances, from the outcomes (SPEC 7) the dispatcher publishes on
+	// Acceptances, from the outcomes (docs/protocol.md, Outcomes) the dispatcher publishes on
 	// each request's Dispatch-Reply-To. (Not a tap on dispatch.work.*: a
 	// subscriber there would turn every "no responders" into a timeout.)
 	work, err := nc.Subscribe("ha.outcome.>", func(m *nats.Msg) {
@@ -349,7 +349,7 @@ type haVerdict struct {
 // dead-lettered) and the request stream is empty, then checks that each id of
 // the publishers completed or is in the DLQ, and that none completed twice
 // unless excused: accepted by a worker before it was killed, or its
-// handshake was logged as timed out by one of procs (SPEC 1.2). It reports
+// handshake was logged as timed out by one of procs (docs/protocol.md, Dispatch handshake). It reports
 // failures with t.Errorf and returns the figures.
 func haCheck(t testing.TB, js jetstream.JetStream, rec *haRecorder, pubs []*haPublisher, killed []haKilled,
 	timeout time.Duration, procs ...*proc) haVerdict {

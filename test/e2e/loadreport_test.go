@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// SPEC 1.3: a load report whose subject and worker_id disagree, that does not
+// docs/protocol.md, Load report: a load report whose subject and worker_id disagree, that does not
 // parse, or that names a rank outside [start, start + size) is dropped whole
 // and counted by reason; it never creates a worker nor changes one.
 

@@ -120,7 +120,7 @@ func permStart(t *testing.T) (*natsServer, *proc) {
 	return n, p
 }
 
-// permReport is a load report body of SPEC 1.3.
+// permReport is a load report body of docs/protocol.md, Load report.
 func permReport(id string, prefill uint64, draining bool, ttlMs int) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"worker_id": id, "data_parallel_size": 1, "max_num_batched_tokens": 8192, "ttl_ms": ttlMs,

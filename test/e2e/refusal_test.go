@@ -18,7 +18,7 @@ import (
 	"fairdispatch/worker/mock"
 )
 
-// SPEC 1.2: a dispatch that is refused, unanswered, or sent to nobody leaves
+// docs/protocol.md, Dispatch handshake: a dispatch that is refused, unanswered, or sent to nobody leaves
 // the request in its lane with its place kept, and it completes on a worker
 // that accepts; a worker that dies holding accepted requests gets them
 // dispatched again after the ack wait.
@@ -352,7 +352,7 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 
 // TestRefusalOnlyWorkerRefusedRequestWaits: with a single worker and a class
 // that does not queue, a refused request is not failed: it waits in its lane
-// (SPEC 1.2: whatever its class's queueing) and is dispatched again once the
+// (docs/protocol.md, Dispatch handshake: whatever its class's queueing) and is dispatched again once the
 // worker reports, until the worker accepts it.
 func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	const n, refusals = 4, 3

@@ -28,7 +28,7 @@ policy_classes:
 `
 
 // TestShutdownHandsBackHeldRequests: SIGTERM with requests queued in the
-// dispatcher (SPEC 9): the dispatcher exits 0 within a few seconds, and a
+// dispatcher (docs/design.md, Delivery guarantees): the dispatcher exits 0 within a few seconds, and a
 // second dispatcher started right after the exit holds every one of them again
 // within 2 s of the exit (they were handed back for immediate redelivery, not
 // left to the 4 s ack wait). Once a free worker appears, all complete, once.
@@ -120,7 +120,7 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 		exitIn.Round(time.Millisecond), n, took.Round(time.Millisecond), seenAt.Sub(exitAt).Round(time.Millisecond),
 		n, pulledAt.Sub(exitAt).Round(time.Millisecond))
 	if took > 2*time.Second {
-		t.Errorf("second dispatcher held all %d requests %v after the first exited, want within 2s (SPEC 9: immediate redelivery)", n, took)
+		t.Errorf("second dispatcher held all %d requests %v after the first exited, want within 2s (docs/design.md, Delivery guarantees: immediate redelivery)", n, took)
 	}
 	p2.waitReady()
 	mu.Lock()
@@ -145,7 +145,7 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 		id := fmt.Sprintf("sd-%03d", i)
 		switch c := done[id]; {
 		case c > 1 && timedOut[id]:
-			excused++ // SPEC 1.2: a timeout can hide an acceptance
+			excused++ // docs/protocol.md, Dispatch handshake: a timeout can hide an acceptance
 		case c != 1:
 			t.Errorf("request %s completed %d times, want 1", id, c)
 		}

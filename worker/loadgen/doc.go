@@ -11,7 +11,7 @@
 // so a publication retried after a lost acknowledgement is stored once.
 //
 // A request ends when its first completion record arrives (a [Completion]) or a
-// rejected outcome (SPEC 7) arrives for it (an [Outcome]). Run returns when every
+// rejected outcome (docs/protocol.md, Outcomes) arrives for it (an [Outcome]). Run returns when every
 // request has ended, or with [ErrIncomplete] when ctx ends or Config.Timeout
 // passes first; the [Result] is returned in both cases.
 //

@@ -32,7 +32,7 @@ type Completion struct {
 	Latency time.Duration `json:"latency"`
 }
 
-// Outcome is an outcome published on Dispatch-Reply-To (SPEC 7).
+// Outcome is an outcome published on Dispatch-Reply-To (docs/protocol.md, Outcomes).
 type Outcome struct {
 	RequestID   string         `json:"request_id"`
 	Status      string         `json:"status"`

@@ -21,13 +21,13 @@
 // acknowledgement lost around a server restart does not leave a finished
 // request to be redelivered and completed twice, and a worker killed between
 // its record and its acknowledgement causes a redelivery, never a lost
-// request (at least once, SPEC 9).
+// request (at least once, docs/design.md, Delivery guarantees).
 //
 // The uncached tokens of a request are its Dispatch-Cost when present (so the
 // reported load equals what the dispatcher booked), else Dispatch-ISL-Tokens
 // minus Dispatch-Cached-Tokens, clamped at 0.
 //
-// The load of a rank (SPEC 1.3): active_prefill_tokens sums the uncached tokens
+// The load of a rank (docs/protocol.md, Load report): active_prefill_tokens sums the uncached tokens
 // of requests waiting or prefilling; active_requests counts requests received
 // and not finished; kv_used_blocks sums ceil((isl + output)/BlockSize) over
 // running requests and active_decode_blocks the same over decoding ones.

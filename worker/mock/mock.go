@@ -416,7 +416,7 @@ func (m *Worker) ackLoop() {
 
 // confirm publishes j's record and then acknowledges j's request with a
 // confirmed ack, publishing the record again ahead of each retry. The record
-// goes first (at least once, SPEC 9): a worker that dies between the two only
+// goes first (at least once, docs/design.md, Delivery guarantees): a worker that dies between the two only
 // makes JetStream redeliver the request, while one that died after its ack
 // took effect but before its record went out would lose it. The copy ahead
 // of each attempt makes sure that the attempt JetStream confirms follows a

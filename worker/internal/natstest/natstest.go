@@ -1,6 +1,6 @@
 // Package natstest holds test fixtures for the worker packages: an embedded
 // nats-server with JetStream, a deadline-bounded condition poller, and a fake
-// dispatcher that speaks the dispatcher's side of the wire contract (SPEC 1.2)
+// dispatcher that speaks the dispatcher's side of the wire contract (docs/protocol.md, Dispatch handshake)
 // with no scheduling at all.
 //
 // It is for tests only. Every function takes a testing.TB and fails the test on
@@ -109,7 +109,7 @@ func PullConsumer(t testing.TB, st jetstream.Stream, ackWait time.Duration) jets
 type Route func(class string, m jetstream.Msg) (worker, reject string)
 
 // FakeDispatcher pulls requests from DISPATCH_REQ and hands each, in order, to
-// the worker its Route names, with the headers of SPEC 1.2. It does no queueing
+// the worker its Route names, with the headers of docs/protocol.md, Dispatch handshake. It does no queueing
 // and no load tracking: a refused or unanswered request is naked for redelivery
 // after a short delay.
 type FakeDispatcher struct {
