@@ -17,7 +17,7 @@ const (
 	MaxTaints = 64
 	// MaxActiveRequests bounds max_active_requests, the per-rank capacity.
 	MaxActiveRequests = 1_000_000
-	maxID     = 128
+	maxID             = 128
 )
 
 // RankLoad is the load of one data-parallel rank as reported (docs/protocol.md, Load report).
@@ -38,7 +38,7 @@ type Report struct {
 	TotalKV    uint64 // total_kv_blocks; 0 turns the decode latch off
 	// MaxActive is max_active_requests, the capacity of each rank in
 	// requests; 0: the field was absent, no capacity.
-	MaxActive uint64
+	MaxActive  uint64
 	Taints     []string
 	Draining   bool
 	TTLms      uint64
