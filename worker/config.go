@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
+
+	"fairdispatch/naming"
 )
 
 // Defaults applied by [New] to zero fields of [Config].
 const (
-	// DefaultPrefix is the subject prefix shared by every fairdispatch subject.
-	DefaultPrefix = "dispatch"
+	// DefaultPrefix is the subject prefix shared by every fairdispatch subject, naming.DefaultPrefix.
+	DefaultPrefix = naming.DefaultPrefix
 	// DefaultTTL is the report TTL: the dispatcher fences a worker silent this long.
 	DefaultTTL = 3 * time.Second
 	// DefaultAckWait is the request stream's default ack wait (docs/config.md, Flags and environment).
@@ -48,7 +49,8 @@ var (
 type Config struct {
 	// ID is the worker id: a subject token [A-Za-z0-9_-]+, at most 128 bytes. Required.
 	ID string
-	// Prefix is the subject prefix; default "dispatch". Dot-separated tokens, no wildcards.
+	// Prefix is the subject prefix; default "dispatch". The dispatcher's
+	// --subject-prefix: dot-separated tokens of [A-Za-z0-9_-] (package naming).
 	Prefix string
 	// DPStart is the first data-parallel rank of the worker, 0 to 65535.
 	DPStart int
@@ -117,11 +119,8 @@ func (c Config) withDefaults() (Config, error) {
 	if !tokenRE.MatchString(c.ID) {
 		errs = append(errs, fmt.Errorf("id %q: want [A-Za-z0-9_-]+, at most 128 bytes", c.ID))
 	}
-	for _, tok := range strings.Split(c.Prefix, ".") {
-		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
-			errs = append(errs, fmt.Errorf("prefix %q: want dot-separated subject tokens without wildcards", c.Prefix))
-			break
-		}
+	if _, err := naming.New(c.Prefix); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DPStart < 0 || c.DPSize < 1 || c.DPStart+c.DPSize-1 > MaxRank {
 		errs = append(errs, fmt.Errorf("ranks [%d, %d): want 0 <= start, size >= 1, last rank <= %d",

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/naming"
 )
 
 // Handler decides on dispatched requests.
@@ -79,6 +81,10 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 	if err != nil {
 		return nil, err
 	}
+	names, err := naming.New(cfg.Prefix) // validated by withDefaults
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("worker: instance id: %w", err)
@@ -91,8 +97,8 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		log:          log.With().Str("component", "worker").Str("worker_id", cfg.ID).Logger(),
 		instance:     hex.EncodeToString(id[:]),
 		taints:       taints,
-		workSubj:     cfg.Prefix + ".work." + cfg.ID,
-		loadSubj:     cfg.Prefix + ".load." + cfg.ID,
+		workSubj:     names.Work(cfg.ID),
+		loadSubj:     names.Load(cfg.ID),
 		kick:         make(chan struct{}, 1),
 		freshKick:    make(chan struct{}, 1),
 		progressKick: make(chan struct{}, 1),

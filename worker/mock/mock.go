@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/naming"
 	"fairdispatch/worker"
 )
 
@@ -205,11 +206,15 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	names, err := naming.New(cfg.Prefix) // the helper below refuses a bad prefix with its other problems
+	if err != nil {
+		return nil, fmt.Errorf("mock: %w", err)
+	}
 	m := &Worker{
 		cfg:      cfg,
 		nc:       nc,
 		log:      log.With().Str("component", "mockworker").Str("worker_id", cfg.ID).Logger(),
-		doneSubj: cfg.Prefix + ".done." + cfg.ID,
+		doneSubj: names.Done(cfg.ID),
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
