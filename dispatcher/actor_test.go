@@ -136,8 +136,8 @@ func classNames(p *configs.Policy) []string {
 }
 
 func (f *fixture) report(id string, prefill uint64) {
-	f.a.report(loadMsg{workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
-		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}}})
+	f.a.report(workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
+		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}})
 	f.a.drain()
 }
 
@@ -280,7 +280,7 @@ policy_classes:
 		f.a.answer(bus.Result{Token: last.token, Worker: last.worker, Outcome: bus.Accepted})
 		if i%256 == 255 { // the workers report (without seen_seq: counting every dispatch so far)
 			for k := range 64 {
-				f.a.report(loadMsg{workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"}})
+				f.a.report(workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"})
 			}
 		}
 	}

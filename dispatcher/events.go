@@ -7,8 +7,8 @@ import (
 	"fairdispatch/workers"
 )
 
-func (a *Actor) report(l loadMsg) {
-	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), l.rep) {
+func (a *Actor) report(rep workers.Report) {
+	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), rep) {
 		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
 	}
 }
