@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,6 +117,7 @@ type Actor struct {
 	grace     atomic.Bool
 	leading   atomic.Bool // this process may pull and dispatch (it holds the lease)
 	term      atomic.Pointer[term]
+	termMu    sync.Mutex // serialises SetConsumer
 }
 
 // idle is the consumer of an actor that has not pulled yet.
@@ -303,7 +305,6 @@ func (a *Actor) Run(ctx context.Context) {
 			a.syncTerm()
 			reply <- a.handBackQueued() + a.retire(a.cur)
 		case <-tick.C:
-			a.sendPaused = false
 			now := a.cfg.Now()
 			a.tick(now)
 			if now.Sub(lastView) >= time.Second {

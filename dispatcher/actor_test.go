@@ -61,6 +61,8 @@ type fakeBus struct {
 	sent    []sent
 	letters []bus.DeadLetter
 	done    []func(error)
+	sendErr func(token uint64) error // nil: every send succeeds
+	pubErr  error                    // returned by every Publish
 }
 
 type sent struct {
@@ -71,16 +73,24 @@ type sent struct {
 
 func (b *fakeBus) Send(worker string, hdr nats.Header, _ []byte, token uint64) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sendErr != nil {
+		if err := b.sendErr(token); err != nil {
+			return err
+		}
+	}
 	b.sent = append(b.sent, sent{worker, cloneHeader(hdr), token}) // Send may not keep hdr
-	b.mu.Unlock()
 	return nil
 }
 
 func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.letters = append(b.letters, dl)
+	if b.pubErr != nil {
+		return b.pubErr
+	}
 	b.done = append(b.done, done)
-	b.mu.Unlock()
 	return nil
 }
 

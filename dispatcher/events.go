@@ -30,6 +30,7 @@ func (a *Actor) connection(up bool) {
 }
 
 func (a *Actor) tick(now time.Time) {
+	a.sendPaused = false // a send that failed for the connection's fault is tried again
 	ns := now.UnixNano()
 	inGrace := a.d.Scheduler.InGrace(ns)
 	a.grace.Store(inGrace)

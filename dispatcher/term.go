@@ -8,8 +8,9 @@ import "fairdispatch/ingest"
 // never admitted in another, with message handles gone stale and released to
 // the wrong consumer (docs/decisions.md, Delivery).
 type term struct {
-	rel Releaser
-	ch  chan []ingest.Delivery
+	rel  Releaser
+	ch   chan []ingest.Delivery
+	prev *term // the term before, until the actor has retired it
 }
 
 func newTerm(r Releaser) *term { return &term{rel: r, ch: make(chan []ingest.Delivery, 64)} }
@@ -20,7 +21,10 @@ func newTerm(r Releaser) *term { return &term{rel: r, ch: make(chan []ingest.Del
 // (-NAK) and released to it, never admitted.
 func (a *Actor) SetConsumer(r Releaser) chan<- []ingest.Delivery {
 	t := newTerm(r)
+	a.termMu.Lock()
+	t.prev = a.term.Load() // set before t is published: the actor reads it after Load
 	a.term.Store(t)
+	a.termMu.Unlock()
 	a.signalRole()
 	return t.ch
 }
@@ -28,13 +32,22 @@ func (a *Actor) SetConsumer(r Releaser) chan<- []ingest.Delivery {
 // Deliveries returns the current term's delivery channel.
 func (a *Actor) Deliveries() chan<- []ingest.Delivery { return a.term.Load().ch }
 
-// syncTerm switches the actor to the latest term, handing back what the
-// previous one left in its channel.
+// syncTerm switches the actor to the latest term, handing back what every
+// earlier one left in its channel, including terms that were superseded
+// before the actor ever admitted from them.
 func (a *Actor) syncTerm() {
-	if t := a.term.Load(); t != a.cur {
-		a.retire(a.cur)
-		a.cur = t
+	t := a.term.Load()
+	if t == a.cur {
+		return
 	}
+	for x := t.prev; x != nil; x = x.prev {
+		a.retire(x)
+		if x == a.cur {
+			break
+		}
+	}
+	t.prev = nil // only the actor reads prev once a term is published
+	a.cur = t
 }
 
 // retire hands back every delivery waiting in t's channel and releases it to
