@@ -102,6 +102,7 @@ type DeadLetterer struct {
 	closeCtx context.Context
 
 	pending atomic.Int64
+	retries atomic.Uint64
 	wake    chan struct{} // cap 1
 	closing chan struct{}
 	exited  chan struct{}
@@ -208,6 +209,11 @@ func (d *DeadLetterer) Publish(dl DeadLetter, done func(error)) error {
 // Pending returns the number of dead letters accepted by Publish whose done
 // has not been called yet.
 func (d *DeadLetterer) Pending() int { return int(d.pending.Load()) }
+
+// Retries returns how many publishes failed and were scheduled again with
+// backoff (a disconnect, republished at once on reconnection, is not counted).
+// A dead letter the DLQ keeps refusing is retried at most every 5 s.
+func (d *DeadLetterer) Retries() uint64 { return d.retries.Load() }
 
 // Close stops accepting letters and waits until every pending one is stored,
 // or ctx ends: then the remaining ones get done(err) with an error wrapping
@@ -343,6 +349,7 @@ func (d *DeadLetterer) run() {
 		}
 		wait := l.bo.NextBackOff()
 		l.retryAt = now.Add(wait)
+		d.retries.Add(1)
 		ev.Dur("retry_in", wait).Msg("dead letter publish failed, retrying")
 		waiting = append(waiting, l)
 	}

@@ -186,3 +186,28 @@ func TestDeadLetterTooLargeIsARequestFault(t *testing.T) {
 		t.Fatalf("bodiless: %v", err)
 	}
 }
+
+// A DLQ that cannot take letters (here: no stream yet) is the connection's
+// fault: the letter is retried with backoff, each retry counted, and stored
+// once the stream is there; done is not called in between.
+func TestDeadLetterRetriesAreCountedUntilStored(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	waitJetStream(t, js)
+	d := newDeadLetterer(t, js)
+	var sink doneSink
+	if err := d.Publish(sampleLetter(), sink.done); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two retries", func() bool { return d.Retries() >= 2 })
+	if n := len(sink.calls()); n != 0 {
+		t.Fatalf("done called %d times before the stream exists", n)
+	}
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done", func() bool { return len(sink.calls()) == 1 })
+	if err := sink.calls()[0]; err != nil {
+		t.Fatalf("done: %v", err)
+	}
+}

@@ -113,6 +113,7 @@ type Metrics struct {
 	loadDroppedVec *prometheus.CounterVec
 	sendFailed     *prometheus.CounterVec
 	dlqFailed      *prometheus.CounterVec
+	dlqRetries     prometheus.Counter
 
 	booked     *prometheus.GaugeVec
 	reported   *prometheus.GaugeVec
@@ -180,6 +181,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
+		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
 		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
 		reported:       workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
@@ -228,7 +230,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
-			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.booked, m.reported,
+			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver, m.leader)
 	}
 	return m
@@ -322,6 +324,9 @@ func (m *Metrics) SendFailed(fault string) { m.sendFailed.WithLabelValues(fault)
 // DeadLetterFailed counts one dead letter the DLQ refused for good, for
 // action one of the DLQ constants.
 func (m *Metrics) DeadLetterFailed(action string) { m.dlqFailed.WithLabelValues(action).Inc() }
+
+// DeadLetterRetried counts one dead-letter publish retried with backoff.
+func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }
 
 // SetClass sets the queue gauges of class k. An index outside the classes is
 // ignored. It does not allocate.
