@@ -66,6 +66,14 @@ func requestPublishError(err error) bool {
 		errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
 }
 
+// UnresolvedClass is the DLQ subject token of a request whose class was not
+// resolved and whose own subject token cannot be one (a literal "*" or ">"
+// that a client without subject checks published).
+const UnresolvedClass = "_"
+
+// ValidToken reports whether t can be one literal subject token.
+func ValidToken(t string) bool { return validToken(t) }
+
 // HeaderNameOK reports whether NATS clients can send a header of this name:
 // printable ASCII (33 to 126) except `"(),/:;<=>?@[\]{}`, the rule nats.go
 // applies when it encodes headers (it fails the publish with

@@ -42,6 +42,8 @@ func (a *Actor) storeDead(h *held) {
 	class := h.token // the subject token when no class could be resolved
 	if r.Class >= 0 {
 		class = a.className(r.Class)
+	} else if !bus.ValidToken(class) {
+		class = bus.UnresolvedClass // the letter must have a subject to be stored
 	}
 	err := a.d.DeadLetters.Publish(bus.DeadLetter{
 		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message,

@@ -195,3 +195,14 @@ func TestActorDeadLetterRefusedAtOnceDoesNotSpin(t *testing.T) {
 		})
 	}
 }
+
+// A malformed request whose subject token cannot be a DLQ subject token (a
+// literal "*") is dead-lettered under "_", not refused by the bus for ever.
+func TestActorUnresolvedClassWithWildcardTokenIsDeadLettered(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.deliver(5, "*", nats.Header{"Dispatch-ISL-Tokens": {"abc"}})
+	if len(f.b.letters) != 1 || f.b.letters[0].Class != bus.UnresolvedClass {
+		t.Fatalf("letters %+v, want one under %q", f.b.letters, bus.UnresolvedClass)
+	}
+}
