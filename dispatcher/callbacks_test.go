@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"fairdispatch/bus"
-	"fairdispatch/ingest"
 	"fairdispatch/metrics"
 )
 
@@ -158,4 +157,3 @@ func TestShutdownEndsUnderACallbackFlood(t *testing.T) {
 		}
 	})
 }
-
