@@ -170,8 +170,9 @@ func (c *Consumer) Held() int { return int(c.held.Load()) }
 
 // Stop stops pulling: Run hands back (NAKs) what it received and has not handed
 // out, waits for the pull request it has open to end, and returns nil. Deliveries
-// already handed out are the actor's to hand back (Keeper.NakAll). Safe to call
-// more than once and from any goroutine.
+// already handed out, received or still in the channel, are the receiver's to
+// hand back (dispatcher.Actor.HandBack). Safe to call more than once and from
+// any goroutine.
 func (c *Consumer) Stop() { c.stopped.Do(func() { close(c.stop) }) }
 
 // Run pulls until ctx ends or Stop is called, sending batches of decoded

@@ -131,7 +131,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 
 	ctl := &control{a: a, nc: nc, names: names}
 	ctl.streamsOK.Store(true) // ensured just above
-	go ctl.watchStreams(ctx, js, hs, m, log)
+	go ctl.watchStreams(ctx, js, hs, dl, m, log)
 	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg, Pprof: s.pprof}, ctl, log)
 	if err := adm.Start(); err != nil {
 		return fmt.Errorf("admin http: %w", err)
@@ -267,11 +267,12 @@ func (c *control) Ready() error {
 }
 
 // watchStreams checks every few seconds that both streams exist, and copies
-// the handshaker's count of late answers into the metrics.
-func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, m *metrics.Metrics, log zerolog.Logger) {
+// the handshaker's count of late answers and the dead letterer's count of
+// retries into the metrics.
+func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, dl *bus.DeadLetterer, m *metrics.Metrics, log zerolog.Logger) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
-	var late uint64
+	var late, retries uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -280,6 +281,9 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 		}
 		for n := hs.Late(); late < n; late++ {
 			m.Handshake(metrics.OutcomeLate)
+		}
+		for n := dl.Retries(); retries < n; retries++ {
+			m.DeadLetterRetried()
 		}
 		if !c.nc.IsConnected() {
 			continue
