@@ -112,6 +112,8 @@ type Actor struct {
 	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
 
+	ops opsLog // rate-limited operator warnings (opslog.go)
+
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
@@ -182,7 +184,7 @@ func (a *Actor) LoadReport(token string, data []byte) {
 	rep, err := workers.ParseReport(token, data)
 	if err != nil {
 		a.d.Metrics.LoadDropped(string(workers.Reason(err)))
-		a.log.Debug().Err(err).Str("worker_id", token).Msg("load report dropped")
+		a.droppedReport(token, string(workers.Reason(err)), err)
 		return
 	}
 	a.loads <- loadMsg{rep}

@@ -95,6 +95,7 @@ type Metrics struct {
 	connected    prometheus.Gauge
 	graceOver    prometheus.Gauge
 	leader       prometheus.Gauge
+	unknownToken prometheus.Counter
 
 	mu      sync.Mutex          // guards workers and seen
 	workers map[string]struct{} // workers whose series exist
@@ -162,6 +163,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		workers:        map[string]struct{}{},
 		seen:           map[string]struct{}{},
 	}
+	m.unknownToken = counter("unknown_class_tokens_total",
+		"Requests whose subject token names no explicit class and no policy family, resolved in the default family (docs/design.md, Class resolution).")
 	for k, c := range classes {
 		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
 		m.pendingISL[k] = pendingISL.WithLabelValues(c)
@@ -192,6 +195,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver, m.leader)
+		reg.MustRegister(m.unknownToken)
 	}
 	return m
 }
@@ -276,6 +280,11 @@ func (m *Metrics) LoadDropped(reason string) {
 	}
 	m.loadDroppedVec.WithLabelValues(reason).Inc()
 }
+
+// UnknownClassToken counts one request whose subject token names neither an
+// explicit class nor a policy family (it is resolved in the default family).
+// It has no token label: tokens come from producers and are unbounded.
+func (m *Metrics) UnknownClassToken() { m.unknownToken.Inc() }
 
 // SetClass sets the queue gauges of class k. An index outside the classes is
 // ignored. It does not allocate.
