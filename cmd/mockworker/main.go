@@ -39,6 +39,7 @@ func run() error {
 		taints   = flag.String("taints", "", "comma-separated worker taints")
 		grace    = flag.Duration("stop-grace", 10*time.Second, "on shutdown, how long requests inside may finish before being handed back")
 		level    = flag.String("log-level", "info", "log level: trace, debug, info, warn, error")
+		connWait = flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up, retrying with backoff")
 	)
 	flag.StringVar(&cfg.ID, "id", "", "worker id (required): [A-Za-z0-9_-]+")
 	flag.StringVar(&cfg.Prefix, "prefix", worker.DefaultPrefix, "subject prefix")
@@ -70,15 +71,18 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 
-	nc, err := nats.Connect(*url, nats.Name("mockworker "+cfg.ID), nats.MaxReconnects(-1))
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", *url, err)
-	}
-	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cctx, cancel := context.WithTimeout(ctx, *connWait)
+	defer cancel()
+	nc, err := worker.Connect(cctx, *url, nats.Name("mockworker "+cfg.ID))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
 	log.Info().Str("worker_id", cfg.ID).Str("nats_url", *url).Msg("mockworker starting")
 	return mock.Run(ctx, nc, cfg, *grace, log)
 }
