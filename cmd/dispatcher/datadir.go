@@ -47,9 +47,12 @@ func lockDataDir(dir string, now time.Time) (*dataDirLock, error) {
 			h = "a process that has not recorded itself yet"
 		}
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			abs, _ := filepath.Abs(dir)
-			return nil, fmt.Errorf("--data-dir %s (%s): %w by %s; one dispatcher per data directory: stop it, or give this one another --data-dir",
-				dir, abs, errDataDirInUse, h)
+			name := dir
+			if abs, err := filepath.Abs(dir); err == nil && abs != dir {
+				name += " (" + abs + ")"
+			}
+			return nil, fmt.Errorf("--data-dir %s: %w by %s; one dispatcher per data directory: stop it, or give this one another --data-dir",
+				name, errDataDirInUse, h)
 		}
 		return nil, fmt.Errorf("--data-dir %s: lock %s: %w", dir, path, err)
 	}
