@@ -26,15 +26,15 @@ var nakNow = []byte(`-NAK {"delay":1}`)
 type HandBacks struct {
 	nc        *nats.Conn
 	inbox     string
-	sub       *nats.Subscription
 	sent      atomic.Uint64
 	confirmed atomic.Uint64
 	signal    chan struct{} // cap 1: a confirmation arrived
 }
 
-// NewHandBacks subscribes to a new inbox on nc for the confirmations.
+// NewHandBacks subscribes to a new inbox on nc for the confirmations; the
+// subscription ends with the connection.
 func NewHandBacks(nc *nats.Conn) (*HandBacks, error) {
-	h := &HandBacks{nc: nc, inbox: nc.NewRespInbox(), signal: make(chan struct{}, 1)}
+	h := &HandBacks{nc: nc, inbox: nc.NewInbox(), signal: make(chan struct{}, 1)}
 	sub, err := nc.Subscribe(h.inbox, func(*nats.Msg) {
 		h.confirmed.Add(1)
 		select {
@@ -46,7 +46,6 @@ func NewHandBacks(nc *nats.Conn) (*HandBacks, error) {
 		return nil, fmt.Errorf("ingest: hand-back confirmations: %w", err)
 	}
 	_ = sub.SetPendingLimits(-1, -1) // a mass hand-back confirms each message
-	h.sub = sub
 	return h, nil
 }
 
@@ -76,11 +75,6 @@ func (h *HandBacks) Wait(ctx context.Context) (uint64, error) {
 			return sent - h.confirmed.Load(), fmt.Errorf("ingest: hand-back confirmations: %w", ctx.Err())
 		}
 	}
-}
-
-// Close unsubscribes from the confirmations.
-func (h *HandBacks) Close() {
-	_ = h.sub.Unsubscribe()
 }
 
 func (h *HandBacks) nak(m jetstream.Msg) error {
