@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -111,6 +112,8 @@ type Actor struct {
 	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
 	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
+	conflictLog map[string]time.Time // worker id -> last warning of two live instances
+	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
 
@@ -156,6 +159,8 @@ func New(cfg Config, d Deps) *Actor {
 		held:        make(map[uint64]*held),
 		hdr:         make(nats.Header, 16),
 		connected:   true,
+		conflictLog: make(map[string]time.Time),
+		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)

@@ -52,7 +52,8 @@ func run() error {
 	flag.IntVar(&cfg.DPSize, "dp-size", 1, "number of data-parallel ranks")
 	flag.Uint64Var(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "reported total_kv_blocks per rank (0: decode latch off)")
 	flag.DurationVar(&cfg.TTL, "ttl", worker.DefaultTTL, "load report TTL (100ms to 600s)")
-	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "the request stream's ack wait; +WPI every third of it")
+	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "fallback ack wait for dispatches without Dispatch-Ack-Wait-Ms (older dispatchers); +WPI every third of it")
+	flag.Uint64Var(&cfg.MaxActiveRequests, "max-active-requests", 0, "reported max_active_requests per rank, running plus waiting (0: no capacity)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
 	flag.Parse()
 	if flag.NArg() > 0 {
