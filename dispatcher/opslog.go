@@ -6,7 +6,7 @@ import (
 )
 
 // Rate limits of the operator warnings of this file (docs/decisions.md,
-// Operator warnings are bounded).
+// Operations: operator warnings are bounded).
 const (
 	// dropLogEvery is how often a worker's dropped load reports are logged at
 	// most: one warning per worker per interval, carrying the count suppressed since.

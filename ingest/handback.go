@@ -16,7 +16,7 @@ import (
 // the message's stored delivery time back by the ack wait, so the server
 // redelivers it about 10 ms later if it keeps running, and at once (within its
 // 0.5-1.5 s start-up check of pending messages) if it restarts
-// (docs/decisions.md, Hand-back is confirmed).
+// (docs/decisions.md, Operations: hand-back is confirmed).
 var nakNow = []byte(`-NAK {"delay":1}`)
 
 // HandBacks sends the hand-back NAKs of the messages it wraps with a reply

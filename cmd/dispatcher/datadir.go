@@ -13,7 +13,7 @@ import (
 )
 
 // lockFileName is the lock file the embedded server's data directory holds
-// while a dispatcher uses it (docs/decisions.md, One process per data directory).
+// while a dispatcher uses it (docs/decisions.md, Operations: one process per data directory).
 const lockFileName = "fairdispatch.lock"
 
 // errDataDirInUse reports that another process holds the data directory.

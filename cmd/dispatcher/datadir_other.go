@@ -5,7 +5,7 @@ package main
 import "time"
 
 // dataDirLock is a no-op where flock(2) does not exist: only unix systems
-// lock the data directory (docs/decisions.md, One process per data directory).
+// lock the data directory (docs/decisions.md, Operations: one process per data directory).
 type dataDirLock struct{}
 
 func lockDataDir(string, time.Time) (*dataDirLock, error) { return &dataDirLock{}, nil }

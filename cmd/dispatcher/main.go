@@ -76,7 +76,7 @@ func newLogger(s *settings, w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", s.logLevel)
 	}
 	// Durations are logged as Go duration strings with their unit ("1.5s"),
-	// in both formats (docs/decisions.md, Durations in logs).
+	// in both formats (docs/decisions.md, Operations: logs).
 	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	out := w
 	if s.logFormat == "console" {

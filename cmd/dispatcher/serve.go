@@ -33,7 +33,7 @@ import (
 func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Logger, stdout io.Writer) error {
 	url := s.natsURL
 	if url == "" {
-		// One process per data directory (docs/decisions.md): two embedded
+		// One process per data directory (docs/decisions.md, Operations): two embedded
 		// servers on one store would each lead and contradict each other.
 		lock, err := lockDataDir(s.dataDir, time.Now())
 		if err != nil {
@@ -201,7 +201,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	_ = adm.Shutdown(closeCtx)
 	hs.Close()
 	// Before the connection (and an embedded server) goes: every hand-back
-	// confirmed by the server (docs/decisions.md, Hand-back is confirmed), and
+	// confirmed by the server (docs/decisions.md, Operations: hand-back is confirmed), and
 	// what is still buffered (outcomes) flushed.
 	if n, err := handBacks.Wait(closeCtx); err != nil {
 		log.Warn().Err(err).Uint64("unconfirmed", n).Msg("hand-back not confirmed by the server; those requests wait out the ack wait")
