@@ -114,6 +114,8 @@ type Actor struct {
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
 
+	ops opsLog // rate-limited operator warnings (opslog.go)
+
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
@@ -179,7 +181,7 @@ func (a *Actor) LoadReport(token string, data []byte) {
 	rep, err := workers.ParseReport(token, data)
 	if err != nil {
 		a.d.Metrics.LoadDropped(string(workers.Reason(err)))
-		a.log.Debug().Err(err).Str("worker_id", token).Msg("load report dropped")
+		a.droppedReport(token, string(workers.Reason(err)), err)
 		return
 	}
 	if shed := a.loads.put(rep); shed != "" {

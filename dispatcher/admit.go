@@ -46,6 +46,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		a.reject(h, h.err)
 		return
 	}
+	a.noteToken(dl.Token)
 	hd := &dl.Headers
 	arr := scheduler.Arrival{
 		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap,

@@ -39,6 +39,9 @@ type Config struct {
 	// how long Run takes to return after Stop (about PullWait + 1 s at most) and how
 	// long a pull lost in a reconnection goes unnoticed.
 	PullWait time.Duration
+	// HandBacks, when set, wraps every message pulled so that its Nak (every
+	// hand-back) is confirmed by the server and counted (HandBacks.Wait).
+	HandBacks *HandBacks
 }
 
 // MaxAckPending returns the consumer's MaxAckPending: MaxHeld + InFlight.
@@ -305,7 +308,7 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 		return Delivery{}, false
 	}
 	d := Delivery{
-		Msg:          m,
+		Msg:          c.cfg.HandBacks.Wrap(m),
 		StreamSeq:    md.Sequence.Stream,
 		NumDelivered: md.NumDelivered,
 		Published:    md.Timestamp,

@@ -130,6 +130,7 @@ type Metrics struct {
 	connected    prometheus.Gauge
 	graceOver    prometheus.Gauge
 	leader       prometheus.Gauge
+	unknownToken prometheus.Counter
 
 	mu      sync.Mutex          // guards workers and seen
 	workers map[string]struct{} // workers whose series exist
@@ -202,6 +203,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		workers:   map[string]struct{}{},
 		seen:      map[string]struct{}{},
 	}
+	m.unknownToken = counter("unknown_class_tokens_total",
+		"Requests whose subject token names no explicit class and no policy family, resolved in the default family (docs/design.md, Class resolution).")
 	for k, c := range classes {
 		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
 		m.pendingISL[k] = pendingISL.WithLabelValues(c)
@@ -238,6 +241,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.connected, m.graceOver, m.leader)
+		reg.MustRegister(m.unknownToken)
 	}
 	return m
 }
@@ -333,6 +337,11 @@ func (m *Metrics) DeadLetterFailed(action string) { m.dlqFailed.WithLabelValues(
 
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }
+
+// UnknownClassToken counts one request whose subject token names neither an
+// explicit class nor a policy family (it is resolved in the default family).
+// It has no token label: tokens come from producers and are unbounded.
+func (m *Metrics) UnknownClassToken() { m.unknownToken.Inc() }
 
 // SetClass sets the queue gauges of class k. An index outside the classes is
 // ignored. It does not allocate.

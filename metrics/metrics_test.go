@@ -50,6 +50,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_nats_connected", "GAUGE", nil},
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
 		{"fairdispatch_leader", "GAUGE", nil},
+		{"fairdispatch_unknown_class_tokens_total", "COUNTER", nil},
 	}
 	for _, tt := range tests {
 		mf := mfs[tt.name]

@@ -30,14 +30,17 @@ import (
 	"fairdispatch/scheduler"
 )
 
-// serve runs the dispatcher until ctx ends.
-func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Writer) error {
-	pol, err := loadPolicy(s)
-	if err != nil {
-		return err
-	}
+// serve runs the dispatcher with policy pol until ctx ends.
+func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Logger, stdout io.Writer) error {
 	url := s.natsURL
 	if url == "" {
+		// One process per data directory (docs/decisions.md, Operations): two embedded
+		// servers on one store would each lead and contradict each other.
+		lock, err := lockDataDir(s.dataDir, time.Now())
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		srv, err := embeddedServer(s, log)
 		if err != nil {
 			return err
@@ -148,8 +151,13 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	// wait for the pull to end, so that messages handed back are not pulled
 	// straight in again; then the actor hands back what it holds and waits for
 	// dispatches in flight; then the lease is released for a standby.
+	handBacks, err := ingest.NewHandBacks(nc)
+	if err != nil {
+		return err
+	}
 	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
 		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
+		HandBacks: handBacks,
 	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -198,6 +206,15 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	_ = dl.Close(closeCtx)
 	_ = adm.Shutdown(closeCtx)
 	hs.Close()
+	// Before the connection (and an embedded server) goes: every hand-back
+	// confirmed by the server (docs/decisions.md, Operations: hand-back is confirmed), and
+	// what is still buffered (outcomes) flushed.
+	if n, err := handBacks.Wait(closeCtx); err != nil {
+		log.Warn().Err(err).Uint64("unconfirmed", n).Msg("hand-back not confirmed by the server; those requests wait out the ack wait")
+	}
+	if err := nc.FlushWithContext(closeCtx); err != nil {
+		log.Warn().Err(err).Msg("nats flush")
+	}
 	if err := nc.Drain(); err != nil {
 		log.Warn().Err(err).Msg("nats drain")
 	}
@@ -220,6 +237,16 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 	p, err := strconv.Atoi(port)
 	if err != nil {
 		return nil, fmt.Errorf("--nats-listen %q: bad port", s.natsListen)
+	}
+	// nats-server reports a taken port only in its own log (off here) and then
+	// never becomes ready: try the address first, so that a taken port fails at
+	// once with the address named, as the admin port does.
+	if p > 0 {
+		l, err := net.Listen("tcp", s.natsListen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats-server: --nats-listen %s: %w", s.natsListen, err)
+		}
+		_ = l.Close()
 	}
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
