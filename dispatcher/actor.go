@@ -176,7 +176,8 @@ func (a *Actor) HandshakeResult(r bus.Result) { a.results.put(r) }
 // bus.SubscribeLoad callback), so that a large or hostile report costs the
 // queue actor nothing, and delivers it if it is valid; a report that is not is
 // dropped and counted. It never blocks: a report not yet applied when a newer
-// one of the same worker arrives is superseded, counted as dropped.
+// one of the same worker arrives is superseded (coalesced, counted apart:
+// a report is the worker's whole state, so nothing is lost).
 func (a *Actor) LoadReport(token string, data []byte) {
 	rep, err := workers.ParseReport(token, data)
 	if err != nil {
@@ -184,7 +185,11 @@ func (a *Actor) LoadReport(token string, data []byte) {
 		a.droppedReport(token, string(workers.Reason(err)), err)
 		return
 	}
-	if shed := a.loads.put(rep); shed != "" {
+	switch shed := a.loads.put(rep); shed {
+	case "":
+	case superseded:
+		a.d.Metrics.LoadCoalesced() // the latest report is the worker's whole state
+	default:
 		a.d.Metrics.LoadDropped(shed)
 	}
 }
