@@ -8,9 +8,41 @@ import (
 )
 
 func (a *Actor) report(l loadMsg) {
-	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), l.rep) {
+	now := a.cfg.Now()
+	if !a.d.Scheduler.Report(now.UnixNano(), l.rep) {
 		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
 	}
+	if a.out {
+		a.fleet(now)
+	}
+}
+
+// fleet follows fleet outages (docs/design.md, Fleet outage): when no worker
+// is live any more (after the start-up grace) it closes the pull gate, so that
+// the backlog waits in the stream, and logs a warning; when one reports again
+// it opens the gate and logs the outage's length and the backlog it held. The
+// scheduler holds the queued requests meanwhile, and the Keeper keeps them alive.
+func (a *Actor) fleet(now time.Time) {
+	since, out := a.d.Scheduler.Outage(now.UnixNano())
+	if out == a.out {
+		return
+	}
+	a.out = out
+	a.fleetOut.Store(out)
+	a.d.Gate.Set(out)
+	queued := 0
+	for k := range a.d.Scheduler.Policy().Classes {
+		queued += a.d.Scheduler.Queued(k)
+	}
+	if out {
+		a.outSince = since
+		a.log.Warn().Time("since", time.Unix(0, since)).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
+			Msg("no live workers: requests are held and pulling stops until a worker reports")
+	} else {
+		a.log.Info().Dur("outage", now.Sub(time.Unix(0, a.outSince))).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
+			Msg("a worker is live again: dispatching and pulling resume")
+	}
+	a.publishView(now)
 }
 
 func (a *Actor) connection(up bool) {
@@ -43,6 +75,7 @@ func (a *Actor) tick(now time.Time) {
 		a.parked = a.parked[:0]
 	}
 	a.tickDecs = a.d.Scheduler.Tick(ns, a.tickDecs[:0])
+	a.fleet(now)
 	for _, d := range a.tickDecs {
 		if h := a.held[d.Req.Ref]; h != nil {
 			a.reject(h, d.Err)

@@ -10,13 +10,16 @@ import (
 // View is the immutable snapshot of the actor's state that the admin API
 // serves at /debug/queues. The actor publishes a new one about every second.
 type View struct {
-	At        time.Time              `json:"at"`
-	Connected bool                   `json:"connected"`
-	Grace     bool                   `json:"startup_grace"`
-	Held      int                    `json:"held"`
-	InFlight  int                    `json:"in_flight"`
-	Classes   []scheduler.ClassStats `json:"classes"`
-	Workers   []WorkerView           `json:"workers"`
+	At        time.Time `json:"at"`
+	Connected bool      `json:"connected"`
+	Grace     bool      `json:"startup_grace"`
+	// NoLiveWorkers is true during a fleet outage, which began at OutageSince.
+	NoLiveWorkers bool                   `json:"no_live_workers"`
+	OutageSince   *time.Time             `json:"outage_since,omitempty"`
+	Held          int                    `json:"held"`
+	InFlight      int                    `json:"in_flight"`
+	Classes       []scheduler.ClassStats `json:"classes"`
+	Workers       []WorkerView           `json:"workers"`
 }
 
 // WorkerView is one live worker in a View.
@@ -48,6 +51,10 @@ func (a *Actor) View() *View { return a.view.Load() }
 func (a *Actor) publishView(now time.Time) {
 	s := a.d.Scheduler
 	v := &View{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
+	if a.out {
+		since := time.Unix(0, a.outSince)
+		v.NoLiveWorkers, v.OutageSince = true, &since
+	}
 	v.Classes = s.Stats(nil)
 	for _, w := range s.Workers().All() {
 		wv := WorkerView{ID: w.ID, Draining: w.Draining, Excluded: w.Excluded, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
