@@ -39,7 +39,11 @@ func (a *Actor) fleet(now time.Time) {
 		a.log.Warn().Time("since", time.Unix(0, since)).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
 			Msg("no live workers: requests are held and pulling stops until a worker reports")
 	} else {
-		a.log.Info().Dur("outage", now.Sub(time.Unix(0, a.outSince))).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
+		id := ""
+		if ws := a.d.Scheduler.Workers().All(); len(ws) > 0 {
+			id = ws[0].ID
+		}
+		a.log.Info().Str("worker_id", id).Dur("outage", now.Sub(time.Unix(0, a.outSince))).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
 			Msg("a worker is live again: dispatching and pulling resume")
 	}
 	a.publishView(now)
