@@ -28,8 +28,8 @@ func (a *Actor) fleet(now time.Time) {
 		return
 	}
 	a.out = out
+	a.d.Gate.Set(out) // before NoLiveWorkers says so: once /readyz shows the outage, no pull starts
 	a.fleetOut.Store(out)
-	a.d.Gate.Set(out)
 	queued := 0
 	for k := range a.d.Scheduler.Policy().Classes {
 		queued += a.d.Scheduler.Queued(k)
