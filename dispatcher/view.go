@@ -10,16 +10,18 @@ import (
 // View is the immutable snapshot of the actor's state that the admin API
 // serves at /debug/queues. The actor publishes a new one about every second.
 type View struct {
-	At        time.Time `json:"at"`
-	Connected bool      `json:"connected"`
-	Grace     bool      `json:"startup_grace"`
-	// NoLiveWorkers is true during a fleet outage, which began at OutageSince.
-	NoLiveWorkers bool                   `json:"no_live_workers"`
-	OutageSince   *time.Time             `json:"outage_since,omitempty"`
-	Held          int                    `json:"held"`
-	InFlight      int                    `json:"in_flight"`
-	Classes       []scheduler.ClassStats `json:"classes"`
-	Workers       []WorkerView           `json:"workers"`
+	At        time.Time              `json:"at"`
+	Connected bool                   `json:"connected"`
+	Grace     bool                   `json:"startup_grace"`
+	Held      int                    `json:"held"`
+	InFlight  int                    `json:"in_flight"`
+	Classes   []scheduler.ClassStats `json:"classes"`
+	Workers   []WorkerView           `json:"workers"`
+
+	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
+	// outage), which began at OutageSince.
+	NoLiveWorkers bool       `json:"no_live_workers"`
+	OutageSince   *time.Time `json:"outage_since,omitempty"`
 }
 
 // WorkerView is one live worker in a View.
