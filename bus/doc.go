@@ -12,8 +12,10 @@
 // rejection (ErrAuth), which fails at once. Afterwards the connection
 // reconnects forever (nats.MaxReconnects(-1)); every state change is logged.
 //
-// EnsureStreams creates or updates DISPATCH_REQ ("<prefix>.req.*", work-queue
-// retention) and DISPATCH_DLQ ("<prefix>.dlq.*", limits retention), docs/protocol.md.
+// EnsureStreams creates or updates <Q>_REQ ("<prefix>.req.*", work-queue
+// retention) and <Q>_DLQ ("<prefix>.dlq.*", limits retention), docs/protocol.md;
+// Q is the prefix upper-cased with '.' and '-' as '_' (DISPATCH for the
+// default prefix). Every name comes from Subjects, which is naming.Names.
 // Settings an operator added (limits, max age) are kept; a storage or
 // retention change, which JetStream cannot make in place, is ErrStreamConflict.
 //

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -117,8 +118,10 @@ type Actor struct {
 	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
 	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
-	out         bool  // a fleet outage is running (docs/design.md, Fleet outage)
-	outSince    int64 // since when, Unix ns
+	conflictLog map[string]time.Time // worker id -> last warning of two live instances
+	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
+	outSince    int64                // since when, Unix ns
 
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
@@ -168,6 +171,8 @@ func New(cfg Config, d Deps) *Actor {
 		held:        make(map[uint64]*held),
 		hdr:         make(nats.Header, 16),
 		connected:   true,
+		conflictLog: make(map[string]time.Time),
+		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -193,8 +194,16 @@ func TestActorRefusalRequeuesAndKeepsAlive(t *testing.T) {
 		t.Fatalf("sent %d queued %d, want 1 and 1: the refusing worker waits for its next report", len(f.b.sent), f.a.d.Scheduler.Queued(0))
 	}
 	f.report("w1", 0)
+	if len(f.b.sent) != 1 {
+		t.Fatalf("after a report within the exclusion: sent %d, want 1 (excluded for 10 ms whatever it reports)", len(f.b.sent))
+	}
+	f.now = f.now.Add(time.Duration(workers.MinExclusion))
+	f.report("w1", 0)
 	if len(f.b.sent) != 2 || f.b.sent[1].hdr.Get("Dispatch-Seq") != "2" {
-		t.Fatalf("after the report: sent %d, want the request sent again with seq 2", len(f.b.sent))
+		t.Fatalf("after the exclusion: sent %d, want the request sent again with seq 2", len(f.b.sent))
+	}
+	if got := f.b.sent[1].hdr["Dispatch-Ack-Wait-Ms"]; len(got) != 1 || got[0] != strconv.FormatInt(f.a.cfg.AckWait.Milliseconds(), 10) {
+		t.Fatalf("Dispatch-Ack-Wait-Ms = %q, want the ack wait %v in ms, with exactly that casing", got, f.a.cfg.AckWait)
 	}
 }
 

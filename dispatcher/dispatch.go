@@ -36,8 +36,9 @@ func (a *Actor) decide(now time.Time, h *held, d scheduler.Decision) {
 }
 
 // dispatch headers the actor sets; any producer-sent variant of them is removed.
+// They are sent with exactly this casing (docs/protocol.md, Dispatch handshake).
 var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-Rank", "Dispatch-Seq",
-	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack"}
+	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack", "Dispatch-Ack-Wait-Ms"}
 
 func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
@@ -49,11 +50,11 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 			hdr[k] = v
 		}
 	}
-	// One backing array for the seven values: one allocation, not seven.
+	// One backing array for the eight values: one allocation, not eight.
 	v := make([]string, len(ownHeaders))
 	v[0], v[1], v[2] = r.ID, a.className(r.Class), strconv.Itoa(int(d.Rank))
 	v[3], v[4] = strconv.FormatUint(d.Seq, 10), strconv.FormatUint(r.Cost, 10)
-	v[5], v[6] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply()
+	v[5], v[6], v[7] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply(), a.ackWaitMs
 	for i, k := range ownHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
@@ -89,6 +90,7 @@ func (a *Actor) answer(res bus.Result) {
 	now := a.cfg.Now()
 	a.d.Metrics.Handshake(res.Outcome.String())
 	if res.Outcome == bus.Accepted {
+		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap
 		delete(a.held, res.Token)
 		h.rel.Release(1)
@@ -105,6 +107,7 @@ func (a *Actor) answer(res bus.Result) {
 		a.log.Debug().Str("request_id", h.snap.ID).Str("worker_id", h.worker).Msg("dispatch timed out; the request keeps its place")
 	}
 	if !a.active() {
+		a.d.Scheduler.Refused(now.UnixNano(), h.worker, h.seq)
 		a.handBack(res.Token, h)
 		return
 	}

@@ -3,18 +3,46 @@ package dispatcher
 import (
 	"time"
 
+	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
 func (a *Actor) report(l loadMsg) {
 	now := a.cfg.Now()
-	if !a.d.Scheduler.Report(now.UnixNano(), l.rep) {
+	ch, ok := a.d.Scheduler.ApplyReport(now.UnixNano(), l.rep)
+	if !ok {
 		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
+		return
+	}
+	if ch.Rival {
+		a.d.Metrics.LoadDropped(metrics.DropInstance)
+	}
+	if ch.Conflict {
+		a.d.Metrics.IDConflict()
+		a.warnConflict(now, l.rep.WorkerID, ch)
 	}
 	if a.out {
 		a.fleet(now)
 	}
+}
+
+// conflictLogEvery is the shortest gap between two warnings about the
+// instances of one worker id.
+const conflictLogEvery = 10 * time.Second
+
+// warnConflict logs two live instances under one worker id at warn, at most
+// once per conflictLogEvery per id (docs/protocol.md, One worker id, one process).
+func (a *Actor) warnConflict(now time.Time, id string, ch workers.Change) {
+	if last, ok := a.conflictLog[id]; ok && now.Sub(last) < conflictLogEvery {
+		return
+	}
+	if len(a.conflictLog) >= 1024 {
+		clear(a.conflictLog) // bounded memory: a flood of ids must not grow it
+	}
+	a.conflictLog[id] = now
+	a.log.Warn().Str("worker_id", id).Str("instance", ch.Owner).Str("other_instance", ch.Other).
+		Msg("two live processes report under one worker id: the holding instance keeps it, the other's reports are dropped")
 }
 
 // fleet follows fleet outages (docs/design.md, Fleet outage): when no worker

@@ -38,11 +38,14 @@ const (
 	DropInvalid = "invalid"
 	// DropCapacity: the registry is full and the worker is new.
 	DropCapacity = "capacity"
+	// DropInstance: the report is from a second instance of a worker id whose
+	// holder is live (docs/protocol.md, One worker id, one process).
+	DropInstance = "instance"
 )
 
 var (
 	outcomes    = []string{OutcomeAccepted, OutcomeRefused, OutcomeNoResponders, OutcomeTimeout, OutcomeLate}
-	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity}
+	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity, DropInstance}
 )
 
 // QueueWaitBuckets are the upper bounds, in seconds, of the queue wait
@@ -92,6 +95,7 @@ type Metrics struct {
 	held         prometheus.Gauge
 	redelivered  prometheus.Counter
 	progressAcks prometheus.Counter
+	idConflicts  prometheus.Counter
 	connected    prometheus.Gauge
 	graceOver    prometheus.Gauge
 	leader       prometheus.Gauge
@@ -156,11 +160,13 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
 		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),
 		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
-		connected:      gauge("nats_connected", "1 while connected to NATS, else 0."),
-		graceOver:      gauge("startup_grace_over", "1 once the start-up grace has passed, else 0."),
-		leader:         gauge("leader", "1 while this dispatcher holds the leader lease and dispatches, 0 while it stands by."),
-		workers:        map[string]struct{}{},
-		seen:           map[string]struct{}{},
+		idConflicts: counter("worker_id_conflicts_total",
+			"Load reports showing two live instances (processes) under one worker id."),
+		connected: gauge("nats_connected", "1 while connected to NATS, else 0."),
+		graceOver: gauge("startup_grace_over", "1 once the start-up grace has passed, else 0."),
+		leader:    gauge("leader", "1 while this dispatcher holds the leader lease and dispatches, 0 while it stands by."),
+		workers:   map[string]struct{}{},
+		seen:      map[string]struct{}{},
 	}
 	for k, c := range classes {
 		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
@@ -191,7 +197,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.booked, m.reported,
-			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver, m.leader)
+			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.connected, m.graceOver, m.leader)
 	}
 	return m
 }
@@ -297,6 +303,9 @@ func (m *Metrics) Redelivered() { m.redelivered.Inc() }
 
 // ProgressAck counts one progress acknowledgement sent for a held message.
 func (m *Metrics) ProgressAck() { m.progressAcks.Inc() }
+
+// IDConflict counts one load report showing two live instances under one worker id.
+func (m *Metrics) IDConflict() { m.idConflicts.Inc() }
 
 // SetConnected records whether the dispatcher is connected to NATS.
 func (m *Metrics) SetConnected(up bool) { m.connected.Set(b2f(up)) }

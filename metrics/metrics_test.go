@@ -43,6 +43,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_held_messages", "GAUGE", nil},
 		{"fairdispatch_redelivered_messages_total", "COUNTER", nil},
 		{"fairdispatch_progress_acks_total", "COUNTER", nil},
+		{"fairdispatch_worker_id_conflicts_total", "COUNTER", nil},
 		{"fairdispatch_nats_connected", "GAUGE", nil},
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
 		{"fairdispatch_leader", "GAUGE", nil},
@@ -106,7 +107,7 @@ func TestPreinitialisedSeries(t *testing.T) {
 		{"fairdispatch_pending_requests", len(testClasses)},
 		{"fairdispatch_queue_wait_seconds", len(testClasses)},
 		{"fairdispatch_handshakes_total", 5},
-		{"fairdispatch_load_reports_dropped_total", 5},
+		{"fairdispatch_load_reports_dropped_total", 6},
 		{"fairdispatch_worker_booked_prefill_tokens", 0},
 	}
 	for _, tt := range tests {
@@ -117,7 +118,7 @@ func TestPreinitialisedSeries(t *testing.T) {
 	for _, o := range []string{"accepted", "refused", "no_responders", "timeout", "late"} {
 		value(t, reg, "fairdispatch_handshakes_total", "outcome", o)
 	}
-	for _, r := range []string{"parse", "mismatch", "rank", "invalid", "capacity"} {
+	for _, r := range []string{"parse", "mismatch", "rank", "invalid", "capacity", "instance"} {
 		value(t, reg, "fairdispatch_load_reports_dropped_total", "reason", r)
 	}
 }

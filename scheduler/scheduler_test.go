@@ -335,10 +335,15 @@ func TestReturnKeepsPlaceAndIsNotChargedAgain(t *testing.T) {
 		t.Fatalf("after refusal booked %d excluded %v, want 0 and true", w.Ranks[0].Booked, w.Excluded)
 	}
 	if got := f.s.Next(f.now); got.Kind != None {
-		t.Fatalf("Next before the refusing worker reports = %d, want None", got.Kind)
+		t.Fatalf("Next while the refusing worker is excluded = %d, want None", got.Kind)
 	}
 	deficit := f.s.arb.Deficit(0)
 	f.report("w1", 0)
+	if got := f.s.Next(f.now); got.Kind != None {
+		t.Fatalf("Next after a report within the exclusion = %d, want None (a report does not end it)", got.Kind)
+	}
+	f.now += workers.MinExclusion
+	f.s.Tick(f.now, nil)
 	d = f.s.Next(f.now)
 	if d.Req != a.Req || f.s.arb.Deficit(0) != deficit {
 		t.Fatalf("after report: dispatched %s deficit %d, want %s and deficit %d unchanged", d.Req.ID, f.s.arb.Deficit(0), a.Req.ID, deficit)
@@ -355,6 +360,7 @@ func TestRefusedRequestWaitsInNonQueueingClass(t *testing.T) {
 	if f.s.Queued(4) != 1 {
 		t.Fatalf("batch queued = %d after refusal, want 1", f.s.Queued(4))
 	}
+	f.now += workers.MinExclusion
 	f.report("w1", 0)
 	if got := f.s.Next(f.now); got.Kind != Dispatch || got.Req != d.Req {
 		t.Fatalf("Next = %d, want the refused request dispatched again", got.Kind)

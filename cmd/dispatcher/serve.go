@@ -26,6 +26,7 @@ import (
 	"fairdispatch/ingest"
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
+	"fairdispatch/naming"
 	"fairdispatch/scheduler"
 )
 
@@ -48,10 +49,14 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		url = srv.ClientURL()
 	}
 
+	names, err := naming.New(s.prefix) // validated with the flags
+	if err != nil {
+		return err
+	}
 	var act atomic.Pointer[dispatcher.Actor]
 	nc, err := bus.Connect(ctx, bus.Options{
 		URL: url, Name: "fairdispatch-dispatcher",
-		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password,
+		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password, InboxPrefix: s.inboxPrefix,
 		TLSCA: s.tlsCA, TLSCert: s.tlsCert, TLSKey: s.tlsKey,
 		OnDisconnect: func() {
 			if a := act.Load(); a != nil {
@@ -82,11 +87,11 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	names := make([]string, len(pol.Classes))
+	classNames := make([]string, len(pol.Classes))
 	for i, c := range pol.Classes {
-		names[i] = c.Name
+		classNames[i] = c.Name
 	}
-	m := metrics.New(reg, names)
+	m := metrics.New(reg, classNames)
 
 	sched := scheduler.New(scheduler.Config{
 		Policy: pol,
@@ -115,7 +120,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
-	a := dispatcher.New(dispatcher.Config{Stream: bus.ReqStream, Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
+	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
@@ -126,7 +131,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		a.Connected(false)
 	}
 
-	ctl := &control{a: a, nc: nc}
+	ctl := &control{a: a, nc: nc, names: names}
 	ctl.streamsOK.Store(true) // ensured just above
 	go ctl.watchStreams(ctx, js, hs, m, log)
 	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg, Pprof: s.pprof}, ctl, log)
@@ -146,7 +151,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	// straight in again; then the actor hands back what it holds and waits for
 	// dispatches in flight; then the lease is released for a standby.
 	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
-		Stream: bus.ReqStream, Durable: "dispatcher", AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256, Gate: gate,
+		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256, Gate: gate,
 	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -156,7 +161,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	defer stopElect()
 	electDone := make(chan struct{})
 	if s.election {
-		el, err := leader.New(ctx, js, leader.Config{ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: storage}, log)
+		el, err := leader.New(ctx, js, leader.Config{Bucket: names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: storage}, log)
 		if err != nil {
 			return err
 		}
@@ -176,7 +181,8 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		stopActor()
 	}()
 	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
-		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).Msg("dispatcher running")
+		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).
+		Str("prefix", names.Prefix()).Str("stream", names.ReqStream()).Str("lease_bucket", names.LeaderBucket()).Msg("dispatcher running")
 
 	if s.demo {
 		go func() {
@@ -237,6 +243,7 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 type control struct {
 	a         *dispatcher.Actor
 	nc        *nats.Conn
+	names     naming.Names
 	streamsOK atomic.Bool
 }
 
@@ -253,7 +260,7 @@ func (c *control) Ready() error {
 	case !c.nc.IsConnected():
 		return fmt.Errorf("not connected to NATS")
 	case !c.streamsOK.Load():
-		return fmt.Errorf("stream %s or %s missing", bus.ReqStream, bus.DLQStream)
+		return fmt.Errorf("stream %s or %s missing", c.names.ReqStream(), c.names.DLQStream())
 	case c.a.InGrace():
 		return fmt.Errorf("start-up grace running")
 	case !c.a.Leader():
@@ -283,7 +290,7 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 			continue
 		}
 		ok := true
-		for _, name := range []string{bus.ReqStream, bus.DLQStream} {
+		for _, name := range []string{c.names.ReqStream(), c.names.DLQStream()} {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err := js.Stream(cctx, name)
 			cancel()
