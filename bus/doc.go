@@ -37,6 +37,19 @@
 // subject; SubscribeLoad hands every "<prefix>.load.<worker>" message to a
 // function, unparsed.
 //
+// # Whose fault is an error
+//
+// Every error of Send, of Publish and its done function, and of
+// PublishOutcome wraps one fault class (fault.go; docs/decisions.md, Whose
+// fault is an error): ErrRequestFault when the message itself cannot be sent
+// (over max_payload, a header name NATS cannot send: *RequestFault carries a
+// reason fit for an outcome), ErrWorkerFault when the worker's subject cannot
+// be published to, ErrConnectionFault for the rest. Fault returns the class;
+// the actor branches on it, so that one request's fault never excludes a
+// worker. Dead letters leave out headers NATS cannot send (listed in
+// Dispatch-Headers-Dropped) and can be stored without the body (DropBody) or
+// without any original header (Bare).
+//
 // # Wire details
 //
 // Dispatch-* header names are written in the spelling docs/protocol.md gives and read

@@ -62,6 +62,8 @@ type fakeBus struct {
 	sent    []sent
 	letters []bus.DeadLetter
 	done    []func(error)
+	sendErr func(token uint64) error // nil: every send succeeds
+	pubErr  error                    // returned by every Publish
 }
 
 type sent struct {
@@ -72,16 +74,24 @@ type sent struct {
 
 func (b *fakeBus) Send(worker string, hdr nats.Header, _ []byte, token uint64) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sendErr != nil {
+		if err := b.sendErr(token); err != nil {
+			return err
+		}
+	}
 	b.sent = append(b.sent, sent{worker, cloneHeader(hdr), token}) // Send may not keep hdr
-	b.mu.Unlock()
 	return nil
 }
 
 func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.letters = append(b.letters, dl)
+	if b.pubErr != nil {
+		return b.pubErr
+	}
 	b.done = append(b.done, done)
-	b.mu.Unlock()
 	return nil
 }
 
@@ -137,8 +147,8 @@ func classNames(p *configs.Policy) []string {
 }
 
 func (f *fixture) report(id string, prefill uint64) {
-	f.a.report(loadMsg{workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
-		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}}})
+	f.a.report(workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
+		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}})
 	f.a.drain()
 }
 
@@ -289,7 +299,7 @@ policy_classes:
 		f.a.answer(bus.Result{Token: last.token, Worker: last.worker, Outcome: bus.Accepted})
 		if i%256 == 255 { // the workers report (without seen_seq: counting every dispatch so far)
 			for k := range 64 {
-				f.a.report(loadMsg{workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"}})
+				f.a.report(workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"})
 			}
 		}
 	}

@@ -1,11 +1,16 @@
 package dispatcher
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"fairdispatch/bus"
+	"fairdispatch/metrics"
+	"fairdispatch/request"
 	"fairdispatch/scheduler"
 )
 
@@ -16,7 +21,7 @@ func (a *Actor) drain() {
 	}
 	now := a.cfg.Now()
 	ns := now.UnixNano()
-	for a.leading.Load() {
+	for a.leading.Load() && !a.sendPaused {
 		d := a.d.Scheduler.Next(ns)
 		if d.Kind == scheduler.None {
 			return
@@ -62,8 +67,56 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	a.inFlight++
 	a.d.Keeper.Drop(r.Ref)
 	if err := a.d.Handshaker.Send(d.Worker, hdr, h.msg.Data(), r.Ref); err != nil {
-		a.log.Warn().Err(err).Str("request_id", r.ID).Str("worker_id", d.Worker).Msg("dispatch send failed")
+		a.sendFailed(now, h, d, err)
+	}
+}
+
+// sendFailed handles a dispatch that could not be sent, by whose fault it is
+// (docs/decisions.md, Whose fault is an error):
+//   - the request's (bus.ErrRequestFault: over max_payload with the dispatch
+//     headers, a header NATS cannot send): the booking is released, the
+//     worker is not blamed, and the request is dead-lettered as bad_request,
+//     without its body when its size is the problem;
+//   - the worker's (bus.ErrWorkerFault): handled as a refusal;
+//   - the connection's (anything else): the booking is released, the request
+//     keeps its place in its lane, and dispatching pauses until the next tick
+//     or connection event, so that a send failing over and over costs one
+//     attempt per tick.
+func (a *Actor) sendFailed(now time.Time, h *held, d scheduler.Decision, err error) {
+	r := h.snap
+	ev := a.log.Warn().Err(err).Str("request_id", r.ID).Str("worker_id", d.Worker)
+	switch bus.Fault(err) {
+	case bus.ErrWorkerFault:
+		a.d.Metrics.SendFailed(metrics.FaultWorker)
+		ev.Msg("dispatch send failed: the worker is excluded as after a refusal")
 		a.answer(bus.Result{Token: r.Ref, Worker: d.Worker, Outcome: bus.Refused})
+		return
+	case bus.ErrRequestFault:
+		a.d.Metrics.SendFailed(metrics.FaultRequest)
+		ev.Msg("dispatch send failed: the request cannot be forwarded; dead-lettering it")
+		h.inFlight = false
+		a.inFlight--
+		a.d.Scheduler.Unsent(r, d.Worker, d.Seq, false)
+		reason := err.Error()
+		var rf *bus.RequestFault
+		if errors.As(err, &rf) {
+			reason = rf.Reason
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			h.form = formBodiless // the body is what does not fit
+		}
+		a.reject(h, &scheduler.Error{Code: request.BadRequest, Message: reason})
+	default:
+		a.d.Metrics.SendFailed(metrics.FaultConnection)
+		ev.Msg("dispatch send failed: the request keeps its place; dispatching pauses until the next tick")
+		h.inFlight = false
+		a.inFlight--
+		a.sendPaused = true
+		a.d.Scheduler.Unsent(r, d.Worker, d.Seq, true)
+		if err := h.msg.InProgress(); err == nil { // as in answer: the Keeper's clock is the server's
+			a.d.Metrics.ProgressAck()
+		}
+		a.d.Keeper.Hold(r.Ref, h.msg, now)
 	}
 }
 

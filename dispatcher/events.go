@@ -8,9 +8,9 @@ import (
 	"fairdispatch/workers"
 )
 
-func (a *Actor) report(l loadMsg) {
+func (a *Actor) report(rep workers.Report) {
 	now := a.cfg.Now()
-	ch, ok := a.d.Scheduler.ApplyReport(now.UnixNano(), l.rep)
+	ch, ok := a.d.Scheduler.ApplyReport(now.UnixNano(), rep)
 	if !ok {
 		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
 		return
@@ -20,7 +20,7 @@ func (a *Actor) report(l loadMsg) {
 	}
 	if ch.Conflict {
 		a.d.Metrics.IDConflict()
-		a.warnConflict(now, l.rep.WorkerID, ch)
+		a.warnConflict(now, rep.WorkerID, ch)
 	}
 	if a.out {
 		a.fleet(now)
@@ -94,6 +94,7 @@ func (a *Actor) connection(up bool) {
 }
 
 func (a *Actor) tick(now time.Time) {
+	a.sendPaused = false // a send that failed for the connection's fault is tried again
 	ns := now.UnixNano()
 	inGrace := a.d.Scheduler.InGrace(ns)
 	a.grace.Store(inGrace)

@@ -18,7 +18,7 @@ func TestActorWarnsTwoInstancesRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	f.a.log = zerolog.New(&buf)
 	rep := func(inst string) {
-		f.a.report(loadMsg{workers.Report{WorkerID: "w1", DPSize: 1, TTLms: 3000, Instance: inst}})
+		f.a.report(workers.Report{WorkerID: "w1", DPSize: 1, TTLms: 3000, Instance: inst})
 	}
 	warnings := func() []string {
 		var out []string

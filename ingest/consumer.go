@@ -42,6 +42,9 @@ type Config struct {
 	// Gate, when not nil, stops Run from pulling while it is closed (a fleet
 	// outage, docs/design.md, Fleet outage); nil pulls always.
 	Gate *Gate
+	// HandBacks, when set, wraps every message pulled so that its Nak (every
+	// hand-back) is confirmed by the server and counted (HandBacks.Wait).
+	HandBacks *HandBacks
 }
 
 // MaxAckPending returns the consumer's MaxAckPending: MaxHeld + InFlight.
@@ -173,8 +176,9 @@ func (c *Consumer) Held() int { return int(c.held.Load()) }
 
 // Stop stops pulling: Run hands back (NAKs) what it received and has not handed
 // out, waits for the pull request it has open to end, and returns nil. Deliveries
-// already handed out are the actor's to hand back (Keeper.NakAll). Safe to call
-// more than once and from any goroutine.
+// already handed out, received or still in the channel, are the receiver's to
+// hand back (dispatcher.Actor.HandBack). Safe to call more than once and from
+// any goroutine.
 func (c *Consumer) Stop() { c.stopped.Do(func() { close(c.stop) }) }
 
 // Run pulls until ctx ends or Stop is called, sending batches of decoded
@@ -315,7 +319,7 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 		return Delivery{}, false
 	}
 	d := Delivery{
-		Msg:          m,
+		Msg:          c.cfg.HandBacks.Wrap(m),
 		StreamSeq:    md.Sequence.Stream,
 		NumDelivered: md.NumDelivered,
 		Published:    md.Timestamp,

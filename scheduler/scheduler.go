@@ -381,6 +381,26 @@ func (s *Scheduler) Accepted(id string) {
 	}
 }
 
+// Unsent takes back a dispatch to worker id with sequence seq that never
+// reached the worker through no fault of its own (docs/decisions.md, Whose
+// fault is an error): its booking is released and the worker is not excluded.
+// With requeue (the connection failed) the request waits in its lane again, as
+// after a refusal: its place kept, not charged again, without a limit check.
+// Without requeue (the request itself cannot be sent) the caller rejects it.
+func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
+	if w := s.reg.Get(id); w != nil && s.reg.Unbook(w, seq) {
+		s.gates.Update(w)
+		for _, c := range s.classes {
+			c.Recheck(w.ID)
+		}
+	}
+	if requeue {
+		r.Refused = true
+		r.Charged = true
+		s.enqueue(r)
+	}
+}
+
 // Report applies a load report received at now (docs/protocol.md, Load report) and re-checks the
 // lanes it may unblock (docs/design.md, When queues are re-checked). It returns false when the report was
 // refused because the registry is full.

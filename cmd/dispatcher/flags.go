@@ -30,7 +30,7 @@ type settings struct {
 	blockSize, temperature, overlapCredit, prefillScale, decW float64
 	maxHeld, inFlight, maxWorkers                             int
 	logLevel, logFormat                                       string
-	checkConfig                                               string
+	checkConfig, healthProbe                                  string
 	election, pprof                                           bool
 	leaseTTL                                                  time.Duration
 	instanceID                                                string
@@ -120,6 +120,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.instanceID, "instance-id", defaultInstanceID(), "this process's id in the leader lease")
 	fs.BoolVar(&s.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address")
 	fs.StringVar(&s.checkConfig, "check-config", "", "validate this policy file, print the resolved class matrix, and exit")
+	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
 	return fs

@@ -30,14 +30,17 @@ import (
 	"fairdispatch/scheduler"
 )
 
-// serve runs the dispatcher until ctx ends.
-func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Writer) error {
-	pol, err := loadPolicy(s)
-	if err != nil {
-		return err
-	}
+// serve runs the dispatcher with policy pol until ctx ends.
+func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Logger, stdout io.Writer) error {
 	url := s.natsURL
 	if url == "" {
+		// One process per data directory (docs/decisions.md, Operations): two embedded
+		// servers on one store would each lead and contradict each other.
+		lock, err := lockDataDir(s.dataDir, time.Now())
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		srv, err := embeddedServer(s, log)
 		if err != nil {
 			return err
@@ -133,7 +136,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 
 	ctl := &control{a: a, nc: nc, names: names}
 	ctl.streamsOK.Store(true) // ensured just above
-	go ctl.watchStreams(ctx, js, hs, m, log)
+	go ctl.watchStreams(ctx, js, hs, dl, m, log)
 	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg, Pprof: s.pprof}, ctl, log)
 	if err := adm.Start(); err != nil {
 		return fmt.Errorf("admin http: %w", err)
@@ -150,8 +153,13 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	// wait for the pull to end, so that messages handed back are not pulled
 	// straight in again; then the actor hands back what it holds and waits for
 	// dispatches in flight; then the lease is released for a standby.
+	handBacks, err := ingest.NewHandBacks(nc)
+	if err != nil {
+		return err
+	}
 	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
 		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256, Gate: gate,
+		HandBacks: handBacks,
 	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -200,6 +208,15 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	_ = dl.Close(closeCtx)
 	_ = adm.Shutdown(closeCtx)
 	hs.Close()
+	// Before the connection (and an embedded server) goes: every hand-back
+	// confirmed by the server (docs/decisions.md, Operations: hand-back is confirmed), and
+	// what is still buffered (outcomes) flushed.
+	if n, err := handBacks.Wait(closeCtx); err != nil {
+		log.Warn().Err(err).Uint64("unconfirmed", n).Msg("hand-back not confirmed by the server; those requests wait out the ack wait")
+	}
+	if err := nc.FlushWithContext(closeCtx); err != nil {
+		log.Warn().Err(err).Msg("nats flush")
+	}
 	if err := nc.Drain(); err != nil {
 		log.Warn().Err(err).Msg("nats drain")
 	}
@@ -222,6 +239,16 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 	p, err := strconv.Atoi(port)
 	if err != nil {
 		return nil, fmt.Errorf("--nats-listen %q: bad port", s.natsListen)
+	}
+	// nats-server reports a taken port only in its own log (off here) and then
+	// never becomes ready: try the address first, so that a taken port fails at
+	// once with the address named, as the admin port does.
+	if p > 0 {
+		l, err := net.Listen("tcp", s.natsListen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats-server: --nats-listen %s: %w", s.natsListen, err)
+		}
+		_ = l.Close()
 	}
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
@@ -272,11 +299,12 @@ func (c *control) Ready() error {
 }
 
 // watchStreams checks every few seconds that both streams exist, and copies
-// the handshaker's count of late answers into the metrics.
-func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, m *metrics.Metrics, log zerolog.Logger) {
+// the handshaker's count of late answers and the dead letterer's count of
+// retries into the metrics.
+func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, dl *bus.DeadLetterer, m *metrics.Metrics, log zerolog.Logger) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
-	var late uint64
+	var late, retries uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -285,6 +313,9 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 		}
 		for n := hs.Late(); late < n; late++ {
 			m.Handshake(metrics.OutcomeLate)
+		}
+		for n := dl.Retries(); retries < n; retries++ {
+			m.DeadLetterRetried()
 		}
 		if !c.nc.IsConnected() {
 			continue
