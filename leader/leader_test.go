@@ -69,7 +69,10 @@ func watch(t *testing.T, a, b *candidate) (stop func()) {
 				return
 			default:
 			}
-			if a.e.Leader() && b.e.Leader() {
+			// b first: in these tests a never leads again once it stopped,
+			// so a late read of a cannot pair a past a with a present b
+			// however long this goroutine is descheduled between the reads.
+			if b.e.Leader() && a.e.Leader() {
 				both.Store(true)
 			}
 			time.Sleep(time.Millisecond)
@@ -98,7 +101,9 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Dur
 
 func TestOneLeaderAndCleanHandover(t *testing.T) {
 	s := startServer(t)
-	ttl := 600 * time.Millisecond
+	// 2 s: a's renewals (every ttl/3) have 1.5 s of slack on a loaded machine
+	// before it would step down during the 2*ttl below.
+	ttl := 2 * time.Second
 	a := campaign(t, s.ClientURL(), "a", ttl)
 	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
 	b := campaign(t, s.ClientURL(), "b", ttl)
@@ -125,7 +130,9 @@ func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
 	b := campaign(t, s.ClientURL(), "b", ttl)
 	stop := watch(t, a, b)
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
-	waitFor(t, 3*ttl, "a to step down", func() bool { return !a.e.Leader() })
+	// watch checks the safety (never two leaders); the deadline here is only
+	// generous, not a measure of speed.
+	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
 	waitFor(t, 5*time.Second, "b to lead", b.e.Leader)
 	stop()
 	if a.events.Load() != 2 {

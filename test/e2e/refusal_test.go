@@ -381,8 +381,17 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	}))
 	frlWaitLive(t, p, "fickle")
 
-	res := frlRunLoad(t, nc, "fickle", n)
-	frlCheckAllOn(t, res, n, "fickle")
+	// One request at a time, each published after the previous one completed.
+	// Publishing all n at once made the test flaky under load: when a later
+	// request arrived after an earlier one's refusal, the only worker was
+	// excluded and the new arrival in this non-queueing class was rightly
+	// rejected all_workers_overloaded (docs/decisions.md: an excluded worker is
+	// overloaded for selection). Only a refused request waits whatever its
+	// class's queueing; a new arrival does not.
+	for i := 0; i < n; i++ {
+		res := frlRunLoad(t, nc, fmt.Sprintf("fickle%d", i), 1)
+		frlCheckAllOn(t, res, 1, "fickle")
+	}
 	if got := offers.Load(); got != n*(refusals+1) {
 		t.Errorf("offers = %d, want %d (%d refusals and one acceptance per request)", got, n*(refusals+1), refusals)
 	}
