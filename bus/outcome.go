@@ -30,6 +30,11 @@ type OutcomeMsg struct {
 	// QueuedMs is the time from publication to dispatch, in milliseconds,
 	// never negative (a negative value is written as 0).
 	QueuedMs *int64 `json:"queued_ms,omitempty"`
+	// Attempt is the JetStream delivery count of the request message the
+	// outcome is about (1 on the first delivery); 0 when unknown, and then left
+	// out. A second dispatched outcome for the same request after a redelivery
+	// has a higher attempt (docs/protocol.md, Outcomes).
+	Attempt uint64 `json:"attempt,omitempty"`
 	// Error is the error code (rejected only), e.g. "queue_full".
 	Error string `json:"error,omitempty"`
 	// Message is the human-readable error (rejected only).
