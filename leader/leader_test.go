@@ -10,20 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natstest"
 )
 
 func startServer(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return natstest.Start(t, nil).Running()
 }
 
 type candidate struct {
@@ -90,12 +83,7 @@ func watch(t *testing.T, a, b *candidate) (stop func()) {
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !f() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	natstest.Eventually(t, d, f, "%s", what)
 	return time.Since(start)
 }
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/worker"
-	"fairdispatch/worker/internal/natstest"
 )
 
 // TestFirstProgressOnlyForRequestsStillHeld: the first +WPI goes out

@@ -120,8 +120,8 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 	const perClass = 320
 	ns := startNATS(t)
 	policy := writePolicy(t, fmt.Sprintf(frlFairPolicy, premiumQuantum, regularQuantum))
-	p := startDispatcher(t, ns.url(), "--policy-config", policy)
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL(), "--policy-config", policy)
+	nc := connect(t, ns.URL())
 
 	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
 		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())

@@ -15,8 +15,8 @@ import (
 // such an outcome could pose as a load report or an API call.
 func TestHostileReplyToRefused(t *testing.T) {
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	var forged atomic.Int32
 	sub, err := nc.Subscribe("dispatch.load.>", func(m *nats.Msg) {
@@ -57,8 +57,8 @@ func TestHostileReplyToRefused(t *testing.T) {
 // is acknowledged: nothing spins, nothing is lost silently.
 func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
 	ns := startNATS(t)
-	startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	body := make([]byte, nc.MaxPayload()-150)
 	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)

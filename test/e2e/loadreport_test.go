@@ -14,8 +14,8 @@ const frlDropped = "fairdispatch_load_reports_dropped_total"
 
 func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	reasons := []string{"mismatch", "parse", "rank", "invalid"}
 	before := map[string]float64{}

@@ -166,8 +166,8 @@ func frlCheckAllOn(t *testing.T, res *loadgen.Result, n int, id string) {
 func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 	const n = 40
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
 	frlStartWorker(t, nc, worker.Config{ID: "refuser"}, worker.HandlerFunc(func(*worker.Request) bool {
@@ -206,8 +206,8 @@ func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 	const n = 20
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
 	sub, err := nc.Subscribe("dispatch.work.silent", func(*nats.Msg) { offers.Add(1) })
@@ -239,8 +239,8 @@ func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 	const n = 20
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	frlPublishReports(t, nc, "ghost", 100*time.Millisecond)
 	startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
@@ -263,11 +263,11 @@ func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	const n = 8
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	records := frlRecordDone(t, nc)
 
-	holderNC, err := nats.Connect(ns.url())
+	holderNC, err := nats.Connect(ns.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,8 +357,8 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	const n, refusals = 4, 3
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
 	perRequest := sync.Map{} // request id -> *atomic.Int64 offers
