@@ -37,7 +37,8 @@ func (h *Heap[T, O]) Remove(i int) T {
 	n := len(s) - 1
 	x := s[i]
 	if i != n {
-		s.swap(i, n)
+		s[i] = s[n]
+		o.SetIndex(s[i], i)
 	}
 	var zero T
 	s[n] = zero
@@ -59,27 +60,31 @@ func (h Heap[T, O]) Fix(i int) {
 	}
 }
 
-func (h Heap[T, O]) swap(i, j int) {
-	var o O
-	h[i], h[j] = h[j], h[i]
-	o.SetIndex(h[i], i)
-	o.SetIndex(h[j], j)
-}
+// up and down move an item along its path, shifting the others by one
+// position each and recording each move once, where a swap would record two:
+// Less and SetIndex are indirect calls in a generic type, so their count
+// matters on the dispatch path. The comparisons are those of container/heap,
+// so the resulting order is the same.
 
 func (h Heap[T, O]) up(j int) {
 	var o O
+	x := h[j]
 	for j > 0 {
 		i := (j - 1) / 2
-		if !o.Less(h[j], h[i]) {
+		if !o.Less(x, h[i]) {
 			break
 		}
-		h.swap(i, j)
+		h[j] = h[i]
+		o.SetIndex(h[j], j)
 		j = i
 	}
+	h[j] = x
+	o.SetIndex(x, j)
 }
 
 func (h Heap[T, O]) down(i0 int) bool {
 	var o O
+	x := h[i0]
 	i, n := i0, len(h)
 	for {
 		j := 2*i + 1
@@ -89,11 +94,17 @@ func (h Heap[T, O]) down(i0 int) bool {
 		if k := j + 1; k < n && o.Less(h[k], h[j]) {
 			j = k
 		}
-		if !o.Less(h[j], h[i]) {
+		if !o.Less(h[j], x) {
 			break
 		}
-		h.swap(i, j)
+		h[i] = h[j]
+		o.SetIndex(h[i], i)
 		i = j
 	}
-	return i > i0
+	if i > i0 {
+		h[i] = x
+		o.SetIndex(x, i)
+		return true
+	}
+	return false
 }
