@@ -93,7 +93,7 @@ func TestOneLeaderAndCleanHandover(t *testing.T) {
 	// before it would step down during the 2*ttl below.
 	ttl := 2 * time.Second
 	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
 	b := campaign(t, s.ClientURL(), "b", ttl)
 	stop := watch(t, a, b)
 	time.Sleep(2 * ttl) // b campaigns several times meanwhile; the behaviour under test is that it does not win
@@ -106,7 +106,7 @@ func TestOneLeaderAndCleanHandover(t *testing.T) {
 	if e, err := a.e.kv.Get(context.Background(), DefaultKey); err == nil && string(e.Value()) == "a" {
 		t.Fatalf("after a's release the lease still names a (revision %d), want it deleted", e.Revision())
 	}
-	waitFor(t, 5*time.Second, "b to lead after a released", b.e.Leader)
+	waitFor(t, 20*time.Second, "b to lead after a released", b.e.Leader)
 	stop()
 }
 
@@ -114,14 +114,14 @@ func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
 	s := startServer(t)
 	ttl := 600 * time.Millisecond
 	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
 	b := campaign(t, s.ClientURL(), "b", ttl)
 	stop := watch(t, a, b)
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
 	// watch checks the safety (never two leaders); the deadline here is only
 	// generous, not a measure of speed.
 	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
-	waitFor(t, 5*time.Second, "b to lead", b.e.Leader)
+	waitFor(t, 20*time.Second, "b to lead", b.e.Leader)
 	stop()
 	if a.events.Load() != 2 {
 		t.Errorf("a saw %d role changes, want 2 (lead, step down)", a.events.Load())
@@ -144,7 +144,7 @@ func TestNewValidatesID(t *testing.T) {
 func TestReleaseAfterAStaleRevision(t *testing.T) {
 	s := startServer(t)
 	a := campaign(t, s.ClientURL(), "a", 8*time.Second) // renews every 2 s: no renewal between the update and the release
-	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
 	cur, err := a.e.kv.Get(context.Background(), DefaultKey)
 	if err != nil {
 		t.Fatal(err)

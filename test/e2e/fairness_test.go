@@ -207,7 +207,7 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 	}
 	// A completion record may overtake the dispatcher's handling of the
 	// acceptance (and its "dispatched" outcome), so poll the counter.
-	waitFor(t, 5*time.Second, "fairdispatch_dispatched_total to reach 640", func() bool {
+	waitFor(t, 20*time.Second, "fairdispatch_dispatched_total to reach 640", func() bool {
 		return p.metric("fairdispatch_dispatched_total") == 2*perClass
 	})
 	for _, c := range []string{"premium", "regular"} {

@@ -50,7 +50,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))
 	}
 	// The standby keeps its registry warm from the same reports.
-	waitFor(t, 5*time.Second, "the standby to know the workers", func() bool {
+	waitFor(t, 20*time.Second, "the standby to know the workers", func() bool {
 		v, ok := ecsQueues(p2)
 		return ok && v.knows("w1") && v.knows("w4")
 	})

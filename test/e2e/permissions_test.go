@@ -260,7 +260,7 @@ func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 	if err := regular.Publish("dispatch.req.premium", []byte("forbidden-2")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the permission violation", func() bool {
+	waitFor(t, 20*time.Second, "the permission violation", func() bool {
 		return errs.has("Permissions Violation", `Publish to "dispatch.req.premium"`)
 	})
 
@@ -306,7 +306,7 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 	if err := w1.Publish("dispatch.load.w2", permReport("w2", 999_999, true, 600_000)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the load permission violation", func() bool {
+	waitFor(t, 20*time.Second, "the load permission violation", func() bool {
 		return errs.has("Permissions Violation", `Publish to "dispatch.load.w2"`)
 	})
 	// Barrier: a report of w1's own that the dispatcher drops as invalid
@@ -336,7 +336,7 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the other permission violations", func() bool {
+	waitFor(t, 20*time.Second, "the other permission violations", func() bool {
 		return errs.has("Permissions Violation", `Subscription to "dispatch.work.w2"`) &&
 			errs.has("Permissions Violation", `Publish to "dispatch.work.w2"`) &&
 			errs.has("Permissions Violation", `Publish to "dispatch.req.regular"`)

@@ -124,7 +124,7 @@ func frlWaitLive(t *testing.T, p *proc, ids ...string) {
 // so counters of acceptances are polled, not read once.
 func frlWaitMetric(t *testing.T, p *proc, name, label string, want float64) {
 	t.Helper()
-	waitFor(t, 5*time.Second, fmt.Sprintf("%s{%s} to reach %v", name, label, want), func() bool {
+	waitFor(t, 20*time.Second, fmt.Sprintf("%s{%s} to reach %v", name, label, want), func() bool {
 		return p.metric(name, label) == want
 	})
 }
@@ -226,7 +226,7 @@ func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 	frlCheckAllOn(t, res, n, "good")
 	// Every offer to the silent worker timed out before its request could
 	// complete elsewhere, so the counter has caught up by now or very soon.
-	waitFor(t, 5*time.Second, "one timeout counted per offer to the silent worker", func() bool {
+	waitFor(t, 20*time.Second, "one timeout counted per offer to the silent worker", func() bool {
 		return offers.Load() > 0 && p.metric(frlHandshakes, `outcome="timeout"`) == float64(offers.Load())
 	})
 	t.Logf("silent worker got %d offers; handshakes timeout %v", offers.Load(), p.metric(frlHandshakes, `outcome="timeout"`))
