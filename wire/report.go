@@ -11,6 +11,7 @@ type LoadReport struct {
 	DPSize     *uint32    `json:"data_parallel_size"`
 	MaxBatched *uint64    `json:"max_num_batched_tokens,omitempty"`
 	TotalKV    uint64     `json:"total_kv_blocks"`
+	MaxActive  *uint64    `json:"max_active_requests,omitempty"`
 	Taints     []string   `json:"taints"`
 	Draining   bool       `json:"draining"`
 	TTLms      *uint64    `json:"ttl_ms"`

@@ -30,6 +30,7 @@ type Report struct {
 	DPSize              int
 	MaxNumBatchedTokens uint64 // 0 (unknown) is left out of the JSON
 	TotalKVBlocks       uint64
+	MaxActiveRequests   uint64 // 0 (no capacity) is left out of the JSON
 	Taints              []string
 	Draining            bool
 	TTLMs               int64
@@ -59,6 +60,10 @@ func (r Report) Wire() wire.LoadReport {
 		mb := r.MaxNumBatchedTokens
 		w.MaxBatched = &mb
 	}
+	if r.MaxActiveRequests != 0 {
+		ma := r.MaxActiveRequests
+		w.MaxActive = &ma
+	}
 	for i, rk := range r.Ranks {
 		w.Ranks[i] = wire.RankLoad{Rank: uint32(rk.DPRank), ActivePrefillTokens: rk.ActivePrefillTokens,
 			ActiveDecodeBlocks: rk.ActiveDecodeBlocks, KVUsedBlocks: rk.KVUsedBlocks, ActiveRequests: rk.ActiveRequests}
@@ -87,6 +92,9 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	}
 	if w.MaxBatched != nil {
 		r.MaxNumBatchedTokens = *w.MaxBatched
+	}
+	if w.MaxActive != nil {
+		r.MaxActiveRequests = *w.MaxActive
 	}
 	if w.TTLms != nil {
 		r.TTLMs = int64(*w.TTLms)
@@ -167,6 +175,7 @@ func (w *Worker) snapshot() (rep Report, ok bool) {
 		DPSize:              w.cfg.DPSize,
 		MaxNumBatchedTokens: w.cfg.MaxNumBatchedTokens,
 		TotalKVBlocks:       w.cfg.TotalKVBlocks,
+		MaxActiveRequests:   w.cfg.MaxActiveRequests,
 		Taints:              w.taints,
 		Draining:            w.draining,
 		TTLMs:               w.cfg.TTL.Milliseconds(),
