@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/wire"
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
 	"fairdispatch/worker/mock"
@@ -146,6 +147,39 @@ func frlRunLoad(t *testing.T, nc *nats.Conn, runID string, n int) *loadgen.Resul
 	return res
 }
 
+// frlRecordOutcomes watches, on its own connection, every outcome published
+// to an inbox (where loadgen receives them) for request ids starting with
+// prefix, and returns a function giving them by request id, in arrival order.
+func frlRecordOutcomes(t *testing.T, url, prefix string) func() map[string][]wire.Outcome {
+	t.Helper()
+	nc := connect(t, url)
+	var mu sync.Mutex
+	got := map[string][]wire.Outcome{}
+	if _, err := nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		var o wire.Outcome
+		if json.Unmarshal(m.Data, &o) != nil || o.Status == "" || !strings.HasPrefix(o.RequestID, prefix) {
+			return
+		}
+		mu.Lock()
+		got[o.RequestID] = append(got[o.RequestID], o)
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string][]wire.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string][]wire.Outcome, len(got))
+		for k, v := range got {
+			out[k] = append([]wire.Outcome(nil), v...)
+		}
+		return out
+	}
+}
+
 // frlCheckAllOn checks that every request of res completed, none was rejected,
 // and each ran on worker id.
 func frlCheckAllOn(t *testing.T, res *loadgen.Result, n int, id string) {
@@ -266,6 +300,7 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	p := startDispatcher(t, ns.URL())
 	nc := connect(t, ns.URL())
 	records := frlRecordDone(t, nc)
+	outcomes := frlRecordOutcomes(t, ns.URL(), "killed")
 
 	holderNC, err := nats.Connect(ns.URL())
 	if err != nil {
@@ -348,6 +383,23 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	}
 	t.Logf("holder accepted %d and died; the good worker completed %d after %v; accepted handshakes %v",
 		len(held), good.Stats().Completed, res.Elapsed.Round(time.Millisecond), p.metric(frlHandshakes, `outcome="accepted"`))
+	// Each request was dispatched twice: to the holder on its first delivery,
+	// to the good worker after the redelivery. The two dispatched outcomes tell
+	// them apart by attempt (docs/protocol.md, Outcomes, Redelivered requests).
+	waitFor(t, 20*time.Second, "two outcomes per request", func() bool {
+		all := outcomes()
+		ok := len(all) == n
+		for _, os := range all {
+			ok = ok && len(os) >= 2
+		}
+		return ok
+	})
+	for id, os := range outcomes() {
+		if len(os) != 2 || os[0].Status != "dispatched" || os[0].WorkerID != "holder" || os[0].Attempt != 1 ||
+			os[1].Status != "dispatched" || os[1].WorkerID != "good" || os[1].Attempt != 2 {
+			t.Errorf("request %s: outcomes %+v, want dispatched to holder with attempt 1, then to good with attempt 2", id, os)
+		}
+	}
 }
 
 // TestRefusalOnlyWorkerRefusedRequestWaits: with a single worker and a class
