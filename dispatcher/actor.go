@@ -62,6 +62,7 @@ type Deps struct {
 	Gate        PullGate // closed during a fleet outage; nil: none
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
+	Trace       Tracer // the traffic trace; nil: none
 	Log         zerolog.Logger
 }
 
@@ -175,6 +176,9 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	if a.d.Gate == nil {
 		a.d.Gate = noGate{}
+	}
+	if a.d.Trace == nil {
+		a.d.Trace = noTracer{}
 	}
 	a.cur = newTerm(d.Consumer)
 	a.term.Store(a.cur)

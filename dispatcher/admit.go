@@ -55,6 +55,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	}
 	d := a.d.Scheduler.Arrive(now.UnixNano(), &arr)
 	h.snap = d.Req
+	a.traceArrive(now, h)
 	if d.Kind == scheduler.Queued {
 		a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now) // only what waits needs keeping alive
 	}

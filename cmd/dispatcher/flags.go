@@ -36,6 +36,10 @@ type settings struct {
 	instanceID                                                string
 	demo                                                      bool
 	demoPerClass                                              int
+	record                                                    string // --record FILE
+	recordStream                                              bool
+	recordStreamBytes                                         int64
+	recordBuffer                                              int
 }
 
 // optFloat is a float flag that may be unset.
@@ -123,6 +127,10 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
+	fs.StringVar(&s.record, "record", "", "record the traffic trace (arrivals, dispatches, rejections; no bodies) to this file as JSON lines (docs/protocol.md, Trace records)")
+	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
+	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", 256<<20, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
+	fs.IntVar(&s.recordBuffer, "record-buffer", 65536, "records buffered between the queue actor and the trace writer; beyond it records are dropped and counted")
 	return fs
 }
 

@@ -123,11 +123,16 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
+	rec, err := startRecorder(ctx, s, nc, js, names, reg, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rec.Close() }() // after the actor has stopped
 	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
-		Metrics: m, Log: log,
+		Metrics: m, Trace: tracer(rec), Log: log,
 	})
 	act.Store(a)
 	if !nc.IsConnected() {
@@ -201,6 +206,9 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		}()
 	}
 	a.Run(actorCtx)
+	if err := rec.Close(); err != nil {
+		log.Warn().Err(err).Msg("trace file not closed cleanly")
+	}
 	stopElect()
 	<-electDone
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
