@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"fairdispatch/naming"
+	"fairdispatch/recorder"
 )
 
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
@@ -129,8 +130,8 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
 	fs.StringVar(&s.record, "record", "", "record the traffic trace (arrivals, dispatches, rejections; no bodies) to this file as JSON lines (docs/protocol.md, Trace records)")
 	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
-	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", 256<<20, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
-	fs.IntVar(&s.recordBuffer, "record-buffer", 65536, "records buffered between the queue actor and the trace writer; beyond it records are dropped and counted")
+	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", recorder.DefaultStreamMaxBytes, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
+	fs.IntVar(&s.recordBuffer, "record-buffer", recorder.DefaultBuffer, "records buffered between the queue actor and the trace writer; beyond it records are dropped and counted")
 	return fs
 }
 

@@ -37,15 +37,12 @@ func startRecorder(ctx context.Context, s *settings, nc *nats.Conn, js jetstream
 	}
 	var sinks []recorder.Sink
 	if s.recordStream {
-		cfg := jetstream.StreamConfig{Name: names.TraceStream(), Subjects: []string{names.Trace()},
-			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld, MaxBytes: s.recordStreamBytes, Replicas: s.replicas}
+		storage := jetstream.FileStorage
 		if s.storage == "memory" {
-			cfg.Storage = jetstream.MemoryStorage
+			storage = jetstream.MemoryStorage
 		}
-		if _, err := js.Stream(ctx, cfg.Name); err != nil {
-			if _, err := js.CreateStream(ctx, cfg); err != nil {
-				return nil, fmt.Errorf("--record-stream: create %s: %w", cfg.Name, err)
-			}
+		if err := recorder.EnsureStream(ctx, js, names.TraceStream(), names.Trace(), s.recordStreamBytes, s.replicas, storage); err != nil {
+			return nil, fmt.Errorf("--record-stream: %w", err)
 		}
 		sinks = append(sinks, recorder.StreamSink{P: nc, Subject: names.Trace()})
 	}

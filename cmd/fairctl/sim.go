@@ -1,6 +1,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"flag"
@@ -129,14 +130,8 @@ func simulate(f *simFlags) (*simReport, error) {
 	var arrivals []sim.Arrival
 	var tr *sim.Trace
 	if f.trace != "" {
-		file, err := os.Open(f.trace)
-		if err != nil {
+		if tr, err = readTrace(f.trace); err != nil {
 			return nil, err
-		}
-		tr, err = sim.ReadTrace(file)
-		file.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.trace, err)
 		}
 		if current == nil && tr.Policy != "" {
 			if current, err = configs.Parse(f.trace+" (header policy)", []byte(tr.Policy)); err != nil {
@@ -197,6 +192,29 @@ func simulate(f *simFlags) (*simReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// readTrace reads the trace file at path, gunzipped if its name ends in .gz.
+func readTrace(path string) (*sim.Trace, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(file)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	tr, err := sim.ReadTrace(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tr, nil
 }
 
 // parseMix parses --mix; empty: every class of pol by the token that selects
@@ -305,6 +323,18 @@ func printSim(w io.Writer, rep *simReport) {
 		jain += fmt.Sprintf(" %s %.3f", c.name, c.st.Jain)
 	}
 	fmt.Fprintln(w, jain)
+	for _, n := range names {
+		if cs := rep.Proposed.Class(n); cs == nil || len(cs.Keys) < 2 {
+			continue
+		}
+		line := fmt.Sprintf("Jain's index over the keys of %s:", n)
+		for _, c := range cols {
+			if cs := c.st.Class(n); cs != nil {
+				line += fmt.Sprintf(" %s %.3f", c.name, cs.KeyJain)
+			}
+		}
+		fmt.Fprintln(w, line)
+	}
 	if !rep.Proposed.Contended {
 		fmt.Fprintln(w, "no two classes were ever backlogged at once: every class got what it asked; shares are not meaningful")
 	}
