@@ -11,14 +11,14 @@ import (
 
 // WorkerSpec is one modelled worker (see the package comment for the model).
 type WorkerSpec struct {
-	ID     string
-	Ranks  int           // data-parallel ranks, >= 1
-	Rate   float64       // prefill throughput of one rank, uncached tokens per second, > 0
-	Decode time.Duration // per request, after its prefill
+	ID     string        `json:"worker_id"`
+	Ranks  int           `json:"ranks"`             // data-parallel ranks, >= 1
+	Rate   float64       `json:"tokens_per_second"` // prefill throughput of one rank, uncached tokens per second, > 0
+	Decode time.Duration `json:"decode_ns"`         // per request, after its prefill
 	// MaxBatched is the max_num_batched_tokens it reports (0: unknown), which
 	// thresholds given as fractions need.
-	MaxBatched uint64
-	Join       int64 // when it first reports, Unix ns (virtual time)
+	MaxBatched uint64 `json:"max_num_batched_tokens,omitempty"`
+	Join       int64  `json:"join_unix_ns"` // when it first reports, Unix ns (virtual time)
 }
 
 // Fleet is the modelled fleet.
