@@ -232,6 +232,9 @@ func (s *settings) validate() error {
 	if _, err := naming.New(s.prefix); err != nil {
 		bad = append(bad, fmt.Sprintf("--subject-prefix: %v", err))
 	}
+	if s.recordBuffer < 1 || s.recordStreamBytes < 1 {
+		bad = append(bad, fmt.Sprintf("--record-buffer %d, --record-stream-max-bytes %d: want >= 1", s.recordBuffer, s.recordStreamBytes))
+	}
 	if s.logFormat != "console" && s.logFormat != "json" {
 		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))
 	}
