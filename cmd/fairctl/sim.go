@@ -28,7 +28,7 @@ func init() {
 // simFlags are fairctl sim's flags.
 type simFlags struct {
 	policy, baseline, trace, chart string
-	json                           bool
+	traceStream, json              bool
 	seed                           uint64
 	first                          int
 	// fleet
@@ -56,12 +56,13 @@ type simReport struct {
 	runs     [2]*sim.Run // current, proposed: for the chart
 }
 
-func runSim(_ context.Context, g *globals, args []string) error {
+func runSim(ctx context.Context, g *globals, args []string) error {
 	var f simFlags
 	fs := flag.NewFlagSet("fairctl sim", flag.ContinueOnError)
 	fs.SetOutput(g.stderr)
 	fs.StringVar(&f.policy, "policy", "", "the proposed policy file (required)")
 	fs.StringVar(&f.trace, "trace", "", "a trace file recorded with the dispatcher's --record (docs/protocol.md, Trace records)")
+	fs.BoolVar(&f.traceStream, "trace-stream", false, "read the trace from the stream <Q>_TRACE (the dispatcher's --record-stream) instead of a file")
 	fs.StringVar(&f.baseline, "baseline", "", "the current policy file to compare with (default: the trace header's policy)")
 	fs.StringVar(&f.chart, "chart", "", "write a PNG chart of cumulative service per class over time to this file")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON (as the global --json)")
@@ -90,7 +91,21 @@ func runSim(_ context.Context, g *globals, args []string) error {
 	if fs.NArg() > 0 {
 		return usageError("unexpected arguments %q", fs.Args())
 	}
-	rep, err := simulate(&f)
+	var tr *sim.Trace
+	if f.policy == "" {
+		return usageError("--policy is required")
+	}
+	if f.traceStream {
+		if f.trace != "" {
+			return usageError("give one of --trace and --trace-stream")
+		}
+		var err error
+		if tr, err = readTraceStream(ctx, g); err != nil {
+			return err
+		}
+		f.trace = g.names.TraceStream()
+	}
+	rep, err := simulate(&f, tr)
 	if err != nil {
 		return err
 	}
@@ -109,7 +124,8 @@ func runSim(_ context.Context, g *globals, args []string) error {
 }
 
 // simulate runs the dry-run f describes.
-func simulate(f *simFlags) (*simReport, error) {
+// tr is the trace already read (--trace-stream), or nil to read f.trace.
+func simulate(f *simFlags, tr *sim.Trace) (*simReport, error) {
 	if f.policy == "" {
 		return nil, usageError("--policy is required")
 	}
@@ -128,10 +144,11 @@ func simulate(f *simFlags) (*simReport, error) {
 	}
 	rep := &simReport{}
 	var arrivals []sim.Arrival
-	var tr *sim.Trace
 	if f.trace != "" {
-		if tr, err = readTrace(f.trace); err != nil {
-			return nil, err
+		if tr == nil {
+			if tr, err = readTrace(f.trace); err != nil {
+				return nil, err
+			}
 		}
 		if current == nil && tr.Policy != "" {
 			if current, err = configs.Parse(f.trace+" (header policy)", []byte(tr.Policy)); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"testing"
@@ -77,7 +78,13 @@ func (s *simStatsJ) class(t *testing.T, name string) (share float64, firstN int)
 // runSim runs fairctl sim --json with args.
 func runSim(t *testing.T, args ...string) simJSON {
 	t.Helper()
-	out, err := exec.Command(fairctl(t), append([]string{"sim", "--json"}, args...)...).Output()
+	return runSimGlobal(t, nil, args...)
+}
+
+// runSimGlobal runs fairctl with global flags, then sim --json with args.
+func runSimGlobal(t *testing.T, global []string, args ...string) simJSON {
+	t.Helper()
+	out, err := exec.Command(fairctl(t), append(append(global, "sim", "--json"), args...)...).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -94,21 +101,22 @@ func runSim(t *testing.T, args ...string) simJSON {
 
 // recordedBurst runs the seed burst with the given quanta on a dispatcher
 // recording to a trace file, stops the dispatcher (which closes the file) and
-// returns the figures, the trace and the policy file.
-func recordedBurst(t *testing.T, premium, regular int) (f frlFigures, trace, policy string) {
+// returns the figures, the trace and the NATS server's URL.
+func recordedBurst(t *testing.T, premium, regular int, extra ...string) (f frlFigures, trace, natsURL string) {
 	t.Helper()
 	dir := t.TempDir()
 	trace = filepath.Join(dir, "trace.jsonl")
-	f, p := frlFairnessRun(t, premium, regular, "--record", trace)
+	f, p := frlFairnessRun(t, premium, regular, append([]string{"--record", trace}, extra...)...)
+	for i, a := range p.cmd.Args {
+		if a == "--nats-url" {
+			natsURL = p.cmd.Args[i+1]
+		}
+	}
 	p.signal(syscall.SIGTERM)
 	if err := p.wait(30 * time.Second); err != nil {
 		t.Fatalf("dispatcher exit: %v", err)
 	}
-	policy = filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policy, fmt.Appendf(nil, frlFairPolicy, premium, regular), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return f, trace, policy
+	return f, trace, natsURL
 }
 
 // TestSimPredictsRealRuns is issue 12's acceptance 4: fairctl sim on a trace
@@ -122,9 +130,15 @@ func recordedBurst(t *testing.T, premium, regular int) (f frlFigures, trace, pol
 // completion split is compared too (simulated completions against the load
 // generator's).
 func TestSimPredictsRealRuns(t *testing.T) {
-	real, trace, _ := recordedBurst(t, 512, 128)
+	real, trace, url := recordedBurst(t, 512, 128, "--record-stream")
 	t.Logf("real 512:128: %v", real)
 	checkTrace(t, trace)
+	// The trace stream holds the same trace as the file.
+	fromFile := runSim(t, "--policy", writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128)), "--trace", trace)
+	fromStream := runSimGlobal(t, []string{"--server", url}, "--policy", writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128)), "--trace-stream")
+	if fromStream.Arrivals != 640 || fromStream.Recorded == nil || !reflect.DeepEqual(fromFile.Recorded, fromStream.Recorded) {
+		t.Errorf("sim --trace-stream: %d arrivals, recorded %+v; want 640 and the file's %+v", fromStream.Arrivals, fromStream.Recorded, fromFile.Recorded)
+	}
 
 	for _, q := range [][2]int{{128, 512}, {512, 512}} {
 		proposed := writePolicy(t, fmt.Sprintf(frlFairPolicy, q[0], q[1]))
