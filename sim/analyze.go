@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 
@@ -180,7 +181,8 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 		}
 	}
 	var xs []float64
-	for _, a := range by {
+	for _, name := range slices.Sorted(maps.Keys(by)) { // a fixed order: the sums are the same every run
+		a := by[name]
 		c := &a.ClassStats
 		if a.contends && quanta > 0 {
 			c.Weight = float64(c.Quantum) / float64(quanta)
@@ -189,7 +191,8 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 		}
 		c.WaitP50Ms, c.WaitP99Ms = quantileMs(a.waits, 0.50), quantileMs(a.waits, 0.99)
 		var ks []float64
-		for name, k := range a.keys {
+		for _, name := range slices.Sorted(maps.Keys(a.keys)) {
+			k := a.keys[name]
 			ksh := 0.0
 			if a.contended > 0 {
 				ksh = float64(k.contended) / float64(a.contended)

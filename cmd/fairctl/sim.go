@@ -261,6 +261,9 @@ func parseMix(s string, pol *configs.Policy) ([]sim.Mix, error) {
 	return mix, nil
 }
 
+// maxKeyRows is how many keys of a class the table shows, the busiest first.
+const maxKeyRows = 10
+
 // printSim prints rep as a table: per class (and key), side by side the
 // recorded run, the simulated current policy and the simulated proposed one.
 func printSim(w io.Writer, rep *simReport) {
@@ -326,15 +329,24 @@ func printSim(w io.Writer, rep *simReport) {
 		}
 		fmt.Fprintln(tw, line)
 	}
+	var more []string
 	for _, n := range names {
 		row(n, "")
 		if cs := rep.Proposed.Class(n); cs != nil && !(len(cs.Keys) == 1 && cs.Keys[0].Key == "_") {
-			for _, k := range cs.Keys {
+			keys := slices.Clone(cs.Keys)
+			slices.SortStableFunc(keys, func(a, b sim.KeyStats) int { return b.Arrived - a.Arrived })
+			for _, k := range keys[:min(len(keys), maxKeyRows)] {
 				row(n, k.Key)
+			}
+			if len(keys) > maxKeyRows {
+				more = append(more, fmt.Sprintf("%s: %d more keys", n, len(keys)-maxKeyRows))
 			}
 		}
 	}
 	_ = tw.Flush()
+	if len(more) > 0 {
+		fmt.Fprintf(w, "(the %d busiest keys of a class are shown; %s: --json lists every one)\n", maxKeyRows, strings.Join(more, ", "))
+	}
 	jain := "Jain's index over classes (share/weight):"
 	for _, c := range cols {
 		jain += fmt.Sprintf(" %s %.3f", c.name, c.st.Jain)

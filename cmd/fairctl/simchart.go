@@ -23,7 +23,10 @@ func simChart(path string, rep *simReport) error {
 		color.RGBA{R: 40, G: 150, B: 60, A: 255}, color.RGBA{R: 150, G: 60, B: 170, A: 255},
 		color.RGBA{R: 220, G: 150, B: 0, A: 255}, color.RGBA{R: 90, G: 90, B: 90, A: 255},
 	}
-	colors := map[string]color.Color{}
+	colors := map[string]color.Color{} // by class, in the proposed policy's order
+	for _, c := range rep.Proposed.Classes {
+		colors[c.Name] = palette[len(colors)%len(palette)]
+	}
 	for _, run := range []struct {
 		r      *sim.Run
 		label  string
