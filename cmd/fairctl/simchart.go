@@ -11,10 +11,11 @@ import (
 )
 
 // simChart draws the cumulative service (cost dispatched) per class over
-// time: solid lines for the proposed policy, dashed for the current one.
+// time: wide pale lines for the proposed policy, thin dashed ones for the
+// current one.
 func simChart(path string, rep *simReport) error {
 	p := plot.New()
-	p.Title.Text = "Cumulative service per class: proposed (solid) vs current (dashed)"
+	p.Title.Text = "Cumulative service per class: proposed (wide) vs current (dashed)"
 	p.X.Label.Text = "seconds since the first arrival"
 	p.Y.Label.Text = "cost dispatched (uncached tokens)"
 	p.Add(plotter.NewGrid())
@@ -27,11 +28,15 @@ func simChart(path string, rep *simReport) error {
 	for _, c := range rep.Proposed.Classes {
 		colors[c.Name] = palette[len(colors)%len(palette)]
 	}
+	// The proposal wide and pale underneath, the current policy thin and
+	// dashed on top: where the two coincide, both stay visible.
 	for _, run := range []struct {
 		r      *sim.Run
 		label  string
+		width  vg.Length
+		alpha  uint8
 		dashes []vg.Length
-	}{{rep.runs[1], "proposed", nil}, {rep.runs[0], "current", []vg.Length{vg.Points(4), vg.Points(3)}}} {
+	}{{rep.runs[1], "proposed", vg.Points(4), 110, nil}, {rep.runs[0], "current", vg.Points(1.5), 255, []vg.Length{vg.Points(4), vg.Points(3)}}} {
 		if run.r == nil {
 			continue
 		}
@@ -50,8 +55,9 @@ func simChart(path string, rep *simReport) error {
 				return err
 			}
 			l.StepStyle = plotter.PostStep
-			l.Color = c
-			l.Width = vg.Points(1.5)
+			r, g, b, _ := c.RGBA()
+			l.Color = color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: run.alpha}
+			l.Width = run.width
 			l.Dashes = run.dashes
 			p.Add(l)
 			p.Legend.Add(run.label+" "+s.Class, l)
