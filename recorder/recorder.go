@@ -152,9 +152,11 @@ type FileSink struct {
 	w *bufio.Writer
 }
 
-// OpenFile creates (or truncates) the trace file at path.
+// OpenFile opens the trace file at path for appending, creating it if
+// needed: a restarted dispatcher adds a header and its records after the
+// earlier ones rather than losing them.
 func OpenFile(path string) (*FileSink, error) {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("recorder: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,6 +119,26 @@ func TestFileSink(t *testing.T) {
 	}
 	if n != 1001 || c.recorded.Load() != 1000 || c.dropped.Load() != 0 {
 		t.Errorf("%d lines, recorded %d, dropped %d; want 1001, 1000, 0", n, c.recorded.Load(), c.dropped.Load())
+	}
+	// A restart appends a header and its records; it loses nothing.
+	f, err = OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err = New("policy_classes: []\n", 43, 0, &c, zerolog.Nop(), f); err != nil {
+		t.Fatal(err)
+	}
+	r.Record(wire.TraceRecord{Event: wire.TraceArrive, T: 5000, ID: "after"})
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 1003 || !strings.Contains(lines[1001], `"ev":"header"`) || !strings.Contains(lines[1002], `"id":"after"`) {
+		t.Errorf("after a restart: %d lines, want 1003 ending with a header and the new record", len(lines))
 	}
 }
 

@@ -37,39 +37,58 @@ func Uniform(n, ranks int, rate float64, decode time.Duration, maxBatched uint64
 // worker id dispatched to, with as many ranks as the highest rank used plus
 // one, joining at its first dispatch, and a rank's rate the uncached tokens
 // dispatched to the worker per second between its first and last dispatch,
-// divided by its ranks (the throughput it showed while kept busy). A worker
-// with fewer than two dispatches, or all at one instant, gets defaultRate.
-// decode and maxBatched are as in WorkerSpec.
+// divided by its ranks (the throughput it showed while kept busy; a worker
+// that was often idle shows less than it can do). Across a restart of the
+// dispatcher (Trace.Restarts) the spans of each part are added, not the gap.
+// A worker with fewer than two dispatches in every part, or all at one
+// instant, gets defaultRate. decode and maxBatched are as in WorkerSpec.
 func FromTrace(t *Trace, defaultRate float64, decode time.Duration, maxBatched uint64) (Fleet, error) {
 	type acc struct {
-		first, last int64
-		cost        uint64
+		join        int64
+		first, last int64 // of the current part
 		lastCost    uint64
-		ranks, n    int
+		part        int
+		cost        uint64 // served within the parts' spans
+		span        int64
+		ranks       int
 	}
 	by := map[string]*acc{}
+	part := func(ts int64) int { // the part of the trace ts falls in
+		n := 0
+		for _, r := range t.Restarts {
+			if ts >= r {
+				n++
+			}
+		}
+		return n
+	}
 	for _, d := range t.Dispatches {
+		p := part(d.T)
 		a := by[d.Worker]
-		if a == nil {
-			a = &acc{first: d.T}
+		switch {
+		case a == nil:
+			a = &acc{join: d.T, first: d.T, part: p}
 			by[d.Worker] = a
+		case a.part != p: // a new part: close the last one's span
+			a.span += a.last - a.first
+			a.first, a.part = d.T, p
+		default:
+			a.cost += a.lastCost // served before this dispatch, within the part
 		}
 		a.last, a.lastCost = d.T, d.Cost
-		a.cost += d.Cost
 		a.ranks = max(a.ranks, d.Rank+1)
-		a.n++
 	}
 	if len(by) == 0 {
 		return nil, fmt.Errorf("the trace has no accepted dispatch to derive a fleet from: give the fleet with --workers")
 	}
 	var f Fleet
 	for id, a := range by {
+		a.span += a.last - a.first
 		rate := defaultRate
-		if span := a.last - a.first; a.n >= 2 && span > 0 {
-			// The last dispatch's tokens are served after the span: leave them out.
-			rate = float64(a.cost-a.lastCost) / (float64(span) / 1e9) / float64(a.ranks)
+		if a.span > 0 && a.cost > 0 {
+			rate = float64(a.cost) / (float64(a.span) / 1e9) / float64(a.ranks)
 		}
-		f = append(f, WorkerSpec{ID: id, Ranks: a.ranks, Rate: rate, Decode: decode, MaxBatched: maxBatched, Join: a.first})
+		f = append(f, WorkerSpec{ID: id, Ranks: a.ranks, Rate: rate, Decode: decode, MaxBatched: maxBatched, Join: a.join})
 	}
 	slices.SortFunc(f, func(a, b WorkerSpec) int { return cmp.Compare(a.ID, b.ID) })
 	return f, nil

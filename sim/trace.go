@@ -43,9 +43,12 @@ type Reject struct {
 
 // Trace is a recorded trace: its header's policy and its events in order.
 type Trace struct {
-	Version    int
-	Started    int64  // the header's time, Unix ns
-	Policy     string // the recording policy's YAML, "" if built from flags
+	Version int
+	Started int64  // the header's time, Unix ns
+	Policy  string // the recording policy's YAML, "" if built from flags
+	// Restarts are the times of the headers after the first: a dispatcher
+	// started again and appended to the trace.
+	Restarts   []int64
 	Arrivals   []Arrival
 	Dispatches []Dispatch // accepted only
 	Rejects    []Reject
@@ -88,6 +91,7 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 			if rec.Policy != t.Policy {
 				return nil, fmt.Errorf("trace line %d: the policy changed within the trace; split it at this line", line)
 			}
+			t.Restarts = append(t.Restarts, rec.T)
 		case wire.TraceArrive:
 			t.Arrivals = append(t.Arrivals, Arrival{T: rec.T, ID: rec.ID, Token: rec.Token, Class: rec.Class, Key: key,
 				Published: rec.Published, ISL: rec.ISL, Cached: rec.Cached})

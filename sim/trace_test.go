@@ -54,6 +54,12 @@ func TestFromTrace(t *testing.T) {
 		f[1].ID != "b" || f[1].Ranks != 2 || f[1].Rate != 1000 || f[1].Join != 1e9 {
 		t.Fatalf("fleet %+v: want a (default rate, joins at 5 s) and b (2 ranks, (1000+3000)/2 s/2 = 1000 tokens/s, joins at 1 s)", f)
 	}
+	// A restart at 10 s: the gap to it is not a span of service.
+	tr.Restarts = []int64{10e9}
+	tr.Dispatches = append(tr.Dispatches, Dispatch{T: 100e9, Worker: "b", Cost: 2000}, Dispatch{T: 101e9, Worker: "b", Cost: 9})
+	if f, err = FromTrace(tr, 777, 0, 0); err != nil || f[1].Rate != (4000.0+2000)/3/2 {
+		t.Fatalf("fleet %+v (%v): want b at (1000+3000+2000) tokens / (2 s + 1 s) / 2 ranks = 1000", f, err)
+	}
 	if _, err := FromTrace(&Trace{}, 1, 0, 0); err == nil {
 		t.Error("FromTrace of a trace without dispatches: want an error")
 	}
