@@ -602,19 +602,32 @@ func (x *Index) Overlap(hashes []uint64, out *Overlaps) {
 		w[s] = x.best[e&tierMask]
 		out.touched = append(out.touched, int32(s))
 	}
-	for i := 1; i < len(hashes); i++ {
-		hs = x.blocks[hashes[i]]
-		adv := 0
-		for _, e := range hs {
-			s := e >> slotShift
-			if n[s] == int32(i) {
-				n[s] = int32(i) + 1
-				w[s] += x.best[e&tierMask]
-				adv++
-			}
+	// The lookups go in batches: lookups of different blocks do not depend on
+	// each other, so the processor overlaps their cache misses, which
+	// dominate the cost on a large index. A batch may look up to
+	// lookahead-1 blocks past the first miss.
+	const lookahead = 8
+	var batch [lookahead][]uint32
+walk:
+	for i := 1; i < len(hashes); i += lookahead {
+		k := min(lookahead, len(hashes)-i)
+		for j := range k {
+			batch[j] = x.blocks[hashes[i+j]]
 		}
-		if adv == 0 {
-			break
+		for j := range k {
+			b := int32(i + j)
+			adv := 0
+			for _, e := range batch[j] {
+				s := e >> slotShift
+				if n[s] == b {
+					n[s] = b + 1
+					w[s] += x.best[e&tierMask]
+					adv++
+				}
+			}
+			if adv == 0 {
+				break walk
+			}
 		}
 	}
 	for _, s := range out.touched {
