@@ -36,6 +36,7 @@ type Arrival struct {
 	ISL         uint64
 	Cached      uint64
 	Overlap     []request.Overlap // nil: Dispatch-Cached-Tokens stands
+	Hashes      []uint64          // Dispatch-Block-Hashes; nil when absent
 	Strict      uint32
 	Jump        float64
 	Pin         request.Target
@@ -170,8 +171,8 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	if a.HasDeadline {
 		r.Deadline = a.Published + int64(a.DeadlineMs)*1e6
 	}
-	if a.Allowed != nil || a.Required != nil || a.Preferred != nil || a.Overlap != nil {
-		rt := &request.Route{Allowed: a.Allowed, Required: a.Required, Preferred: a.Preferred, Overlap: a.Overlap}
+	if a.Allowed != nil || a.Required != nil || a.Preferred != nil || a.Overlap != nil || a.Hashes != nil {
+		rt := &request.Route{Allowed: a.Allowed, Required: a.Required, Preferred: a.Preferred, Overlap: a.Overlap, Hashes: a.Hashes}
 		if rt.Allowed != nil {
 			rt.Allowed = slices.Compact(slices.Sorted(slices.Values(rt.Allowed)))
 		}
