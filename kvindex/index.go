@@ -538,6 +538,12 @@ type Hit struct {
 	Weighted float64 // sum over that prefix of each block's best tier weight
 }
 
+// prefix is a rank's prefix so far in a query: its length and weight.
+type prefix struct {
+	n int32
+	w float64
+}
+
 // Overlaps is the caller's buffer for [Index.Overlap]; reuse it so that
 // queries do not allocate. The zero value is ready to use.
 type Overlaps struct {
@@ -545,8 +551,7 @@ type Overlaps struct {
 	// no particular order (deterministic for a given history of events).
 	Hits []Hit
 
-	n       []int32
-	w       []float64
+	acc     []prefix // per rank slot, during a query
 	touched []int32
 }
 
@@ -586,20 +591,17 @@ func (x *Index) Overlap(hashes []uint64, out *Overlaps) {
 	if len(hashes) == 0 {
 		return
 	}
-	if len(out.n) < len(x.slots) {
-		c := max(len(x.slots), 2*len(out.n))
-		out.n = make([]int32, c)
-		out.w = make([]float64, c)
+	if len(out.acc) < len(x.slots) {
+		out.acc = make([]prefix, max(len(x.slots), 2*len(out.acc)))
 	}
 	hs := x.blocks[hashes[0]]
 	if len(hs) == 0 {
 		return
 	}
-	n, w := out.n, out.w
+	acc, best := out.acc, &x.best
 	for _, e := range hs {
 		s := e >> slotShift
-		n[s] = 1
-		w[s] = x.best[e&tierMask]
+		acc[s] = prefix{1, best[e&tierMask]}
 		out.touched = append(out.touched, int32(s))
 	}
 	// The lookups go in batches: lookups of different blocks do not depend on
@@ -619,9 +621,9 @@ walk:
 			adv := 0
 			for _, e := range batch[j] {
 				s := e >> slotShift
-				if n[s] == b {
-					n[s] = b + 1
-					w[s] += x.best[e&tierMask]
+				if p := &acc[s]; p.n == b {
+					p.n = b + 1
+					p.w += best[e&tierMask]
 					adv++
 				}
 			}
@@ -632,7 +634,7 @@ walk:
 	}
 	for _, s := range out.touched {
 		sl := &x.slots[s]
-		out.Hits = append(out.Hits, Hit{Worker: sl.w.id, Rank: sl.rank, Blocks: int(n[s]), Weighted: w[s]})
-		n[s], w[s] = 0, 0
+		out.Hits = append(out.Hits, Hit{Worker: sl.w.id, Rank: sl.rank, Blocks: int(acc[s].n), Weighted: acc[s].w})
+		acc[s] = prefix{}
 	}
 }
