@@ -551,8 +551,9 @@ type Overlaps struct {
 	// no particular order (deterministic for a given history of events).
 	Hits []Hit
 
-	acc     []prefix // per rank slot, during a query
-	touched []int32
+	acc     []prefix // per rank slot: the last query's prefixes
+	touched []int32  // the slots with a prefix in the last query
+	x       *Index   // the index of the last query
 }
 
 // Best returns the hit with the largest Weighted, ties to the longer prefix,
@@ -566,15 +567,38 @@ func (o *Overlaps) Best() (h Hit, ok bool) {
 	return h, len(o.Hits) > 0
 }
 
-// Of returns the hit of one worker rank (the zero Hit when it has none).
-// Cost: O(hits).
+// linearOf is the number of hits up to which Of scans them rather than look
+// the rank up in the index.
+const linearOf = 8
+
+// Of returns the hit of one worker rank in the last query (the zero Hit when
+// it has none). It must be called before the index changes. Cost: O(hits) up
+// to 8 hits, else one map lookup.
 func (o *Overlaps) Of(workerID string, rank int32) Hit {
+	if len(o.Hits) <= linearOf {
+		return o.scan(workerID, rank)
+	}
+	return o.lookup(workerID, rank)
+}
+
+func (o *Overlaps) scan(workerID string, rank int32) Hit {
 	for _, h := range o.Hits {
 		if h.Rank == rank && h.Worker == workerID {
 			return h
 		}
 	}
 	return Hit{}
+}
+
+func (o *Overlaps) lookup(workerID string, rank int32) Hit {
+	if o.x == nil {
+		return Hit{}
+	}
+	s, ok := o.x.bySlot[slotKey{workerID, rank}]
+	if !ok || int(s) >= len(o.acc) || o.acc[s].n == 0 {
+		return Hit{}
+	}
+	return Hit{Worker: o.x.slots[s].w.id, Rank: rank, Blocks: int(o.acc[s].n), Weighted: o.acc[s].w}
 }
 
 // Overlap computes, for every worker rank, the longest prefix of hashes it
@@ -587,7 +611,13 @@ func (o *Overlaps) Of(workerID string, rank int32) Hit {
 // as many rank slots as the index has (out grows with the index, amortized).
 func (x *Index) Overlap(hashes []uint64, out *Overlaps) {
 	out.Hits = out.Hits[:0]
+	for _, s := range out.touched {
+		if int(s) < len(out.acc) {
+			out.acc[s] = prefix{}
+		}
+	}
 	out.touched = out.touched[:0]
+	out.x = x
 	if len(hashes) == 0 {
 		return
 	}
@@ -635,6 +665,5 @@ walk:
 	for _, s := range out.touched {
 		sl := &x.slots[s]
 		out.Hits = append(out.Hits, Hit{Worker: sl.w.id, Rank: sl.rank, Blocks: int(acc[s].n), Weighted: acc[s].w})
-		acc[s] = prefix{}
 	}
 }

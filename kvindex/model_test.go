@@ -379,6 +379,22 @@ func TestModel(t *testing.T) {
 				if !slices.Equal(got, want) {
 					t.Fatalf("Overlap(%v): got %v, want %v", q, got, want)
 				}
+				for w, mw := range m.workers {
+					for r := range mw.ranks {
+						var wantHit Hit
+						for _, h := range want {
+							if h.Worker == w && h.Rank == r {
+								wantHit = h
+							}
+						}
+						if got := out.scan(w, r); got != wantHit {
+							t.Fatalf("scan(%s, %d): got %+v, want %+v", w, r, got, wantHit)
+						}
+						if got := out.lookup(w, r); got != wantHit {
+							t.Fatalf("lookup(%s, %d): got %+v, want %+v", w, r, got, wantHit)
+						}
+					}
+				}
 			default:
 				ev := drawEventOf(t, g, w)
 				if _, err := x.Apply(w, ev); err != nil {
