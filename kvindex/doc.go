@@ -70,6 +70,10 @@
 // total cache capacity in blocks; a rank whose own resynchronisation exceeds
 // the bound stays stale.
 //
+// The index also tracks at most MaxRanks worker ranks; an event of a further
+// rank is refused. The caller applies only events of workers it knows and
+// drops those that leave ([Index.DropWorker]).
+//
 // # Invariants
 //
 //   - Each holder slice of the map is non-empty, names each slot at most
@@ -105,7 +109,8 @@
 // one map lookup per block up to the longest prefix any rank holds (plus one
 // for the first miss), and one step per holder entry of those blocks; it does
 // not allocate once its [Overlaps] buffer has grown to the index's number of
-// rank slots. Memory is proportional to the (rank, block) pairs held: one
+// rank slots. [Overlaps.Of] then finds a rank's result in O(hits) up to 8
+// hits, else with one map lookup. Memory is proportional to the (rank, block) pairs held: one
 // 4-byte holder entry and one 8-byte list entry per pair, plus a map entry
 // per distinct hash. Go maps do not shrink, so the map's size follows the
 // peak number of distinct hashes, which the bound caps.

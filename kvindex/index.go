@@ -58,8 +58,11 @@ const (
 	MaxRank = 65535
 	// MaxInstanceLen bounds the bytes of an event's instance (at least 1).
 	MaxInstanceLen = 64
-	// MaxSlots bounds the worker ranks the index tracks at once.
+	// MaxSlots is the largest MaxRanks: the holder entries have 27 bits for
+	// a rank slot.
 	MaxSlots = 1 << 27
+	// DefaultMaxRanks is the default bound on the worker ranks tracked at once.
+	DefaultMaxRanks = 1 << 16
 )
 
 // DefaultWeights are the tier weights of `--kv-tier-weights` by default:
@@ -78,6 +81,11 @@ type Config struct {
 	// MaxBlocks bounds the (rank, block) pairs held, >= 1. A block held by a
 	// rank in several tiers counts once. See "Bounded memory" in the package doc.
 	MaxBlocks int
+	// MaxRanks bounds the worker ranks tracked at once, 1 to MaxSlots; 0
+	// means DefaultMaxRanks. An event of a further rank is refused with
+	// ErrTooManyRanks (the caller should only apply events of workers it
+	// knows, and DropWorker those that leave).
+	MaxRanks int
 }
 
 // Event is one decoded cache event of a worker rank (docs/protocol.md, KV cache
@@ -105,7 +113,8 @@ type Result struct {
 // unchanged.
 var ErrInvalidEvent = errors.New("kvindex: invalid event")
 
-// ErrTooManyRanks is returned when an event would add a rank beyond MaxSlots.
+// ErrTooManyRanks is returned when an event would add a rank beyond
+// Config.MaxRanks; the index is unchanged.
 var ErrTooManyRanks = errors.New("kvindex: too many worker ranks")
 
 // A holder entry packs a rank slot and its tiers for one block:
@@ -150,6 +159,7 @@ type Index struct {
 	workers   map[string]*worker
 	best      [1 << NumTiers]float64 // weight of a tier set: its largest weight
 	max       int
+	maxRanks  int
 	total     int
 	tierTotal [NumTiers]int
 	stale     int
@@ -168,14 +178,21 @@ func New(c Config) (*Index, error) {
 	if c.MaxBlocks < 1 {
 		errs = append(errs, fmt.Errorf("kvindex: max blocks is %d, want at least 1", c.MaxBlocks))
 	}
+	if c.MaxRanks == 0 {
+		c.MaxRanks = DefaultMaxRanks
+	}
+	if c.MaxRanks < 1 || c.MaxRanks > MaxSlots {
+		errs = append(errs, fmt.Errorf("kvindex: max ranks is %d, want 1 to %d", c.MaxRanks, MaxSlots))
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	x := &Index{
-		blocks:  make(map[uint64][]uint32),
-		bySlot:  make(map[slotKey]int32),
-		workers: make(map[string]*worker),
-		max:     c.MaxBlocks,
+		blocks:   make(map[uint64][]uint32),
+		bySlot:   make(map[slotKey]int32),
+		workers:  make(map[string]*worker),
+		max:      c.MaxBlocks,
+		maxRanks: c.MaxRanks,
 	}
 	for set := range x.best {
 		for t := range NumTiers {
@@ -204,7 +221,7 @@ func (x *Index) Apply(workerID string, ev *Event) (Result, error) {
 	}
 	w := x.workers[workerID]
 	if w == nil {
-		if len(x.slots)-len(x.free) >= MaxSlots {
+		if len(x.slots)-len(x.free) >= x.maxRanks {
 			return r, ErrTooManyRanks
 		}
 		w = &worker{id: strings.Clone(workerID), instance: strings.Clone(ev.Instance)}
@@ -224,7 +241,7 @@ func (x *Index) Apply(workerID string, ev *Event) (Result, error) {
 	}
 	s, ok := x.bySlot[slotKey{w.id, ev.Rank}]
 	if !ok {
-		if len(x.slots)-len(x.free) >= MaxSlots {
+		if len(x.slots)-len(x.free) >= x.maxRanks {
 			return r, ErrTooManyRanks
 		}
 		s = x.newSlot(w, ev.Rank)

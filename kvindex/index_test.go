@@ -231,3 +231,25 @@ func TestOverlapAllocs(t *testing.T) {
 		t.Fatalf("Best: got %+v, %v", best, ok)
 	}
 }
+
+func TestMaxRanks(t *testing.T) {
+	x, err := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 100, MaxRanks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(t, x, "a", ev(1, 0, kvindex.Device, 1))
+	apply(t, x, "a", ev(1, 1, kvindex.Device, 1))
+	for _, w := range []string{"a", "b"} {
+		if _, err := x.Apply(w, ev(1, 2, kvindex.Device, 1)); !errors.Is(err, kvindex.ErrTooManyRanks) {
+			t.Fatalf("a third rank (%s): got %v, want ErrTooManyRanks", w, err)
+		}
+	}
+	if got := x.Stats(); got.Ranks != 2 || got.Blocks != 2 {
+		t.Fatalf("after refusals: %+v", got)
+	}
+	x.DropWorker("a")
+	apply(t, x, "b", ev(1, 2, kvindex.Device, 1))
+	if _, err := kvindex.New(kvindex.Config{MaxBlocks: 1, MaxRanks: kvindex.MaxSlots + 1}); err == nil {
+		t.Fatal("New accepted MaxRanks above MaxSlots")
+	}
+}
