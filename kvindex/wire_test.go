@@ -74,7 +74,8 @@ func TestParseEventRejects(t *testing.T) {
 // FuzzParseEvent feeds ParseEvent arbitrary bodies. It must not panic; an
 // error must be an *EventError; a nil error implies the bounds of
 // docs/protocol.md, KV cache events, that the index accepts the event, and
-// that encoding it and parsing it back gives the same event.
+// that encoding it and parsing it back gives the same event. More seeds are in
+// testdata/fuzz/FuzzParseEvent.
 func FuzzParseEvent(f *testing.F) {
 	for _, s := range []string{
 		`{"instance":"8f3c2a","event_id":17,"dp_rank":1,"stored":{"device":"wT_9PiW6dX6CFylZ_27bbA"},"removed":{"host":"wT_9PiW6dX4"},"cleared":["disk"]}`,
