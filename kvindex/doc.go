@@ -3,6 +3,22 @@
 // the overlap of a request's blocks with each rank (docs/protocol.md, KV cache
 // events; docs/design.md, KV cache index).
 //
+// # Usage
+//
+// The queue actor builds one [Index] with [New] and:
+//
+//   - for each message of the KV event stream, decodes its body with
+//     [ParseEvent] and applies it with [Index.Apply] under the worker id of
+//     its subject; then it asks [Index.TakeStale] which ranks to ask for a
+//     resynchronisation;
+//   - calls [Index.DropWorker] when a worker leaves the fleet;
+//   - for a request with block hashes (decoded by [DecodeHashes] from
+//     Dispatch-Block-Hashes), calls [Index.Overlap] with a reused [Overlaps]
+//     at admission ([Overlaps.Best]) and at dispatch ([Overlaps.Of] per rank).
+//
+// Producers and workers compute the hashes with [ChainHashes]; workers encode
+// events with [EncodeEvent]. [ParseWeights] reads the tier weights' flag.
+//
 // # What a block hash means
 //
 // A prompt is cut into blocks of the engine's block size; block i's hash is
@@ -97,8 +113,9 @@
 //     medium per block.
 //
 // This index differs by knowing tiers per rank, by being exact per dp_rank,
-// by gap detection and resynchronisation, and by being rebuilt after a
-// restart of the dispatcher from the durable event stream.
+// and by gap detection and resynchronisation, which let it be fed from a
+// durable stream and rebuilt by replaying it after a restart of the
+// dispatcher (docs/protocol.md, Resynchronisation).
 //
 // # Cost
 //
@@ -110,9 +127,12 @@
 // for the first miss), and one step per holder entry of those blocks; it does
 // not allocate once its [Overlaps] buffer has grown to the index's number of
 // rank slots. [Overlaps.Of] then finds a rank's result in O(hits) up to 8
-// hits, else with one map lookup. Memory is proportional to the (rank, block) pairs held: one
-// 4-byte holder entry and one 8-byte list entry per pair, plus a map entry
-// per distinct hash. Go maps do not shrink, so the map's size follows the
+// hits, else with one map lookup.
+//
+// Memory is proportional to the (rank, block) pairs held: one 4-byte holder
+// entry and one 8-byte list entry per pair, plus per distinct hash a map
+// entry (an 8-byte key and a 24-byte slice header) and its holder slice's
+// allocation. Go maps do not shrink, so the map's size follows the
 // peak number of distinct hashes, which the bound caps.
 //
 // # Concurrency
