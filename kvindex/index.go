@@ -101,7 +101,7 @@ type Event struct {
 
 // Result says what [Index.Apply] did with an event.
 type Result struct {
-	Ops         int  // stored and removed hashes processed (no-ops included)
+	Ops         int  // stored and removed hashes in the event, applied or not
 	Duplicate   bool // event_id not above the rank's last: ignored entirely
 	NewInstance bool // a new instance: the worker's blocks were dropped first
 	Gap         bool // event_id skipped some: the rank is now stale
