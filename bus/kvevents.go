@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/wire"
 )
 
 // KVMessage is one message of the KV event stream (docs/protocol.md, KV cache
@@ -57,17 +59,12 @@ func ConsumeKV(ctx context.Context, js jetstream.JetStream, stream, filter strin
 	}, nil
 }
 
-// kvResync is the body of a resynchronisation request.
-type kvResync struct {
-	Rank int32 `json:"dp_rank"`
-}
-
 // RequestKVResync asks a worker to resynchronise one rank's cache state
 // (docs/protocol.md, Resynchronisation): a core NATS publish of
 // {"dp_rank": rank} to subject ("<prefix>.kvsync.<worker_id>"). It is best
 // effort: the caller repeats it while the rank stays stale.
 func RequestKVResync(nc *nats.Conn, subject string, rank int32) error {
-	b, err := json.Marshal(kvResync{Rank: rank})
+	b, err := json.Marshal(wire.KVResync{Rank: rank})
 	if err != nil {
 		return fmt.Errorf("bus: kv resync: %w", err)
 	}

@@ -3,22 +3,12 @@ package kvindex
 import (
 	"encoding/json"
 	"strconv"
+
+	"fairdispatch/wire"
 )
 
-// The JSON record of a KV cache event (docs/protocol.md, KV cache events).
-// It lives here until the project has one package for the records both sides
-// encode; the worker helper and the dispatcher both use ParseEvent and
-// EncodeEvent.
-
-// record is the event's JSON form. Pointers tell absent from zero.
-type record struct {
-	Instance *string           `json:"instance"`
-	EventID  *uint64           `json:"event_id"`
-	DPRank   *int64            `json:"dp_rank,omitempty"`
-	Stored   map[string]string `json:"stored,omitempty"`
-	Removed  map[string]string `json:"removed,omitempty"`
-	Cleared  []string          `json:"cleared,omitempty"`
-}
+// The JSON record of a KV cache event is wire.KVEvent (docs/protocol.md, KV
+// cache events); ParseEvent validates one into an Event, EncodeEvent writes one.
 
 // EventError says why an event body was rejected.
 type EventError struct {
@@ -44,7 +34,7 @@ func (e *EventError) Error() string {
 // body yields an *EventError.
 func ParseEvent(data []byte) (Event, error) {
 	var ev Event
-	var r record
+	var r wire.KVEvent
 	if err := json.Unmarshal(data, &r); err != nil {
 		return ev, &EventError{Reason: "is not a JSON object of the KV event fields: " + err.Error()}
 	}
@@ -115,7 +105,7 @@ func cutName(s string) string {
 // empty hash lists are left out.
 func EncodeEvent(ev *Event) ([]byte, error) {
 	inst, id, rank := ev.Instance, ev.ID, int64(ev.Rank)
-	r := record{Instance: &inst, EventID: &id, DPRank: &rank}
+	r := wire.KVEvent{Instance: &inst, EventID: &id, DPRank: &rank}
 	for t := range NumTiers {
 		if ev.Cleared.Has(t) {
 			r.Cleared = append(r.Cleared, t.String())

@@ -290,7 +290,7 @@ func (s *Scheduler) checkLimits(k int) *Error {
 func (s *Scheduler) enqueue(r *request.Snapshot) {
 	s.classes[r.Class].Push(r)
 	if r.Deadline != 0 {
-		s.dl.push(r)
+		s.dl.Push(r)
 	}
 }
 
@@ -309,7 +309,7 @@ func (s *Scheduler) Next(now int64) Decision {
 	}
 	r := s.classes[k].Last()
 	r.Charged = true
-	s.dl.remove(r)
+	removeDeadline(&s.dl, r)
 	return s.place(now, r)
 }
 
@@ -468,7 +468,7 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	}
 	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
 		r := s.dl[0]
-		s.dl.remove(r)
+		removeDeadline(&s.dl, r)
 		s.classes[r.Class].Remove(r)
 		dst = append(dst, s.expire(now, r))
 	}
@@ -501,7 +501,7 @@ func (s *Scheduler) Remove(r *request.Snapshot) {
 	if r == nil || r.Index < 0 {
 		return
 	}
-	s.dl.remove(r)
+	removeDeadline(&s.dl, r)
 	s.classes[r.Class].Remove(r)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 	"fairdispatch/worker"
 )
 
@@ -143,19 +144,8 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // Completion is the record published on <prefix>.done.<worker_id> when a
-// request finishes. Times marshal as RFC 3339 with nanoseconds; StartedAt is
-// when the request got a sequence slot.
-type Completion struct {
-	RequestID  string    `json:"request_id"`
-	Class      string    `json:"class"`
-	WorkerID   string    `json:"worker_id"`
-	DPRank     int       `json:"dp_rank"`
-	Seq        uint64    `json:"seq"`
-	QueuedMs   uint64    `json:"queued_ms"`
-	ReceivedAt time.Time `json:"received_at"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-}
+// request finishes: wire.Completion, which defines its fields.
+type Completion = wire.Completion
 
 // Stats counts what a Worker did.
 type Stats struct {
