@@ -500,6 +500,17 @@ func (x *Index) TakeStale(dst []Rank) []Rank {
 	return dst
 }
 
+// StaleRanks appends every stale rank to dst and returns it, for asking them
+// again to resynchronise. Cost: O(rank slots).
+func (x *Index) StaleRanks(dst []Rank) []Rank {
+	for i := range x.slots {
+		if sl := &x.slots[i]; sl.w != nil && sl.stale {
+			dst = append(dst, Rank{sl.w.id, sl.rank})
+		}
+	}
+	return dst
+}
+
 // DropWorker forgets a worker: its blocks, ranks, instance and sequences (for
 // a worker that left the fleet). Cost: O(its blocks + its ranks).
 func (x *Index) DropWorker(workerID string) {

@@ -368,6 +368,17 @@ func TestModel(t *testing.T) {
 					}
 				}
 			case 1:
+				var all []Rank
+				for w, mw := range m.workers {
+					for r, mr := range mw.ranks {
+						if mr.stale {
+							all = append(all, Rank{w, r})
+						}
+					}
+				}
+				if got, want := sortRanks(x.StaleRanks(nil)), sortRanks(all); !slices.Equal(got, want) {
+					t.Fatalf("StaleRanks: got %v, want %v", got, want)
+				}
 				got, want := sortRanks(x.TakeStale(nil)), sortRanks(m.takeStale())
 				if !slices.Equal(got, want) {
 					t.Fatalf("TakeStale: got %v, want %v", got, want)
