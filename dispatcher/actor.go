@@ -70,6 +70,8 @@ type Deps struct {
 	// KVResync asks a worker to resynchronise a rank (bus.RequestKVResync);
 	// nil: never asked.
 	KVResync func(worker string, rank int32) error
+	// KVMetrics counts the index's events and records its size; nil: none.
+	KVMetrics *metrics.KV
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.

@@ -9,9 +9,20 @@ import (
 
 // kvEvent is a parsed KV cache event waiting for the actor.
 type kvEvent struct {
-	worker string
-	ev     kvindex.Event
+	worker    string
+	ev        kvindex.Event
+	published time.Time
 }
+
+// KVTiers are the tier names, in kvindex.Tier order: the label values of
+// fairdispatch_kv_index_blocks (metrics.NewKV).
+var KVTiers = func() []string {
+	var t []string
+	for i := range kvindex.NumTiers {
+		t = append(t, i.String())
+	}
+	return t
+}()
 
 // maxPendingKV bounds the parsed KV events waiting for the actor. Past it an
 // event is dropped: the worker's next event then shows a gap, and the rank
@@ -29,7 +40,10 @@ const kvResyncEvery = 5 * time.Second
 // a subject token that is not a worker id, is dropped and logged (at most once
 // per worker per interval); it counts as lost for the rank's sequence. It
 // never blocks. Without an index it does nothing.
-func (a *Actor) KVEvent(token string, data []byte) {
+//
+// published is the event's publication time, for the lag metric (zero:
+// unknown).
+func (a *Actor) KVEvent(token string, data []byte, published time.Time) {
 	if a.d.KV == nil {
 		return
 	}
@@ -46,10 +60,11 @@ func (a *Actor) KVEvent(token string, data []byte) {
 		a.droppedKV(token, "overflow", nil)
 		return
 	}
-	a.kv.put(kvEvent{token, ev})
+	a.kv.put(kvEvent{token, ev, published})
 }
 
 func (a *Actor) droppedKV(worker, reason string, err error) {
+	a.d.KVMetrics.Event("dropped", 0, 0)
 	ok, suppressed := a.kvDrops.allow(worker, a.cfg.Now())
 	if !ok {
 		return
@@ -66,6 +81,13 @@ func (a *Actor) applyKV(e *kvEvent) {
 		a.droppedKV(e.worker, "refused by the index", err)
 		return
 	}
+	result, lag := "applied", -1.0
+	if r.Duplicate {
+		result = "duplicate"
+	} else if !e.published.IsZero() {
+		lag = a.cfg.Now().Sub(e.published).Seconds()
+	}
+	a.d.KVMetrics.Event(result, r.Ops, lag)
 	if r.Gap || r.Evictions > 0 {
 		a.log.Debug().Str("worker_id", e.worker).Int32("dp_rank", e.ev.Rank).Bool("gap", r.Gap).Int("evictions", r.Evictions).
 			Msg("KV cache index: ranks became stale")
@@ -86,10 +108,15 @@ func (a *Actor) askResync(rk kvindex.Rank) {
 	}
 }
 
-// kvTick asks every rank that is still stale to resynchronise again, every
-// kvResyncEvery.
+// kvTick records the index's size and asks every rank that is still stale
+// to resynchronise again, every kvResyncEvery.
 func (a *Actor) kvTick(now time.Time) {
-	if a.d.KV == nil || now.Sub(a.kvAsked) < kvResyncEvery {
+	if a.d.KV == nil {
+		return
+	}
+	st := a.d.KV.Stats()
+	a.d.KVMetrics.SetIndex(KVTiers, st.TierBlocks[:], st.Stale)
+	if now.Sub(a.kvAsked) < kvResyncEvery {
 		return
 	}
 	a.kvAsked = now

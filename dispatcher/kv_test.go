@@ -64,7 +64,7 @@ func (f *fixture) kv(token string, ev *kvindex.Event) {
 }
 
 func (f *fixture) kvRaw(token string, body []byte) {
-	f.a.KVEvent(token, body)
+	f.a.KVEvent(token, body, f.now.Add(-time.Second))
 	evs := f.a.kv.take()
 	for i := range evs {
 		f.a.applyKV(&evs[i])

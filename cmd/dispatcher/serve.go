@@ -98,6 +98,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	m := metrics.New(reg, classNames)
 
 	var kv *kvindex.Index
+	var kvMetrics *metrics.KV
 	if s.kvIndex {
 		w, err := kvindex.ParseWeights(s.kvWeights) // validated with the other flags
 		if err != nil {
@@ -106,6 +107,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		if kv, err = kvindex.New(kvindex.Config{Weights: w, MaxBlocks: s.kvMaxBlocks}); err != nil {
 			return err
 		}
+		kvMetrics = metrics.NewKV(reg, dispatcher.KVTiers)
 	}
 	sched := scheduler.New(scheduler.Config{
 		KV:     kv,
@@ -140,8 +142,9 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
 		Metrics: m, Log: log,
-		KV:       kv,
-		KVResync: func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
+		KV:        kv,
+		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
+		KVMetrics: kvMetrics,
 	})
 	act.Store(a)
 	if !nc.IsConnected() {
@@ -163,7 +166,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	if kv != nil {
 		// Read <Q>_KV from its first message: this rebuilds the index after
 		// a restart (docs/protocol.md, Resynchronisation).
-		stopKV, err := bus.ConsumeKV(ctx, js, names.KVStream(), names.KVAll(), func(m bus.KVMessage) { a.KVEvent(m.Token, m.Data) })
+		stopKV, err := bus.ConsumeKV(ctx, js, names.KVStream(), names.KVAll(), func(m bus.KVMessage) { a.KVEvent(m.Token, m.Data, m.Published) })
 		if err != nil {
 			return err
 		}
