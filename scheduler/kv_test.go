@@ -83,6 +83,23 @@ func TestKVFreshOverlapAtDispatch(t *testing.T) {
 	}
 }
 
+// TestKVExpiredWorkerDropped: a worker whose load reports stop is dropped
+// from the index with it; its next event then shows a gap.
+func TestKVExpiredWorkerDropped(t *testing.T) {
+	f, x := kvFixture(t)
+	f.report("w1", 0)
+	kvApply(t, x, "w1", 1, []uint64{1, 2}, nil)
+	f.now += 4e9 // past the report's 3 s TTL
+	f.s.Tick(f.now, nil)
+	if st := x.Stats(); st.Ranks != 0 || st.Blocks != 0 {
+		t.Fatalf("after the worker expired: %+v, want an empty index", st)
+	}
+	ev := &kvindex.Event{Instance: "a", ID: 2}
+	if r, err := x.Apply("w1", ev); err != nil || !r.Gap {
+		t.Fatalf("its next event: %+v, %v; want a gap", r, err)
+	}
+}
+
 // TestKVNegativeControl shows that the freshness test can fail: without
 // block hashes, the same story goes to w1, the less loaded worker.
 func TestKVNegativeControl(t *testing.T) {

@@ -452,6 +452,12 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	s.expired = s.reg.Expire(now, s.expired[:0])
 	for _, w := range s.expired {
 		s.gates.Remove(w)
+		if s.kv != nil {
+			// Its cache state may be gone with it; if it comes back under
+			// the same instance, its next event shows a gap and it
+			// resynchronises (docs/protocol.md, Resynchronisation).
+			s.kv.DropWorker(w.ID)
+		}
 	}
 	if len(s.expired) > 0 && s.reg.Len() == 0 {
 		s.lostAt = now
