@@ -364,6 +364,9 @@ func printSim(w io.Writer, rep *simReport) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	if rep.Current == nil {
+		fmt.Fprintln(w, "no current policy to compare with: the trace's dispatcher ran the policy built from its flags (give --baseline FILE)")
+	}
 	if !rep.Proposed.Contended {
 		fmt.Fprintln(w, "no two classes were ever backlogged at once: every class got what it asked; shares are not meaningful")
 	}

@@ -97,3 +97,28 @@ func TestSimUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSimWithoutBaseline: a trace without a header policy is simulated under
+// the proposal alone, and the table says why there is no comparison.
+func TestSimWithoutBaseline(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "t.jsonl")
+	body := `{"ev":"header","t":1,"format":"fairdispatch-trace","version":1}
+{"ev":"arrive","t":10,"id":"a","token":"premium","class":"default","published":10,"isl":512,"cost":512}
+{"ev":"dispatch","t":20,"id":"a","class":"default","cost":512,"worker":"w1","rank":0,"outcome":"accepted"}
+`
+	if err := os.WriteFile(trace, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "--policy", "testdata/flip.yaml", "--trace", trace}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"proposed weight", "give --baseline FILE", "no two classes were ever backlogged"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "current weight") {
+		t.Errorf("a current column without a current policy:\n%s", out.String())
+	}
+}
