@@ -5,10 +5,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
+	"fairdispatch/recorder"
 	"fairdispatch/wire"
 )
+
+// benchTracer, when set, is the Tracer of BenchmarkAdmitDispatchAccept.
+var benchTracer Tracer
 
 // traceLog is a Tracer that keeps every record.
 type traceLog []wire.TraceRecord
@@ -52,4 +57,29 @@ func TestActorTraces(t *testing.T) {
 	if r := log[3]; r.Event != wire.TraceReject || r.ID != "r8" || r.Outcome != "bad_request" {
 		t.Errorf("reject record %+v, want r8 bad_request", r)
 	}
+}
+
+// discardSink is a recorder.Sink that keeps nothing.
+type discardSink struct{}
+
+func (discardSink) Write([]byte) error { return nil }
+func (discardSink) Flush() error       { return nil }
+func (discardSink) Close() error       { return nil }
+
+type nopCounters struct{}
+
+func (nopCounters) TraceRecorded() {}
+func (nopCounters) TraceDropped()  {}
+
+// BenchmarkAdmitDispatchAcceptRecorded is BenchmarkAdmitDispatchAccept while
+// recording: what the trace costs the queue actor (two records a request).
+func BenchmarkAdmitDispatchAcceptRecorded(b *testing.B) {
+	rec, err := recorder.New("", 0, 0, nopCounters{}, zerolog.Nop(), discardSink{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rec.Close()
+	benchTracer = rec
+	defer func() { benchTracer = nil }()
+	BenchmarkAdmitDispatchAccept(b)
 }
