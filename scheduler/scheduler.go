@@ -45,6 +45,7 @@ type Arrival struct {
 	Published   int64 // Unix nanoseconds
 	DeadlineMs  uint64
 	HasDeadline bool
+	Key         string // Dispatch-Fairness-Key; "" for the default key "_"
 }
 
 // Kind says what a Decision is.
@@ -165,7 +166,10 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
 		ID: a.ID, Ref: a.Ref, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
-		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1,
+		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1, Key: a.Key,
+	}
+	if r.Key == "" {
+		r.Key = lanes.DefaultKey
 	}
 	if a.HasDeadline {
 		r.Deadline = a.Published + int64(a.DeadlineMs)*1e6
