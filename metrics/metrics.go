@@ -57,8 +57,8 @@ type ClassState struct {
 	ISLTokens uint64
 	// CachedTokens is the sum of their cached input tokens.
 	CachedTokens uint64
-	// Deficit is the class's DRR deficit, in cost units (uncached tokens).
-	Deficit uint64
+	// Deficit is the class's DRR deficit, in cost units (uncached tokens); negative while the class owes settlement corrections.
+	Deficit int64
 }
 
 // Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];

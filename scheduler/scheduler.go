@@ -25,7 +25,24 @@ type Config struct {
 	Rand *rand.Rand
 	// MaxWorkers caps the live workers (0: no cap).
 	MaxWorkers int
+	// MaxKeysPerClass bounds the fairness keys a class tracks at once; beyond it
+	// new keys share the key _overflow (docs/design.md, Fairness keys). 0: 100000.
+	MaxKeysPerClass int
+	// SettleWindow is how long, in nanoseconds, a dispatch waits for its
+	// completion record before it is forgotten (docs/design.md, Cost
+	// settlement). 0: 10 minutes.
+	SettleWindow int64
+	// MaxUnsettled bounds the dispatches remembered for settlement; beyond it the
+	// oldest is forgotten. 0: 1,000,000.
+	MaxUnsettled int
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxKeysPerClass = 100000
+	DefaultSettleWindow    = int64(10 * 60 * 1e9)
+	DefaultMaxUnsettled    = 1000000
+)
 
 // Arrival is a request entering the dispatcher: its decoded headers and the
 // facts of its message. Slices are kept, not copied.
@@ -87,7 +104,7 @@ func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 // concurrent use: one goroutine (the queue actor) owns it.
 type Scheduler struct {
 	pol     *configs.Policy
-	classes []*lanes.Class
+	classes []*lanes.Keyed
 	queues  []drr.Queue
 	arb     *drr.Arbiter
 	reg     *workers.Registry
@@ -98,12 +115,19 @@ type Scheduler struct {
 	seq      uint64
 	graceEnd int64
 	expired  []*workers.Worker // scratch
+
+	settle settlements
 }
 
 // New returns a scheduler started at now (Unix nanoseconds).
 func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
 	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace}
+	s.settle.init(cfg)
+	maxKeys := cfg.MaxKeysPerClass
+	if maxKeys == 0 {
+		maxKeys = DefaultMaxKeysPerClass
+	}
 	s.reg.MaxWorkers = cfg.MaxWorkers
 	quanta := make([]uint64, n)
 	gates := make([]filters.Gate, n)
@@ -114,10 +138,11 @@ func New(cfg Config, now int64) *Scheduler {
 	s.arb = drr.New(quanta)
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
-	s.classes = make([]*lanes.Class, n)
+	s.classes = make([]*lanes.Keyed, n)
 	s.queues = make([]drr.Queue, n)
 	for k := range s.classes {
-		s.classes[k] = lanes.New(checker{s})
+		c := &cfg.Policy.Classes[k]
+		s.classes[k] = lanes.NewKeyed(checker{s}, lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: maxKeys})
 		s.queues[k] = s.classes[k]
 	}
 	return s
@@ -149,7 +174,11 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 		return Decision{Kind: Queued, Req: r}
 	}
 	if !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r)) {
-		return s.place(now, r)
+		d := s.place(now, r)
+		if d.Kind == Dispatch {
+			s.settle.record(now, d, 0, false, s.classes) // not arbitrated: nothing charged to correct
+		}
+		return d
 	}
 	if err := s.checkLimits(r.Class); err != nil {
 		return Decision{Kind: Reject, Req: r, Err: err}
@@ -261,7 +290,14 @@ func (s *Scheduler) Next(now int64) Decision {
 	r := s.classes[k].Last()
 	r.Charged = true
 	s.dl.remove(r)
-	return s.place(now, r)
+	d := s.place(now, r)
+	switch d.Kind {
+	case Dispatch:
+		s.settle.record(now, d, r.Cost, true, s.classes)
+	case Reject:
+		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
+	}
+	return d
 }
 
 // place selects a worker for r and books it, or rejects r.
@@ -312,6 +348,9 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 		w.Excluded = true
 		s.gates.Update(w)
 	}
+	// The request is queued again, charged: its key stays owed, and the next
+	// dispatch's record takes over the settlement.
+	s.settle.drop(id, seq)
 	r.Refused = true
 	r.Charged = true
 	s.enqueue(r)
@@ -355,6 +394,7 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 		clear(s.expired)
 		s.recheckAll()
 	}
+	s.settle.expire(now, s.classes)
 	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
 		r := s.dl[0]
 		s.dl.remove(r)
@@ -414,6 +454,9 @@ func (s *Scheduler) recheckAll() {
 // Queued returns the number of requests queued in class k.
 func (s *Scheduler) Queued(k int) int { return s.classes[k].Len() }
 
+// Class returns class k's queue, for reading (keys and their service).
+func (s *Scheduler) Class(k int) *lanes.Keyed { return s.classes[k] }
+
 // satMul multiplies without wrapping.
 func satMul(a, b uint64) uint64 {
 	if a != 0 && b > ^uint64(0)/a {
@@ -428,7 +471,8 @@ type ClassStats struct {
 	Pending      int    `json:"pending_requests"`
 	ISLTokens    uint64 `json:"pending_isl_tokens"`
 	CachedTokens uint64 `json:"pending_cached_tokens"`
-	Deficit      uint64 `json:"deficit"`
+	Deficit      int64  `json:"deficit"`
+	Keys         int    `json:"fairness_keys"`
 	PinnedLanes  int    `json:"pinned_lanes"`
 	BlockedLanes int    `json:"blocked_lanes"`
 	FreeRanks    int    `json:"free_ranks"`
@@ -441,7 +485,7 @@ func (s *Scheduler) Stats(dst []ClassStats) []ClassStats {
 		pinned, blocked := c.Lanes()
 		dst = append(dst, ClassStats{
 			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
-			Deficit: s.arb.Deficit(k), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
+			Deficit: s.arb.Deficit(k), Keys: c.Keys(), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
 		})
 	}
 	return dst
