@@ -8,8 +8,8 @@ import (
 
 // step is one Next call and the state it must leave.
 type step struct {
-	k        int      // class taken, -1 for none
-	id       int      // request taken (ignored when k is -1)
+	k        int     // class taken, -1 for none
+	id       int     // request taken (ignored when k is -1)
 	deficits []int64 // every class's deficit afterwards
 	cursor   int
 	carry    int

@@ -125,7 +125,7 @@ func TestMatchesReference(t *testing.T) {
 		}
 
 		a, ref := New(quanta), newRef(quanta)
-		var refunds int64 // settlement corrections that raised a deficit
+		var refunds int64                 // settlement corrections that raised a deficit
 		w, rw := newWorld(n), newWorld(n) // the arbiter's classes, the reference's
 		nextID := 0
 		seen := map[int]int{} // request id -> times dispatched or expired
