@@ -95,9 +95,10 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		},
 		Scoring: filters.Scoring{BlockSize: s.blockSize, OverlapCredit: s.overlapCredit, PrefillScale: s.prefillScale,
 			DecodeRequestWeight: s.decW, Temperature: s.temperature},
-		Grace:      int64(s.grace),
-		Rand:       rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
-		MaxWorkers: s.maxWorkers,
+		Grace:           int64(s.grace),
+		Rand:            rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		MaxWorkers:      s.maxWorkers,
+		MaxKeysPerClass: s.maxKeysPerClass,
 	}, time.Now().UnixNano())
 
 	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
