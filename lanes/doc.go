@@ -108,7 +108,9 @@
 // request's key stays until [Keyed.Settle] or [Keyed.Release]); with
 // KeyConfig.MaxKeys keys tracked, new keys share [OverflowKey] (the request's
 // Key is rewritten). A key costs 112 bytes plus its map entry and heap slot,
-// about 140 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused.
+// about 140 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
+// key heap is 4-ary and its entries carry a copy of (v, order), so a sift reads
+// one array rather than the keys.
 //
 // Cost, for K keys with an open lane, n requests in a lane and L lanes of a key:
 //

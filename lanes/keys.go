@@ -297,7 +297,7 @@ func (c *Keyed) Candidate() (uint64, bool) {
 		}
 	}
 	for len(c.keys) > 0 {
-		k := c.keys[0]
+		k := c.keys[0].k
 		if r := c.keyCandidate(k); r != nil {
 			c.cand, c.candKey = r, k
 			return r.DRRCost(), true
@@ -348,15 +348,21 @@ func (c *Keyed) Pop() {
 	cost := r.DRRCost()
 	c.remove(k, r)
 	c.vnow = max(c.vnow, k.v) // the v at which k was served
-	k.v += float64(cost) / k.weight
+	c.setV(k, k.v+float64(cost)/k.weight)
 	if cost > 0 {
 		k.owed++
 	}
-	if k.pos >= 0 {
-		c.keys.fix(int(k.pos))
-	}
 	c.leave(k)
 	c.last = r
+}
+
+// setV sets k's normalized service, and its place in the key heap.
+func (c *Keyed) setV(k *key, v float64) {
+	k.v = v
+	if k.pos >= 0 {
+		c.keys[k.pos].v = v
+		c.keys.fix(int(k.pos))
+	}
 }
 
 // Last returns the request removed by the last Pop.
@@ -371,10 +377,7 @@ func (c *Keyed) Settle(name string, delta int64) bool {
 	if k == nil {
 		return false
 	}
-	k.v += float64(delta) / k.weight
-	if k.pos >= 0 {
-		c.keys.fix(int(k.pos))
-	}
+	c.setV(k, k.v+float64(delta)/k.weight)
 	if k.owed > 0 {
 		k.owed--
 	}
@@ -523,37 +526,44 @@ func (c *Keyed) dropBlocked(l *lane) {
 	l.blocked = false
 }
 
-// keyHeap is a binary heap of keys ordered by (v, order); each key knows its
-// position (key.pos), -1 when it is not in the heap.
-type keyHeap []*key
+// keyHeap is a 4-ary heap of keys ordered by (v, order). Each entry carries a
+// copy of its key's v and order, so that sifting reads the heap's own array
+// rather than the keys; each key knows its position (key.pos), -1 when it is not
+// in the heap. While a key is in the heap, Keyed.setV keeps both copies of v equal.
+type keyHeap []keyEntry
 
-func (h keyHeap) less(i, j int) bool {
-	if h[i].v != h[j].v {
-		return h[i].v < h[j].v
+type keyEntry struct {
+	v     float64
+	order uint64
+	k     *key
+}
+
+const arity = 4
+
+func (e *keyEntry) less(o *keyEntry) bool {
+	if e.v != o.v {
+		return e.v < o.v
 	}
-	return h[i].order < h[j].order
+	return e.order < o.order
 }
 
-func (h keyHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos = int32(i)
-	h[j].pos = int32(j)
-}
+func (h keyHeap) less(i, j int) bool { return h[i].less(&h[j]) }
 
 func (h *keyHeap) push(k *key) {
 	k.pos = int32(len(*h))
-	*h = append(*h, k)
+	*h = append(*h, keyEntry{k.v, k.order, k})
 	h.up(int(k.pos))
 }
 
 func (h *keyHeap) remove(i int) {
 	x := *h
 	n := len(x) - 1
-	k := x[i]
+	k := x[i].k
 	if i != n {
-		x.swap(i, n)
+		x[i] = x[n]
+		x[i].k.pos = int32(i)
 	}
-	x[n] = nil
+	x[n] = keyEntry{}
 	*h = x[:n]
 	if i != n {
 		h.fix(i)
@@ -568,31 +578,42 @@ func (h keyHeap) fix(i int) {
 }
 
 func (h keyHeap) up(j int) {
+	e := h[j]
 	for j > 0 {
-		i := (j - 1) / 2
-		if !h.less(j, i) {
+		i := (j - 1) / arity
+		if !e.less(&h[i]) {
 			break
 		}
-		h.swap(i, j)
+		h[j] = h[i]
+		h[j].k.pos = int32(j)
 		j = i
 	}
+	h[j] = e
+	e.k.pos = int32(j)
 }
 
 func (h keyHeap) down(i0 int) bool {
 	i, n := i0, len(h)
+	e := h[i]
 	for {
-		j := 2*i + 1
-		if j >= n {
+		c := arity*i + 1
+		if c >= n {
 			break
 		}
-		if k := j + 1; k < n && h.less(k, j) {
-			j = k
+		m := c
+		for j := c + 1; j < c+arity && j < n; j++ {
+			if h[j].less(&h[m]) {
+				m = j
+			}
 		}
-		if !h.less(j, i) {
+		if !h[m].less(&e) {
 			break
 		}
-		h.swap(i, j)
-		i = j
+		h[i] = h[m]
+		h[i].k.pos = int32(i)
+		i = m
 	}
+	h[i] = e
+	e.k.pos = int32(i)
 	return i > i0
 }

@@ -256,11 +256,15 @@ func TestKeyedModel(t *testing.T) {
 // heap exactly when it has a lane not known to be blocked, and the totals.
 func keyedInvariants(c *Keyed) error {
 	n := 0
-	for i, k := range c.keys {
+	for i, e := range c.keys {
+		k := e.k
 		if int(k.pos) != i {
 			return fmt.Errorf("key heap: %s at %d has pos %d", k.name, i, k.pos)
 		}
-		if p := (i - 1) / 2; i > 0 && c.keys.less(i, p) {
+		if e.v != k.v || e.order != k.order {
+			return fmt.Errorf("key heap: %s entry (%v, %d) differs from its key (%v, %d)", k.name, e.v, e.order, k.v, k.order)
+		}
+		if p := (i - 1) / arity; i > 0 && c.keys.less(i, p) {
 			return fmt.Errorf("key heap: %s ranks before its parent", k.name)
 		}
 	}
