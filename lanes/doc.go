@@ -107,8 +107,8 @@
 // Memory is bounded by the keys backlogged or owed a settlement (a popped
 // request's key stays until [Keyed.Settle] or [Keyed.Release]); with
 // KeyConfig.MaxKeys keys tracked, new keys share [OverflowKey] (the request's
-// Key is rewritten). A key costs 112 bytes plus its map entry and heap slot,
-// about 140 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
+// Key is rewritten). A key costs 112 bytes plus its map entry and 24-byte heap entry,
+// about 160 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
 // key heap is 4-ary and its entries carry a copy of (v, order), so a sift reads
 // one array rather than the keys.
 //
