@@ -2,13 +2,18 @@
 GO       ?= go
 PKGS     ?= ./...
 DEMO     ?= 1
+ARGS     ?=
+BIN      ?= bin
 BENCHTIME ?= 1s
 
 .PHONY: run test vet fmt bench bench-e2e bench-quick build fuzz fuzz-short cover clean
 
-## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone)
+## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone;
+## ARGS: more flags). It builds $(BIN)/dispatcher and execs it, so that a signal to make reaches the dispatcher
+## (`go run` does not pass SIGTERM on to its child, which then kept both ports after make was killed).
 run:
-	$(GO) run ./cmd/dispatcher --policy-config configs/policy-classes.yaml --demo=$(DEMO)
+	$(GO) build -o $(BIN)/dispatcher ./cmd/dispatcher
+	exec $(BIN)/dispatcher --policy-config configs/policy-classes.yaml --demo=$(DEMO) $(ARGS)
 
 ## test: vet, gofmt check, every test under the race detector, then each fuzz target briefly
 test: vet fmt
@@ -57,7 +62,7 @@ cover:
 	$(GO) test -cover ./drr/ ./lanes/ ./filters/ ./workers/ ./configs/ ./scheduler/
 
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/...
 
 clean:
 	rm -rf bin data

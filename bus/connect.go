@@ -47,6 +47,13 @@ type Options struct {
 	// User and Password authenticate with a user name and password.
 	User, Password string
 
+	// InboxPrefix replaces "_INBOX" as the prefix of the connection's reply
+	// subjects (handshake answers, JetStream API answers, pulled messages);
+	// "" keeps _INBOX. With one per dispatcher, NATS permissions can keep
+	// pools on one account from reading each other's inboxes
+	// (docs/security.md). A literal subject.
+	InboxPrefix string
+
 	// TLSCA is a PEM file of CAs that verify the server.
 	TLSCA string
 	// TLSCert and TLSKey are the client's certificate and key (PEM files), both or neither.
@@ -137,6 +144,9 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return nil, errors.New("bus: connect: TLS certificate and key must be given together")
 	}
+	if o.InboxPrefix != "" && !validSubject(o.InboxPrefix) {
+		return nil, fmt.Errorf("%w: connect: inbox prefix %q", ErrInvalidSubject, o.InboxPrefix)
+	}
 	if o.ReconnectWait < 0 || o.PingInterval < 0 {
 		return nil, errors.New("bus: connect: negative reconnect wait or ping interval")
 	}
@@ -205,6 +215,9 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 		opts = append(opts, opt)
 	case o.User != "" || o.Password != "":
 		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	if o.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(o.TLSCA))

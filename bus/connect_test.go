@@ -77,12 +77,27 @@ func TestConnectRetriesUntilContextEnds(t *testing.T) {
 	}
 }
 
+// TestConnectInboxPrefix: the connection's reply subjects, and so its
+// JetStream API answers, use the configured inbox prefix.
+func TestConnectInboxPrefix(t *testing.T) {
+	ts := startServer(t, nil)
+	nc, err := Connect(ctxT(t), Options{URL: ts.url(), InboxPrefix: "_INBOX_pool_a"}, nopLogger())
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	defer nc.Close()
+	if got := nc.NewInbox(); !strings.HasPrefix(got, "_INBOX_pool_a.") {
+		t.Errorf("inbox %q, want it under _INBOX_pool_a", got)
+	}
+}
+
 func TestConnectRejectsBadOptions(t *testing.T) {
 	for name, o := range map[string]Options{
 		"two auth methods": {User: "u", Password: "p", CredsFile: "x.creds"},
 		"cert without key": {TLSCert: "c.pem"},
 		"missing CA file":  {TLSCA: "/nonexistent/ca.pem"},
 		"missing nkey":     {NKeyFile: "/nonexistent/seed.nk"},
+		"wildcard inbox":   {InboxPrefix: "_INBOX_x.*"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err := Connect(ctx, o, nopLogger())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,13 @@ const (
 	HeaderClass        = "Dispatch-Class"
 	// HeaderMsgID is JetStream's dedupe key; it is matched exactly.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderBodyDropped marks a dead letter stored without the request's body
+	// (too large to store or to forward); its value is the body's size in bytes.
+	HeaderBodyDropped = "Dispatch-Body-Dropped"
+	// HeaderHeadersDropped lists, quoted and comma-separated, the request's
+	// headers left out of its dead letter because NATS cannot send their names,
+	// or "all" when every original header was left out (DeadLetter.Bare).
+	HeaderHeadersDropped = "Dispatch-Headers-Dropped"
 )
 
 // Tuning of DeadLetterer.
@@ -61,6 +69,13 @@ type DeadLetter struct {
 	// Body is the request's body, stored untouched. It is not copied: do not
 	// modify it until done is called.
 	Body []byte
+	// DropBody stores the letter without Body, with Dispatch-Body-Dropped set
+	// to its size: for a request whose body is too large to forward or store.
+	DropBody bool
+	// Bare leaves out the body and every original header (the letter carries
+	// only ours and Dispatch-Headers-Dropped: all): the last resort for a
+	// request whose headers alone cannot be stored.
+	Bare bool
 }
 
 // DeadLetterer publishes dead letters to DLQStream with JetStream
@@ -87,6 +102,7 @@ type DeadLetterer struct {
 	closeCtx context.Context
 
 	pending atomic.Int64
+	retries atomic.Uint64
 	wake    chan struct{} // cap 1
 	closing chan struct{}
 	exited  chan struct{}
@@ -154,10 +170,12 @@ func NewDeadLetterer(js jetstream.JetStream, prefix string, log zerolog.Logger) 
 // Publish queues dl for the DLQ and returns at once. done is called exactly
 // once, from the DeadLetterer's goroutine, when Publish returned nil: with nil
 // once JetStream has stored the letter (or reports it a duplicate of a stored
-// one), with an error when the letter can never be stored (too large for the
-// stream or the connection), or when Close gives up on it. Publish fails
-// without calling done for an invalid letter (no RequestID, a class that is
-// not a subject token, nil done) or after Close.
+// one), with an error wrapping ErrRequestFault when this letter can never be
+// stored (too large for the stream or the connection: the caller may try a
+// smaller one), or an error wrapping ErrConnectionFault when the server cannot
+// store dead letters at all or Close gives up on it. Publish fails without
+// calling done for an invalid letter (no RequestID, nil done; a class that is
+// not a subject token wraps ErrRequestFault) or after Close (ErrClosed).
 func (d *DeadLetterer) Publish(dl DeadLetter, done func(error)) error {
 	if done == nil {
 		return errors.New("bus: dead letter: nil done function")
@@ -166,12 +184,12 @@ func (d *DeadLetterer) Publish(dl DeadLetter, done func(error)) error {
 		return errors.New("bus: dead letter: empty request id")
 	}
 	if !validToken(dl.Class) {
-		return fmt.Errorf("%w: dead letter %s: class %q", ErrInvalidSubject, dl.RequestID, dl.Class)
+		return fmt.Errorf("%w: %w: dead letter %s: class %q", ErrRequestFault, ErrInvalidSubject, dl.RequestID, dl.Class)
 	}
 	l := &letter{
 		subject:   d.subj.DLQ(dl.Class),
 		header:    dlqHeader(dl),
-		body:      dl.Body,
+		body:      letterBody(dl),
 		requestID: dl.RequestID,
 		class:     dl.Class,
 		done:      done,
@@ -192,6 +210,11 @@ func (d *DeadLetterer) Publish(dl DeadLetter, done func(error)) error {
 // has not been called yet.
 func (d *DeadLetterer) Pending() int { return int(d.pending.Load()) }
 
+// Retries returns how many publishes failed and were scheduled again with
+// backoff (a disconnect, republished at once on reconnection, is not counted).
+// A dead letter the DLQ keeps refusing is retried at most every 5 s.
+func (d *DeadLetterer) Retries() uint64 { return d.retries.Load() }
+
 // Close stops accepting letters and waits until every pending one is stored,
 // or ctx ends: then the remaining ones get done(err) with an error wrapping
 // ctx.Err(), and Close returns such an error too. Close waits for the
@@ -209,18 +232,47 @@ func (d *DeadLetterer) Close(ctx context.Context) error {
 	return d.result
 }
 
-// dlqHeader builds the DLQ copy's headers (docs/protocol.md, Outcomes).
+// letterBody is what a letter stores as its body.
+func letterBody(dl DeadLetter) []byte {
+	if dl.DropBody || dl.Bare {
+		return nil
+	}
+	return dl.Body
+}
+
+// dlqHeader builds the DLQ copy's headers (docs/protocol.md, Dead letters).
+// Headers whose names NATS cannot send are left out and listed in
+// Dispatch-Headers-Dropped, so that a request is never refused by the DLQ for
+// a header its producer got past the server.
 func dlqHeader(dl DeadLetter) nats.Header {
-	ours := []string{HeaderError, HeaderErrorMessage, HeaderRequestID, HeaderClass}
+	ours := []string{HeaderError, HeaderErrorMessage, HeaderRequestID, HeaderClass, HeaderHeadersDropped, HeaderBodyDropped}
 	h := make(nats.Header, len(dl.Header)+len(ours)+1)
+	var dropped []string
 	for k, v := range dl.Header {
+		if dl.Bare {
+			break
+		}
 		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
 			continue
 		}
 		if slices.ContainsFunc(ours, func(o string) bool { return strings.EqualFold(o, k) }) {
 			continue // ours replace theirs, whatever the spelling
 		}
+		if !HeaderNameOK(k) {
+			dropped = append(dropped, k)
+			continue
+		}
 		h[k] = slices.Clone(v)
+	}
+	switch {
+	case dl.Bare && len(dl.Header) > 0:
+		h.Set(HeaderHeadersDropped, "all")
+	case len(dropped) > 0:
+		slices.Sort(dropped)
+		h.Set(HeaderHeadersDropped, quoteNames(dropped))
+	}
+	if dl.DropBody || dl.Bare {
+		h.Set(HeaderBodyDropped, strconv.Itoa(len(dl.Body)))
 	}
 	h.Set(HeaderError, headerValue(dl.Code))
 	h.Set(HeaderErrorMessage, headerValue(dl.Message))
@@ -283,9 +335,9 @@ func (d *DeadLetterer) run() {
 			ready = append(ready, l)
 			return
 		}
-		if permanentPublishError(err) {
+		if fault := permanentPublishError(err); fault != nil {
 			ev.Msg("dead letter cannot be stored")
-			finish(l, fmt.Errorf("bus: dead letter %s to %s: %w", l.requestID, l.subject, err))
+			finish(l, fmt.Errorf("bus: dead letter %s to %s: %w: %w", l.requestID, l.subject, fault, err))
 			return
 		}
 		if l.bo == nil {
@@ -297,6 +349,7 @@ func (d *DeadLetterer) run() {
 		}
 		wait := l.bo.NextBackOff()
 		l.retryAt = now.Add(wait)
+		d.retries.Add(1)
 		ev.Dur("retry_in", wait).Msg("dead letter publish failed, retrying")
 		waiting = append(waiting, l)
 	}
@@ -383,7 +436,7 @@ func (d *DeadLetterer) run() {
 				n++
 				d.log.Error().Err(err).Str("request_id", l.requestID).Str("class", l.class).
 					Str("subject", l.subject).Int("attempt", l.attempts).Msg("dead letter abandoned at close")
-				finish(l, fmt.Errorf("bus: dead letter %s abandoned at close: %w", l.requestID, err))
+				finish(l, fmt.Errorf("bus: dead letter %s abandoned at close: %w: %w", l.requestID, ErrConnectionFault, err))
 			}
 			for _, l := range ready {
 				abandon(l)
@@ -401,10 +454,16 @@ func (d *DeadLetterer) run() {
 	}
 }
 
-// permanentPublishError reports errors that retrying the same letter cannot fix.
-func permanentPublishError(err error) bool {
-	return errors.Is(err, nats.ErrMaxPayload) ||
-		errors.Is(err, nats.ErrBadSubject) ||
-		errors.Is(err, nats.ErrHeadersNotSupported) ||
-		errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
+// permanentPublishError returns the fault class of an error that retrying the
+// same letter cannot fix, or nil for one worth retrying: ErrRequestFault when
+// the letter itself is refused (too large, a header NATS cannot send, a bad
+// subject), ErrConnectionFault when the server cannot take headers at all.
+func permanentPublishError(err error) error {
+	switch {
+	case requestPublishError(err), errors.Is(err, nats.ErrBadSubject):
+		return ErrRequestFault
+	case errors.Is(err, nats.ErrHeadersNotSupported):
+		return ErrConnectionFault
+	}
+	return nil
 }

@@ -12,8 +12,10 @@
 // rejection (ErrAuth), which fails at once. Afterwards the connection
 // reconnects forever (nats.MaxReconnects(-1)); every state change is logged.
 //
-// EnsureStreams creates or updates DISPATCH_REQ ("<prefix>.req.*", work-queue
-// retention) and DISPATCH_DLQ ("<prefix>.dlq.*", limits retention), docs/protocol.md.
+// EnsureStreams creates or updates <Q>_REQ ("<prefix>.req.*", work-queue
+// retention) and <Q>_DLQ ("<prefix>.dlq.*", limits retention), docs/protocol.md;
+// Q is the prefix upper-cased with '.' and '-' as '_' (DISPATCH for the
+// default prefix). Every name comes from Subjects, which is naming.Names.
 // Settings an operator added (limits, max age) are kept; a storage or
 // retention change, which JetStream cannot make in place, is ErrStreamConflict.
 //
@@ -34,6 +36,19 @@
 // PublishOutcome publishes the docs/protocol.md, Outcomes JSON to a request's Dispatch-Reply-To
 // subject; SubscribeLoad hands every "<prefix>.load.<worker>" message to a
 // function, unparsed.
+//
+// # Whose fault is an error
+//
+// Every error of Send, of Publish and its done function, and of
+// PublishOutcome wraps one fault class (fault.go; docs/decisions.md, Whose
+// fault is an error): ErrRequestFault when the message itself cannot be sent
+// (over max_payload, a header name NATS cannot send: *RequestFault carries a
+// reason fit for an outcome), ErrWorkerFault when the worker's subject cannot
+// be published to, ErrConnectionFault for the rest. Fault returns the class;
+// the actor branches on it, so that one request's fault never excludes a
+// worker. Dead letters leave out headers NATS cannot send (listed in
+// Dispatch-Headers-Dropped) and can be stored without the body (DropBody) or
+// without any original header (Bare).
 //
 // # Wire details
 //

@@ -26,14 +26,31 @@ const (
 
 // Errors of Handshaker.Send.
 var (
-	// ErrClosed reports use of a closed Handshaker or DeadLetterer.
-	ErrClosed = errors.New("bus: closed")
+	// ErrClosed reports use of a closed Handshaker or DeadLetterer. It is a
+	// connection fault.
+	ErrClosed = fmt.Errorf("bus: closed (%w)", ErrConnectionFault)
 	// ErrNotConnected reports a dispatch attempted while the connection is not
-	// up (docs/protocol.md, Dispatch handshake: nothing is dispatched while disconnected).
-	ErrNotConnected = errors.New("bus: not connected to nats")
-	// ErrDuplicateToken reports a Send with a token that is still in flight.
-	ErrDuplicateToken = errors.New("bus: token already in flight")
+	// up (docs/protocol.md, Dispatch handshake: nothing is dispatched while
+	// disconnected). It is a connection fault.
+	ErrNotConnected = fmt.Errorf("bus: not connected to nats (%w)", ErrConnectionFault)
+	// ErrDuplicateToken reports a Send with a token that is still in flight: a
+	// bug of the caller, classed as a connection fault so that nobody is blamed.
+	ErrDuplicateToken = fmt.Errorf("bus: token already in flight (%w)", ErrConnectionFault)
 )
+
+// RequestFault is the error of a request that cannot be sent as it is
+// (ErrRequestFault): Reason says why in words fit for a dead letter and an
+// outcome (the size against max_payload, or the header names NATS cannot
+// send); Err is the publish error.
+type RequestFault struct {
+	Reason string
+	Err    error
+}
+
+func (e *RequestFault) Error() string { return "bus: " + e.Reason + ": " + e.Err.Error() }
+
+// Unwrap returns ErrRequestFault and the publish error.
+func (e *RequestFault) Unwrap() []error { return []error{ErrRequestFault, e.Err} }
 
 // Outcome is how a worker answered a dispatched request (docs/protocol.md, Dispatch handshake).
 type Outcome int
@@ -168,10 +185,13 @@ func NewHandshaker(nc *nats.Conn, prefix string, timeout time.Duration, deliver 
 // after Send returns. Send fails with ErrNotConnected while the connection is
 // down, ErrDuplicateToken when token is already in flight, ErrClosed after
 // Close, ErrInvalidSubject for a worker id that is not a subject token, or the
-// publish error; then deliver is not called for it.
+// publish error; then deliver is not called for it. Every error wraps its fault
+// class (see Fault): a *RequestFault (ErrRequestFault) when the request is over
+// max_payload with hdr or has a header NATS cannot send, ErrWorkerFault for an
+// invalid worker id, ErrConnectionFault for the rest.
 func (h *Handshaker) Send(worker string, hdr nats.Header, body []byte, token uint64) error {
 	if !validToken(worker) {
-		return fmt.Errorf("%w: worker id %q", ErrInvalidSubject, worker)
+		return fmt.Errorf("%w: %w: worker id %q", ErrWorkerFault, ErrInvalidSubject, worker)
 	}
 	if h.nc.Status() != nats.CONNECTED {
 		return ErrNotConnected
@@ -214,7 +234,14 @@ func (h *Handshaker) Send(worker string, hdr nats.Header, body []byte, token uin
 		}
 		h.mu.Unlock()
 		if still {
-			return fmt.Errorf("bus: dispatch to %s: %w", worker, err)
+			if requestPublishError(err) {
+				reason := describeRequestFault(h.nc, hdr, body)
+				if reason == "" {
+					reason = err.Error()
+				}
+				return &RequestFault{Reason: reason, Err: err}
+			}
+			return fmt.Errorf("bus: dispatch to %s: %w", worker, publishFault(err))
 		}
 		// Already resolved (and delivered) meanwhile: the Send stands.
 	}

@@ -34,13 +34,18 @@ type StreamConfig struct {
 	DuplicateWindow time.Duration
 }
 
-// EnsureStreams creates ReqStream (subjects "<prefix>.req.*", work-queue
-// retention) and DLQStream (subjects "<prefix>.dlq.*", limits retention) when
-// they are missing, and otherwise updates them to the configured subjects,
-// replicas and duplicate window, keeping every other setting an operator may
-// have made (limits, max age, placement...). A stream that already matches is
-// left alone. An existing stream with another storage type or retention policy
-// fails with ErrStreamConflict naming it: JetStream cannot change either in place.
+// EnsureStreams creates the prefix's request stream ("<Q>_REQ", subjects
+// "<prefix>.req.*", work-queue retention) and dead-letter stream ("<Q>_DLQ",
+// subjects "<prefix>.dlq.*", limits retention) when they are missing
+// (Subjects.ReqStream, Subjects.DLQStream), and otherwise updates them to the
+// configured replicas and duplicate window, keeping every other setting an
+// operator may have made (limits, max age, placement...). A stream that
+// already matches is left alone. An existing stream with another storage type
+// or retention policy fails with ErrStreamConflict naming it: JetStream cannot
+// change either in place. So does one that captures other subjects: it
+// belongs to another deployment whose prefix names the same streams ("a.b"
+// and "a_b" both name A_B_REQ; docs/deployment.md, Several pools on one NATS
+// account), and taking its subjects would take its requests.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) error {
 	subj, err := NewSubjects(c.Prefix)
 	if err != nil {
@@ -63,7 +68,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) 
 	}
 	want := []jetstream.StreamConfig{
 		{
-			Name:       ReqStream,
+			Name:       subj.ReqStream(),
 			Subjects:   []string{subj.ReqAll()},
 			Retention:  jetstream.WorkQueuePolicy,
 			Storage:    c.Storage,
@@ -71,7 +76,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) 
 			Duplicates: c.DuplicateWindow,
 		},
 		{
-			Name:       DLQStream,
+			Name:       subj.DLQStream(),
 			Subjects:   []string{subj.DLQAll()},
 			Retention:  jetstream.LimitsPolicy,
 			Storage:    c.Storage,
@@ -94,6 +99,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.Strea
 		if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, w) }); err != nil {
 			// Another dispatcher may have created it meanwhile: fall through
 			// to the update path once.
+			if isSubjectOverlap(err) {
+				return fmt.Errorf("bus: create stream %s: %w: another stream captures %v (one created by an earlier release for this prefix "+
+					"is named DISPATCH_REQ or DISPATCH_DLQ: docs/deployment.md, Several pools on one NATS account)", w.Name, err, w.Subjects)
+			}
 			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return fmt.Errorf("bus: create stream %s: %w", w.Name, err)
 			}
@@ -116,17 +125,31 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.Strea
 		return fmt.Errorf("%w: stream %s has %s retention, want %s; JetStream cannot change it: delete or rename the stream",
 			ErrStreamConflict, w.Name, cur.Retention, w.Retention)
 	}
-	if sameSet(cur.Subjects, w.Subjects) && cur.Replicas == w.Replicas && cur.Duplicates == w.Duplicates {
+	if !sameSet(cur.Subjects, w.Subjects) {
+		return fmt.Errorf("%w: stream %s captures %v, want %v: another deployment whose subject prefix names the same streams uses it; "+
+			"choose a prefix that differs after upper-casing and turning '.' and '-' into '_'", ErrStreamConflict, w.Name, cur.Subjects, w.Subjects)
+	}
+	if cur.Replicas == w.Replicas && cur.Duplicates == w.Duplicates {
 		return nil
 	}
 	next := cur
-	next.Subjects = w.Subjects
 	next.Replicas = w.Replicas
 	next.Duplicates = w.Duplicates
 	if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.UpdateStream(ctx, next) }); err != nil {
 		return fmt.Errorf("bus: update stream %s: %w", w.Name, err)
 	}
 	return nil
+}
+
+// jsErrSubjectOverlap is the JetStream error code of "subjects overlap with an
+// existing stream" (nats-server's JSStreamSubjectOverlapErr).
+const jsErrSubjectOverlap jetstream.ErrorCode = 10065
+
+// isSubjectOverlap reports whether err is JetStream's refusal to create a
+// stream whose subjects another stream captures.
+func isSubjectOverlap(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrSubjectOverlap
 }
 
 // sameSet reports whether a and b hold the same strings, in any order.

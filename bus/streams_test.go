@@ -57,6 +57,7 @@ func TestEnsureStreamsIdempotentAndUpdates(t *testing.T) {
 	js := newJS(t, connect(t, ts))
 	ctx := ctxT(t)
 	c := StreamConfig{Prefix: "acme.d", Storage: jetstream.MemoryStorage, DuplicateWindow: time.Minute}
+	const reqStream, dlqStream = "ACME_D_REQ", "ACME_D_DLQ" // the streams of prefix acme.d
 	if err := EnsureStreams(ctx, js, c); err != nil {
 		t.Fatalf("first EnsureStreams: %v", err)
 	}
@@ -65,7 +66,7 @@ func TestEnsureStreamsIdempotentAndUpdates(t *testing.T) {
 		t.Fatalf("publish: %v", err)
 	}
 	// An operator's own setting survives updates.
-	dlq := streamConfig(t, js, DLQStream)
+	dlq := streamConfig(t, js, dlqStream)
 	dlq.MaxAge = time.Hour
 	if _, err := js.UpdateStream(ctx, dlq); err != nil {
 		t.Fatalf("operator update: %v", err)
@@ -77,7 +78,7 @@ func TestEnsureStreamsIdempotentAndUpdates(t *testing.T) {
 	if err := EnsureStreams(ctx, js, c); err != nil {
 		t.Fatalf("EnsureStreams with a new duplicate window: %v", err)
 	}
-	for _, name := range []string{ReqStream, DLQStream} {
+	for _, name := range []string{reqStream, dlqStream} {
 		cfg := streamConfig(t, js, name)
 		if cfg.Duplicates != 5*time.Minute {
 			t.Errorf("%s duplicates: got %v, want 5m", name, cfg.Duplicates)
@@ -86,18 +87,82 @@ func TestEnsureStreamsIdempotentAndUpdates(t *testing.T) {
 			t.Errorf("%s storage: got %v, want memory", name, cfg.Storage)
 		}
 	}
-	if got := streamConfig(t, js, DLQStream).MaxAge; got != time.Hour {
+	if got := streamConfig(t, js, dlqStream).MaxAge; got != time.Hour {
 		t.Errorf("DLQ max age: got %v, want 1h (kept)", got)
 	}
-	if got := streamConfig(t, js, ReqStream).Subjects; !slices.Equal(got, []string{"acme.d.req.*"}) {
+	if got := streamConfig(t, js, reqStream).Subjects; !slices.Equal(got, []string{"acme.d.req.*"}) {
 		t.Errorf("req subjects: got %v", got)
 	}
-	s, err := js.Stream(ctx, ReqStream)
+	s, err := js.Stream(ctx, reqStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := s.CachedInfo().State.Msgs; got != 1 {
 		t.Errorf("req stream messages: got %d, want 1", got)
+	}
+}
+
+// TestEnsureStreamsPerPrefix: two prefixes on one account get their own
+// streams, and the default prefix's names are untouched.
+func TestEnsureStreamsPerPrefix(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	ctx := ctxT(t)
+	for _, p := range []string{"llama", "qwen", ""} {
+		if err := EnsureStreams(ctx, js, StreamConfig{Prefix: p, Storage: jetstream.MemoryStorage}); err != nil {
+			t.Fatalf("EnsureStreams(%q): %v", p, err)
+		}
+	}
+	for _, c := range []struct{ name, subject string }{
+		{"LLAMA_REQ", "llama.req.*"}, {"LLAMA_DLQ", "llama.dlq.*"},
+		{"QWEN_REQ", "qwen.req.*"}, {"QWEN_DLQ", "qwen.dlq.*"},
+		{"DISPATCH_REQ", "dispatch.req.*"}, {"DISPATCH_DLQ", "dispatch.dlq.*"},
+	} {
+		if got := streamConfig(t, js, c.name).Subjects; !slices.Equal(got, []string{c.subject}) {
+			t.Errorf("%s subjects: got %v, want [%s]", c.name, got, c.subject)
+		}
+	}
+	// Ensuring one prefix again leaves the others alone.
+	if err := EnsureStreams(ctx, js, StreamConfig{Prefix: "llama", Storage: jetstream.MemoryStorage, Replicas: 1, DuplicateWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamConfig(t, js, "QWEN_REQ").Duplicates; got != DefaultDuplicateWindow {
+		t.Errorf("QWEN_REQ duplicate window: got %v, want %v (untouched)", got, DefaultDuplicateWindow)
+	}
+}
+
+// TestEnsureStreamsRefusesAnotherPrefixsStream: "a.b" and "a_b" name the
+// same streams; the second deployment must not take the first one's subjects
+// (and with them its requests).
+func TestEnsureStreamsRefusesAnotherPrefixsStream(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	ctx := ctxT(t)
+	if err := EnsureStreams(ctx, js, StreamConfig{Prefix: "a.b", Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	err := EnsureStreams(ctx, js, StreamConfig{Prefix: "a_b", Storage: jetstream.MemoryStorage})
+	if !errors.Is(err, ErrStreamConflict) || !strings.Contains(err.Error(), "A_B_REQ") || !strings.Contains(err.Error(), "a.b.req.*") {
+		t.Fatalf("got %v, want ErrStreamConflict naming A_B_REQ and a.b.req.*", err)
+	}
+	if got := streamConfig(t, js, "A_B_REQ").Subjects; !slices.Equal(got, []string{"a.b.req.*"}) {
+		t.Errorf("A_B_REQ subjects: got %v, want [a.b.req.*] (kept)", got)
+	}
+}
+
+// TestEnsureStreamsOldLayoutOverlap: an earlier release kept prefix llama's
+// requests in DISPATCH_REQ; creating LLAMA_REQ then fails, with a hint.
+func TestEnsureStreamsOldLayoutOverlap(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	ctx := ctxT(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_REQ", Subjects: []string{"llama.req.*"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	err := EnsureStreams(ctx, js, StreamConfig{Prefix: "llama", Storage: jetstream.MemoryStorage})
+	if err == nil || !strings.Contains(err.Error(), "LLAMA_REQ") || !strings.Contains(err.Error(), "DISPATCH_REQ") {
+		t.Fatalf("got %v, want an error naming LLAMA_REQ and the old DISPATCH_REQ", err)
 	}
 }
 
@@ -122,6 +187,8 @@ func TestEnsureStreamsRejectsBadConfig(t *testing.T) {
 	js := newJS(t, connect(t, ts))
 	for _, c := range []StreamConfig{
 		{Prefix: "a.*"},
+		{Prefix: "a/b"},
+		{Prefix: "a+b"},
 		{Replicas: 7},
 		{DuplicateWindow: -time.Second},
 	} {

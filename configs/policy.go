@@ -195,6 +195,20 @@ func (p *Policy) Resolve(token string, uncached uint64) int {
 	return p.matrix[f][lo]
 }
 
+// Known reports whether token names an explicit class or a policy family, that
+// is whether Resolve uses it rather than falling back to DefaultFamily. Every
+// token is known to the synthetic profile. Cost: two map lookups.
+func (p *Policy) Known(token string) bool {
+	if p.DefaultFamily == "" {
+		return true
+	}
+	if _, ok := p.explicit[token]; ok {
+		return true
+	}
+	_, ok := p.family[token]
+	return ok
+}
+
 // Index returns the index in Classes of the class with that name, or -1.
 // Cost: one map lookup.
 func (p *Policy) Index(name string) int {

@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,12 +71,8 @@ type held struct {
 	rank     int32
 	seq      uint64
 	dead     bool             // being dead-lettered
-	bodiless bool             // the dead letter is being stored without its body
+	form     letterForm       // the form of the dead letter being stored
 	err      *scheduler.Error // why, while dead
-}
-
-type loadMsg struct {
-	rep workers.Report
 }
 
 type dlqDone struct {
@@ -88,50 +86,50 @@ type thresholdReq struct {
 }
 
 // Actor is the queue actor. Create it with New, feed it through its methods
-// (each safe for concurrent use), and run it with Run.
+// (each safe for concurrent use, and none blocks a NATS callback: see
+// mailbox.go), and run it with Run.
 type Actor struct {
 	cfg Config
 	d   Deps
 	log zerolog.Logger
 
-	deliveries  chan []ingest.Delivery
-	results     chan bus.Result
-	loads       chan loadMsg
-	dlq         chan dlqDone
+	results     *mailbox[bus.Result]
+	loads       *reportBox
+	dlq         *mailbox[dlqDone]
 	thresholds  chan thresholdReq
 	conn        chan struct{} // a connection change; the state is in connState
-	role        chan struct{} // a role change; the state is in leading
+	role        chan struct{} // a role or term change; the state is in leading and term
 	handBackReq chan chan int
 
+	cur         *term // the term deliveries are admitted from
 	held        map[uint64]*held
 	inFlight    int
 	connected   bool
+	sendPaused  bool // a send failed for the connection's fault: wait for the next tick or connection event
 	stopping    bool
 	tickDecs    []scheduler.Decision
 	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
 	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
+	conflictLog map[string]time.Time // worker id -> last warning of two live instances
+	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+
+	ops opsLog // rate-limited operator warnings (opslog.go)
 
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
 	leading   atomic.Bool // this process may pull and dispatch (it holds the lease)
-	cons      atomic.Pointer[Releaser]
+	term      atomic.Pointer[term]
+	termMu    sync.Mutex // serialises SetConsumer
 }
-
-// SetConsumer sets the consumer that deliveries come from from now on (each
-// leadership term pulls with a consumer of its own).
-func (a *Actor) SetConsumer(r Releaser) { a.cons.Store(&r) }
-
-func (a *Actor) consumer() Releaser { return *a.cons.Load() }
 
 // idle is the consumer of an actor that has not pulled yet.
 type idle struct{}
 
 func (idle) Release(int) {}
-
-func (idle) Stop() {}
+func (idle) Stop()       {}
 
 // New returns an actor; it does nothing until Run.
 func New(cfg Config, d Deps) *Actor {
@@ -143,10 +141,9 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	a := &Actor{
 		cfg: cfg, d: d, log: d.Log.With().Str("component", "actor").Logger(),
-		deliveries:  make(chan []ingest.Delivery, 64),
-		results:     make(chan bus.Result, 4096),
-		loads:       make(chan loadMsg, 4096),
-		dlq:         make(chan dlqDone, 4096),
+		results:     newMailbox[bus.Result](),
+		loads:       newReportBox(),
+		dlq:         newMailbox[dlqDone](),
 		thresholds:  make(chan thresholdReq),
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
@@ -154,13 +151,16 @@ func New(cfg Config, d Deps) *Actor {
 		held:        make(map[uint64]*held),
 		hdr:         make(nats.Header, 16),
 		connected:   true,
+		conflictLog: make(map[string]time.Time),
+		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)
 	if d.Consumer == nil {
 		d.Consumer = idle{}
 	}
-	a.SetConsumer(d.Consumer)
+	a.cur = newTerm(d.Consumer)
+	a.term.Store(a.cur)
 	a.connState.Store(true)
 	a.grace.Store(true)
 	d.Metrics.SetConnected(true)
@@ -168,24 +168,25 @@ func New(cfg Config, d Deps) *Actor {
 	return a
 }
 
-// Deliveries is where ingest sends decoded request messages.
-func (a *Actor) Deliveries() chan<- []ingest.Delivery { return a.deliveries }
-
 // HandshakeResult delivers a worker's answer (the bus.Handshaker callback).
-func (a *Actor) HandshakeResult(r bus.Result) { a.results <- r }
+// It never blocks and never drops a result.
+func (a *Actor) HandshakeResult(r bus.Result) { a.results.put(r) }
 
 // LoadReport parses a raw load report on the caller's goroutine (the
 // bus.SubscribeLoad callback), so that a large or hostile report costs the
 // queue actor nothing, and delivers it if it is valid; a report that is not is
-// dropped and counted.
+// dropped and counted. It never blocks: a report not yet applied when a newer
+// one of the same worker arrives is superseded, counted as dropped.
 func (a *Actor) LoadReport(token string, data []byte) {
 	rep, err := workers.ParseReport(token, data)
 	if err != nil {
 		a.d.Metrics.LoadDropped(string(workers.Reason(err)))
-		a.log.Debug().Err(err).Str("worker_id", token).Msg("load report dropped")
+		a.droppedReport(token, string(workers.Reason(err)), err)
 		return
 	}
-	a.loads <- loadMsg{rep}
+	if shed := a.loads.put(rep); shed != "" {
+		a.d.Metrics.LoadDropped(shed)
+	}
 }
 
 // Connected tells the actor the NATS connection came back (true) or was lost.
@@ -203,6 +204,10 @@ func (a *Actor) Connected(up bool) {
 // caller then stops the consumer and calls HandBack. It never blocks.
 func (a *Actor) SetLeader(lead bool) {
 	a.leading.Store(lead)
+	a.signalRole()
+}
+
+func (a *Actor) signalRole() {
 	select {
 	case a.role <- struct{}{}:
 	default:
@@ -213,7 +218,8 @@ func (a *Actor) SetLeader(lead bool) {
 func (a *Actor) Leader() bool { return a.leading.Load() }
 
 // HandBack has the actor hand every queued message back for immediate
-// redelivery (it lost the lead) and returns how many it handed back.
+// redelivery (it lost the lead), and every delivery pulled and not yet
+// admitted (stop the consumer first), and returns how many it handed back.
 // Dispatches in flight stay in flight; a refusal then hands the request back too.
 func (a *Actor) HandBack(ctx context.Context) (int, error) {
 	reply := make(chan int, 1)
@@ -264,11 +270,12 @@ func (a *Actor) Run(ctx context.Context) {
 	defer tick.Stop()
 	lastView := time.Time{}
 	for {
+		a.syncTerm()
 		// While disconnected, deliveries wait in the channel: an arrival could
 		// otherwise be dispatched straight away (docs/protocol.md, Dispatch handshake).
-		deliveries := a.deliveries
-		if !a.connected || !a.leading.Load() {
-			deliveries = nil
+		var deliveries chan []ingest.Delivery
+		if a.connected && a.leading.Load() {
+			deliveries = a.cur.ch
 		}
 		select {
 		case <-ctx.Done():
@@ -277,28 +284,33 @@ func (a *Actor) Run(ctx context.Context) {
 			cancel()
 			return
 		case batch := <-deliveries:
-			now := a.cfg.Now()
-			for i := range batch {
-				a.admit(now, &batch[i])
+			a.admitBatch(batch)
+		case <-a.results.wake:
+			for _, r := range a.results.take() {
+				a.answer(r)
 			}
-		case r := <-a.results:
-			a.answer(r)
-		case l := <-a.loads:
-			a.report(l)
-		case d := <-a.dlq:
-			a.deadLettered(d)
+		case <-a.loads.wake:
+			for _, rep := range a.loads.take() {
+				a.report(rep)
+			}
+		case <-a.dlq.wake:
+			for _, d := range a.dlq.take() {
+				a.deadLettered(d)
+			}
 		case req := <-a.thresholds:
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
 			a.th.Store(&t)
 			close(req.done)
 		case <-a.conn:
+			a.sendPaused = false
 			a.connection(a.connState.Load())
 		case <-a.role:
 			a.d.Metrics.SetLeader(a.leading.Load())
 			a.log.Info().Bool("leader", a.leading.Load()).Msg("role changed")
 		case reply := <-a.handBackReq:
-			reply <- a.handBackQueued()
+			a.syncTerm()
+			reply <- a.handBackQueued() + a.retire(a.cur)
 		case <-tick.C:
 			now := a.cfg.Now()
 			a.tick(now)

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,8 @@ type fakeBus struct {
 	sent    []sent
 	letters []bus.DeadLetter
 	done    []func(error)
+	sendErr func(token uint64) error // nil: every send succeeds
+	pubErr  error                    // returned by every Publish
 }
 
 type sent struct {
@@ -71,16 +74,24 @@ type sent struct {
 
 func (b *fakeBus) Send(worker string, hdr nats.Header, _ []byte, token uint64) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sendErr != nil {
+		if err := b.sendErr(token); err != nil {
+			return err
+		}
+	}
 	b.sent = append(b.sent, sent{worker, cloneHeader(hdr), token}) // Send may not keep hdr
-	b.mu.Unlock()
 	return nil
 }
 
 func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.letters = append(b.letters, dl)
+	if b.pubErr != nil {
+		return b.pubErr
+	}
 	b.done = append(b.done, done)
-	b.mu.Unlock()
 	return nil
 }
 
@@ -136,8 +147,8 @@ func classNames(p *configs.Policy) []string {
 }
 
 func (f *fixture) report(id string, prefill uint64) {
-	f.a.report(loadMsg{workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
-		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}}})
+	f.a.report(workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i",
+		Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill}}})
 	f.a.drain()
 }
 
@@ -193,8 +204,16 @@ func TestActorRefusalRequeuesAndKeepsAlive(t *testing.T) {
 		t.Fatalf("sent %d queued %d, want 1 and 1: the refusing worker waits for its next report", len(f.b.sent), f.a.d.Scheduler.Queued(0))
 	}
 	f.report("w1", 0)
+	if len(f.b.sent) != 1 {
+		t.Fatalf("after a report within the exclusion: sent %d, want 1 (excluded for 10 ms whatever it reports)", len(f.b.sent))
+	}
+	f.now = f.now.Add(time.Duration(workers.MinExclusion))
+	f.report("w1", 0)
 	if len(f.b.sent) != 2 || f.b.sent[1].hdr.Get("Dispatch-Seq") != "2" {
-		t.Fatalf("after the report: sent %d, want the request sent again with seq 2", len(f.b.sent))
+		t.Fatalf("after the exclusion: sent %d, want the request sent again with seq 2", len(f.b.sent))
+	}
+	if got := f.b.sent[1].hdr["Dispatch-Ack-Wait-Ms"]; len(got) != 1 || got[0] != strconv.FormatInt(f.a.cfg.AckWait.Milliseconds(), 10) {
+		t.Fatalf("Dispatch-Ack-Wait-Ms = %q, want the ack wait %v in ms, with exactly that casing", got, f.a.cfg.AckWait)
 	}
 }
 
@@ -280,7 +299,7 @@ policy_classes:
 		f.a.answer(bus.Result{Token: last.token, Worker: last.worker, Outcome: bus.Accepted})
 		if i%256 == 255 { // the workers report (without seen_seq: counting every dispatch so far)
 			for k := range 64 {
-				f.a.report(loadMsg{workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"}})
+				f.a.report(workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"})
 			}
 		}
 	}

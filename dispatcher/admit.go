@@ -11,26 +11,26 @@ import (
 	"fairdispatch/scheduler"
 )
 
-// admit takes in one delivery.
+// admit takes in one delivery of the current term (a.cur).
 func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if h := a.held[dl.StreamSeq]; h != nil {
 		// A redelivery of a request we hold: keep one copy, with the new handle.
 		h.msg = dl.Msg
 		a.d.Keeper.Replace(dl.StreamSeq, dl.Msg)
-		a.consumer().Release(1)
+		a.cur.rel.Release(1)
 		a.d.Metrics.Redelivered()
 		return
 	}
 	if !a.active() {
 		_ = dl.Msg.Nak()
-		a.consumer().Release(1)
+		a.cur.rel.Release(1)
 		return
 	}
 	id := dl.Headers.MsgID
 	if id == "" {
 		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
 	}
-	h := &held{msg: dl.Msg, rel: a.consumer(), token: dl.Token, replyTo: dl.Headers.ReplyTo}
+	h := &held{msg: dl.Msg, rel: a.cur.rel, token: dl.Token, replyTo: dl.Headers.ReplyTo}
 	a.held[dl.StreamSeq] = h
 	if msg := a.malformed(dl); msg != "" {
 		if dl.Err == nil {
@@ -46,6 +46,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		a.reject(h, h.err)
 		return
 	}
+	a.noteToken(dl.Token)
 	hd := &dl.Headers
 	arr := scheduler.Arrival{
 		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap,

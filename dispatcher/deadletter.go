@@ -1,13 +1,28 @@
 package dispatcher
 
 import (
-	"strconv"
-
-	"github.com/nats-io/nats.go"
+	"errors"
 
 	"fairdispatch/bus"
+	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+)
+
+// letterForm is how much of the request a dead letter carries. A letter the
+// DLQ refuses for good (bus.ErrRequestFault) is stored again in the next,
+// smaller form, so that a request is never kept from its dead letter by its
+// own size or headers (docs/decisions.md, Whose fault is an error).
+type letterForm uint8
+
+const (
+	// formFull: the body and every header NATS can send.
+	formFull letterForm = iota
+	// formBodiless: as formFull without the body (Dispatch-Body-Dropped).
+	formBodiless
+	// formBare: without the body and without any original header
+	// (Dispatch-Headers-Dropped: all).
+	formBare
 )
 
 // reject dead-letters h; its message is acknowledged once the DLQ copy is stored.
@@ -16,28 +31,32 @@ func (a *Actor) reject(h *held, e *scheduler.Error) {
 	h.dead, h.err = true, e
 	a.d.Metrics.Rejected(r.Class, e.Code)
 	a.d.Keeper.Drop(r.Ref) // a dead letter is not kept alive: its publish is acknowledged in ms
-	if err := a.publishDead(h, h.msg.Headers(), h.msg.Data()); err != nil {
-		a.log.Error().Err(err).Str("request_id", r.ID).Msg("dead letter refused; handing the message back")
-		a.handBack(r.Ref, h)
-	}
+	a.storeDead(h)
 }
 
-// publishDead publishes h's dead letter with these headers and body; its
-// acknowledgement comes back to the actor as a dlqDone.
-func (a *Actor) publishDead(h *held, hdr nats.Header, body []byte) error {
+// storeDead publishes h's dead letter in form h.form; its acknowledgement
+// comes back to the actor as a dlqDone. A letter the dead letterer refuses at
+// once is handled as one that failed.
+func (a *Actor) storeDead(h *held) {
 	r, seq := h.snap, h.snap.Ref
 	class := h.token // the subject token when no class could be resolved
 	if r.Class >= 0 {
 		class = a.className(r.Class)
+	} else if !bus.ValidToken(class) {
+		class = bus.UnresolvedClass // the letter must have a subject to be stored
 	}
-	return a.d.DeadLetters.Publish(bus.DeadLetter{
-		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message, Header: hdr, Body: body,
-	}, func(err error) { a.dlq <- dlqDone{seq, err} })
+	err := a.d.DeadLetters.Publish(bus.DeadLetter{
+		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message,
+		Header: h.msg.Headers(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
+	}, func(err error) { a.dlq.put(dlqDone{seq, err}) })
+	if err != nil {
+		a.deadLetterFailed(h, err)
+	}
 }
 
 func (a *Actor) deadLettered(d dlqDone) {
 	h := a.held[d.seq]
-	if h == nil {
+	if h == nil || !h.dead {
 		return
 	}
 	if d.err != nil {
@@ -63,29 +82,36 @@ func (a *Actor) deadLettered(d dlqDone) {
 	}
 }
 
-// deadLetterFailed handles a dead letter the bus could not store for good (it
-// retries what a retry can fix). The first time, it stores a copy without the
-// body (a body too large for the DLQ is the usual cause), saying so in
-// Dispatch-Body-Dropped; if that fails too, the message goes back to the
-// stream, redelivered only after the ack wait, so it is neither lost nor spun on.
+// deadLetterFailed handles a dead letter the bus could not store for good
+// (it retries what a retry can fix). When the letter itself is refused
+// (bus.ErrRequestFault: too large, a header or subject NATS cannot take), it
+// is stored again in the next smaller form: without the body, then without
+// any original header. When even that fails, or the DLQ cannot take letters
+// at all (bus.ErrConnectionFault), the message goes back to the stream,
+// redelivered only after the ack wait: it is neither lost nor spun on, and
+// each such return is counted.
 func (a *Actor) deadLetterFailed(h *held, err error) {
 	r := h.snap
-	if !h.bodiless {
-		h.bodiless = true
-		a.log.Error().Err(err).Str("request_id", r.ID).Msg("dead letter not stored; storing it without its body")
-		hdr := make(nats.Header, len(h.msg.Headers())+1)
-		for k, v := range h.msg.Headers() {
-			hdr[k] = v
+	if bus.Fault(err) == bus.ErrRequestFault && h.form < formBare {
+		h.form++
+		action := metrics.DLQBodyDropped
+		if h.form == formBare {
+			action = metrics.DLQHeadersDropped
 		}
-		hdr.Set("Dispatch-Body-Dropped", strconv.Itoa(len(h.msg.Data())))
-		if a.publishDead(h, hdr, nil) == nil {
-			return
-		}
+		a.d.Metrics.DeadLetterFailed(action)
+		a.log.Error().Err(err).Str("request_id", r.ID).Str("action", action).Msg("dead letter not stored; storing a smaller one")
+		a.storeDead(h)
+		return
 	}
-	a.log.Error().Err(err).Str("request_id", r.ID).Dur("retry_in", a.cfg.AckWait).Msg("dead letter not stored; the request goes back to the stream")
-	_ = h.msg.NakWithDelay(a.cfg.AckWait)
 	delete(a.held, r.Ref)
 	h.rel.Release(1)
+	if errors.Is(err, bus.ErrClosed) { // shutting down: the next dispatcher takes it at once
+		_ = h.msg.Nak()
+		return
+	}
+	a.d.Metrics.DeadLetterFailed(metrics.DLQReturned)
+	a.log.Error().Err(err).Str("request_id", r.ID).Dur("retry_in", a.cfg.AckWait).Msg("dead letter not stored; the request goes back to the stream")
+	_ = h.msg.NakWithDelay(a.cfg.AckWait)
 }
 
 func (a *Actor) outcome(subject string, o bus.OutcomeMsg) {

@@ -1,11 +1,16 @@
 package dispatcher
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"fairdispatch/bus"
+	"fairdispatch/metrics"
+	"fairdispatch/request"
 	"fairdispatch/scheduler"
 )
 
@@ -16,7 +21,7 @@ func (a *Actor) drain() {
 	}
 	now := a.cfg.Now()
 	ns := now.UnixNano()
-	for a.leading.Load() {
+	for a.leading.Load() && !a.sendPaused {
 		d := a.d.Scheduler.Next(ns)
 		if d.Kind == scheduler.None {
 			return
@@ -36,8 +41,9 @@ func (a *Actor) decide(now time.Time, h *held, d scheduler.Decision) {
 }
 
 // dispatch headers the actor sets; any producer-sent variant of them is removed.
+// They are sent with exactly this casing (docs/protocol.md, Dispatch handshake).
 var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-Rank", "Dispatch-Seq",
-	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack"}
+	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack", "Dispatch-Ack-Wait-Ms"}
 
 func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
@@ -49,11 +55,11 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 			hdr[k] = v
 		}
 	}
-	// One backing array for the seven values: one allocation, not seven.
+	// One backing array for the eight values: one allocation, not eight.
 	v := make([]string, len(ownHeaders))
 	v[0], v[1], v[2] = r.ID, a.className(r.Class), strconv.Itoa(int(d.Rank))
 	v[3], v[4] = strconv.FormatUint(d.Seq, 10), strconv.FormatUint(r.Cost, 10)
-	v[5], v[6] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply()
+	v[5], v[6], v[7] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply(), a.ackWaitMs
 	for i, k := range ownHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
@@ -61,8 +67,56 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	a.inFlight++
 	a.d.Keeper.Drop(r.Ref)
 	if err := a.d.Handshaker.Send(d.Worker, hdr, h.msg.Data(), r.Ref); err != nil {
-		a.log.Warn().Err(err).Str("request_id", r.ID).Str("worker_id", d.Worker).Msg("dispatch send failed")
+		a.sendFailed(now, h, d, err)
+	}
+}
+
+// sendFailed handles a dispatch that could not be sent, by whose fault it is
+// (docs/decisions.md, Whose fault is an error):
+//   - the request's (bus.ErrRequestFault: over max_payload with the dispatch
+//     headers, a header NATS cannot send): the booking is released, the
+//     worker is not blamed, and the request is dead-lettered as bad_request,
+//     without its body when its size is the problem;
+//   - the worker's (bus.ErrWorkerFault): handled as a refusal;
+//   - the connection's (anything else): the booking is released, the request
+//     keeps its place in its lane, and dispatching pauses until the next tick
+//     or connection event, so that a send failing over and over costs one
+//     attempt per tick.
+func (a *Actor) sendFailed(now time.Time, h *held, d scheduler.Decision, err error) {
+	r := h.snap
+	ev := a.log.Warn().Err(err).Str("request_id", r.ID).Str("worker_id", d.Worker)
+	switch bus.Fault(err) {
+	case bus.ErrWorkerFault:
+		a.d.Metrics.SendFailed(metrics.FaultWorker)
+		ev.Msg("dispatch send failed: the worker is excluded as after a refusal")
 		a.answer(bus.Result{Token: r.Ref, Worker: d.Worker, Outcome: bus.Refused})
+		return
+	case bus.ErrRequestFault:
+		a.d.Metrics.SendFailed(metrics.FaultRequest)
+		ev.Msg("dispatch send failed: the request cannot be forwarded; dead-lettering it")
+		h.inFlight = false
+		a.inFlight--
+		a.d.Scheduler.Unsent(r, d.Worker, d.Seq, false)
+		reason := err.Error()
+		var rf *bus.RequestFault
+		if errors.As(err, &rf) {
+			reason = rf.Reason
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			h.form = formBodiless // the body is what does not fit
+		}
+		a.reject(h, &scheduler.Error{Code: request.BadRequest, Message: reason})
+	default:
+		a.d.Metrics.SendFailed(metrics.FaultConnection)
+		ev.Msg("dispatch send failed: the request keeps its place; dispatching pauses until the next tick")
+		h.inFlight = false
+		a.inFlight--
+		a.sendPaused = true
+		a.d.Scheduler.Unsent(r, d.Worker, d.Seq, true)
+		if err := h.msg.InProgress(); err == nil { // as in answer: the Keeper's clock is the server's
+			a.d.Metrics.ProgressAck()
+		}
+		a.d.Keeper.Hold(r.Ref, h.msg, now)
 	}
 }
 
@@ -89,6 +143,7 @@ func (a *Actor) answer(res bus.Result) {
 	now := a.cfg.Now()
 	a.d.Metrics.Handshake(res.Outcome.String())
 	if res.Outcome == bus.Accepted {
+		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap
 		delete(a.held, res.Token)
 		h.rel.Release(1)
@@ -105,6 +160,7 @@ func (a *Actor) answer(res bus.Result) {
 		a.log.Debug().Str("request_id", h.snap.ID).Str("worker_id", h.worker).Msg("dispatch timed out; the request keeps its place")
 	}
 	if !a.active() {
+		a.d.Scheduler.Refused(now.UnixNano(), h.worker, h.seq)
 		a.handBack(res.Token, h)
 		return
 	}

@@ -3,14 +3,43 @@ package dispatcher
 import (
 	"time"
 
+	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
-func (a *Actor) report(l loadMsg) {
-	if !a.d.Scheduler.Report(a.cfg.Now().UnixNano(), l.rep) {
+func (a *Actor) report(rep workers.Report) {
+	now := a.cfg.Now()
+	ch, ok := a.d.Scheduler.ApplyReport(now.UnixNano(), rep)
+	if !ok {
 		a.d.Metrics.LoadDropped(string(workers.DropCapacity))
+		return
 	}
+	if ch.Rival {
+		a.d.Metrics.LoadDropped(metrics.DropInstance)
+	}
+	if ch.Conflict {
+		a.d.Metrics.IDConflict()
+		a.warnConflict(now, rep.WorkerID, ch)
+	}
+}
+
+// conflictLogEvery is the shortest gap between two warnings about the
+// instances of one worker id.
+const conflictLogEvery = 10 * time.Second
+
+// warnConflict logs two live instances under one worker id at warn, at most
+// once per conflictLogEvery per id (docs/protocol.md, One worker id, one process).
+func (a *Actor) warnConflict(now time.Time, id string, ch workers.Change) {
+	if last, ok := a.conflictLog[id]; ok && now.Sub(last) < conflictLogEvery {
+		return
+	}
+	if len(a.conflictLog) >= 1024 {
+		clear(a.conflictLog) // bounded memory: a flood of ids must not grow it
+	}
+	a.conflictLog[id] = now
+	a.log.Warn().Str("worker_id", id).Str("instance", ch.Owner).Str("other_instance", ch.Other).
+		Msg("two live processes report under one worker id: the holding instance keeps it, the other's reports are dropped")
 }
 
 func (a *Actor) connection(up bool) {
@@ -30,6 +59,7 @@ func (a *Actor) connection(up bool) {
 }
 
 func (a *Actor) tick(now time.Time) {
+	a.sendPaused = false // a send that failed for the connection's fault is tried again
 	ns := now.UnixNano()
 	inGrace := a.d.Scheduler.InGrace(ns)
 	a.grace.Store(inGrace)

@@ -27,20 +27,27 @@ func (a *Actor) handBackQueued() int {
 	return n
 }
 
+// shutdown stops admitting, hands back what is queued and what was pulled and
+// not admitted, and waits for dispatches in flight and dead letters pending,
+// until drain ends. Callbacks never block (mailbox.go), so nothing they do can
+// keep it from ending.
 func (a *Actor) shutdown(drain context.Context) {
 	a.stopping = true
-	n := a.handBackQueued()
+	a.syncTerm()
+	n := a.handBackQueued() + a.retire(a.cur)
 	a.log.Info().Int("handed_back", n).Int("in_flight", a.inFlight).Msg("shutting down")
 	for a.inFlight > 0 || a.deadPending() {
 		select {
-		case r := <-a.results:
-			a.answer(r)
-		case d := <-a.dlq:
-			a.deadLettered(d)
-		case batch := <-a.deliveries:
-			for i := range batch {
-				a.admit(a.cfg.Now(), &batch[i])
+		case <-a.results.wake:
+			for _, r := range a.results.take() {
+				a.answer(r)
 			}
+		case <-a.dlq.wake:
+			for _, d := range a.dlq.take() {
+				a.deadLettered(d)
+			}
+		case batch := <-a.cur.ch: // a consumer still running: hand back (not active)
+			a.admitBatch(batch)
 		case <-drain.Done():
 			a.log.Warn().Int("in_flight", a.inFlight).Msg("drain deadline: exiting with dispatches unanswered")
 			return

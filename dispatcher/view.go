@@ -22,8 +22,11 @@ type View struct {
 // WorkerView is one live worker in a View.
 type WorkerView struct {
 	ID         string     `json:"worker_id"`
+	Instance   string     `json:"instance"`
 	Draining   bool       `json:"draining"`
 	Excluded   bool       `json:"excluded"`
+	Refusals   int        `json:"refusals"`            // refused probes in a row
+	MaxActive  uint64     `json:"max_active_requests"` // per rank; 0: no capacity`
 	Overloaded bool       `json:"overloaded"`
 	Bookings   int        `json:"bookings"`
 	Ranks      []RankView `json:"ranks"`
@@ -49,8 +52,10 @@ func (a *Actor) publishView(now time.Time) {
 	s := a.d.Scheduler
 	v := &View{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
 	v.Classes = s.Stats(nil)
+	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
-		wv := WorkerView{ID: w.ID, Draining: w.Draining, Excluded: w.Excluded, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
+		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,
+			Refusals: w.Refusals(), MaxActive: w.MaxActive, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
 		for i := range w.Ranks {
 			rk := &w.Ranks[i]
 			l := rk.Load()

@@ -18,8 +18,10 @@
 // A rank is busy for a class ([Gate.Busy]) when its prefill load is strictly
 // above prefill_busy_threshold, or strictly above prefill_busy_threshold_frac ×
 // max_num_batched_tokens (10,000,000 when unknown; compared as real numbers), or
-// its worker is draining or excluded after a refusal. A class without a
-// threshold finds a rank busy only for those last two reasons. A class is gated
+// its worker is draining or excluded after a refusal, or the rank is full (at
+// its worker's max_active_requests, counting bookings: [workers.Worker.Full]).
+// A class without a threshold finds a rank busy only for those last three
+// reasons. A class is gated
 // when at least one eligible rank was checked and none is free, or, with
 // busy_worker_ratio, when busy >= ratio × eligible. No eligible rank means not
 // gated: the request goes on to selection and gets its error there.
@@ -37,7 +39,9 @@
 // A rank is overloaded ([Thresholds.RankOverloaded]) when its prefill load is
 // strictly above active_prefill_tokens_threshold, or above
 // floor(active_prefill_tokens_threshold_frac × max_num_batched_tokens), or its
-// decode latch is set. [Thresholds.UpdateLatch] sets the latch when
+// decode latch is set, or it is full. A full rank is never a candidate, even
+// on a worker that is not overloaded, and a request pinned to a full rank is
+// pinned_worker_overloaded. [Thresholds.UpdateLatch] sets the latch when
 // kv_used_blocks or active_decode_blocks exceeds active_decode_blocks_threshold ×
 // total_kv_blocks and clears it when both are at or below; total_kv_blocks 0 or
 // an unset threshold means no latch. Overload is decided per worker

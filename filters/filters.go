@@ -37,9 +37,11 @@ func (t Thresholds) UpdateLatch(w *workers.Worker) {
 	}
 }
 
-// RankOverloaded reports whether rank rk of w is overloaded (docs/design.md, Worker selection).
+// RankOverloaded reports whether rank rk of w is overloaded (docs/design.md,
+// Worker selection): its decode latch is set, its prefill load is above a
+// threshold, or it is at its capacity (max_active_requests, counting bookings).
 func (t Thresholds) RankOverloaded(w *workers.Worker, rk *workers.Rank) bool {
-	if rk.Latch {
+	if rk.Latch || w.Full(rk) {
 		return true
 	}
 	if t.PrefillTokens == nil && t.PrefillFrac == nil {

@@ -14,10 +14,11 @@ type Gate struct {
 
 // Busy reports whether rank rk of w is busy for a class with this gate: its
 // prefill load is strictly above a threshold, or the worker is draining, or it
-// refused a dispatch and has not reported since. A class without a threshold
-// finds a rank busy only for those last two reasons.
+// is excluded after refusals, or the rank is at its capacity
+// (max_active_requests, counting bookings). A class without a threshold finds
+// a rank busy only for those last three reasons.
 func (g *Gate) Busy(w *workers.Worker, rk *workers.Rank) bool {
-	if w.Draining || w.Excluded {
+	if w.Draining || w.Excluded || w.Full(rk) {
 		return true
 	}
 	p := rk.Load().ActivePrefillTokens

@@ -144,13 +144,17 @@ func TestGatesModel(t *testing.T) {
 				if rapid.Bool().Draw(t, "knownBatched") {
 					r.MaxBatched = rapid.Uint64Range(1, 1000).Draw(t, "batched")
 				}
+				if rapid.Bool().Draw(t, "hasCapacity") {
+					r.MaxActive = rapid.Uint64Range(1, 3).Draw(t, "capacity")
+				}
 				if rapid.Bool().Draw(t, "hasSeen") {
 					r.SeenSeq, r.HasSeenSeq = rapid.Uint64Range(0, 30).Draw(t, "seen"), true
 				}
 				for i := range size {
 					if rapid.Bool().Draw(t, "reported") {
 						r.Ranks = append(r.Ranks, workers.RankLoad{Rank: r.DPStart + uint32(i),
-							ActivePrefillTokens: rapid.Uint64Range(0, 400).Draw(t, "prefill")})
+							ActivePrefillTokens: rapid.Uint64Range(0, 400).Draw(t, "prefill"),
+							ActiveRequests:      rapid.Uint64Range(0, 3).Draw(t, "requests")})
 					}
 				}
 				if w, _, ok := reg.Apply(now, r); ok {
@@ -176,12 +180,28 @@ func TestGatesModel(t *testing.T) {
 				w.Excluded = true
 				g.Update(w)
 			},
+			"refused": func(t *rapid.T) {
+				w := live(t)
+				if len(seqs) == 0 {
+					t.Skip("nothing booked")
+				}
+				seq := rapid.SampledFrom(seqs).Draw(t, "seq")
+				reg.Unbook(w, seq)
+				reg.Refused(now, w, seq)
+				g.Update(w)
+			},
+			"accepted": func(t *rapid.T) {
+				w := live(t)
+				if reg.Accepted(w) {
+					g.Update(w)
+				}
+			},
 			"tick": func(t *rapid.T) {
 				now += rapid.Int64Range(0, 700).Draw(t, "advance") * 1e6
 				for _, w := range reg.Expire(now, nil) {
 					g.Remove(w)
 				}
-				for _, w := range reg.All() { // Expire may drop old bookings
+				for _, w := range reg.Aged() { // old bookings dropped, exclusions ended
 					g.Update(w)
 				}
 			},

@@ -65,6 +65,9 @@ func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, r
 			return Choice{}, request.PinnedWorkerOverloaded
 		}
 		if r.Pin.Rank != request.AnyRank {
+			if w.Full(w.Rank(r.Pin.Rank)) {
+				return Choice{}, request.PinnedWorkerOverloaded
+			}
 			return Choice{w, r.Pin.Rank}, ""
 		}
 		s.addRanks(w, r)
@@ -107,6 +110,9 @@ func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 		factor = math.Exp(-math.Tanh(sum))
 	}
 	for i := range w.Ranks {
+		if w.Full(&w.Ranks[i]) {
+			continue // at capacity: never a candidate
+		}
 		l := w.Ranks[i].Load()
 		prefill := (float64(l.ActivePrefillTokens)+isl)/sc.BlockSize - credit
 		if prefill < 0 {

@@ -39,6 +39,9 @@ type Config struct {
 	// how long Run takes to return after Stop (about PullWait + 1 s at most) and how
 	// long a pull lost in a reconnection goes unnoticed.
 	PullWait time.Duration
+	// HandBacks, when set, wraps every message pulled so that its Nak (every
+	// hand-back) is confirmed by the server and counted (HandBacks.Wait).
+	HandBacks *HandBacks
 }
 
 // MaxAckPending returns the consumer's MaxAckPending: MaxHeld + InFlight.
@@ -170,8 +173,9 @@ func (c *Consumer) Held() int { return int(c.held.Load()) }
 
 // Stop stops pulling: Run hands back (NAKs) what it received and has not handed
 // out, waits for the pull request it has open to end, and returns nil. Deliveries
-// already handed out are the actor's to hand back (Keeper.NakAll). Safe to call
-// more than once and from any goroutine.
+// already handed out, received or still in the channel, are the receiver's to
+// hand back (dispatcher.Actor.HandBack). Safe to call more than once and from
+// any goroutine.
 func (c *Consumer) Stop() { c.stopped.Do(func() { close(c.stop) }) }
 
 // Run pulls until ctx ends or Stop is called, sending batches of decoded
@@ -304,7 +308,7 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 		return Delivery{}, false
 	}
 	d := Delivery{
-		Msg:          m,
+		Msg:          c.cfg.HandBacks.Wrap(m),
 		StreamSeq:    md.Sequence.Stream,
 		NumDelivered: md.NumDelivered,
 		Published:    md.Timestamp,

@@ -43,9 +43,11 @@
 // Keeper (owned by the actor) sends +WPI for each held message untouched for half
 // the ack wait, and only those (each is a server operation). On SIGTERM: call
 // Consumer.Stop, wait for Run to return (it NAKs what it received but had not
-// handed out, after its last pull has ended), then Keeper.NakAll. NAKing while a
-// pull of ours is still open would have the message redelivered straight back to
-// us, so NakAll belongs after Run has returned.
+// handed out, after its last pull has ended), then hand back what the receiver
+// holds (the dispatcher's actor NAKs what it queued and what still waits in the
+// channel, unadmitted, and releases each to this Consumer). NAKing while a pull
+// of ours is still open would have the message redelivered straight back to us,
+// so the hand-back belongs after Run has returned.
 //
 // # Concurrency
 //

@@ -35,7 +35,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Defaults.
+// Defaults. The dispatcher passes the bucket of its prefix,
+// naming.Names.LeaderBucket: DefaultBucket for the default prefix,
+// fairdispatch_<q>_leader for another (docs/deployment.md, Several pools on
+// one NATS account).
 const (
 	DefaultBucket = "fairdispatch_leader"
 	DefaultKey    = "dispatcher"

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/naming"
 )
 
 func startServer(t *testing.T) *server.Server {
@@ -162,5 +165,45 @@ func TestReleaseAfterAStaleRevision(t *testing.T) {
 	<-a.done
 	if e, err := a.e.kv.Get(context.Background(), DefaultKey); err == nil {
 		t.Fatalf("after release the key is still there (value %q, revision %d), want it deleted", e.Value(), e.Revision())
+	}
+}
+
+// TestBucketPerPrefix: dispatchers of different pools (naming's lease bucket
+// per prefix) lead at the same time, each in its own bucket; the longest
+// prefix naming accepts makes a bucket JetStream stores on file.
+func TestBucketPerPrefix(t *testing.T) {
+	s := startServer(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	var leaders []*Elector
+	for _, prefix := range []string{"llama", "qwen", strings.Repeat("x", 232)} {
+		n, err := naming.New(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second, Storage: jetstream.FileStorage}, zerolog.Nop())
+		if err != nil {
+			t.Fatalf("prefix %.10s...: %v", prefix, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); e.Run(ctx, func(bool) {}) }()
+		t.Cleanup(func() { cancel(); <-done })
+		leaders = append(leaders, e)
+	}
+	waitFor(t, 5*time.Second, "every pool's dispatcher to lead", func() bool {
+		for _, e := range leaders {
+			if !e.Leader() {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := js.KeyValue(context.Background(), DefaultBucket); err == nil {
+		t.Errorf("bucket %s exists, want only the pools' buckets", DefaultBucket)
 	}
 }

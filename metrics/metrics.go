@@ -38,11 +38,42 @@ const (
 	DropInvalid = "invalid"
 	// DropCapacity: the registry is full and the worker is new.
 	DropCapacity = "capacity"
+	// DropInstance: the report is from a second instance of a worker id whose
+	// holder is live (docs/protocol.md, One worker id, one process).
+	DropInstance = "instance"
+	// DropSuperseded: a newer report of the same worker arrived before the
+	// queue actor applied this one (the actor is behind; latest wins).
+	DropSuperseded = "superseded"
+	// DropOverflow: reports of too many distinct workers wait for the queue
+	// actor already.
+	DropOverflow = "overflow"
+)
+
+// The fault classes of a failed dispatch send (label fault of
+// fairdispatch_dispatch_send_failures_total; docs/decisions.md, Whose fault is an error).
+const (
+	FaultRequest    = "request"
+	FaultWorker     = "worker"
+	FaultConnection = "connection"
+)
+
+// What happened to a dead letter the DLQ refused (label action of
+// fairdispatch_dead_letter_failures_total).
+const (
+	// DLQBodyDropped: it is stored again without the request's body.
+	DLQBodyDropped = "body_dropped"
+	// DLQHeadersDropped: it is stored again without any original header.
+	DLQHeadersDropped = "headers_dropped"
+	// DLQReturned: no form could be stored; the request goes back to the
+	// stream, redelivered after the ack wait.
+	DLQReturned = "returned"
 )
 
 var (
 	outcomes    = []string{OutcomeAccepted, OutcomeRefused, OutcomeNoResponders, OutcomeTimeout, OutcomeLate}
-	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity}
+	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity, DropInstance, DropSuperseded, DropOverflow}
+	faults      = []string{FaultRequest, FaultWorker, FaultConnection}
+	dlqActions  = []string{DLQBodyDropped, DLQHeadersDropped, DLQReturned}
 )
 
 // QueueWaitBuckets are the upper bounds, in seconds, of the queue wait
@@ -83,6 +114,9 @@ type Metrics struct {
 	handshakesVec  *prometheus.CounterVec
 	loadDropped    []prometheus.Counter // index in dropReasons
 	loadDroppedVec *prometheus.CounterVec
+	sendFailed     *prometheus.CounterVec
+	dlqFailed      *prometheus.CounterVec
+	dlqRetries     prometheus.Counter
 
 	booked     *prometheus.GaugeVec
 	reported   *prometheus.GaugeVec
@@ -92,9 +126,11 @@ type Metrics struct {
 	held         prometheus.Gauge
 	redelivered  prometheus.Counter
 	progressAcks prometheus.Counter
+	idConflicts  prometheus.Counter
 	connected    prometheus.Gauge
 	graceOver    prometheus.Gauge
 	leader       prometheus.Gauge
+	unknownToken prometheus.Counter
 
 	mu      sync.Mutex          // guards workers and seen
 	workers map[string]struct{} // workers whose series exist
@@ -149,6 +185,9 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			"Requests rejected, per policy class (class=\"\": unresolved) and docs/protocol.md, Outcomes error code.", "class", "reason"),
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
+		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
+		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
+		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
 		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
 		reported:       workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
 		overloaded:     workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (docs/design.md, Worker selection), else 0."),
@@ -156,12 +195,16 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
 		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),
 		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
-		connected:      gauge("nats_connected", "1 while connected to NATS, else 0."),
-		graceOver:      gauge("startup_grace_over", "1 once the start-up grace has passed, else 0."),
-		leader:         gauge("leader", "1 while this dispatcher holds the leader lease and dispatches, 0 while it stands by."),
-		workers:        map[string]struct{}{},
-		seen:           map[string]struct{}{},
+		idConflicts: counter("worker_id_conflicts_total",
+			"Load reports showing two live instances (processes) under one worker id."),
+		connected: gauge("nats_connected", "1 while connected to NATS, else 0."),
+		graceOver: gauge("startup_grace_over", "1 once the start-up grace has passed, else 0."),
+		leader:    gauge("leader", "1 while this dispatcher holds the leader lease and dispatches, 0 while it stands by."),
+		workers:   map[string]struct{}{},
+		seen:      map[string]struct{}{},
 	}
+	m.unknownToken = counter("unknown_class_tokens_total",
+		"Requests whose subject token names no explicit class and no policy family, resolved in the default family (docs/design.md, Class resolution).")
 	for k, c := range classes {
 		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
 		m.pendingISL[k] = pendingISL.WithLabelValues(c)
@@ -187,11 +230,18 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	for _, r := range dropReasons {
 		m.loadDropped = append(m.loadDropped, m.loadDroppedVec.WithLabelValues(r))
 	}
+	for _, f := range faults {
+		m.sendFailed.WithLabelValues(f)
+	}
+	for _, a := range dlqActions {
+		m.dlqFailed.WithLabelValues(a)
+	}
 
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
-			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.booked, m.reported,
-			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.connected, m.graceOver, m.leader)
+			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
+			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.connected, m.graceOver, m.leader)
+		reg.MustRegister(m.unknownToken)
 	}
 	return m
 }
@@ -277,6 +327,22 @@ func (m *Metrics) LoadDropped(reason string) {
 	m.loadDroppedVec.WithLabelValues(reason).Inc()
 }
 
+// SendFailed counts one dispatch that could not be sent, for fault one of
+// the Fault constants.
+func (m *Metrics) SendFailed(fault string) { m.sendFailed.WithLabelValues(fault).Inc() }
+
+// DeadLetterFailed counts one dead letter the DLQ refused for good, for
+// action one of the DLQ constants.
+func (m *Metrics) DeadLetterFailed(action string) { m.dlqFailed.WithLabelValues(action).Inc() }
+
+// DeadLetterRetried counts one dead-letter publish retried with backoff.
+func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }
+
+// UnknownClassToken counts one request whose subject token names neither an
+// explicit class nor a policy family (it is resolved in the default family).
+// It has no token label: tokens come from producers and are unbounded.
+func (m *Metrics) UnknownClassToken() { m.unknownToken.Inc() }
+
 // SetClass sets the queue gauges of class k. An index outside the classes is
 // ignored. It does not allocate.
 func (m *Metrics) SetClass(k int, s ClassState) {
@@ -297,6 +363,9 @@ func (m *Metrics) Redelivered() { m.redelivered.Inc() }
 
 // ProgressAck counts one progress acknowledgement sent for a held message.
 func (m *Metrics) ProgressAck() { m.progressAcks.Inc() }
+
+// IDConflict counts one load report showing two live instances under one worker id.
+func (m *Metrics) IDConflict() { m.idConflicts.Inc() }
 
 // SetConnected records whether the dispatcher is connected to NATS.
 func (m *Metrics) SetConnected(up bool) { m.connected.Set(b2f(up)) }

@@ -36,6 +36,9 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_dead_letters_total", "COUNTER", []string{"class"}},
 		{"fairdispatch_handshakes_total", "COUNTER", []string{"outcome"}},
 		{"fairdispatch_load_reports_dropped_total", "COUNTER", []string{"reason"}},
+		{"fairdispatch_dispatch_send_failures_total", "COUNTER", []string{"fault"}},
+		{"fairdispatch_dead_letter_failures_total", "COUNTER", []string{"action"}},
+		{"fairdispatch_dead_letter_retries_total", "COUNTER", nil},
 		{"fairdispatch_worker_booked_prefill_tokens", "GAUGE", []string{"worker"}},
 		{"fairdispatch_worker_reported_prefill_tokens", "GAUGE", []string{"worker"}},
 		{"fairdispatch_worker_overloaded", "GAUGE", []string{"worker"}},
@@ -43,9 +46,11 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_held_messages", "GAUGE", nil},
 		{"fairdispatch_redelivered_messages_total", "COUNTER", nil},
 		{"fairdispatch_progress_acks_total", "COUNTER", nil},
+		{"fairdispatch_worker_id_conflicts_total", "COUNTER", nil},
 		{"fairdispatch_nats_connected", "GAUGE", nil},
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
 		{"fairdispatch_leader", "GAUGE", nil},
+		{"fairdispatch_unknown_class_tokens_total", "COUNTER", nil},
 	}
 	for _, tt := range tests {
 		mf := mfs[tt.name]
@@ -106,7 +111,9 @@ func TestPreinitialisedSeries(t *testing.T) {
 		{"fairdispatch_pending_requests", len(testClasses)},
 		{"fairdispatch_queue_wait_seconds", len(testClasses)},
 		{"fairdispatch_handshakes_total", 5},
-		{"fairdispatch_load_reports_dropped_total", 5},
+		{"fairdispatch_load_reports_dropped_total", 8},
+		{"fairdispatch_dispatch_send_failures_total", 3},
+		{"fairdispatch_dead_letter_failures_total", 3},
 		{"fairdispatch_worker_booked_prefill_tokens", 0},
 	}
 	for _, tt := range tests {
@@ -117,7 +124,7 @@ func TestPreinitialisedSeries(t *testing.T) {
 	for _, o := range []string{"accepted", "refused", "no_responders", "timeout", "late"} {
 		value(t, reg, "fairdispatch_handshakes_total", "outcome", o)
 	}
-	for _, r := range []string{"parse", "mismatch", "rank", "invalid", "capacity"} {
+	for _, r := range []string{"parse", "mismatch", "rank", "invalid", "capacity", "instance", "superseded", "overflow"} {
 		value(t, reg, "fairdispatch_load_reports_dropped_total", "reason", r)
 	}
 }

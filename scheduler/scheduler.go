@@ -338,42 +338,98 @@ func (s *Scheduler) expire(now int64, r *request.Snapshot) Decision {
 }
 
 // Return hands back a request whose dispatch to worker id with sequence seq was
-// refused, found no responder, or timed out (docs/protocol.md, Dispatch handshake): its booking is
-// released, the worker is left out of selection until its next report, and the
-// request waits in its lane with its place kept, not charged again and without
-// a limit check.
+// refused, found no responder, or timed out (docs/protocol.md, Dispatch handshake): the refusal is
+// recorded (Refused), and the request waits in its lane with its place kept,
+// not charged again and without a limit check.
 func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64) {
-	if w := s.reg.Get(id); w != nil {
-		s.reg.Unbook(w, seq)
-		w.Excluded = true
-		s.gates.Update(w)
-	}
+	s.refused(now, id, seq)
 	// The request is queued again, charged: its key stays owed, and the next
 	// dispatch's record takes over the settlement.
-	s.settle.drop(id, seq)
+	s.settle.forget(id, seq, false, s.classes)
 	r.Refused = true
 	r.Charged = true
 	s.enqueue(r)
+}
+
+// Refused records that worker id refused its dispatch with sequence seq, or
+// did not answer it: the booking is released and the worker is excluded for a
+// time growing with its refusals in a row (docs/protocol.md, Refusals back off).
+func (s *Scheduler) Refused(now int64, id string, seq uint64) {
+	s.refused(now, id, seq)
+	s.settle.forget(id, seq, true, s.classes) // the request leaves: its key owes nothing
+}
+
+func (s *Scheduler) refused(now int64, id string, seq uint64) {
+	if w := s.reg.Get(id); w != nil {
+		s.reg.Unbook(w, seq)
+		s.reg.Refused(now, w, seq)
+		s.gates.Update(w)
+	}
+}
+
+// Accepted records that worker id accepted a dispatch: its refusals in a row
+// reset and its exclusion, if any, ends (docs/protocol.md, Refusals back off).
+func (s *Scheduler) Accepted(id string) {
+	w := s.reg.Get(id)
+	if w == nil || !s.reg.Accepted(w) {
+		return
+	}
+	s.gates.Update(w)
+	for _, c := range s.classes {
+		c.Recheck(w.ID)
+	}
+}
+
+// Unsent takes back a dispatch to worker id with sequence seq that never
+// reached the worker through no fault of its own (docs/decisions.md, Whose
+// fault is an error): its booking is released and the worker is not excluded.
+// With requeue (the connection failed) the request waits in its lane again, as
+// after a refusal: its place kept, not charged again, without a limit check.
+// Without requeue (the request itself cannot be sent) the caller rejects it.
+func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
+	s.settle.forget(id, seq, !requeue, s.classes)
+	if w := s.reg.Get(id); w != nil && s.reg.Unbook(w, seq) {
+		s.gates.Update(w)
+		for _, c := range s.classes {
+			c.Recheck(w.ID)
+		}
+	}
+	if requeue {
+		r.Refused = true
+		r.Charged = true
+		s.enqueue(r)
+	}
 }
 
 // Report applies a load report received at now (docs/protocol.md, Load report) and re-checks the
 // lanes it may unblock (docs/design.md, When queues are re-checked). It returns false when the report was
 // refused because the registry is full.
 func (s *Scheduler) Report(now int64, rep workers.Report) bool {
+	_, ok := s.ApplyReport(now, rep)
+	return ok
+}
+
+// ApplyReport is Report, also returning what the report did: in particular
+// whether it was dropped as coming from a second instance of the worker id
+// (Change.Rival) and whether two instances are live under it (Change.Conflict).
+func (s *Scheduler) ApplyReport(now int64, rep workers.Report) (workers.Change, bool) {
 	w, ch, ok := s.reg.Apply(now, rep)
 	if !ok {
-		return false
+		return ch, false
+	}
+	if ch.Rival {
+		return ch, true
 	}
 	s.sel.Thresholds.UpdateLatch(w)
 	s.gates.Update(w)
 	if ch.New {
 		s.recheckAll()
-		return true
+		return ch, true
 	}
 	for _, c := range s.classes {
 		c.Recheck(w.ID)
 	}
-	return true
+	return ch, true
 }
 
 // Tick advances time: workers whose TTL ran out are removed (and every lane

@@ -334,10 +334,15 @@ func TestReturnKeepsPlaceAndIsNotChargedAgain(t *testing.T) {
 		t.Fatalf("after refusal booked %d excluded %v, want 0 and true", w.Ranks[0].Booked, w.Excluded)
 	}
 	if got := f.s.Next(f.now); got.Kind != None {
-		t.Fatalf("Next before the refusing worker reports = %d, want None", got.Kind)
+		t.Fatalf("Next while the refusing worker is excluded = %d, want None", got.Kind)
 	}
 	deficit := f.s.arb.Deficit(0)
 	f.report("w1", 0)
+	if got := f.s.Next(f.now); got.Kind != None {
+		t.Fatalf("Next after a report within the exclusion = %d, want None (a report does not end it)", got.Kind)
+	}
+	f.now += workers.MinExclusion
+	f.s.Tick(f.now, nil)
 	d = f.s.Next(f.now)
 	if d.Req != a.Req || f.s.arb.Deficit(0) != deficit {
 		t.Fatalf("after report: dispatched %s deficit %d, want %s and deficit %d unchanged", d.Req.ID, f.s.arb.Deficit(0), a.Req.ID, deficit)
@@ -354,6 +359,7 @@ func TestRefusedRequestWaitsInNonQueueingClass(t *testing.T) {
 	if f.s.Queued(4) != 1 {
 		t.Fatalf("batch queued = %d after refusal, want 1", f.s.Queued(4))
 	}
+	f.now += workers.MinExclusion
 	f.report("w1", 0)
 	if got := f.s.Next(f.now); got.Kind != Dispatch || got.Req != d.Req {
 		t.Fatalf("Next = %d, want the refused request dispatched again", got.Kind)
@@ -564,5 +570,37 @@ func TestDeadlinesExpireInOrder(t *testing.T) {
 	}
 	if expired != 30 || f.s.Queued(2) != 0 {
 		t.Fatalf("expired %d, queued %d; want 30 and 0", expired, f.s.Queued(2))
+	}
+}
+
+// Unsent releases a booking without excluding the worker: requeued, the
+// request is dispatched again at once, uncharged; not requeued, it is gone
+// and the next request takes the worker.
+func TestUnsentBlamesNoWorker(t *testing.T) {
+	f := newFixture(t, twoClasses, filters.Thresholds{})
+	f.report("w1", 5000)
+	a := f.arrive("premium", 600)
+	b := f.arrive("premium", 600)
+	f.report("w1", 0)
+	d := f.s.Next(f.now)
+	if d.Req != a.Req {
+		t.Fatalf("first dispatch %s, want %s", d.Req.ID, a.Req.ID)
+	}
+	f.s.Unsent(d.Req, d.Worker, d.Seq, true)
+	w := f.s.Workers().Get("w1")
+	if w.Ranks[0].Booked != 0 || w.Excluded {
+		t.Fatalf("after a requeued unsent dispatch booked %d excluded %v, want 0 and false", w.Ranks[0].Booked, w.Excluded)
+	}
+	deficit := f.s.arb.Deficit(0)
+	d = f.s.Next(f.now)
+	if d.Kind != Dispatch || d.Req != a.Req || f.s.arb.Deficit(0) != deficit {
+		t.Fatalf("Next = %d %v deficit %d, want %s again at no charge (deficit %d)", d.Kind, d.Req, f.s.arb.Deficit(0), a.Req.ID, deficit)
+	}
+	f.s.Unsent(d.Req, d.Worker, d.Seq, false)
+	if w.Ranks[0].Booked != 0 || w.Excluded || f.s.Queued(0) != 1 {
+		t.Fatalf("after a dropped unsent dispatch booked %d excluded %v queued %d, want 0, false, 1", w.Ranks[0].Booked, w.Excluded, f.s.Queued(0))
+	}
+	if d = f.s.Next(f.now); d.Kind != Dispatch || d.Req != b.Req {
+		t.Fatalf("Next = %d, want %s dispatched", d.Kind, b.Req.ID)
 	}
 }

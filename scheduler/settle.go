@@ -150,13 +150,20 @@ func (st *settlements) record(now int64, d Decision, charged uint64, owes bool, 
 	st.fifo = append(st.fifo, rec)
 }
 
-// drop forgets the dispatch (worker, seq) without releasing its key: the request
-// was handed back and waits again, still charged.
-func (st *settlements) drop(worker string, seq uint64) {
+// forget forgets the dispatch (worker, seq): it never reached the worker, or was
+// refused. With release the request has left the scheduler, so its key is owed
+// nothing; without, the request waits again, still charged, and its next
+// dispatch's record takes over.
+func (st *settlements) forget(worker string, seq uint64, release bool, classes []*lanes.Keyed) {
 	k := recKey{worker, seq}
-	if rec := st.byKey[k]; rec != nil {
-		rec.dropped = true
-		delete(st.byKey, k)
+	rec := st.byKey[k]
+	if rec == nil {
+		return
+	}
+	rec.dropped = true
+	delete(st.byKey, k)
+	if release && rec.owes && !rec.settled {
+		classes[rec.class].Release(rec.key)
 	}
 }
 

@@ -4,14 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
+
+	"fairdispatch/naming"
 )
 
 // Defaults applied by [New] to zero fields of [Config].
 const (
-	// DefaultPrefix is the subject prefix shared by every fairdispatch subject.
-	DefaultPrefix = "dispatch"
+	// DefaultPrefix is the subject prefix shared by every fairdispatch subject, naming.DefaultPrefix.
+	DefaultPrefix = naming.DefaultPrefix
 	// DefaultTTL is the report TTL: the dispatcher fences a worker silent this long.
 	DefaultTTL = 3 * time.Second
 	// DefaultAckWait is the request stream's default ack wait (docs/config.md, Flags and environment).
@@ -32,6 +33,8 @@ const (
 	MaxTTL = 600 * time.Second
 	// MaxRank is the largest data-parallel rank.
 	MaxRank = 65535
+	// maxActiveRequests bounds MaxActiveRequests (the dispatcher's bound).
+	maxActiveRequests = 1_000_000
 )
 
 // ErrConfig is wrapped by every configuration error of [New].
@@ -46,7 +49,8 @@ var (
 type Config struct {
 	// ID is the worker id: a subject token [A-Za-z0-9_-]+, at most 128 bytes. Required.
 	ID string
-	// Prefix is the subject prefix; default "dispatch". Dot-separated tokens, no wildcards.
+	// Prefix is the subject prefix; default "dispatch". The dispatcher's
+	// --subject-prefix: dot-separated tokens of [A-Za-z0-9_-] (package naming).
 	Prefix string
 	// DPStart is the first data-parallel rank of the worker, 0 to 65535.
 	DPStart int
@@ -58,12 +62,20 @@ type Config struct {
 	// TotalKVBlocks is the number of KV cache blocks per rank; 0 turns the
 	// dispatcher's decode latch off for this worker.
 	TotalKVBlocks uint64
+	// MaxActiveRequests is the capacity of each rank in requests (for an
+	// engine, its max_num_seqs), 0 to 1,000,000; 0 omits the field from reports
+	// (no capacity). A rank whose reported active_requests plus the dispatches
+	// not yet counted reach it receives nothing until one finishes, so the
+	// worker need not refuse for capacity (docs/protocol.md, Load report).
+	MaxActiveRequests uint64
 	// Taints are the worker's taints, each [A-Za-z0-9_.:/-]+ and at most 128 bytes.
 	Taints []string
 	// TTL is the report TTL, 100ms to 600s, default 3s. Reports go out at least every TTL/3.
 	TTL time.Duration
-	// AckWait is the request stream consumer's ack wait, default 30s. Held
-	// requests get +WPI every AckWait/3. Must be at least 3ms.
+	// AckWait is the fallback ack wait, default 30s, for dispatches without
+	// Dispatch-Ack-Wait-Ms (from a dispatcher older than that header): held
+	// requests get +WPI every third of the ack wait their dispatch carried,
+	// else every AckWait/3. Must be at least 3ms.
 	AckWait time.Duration
 	// MinReportInterval is the shortest gap between two load reports (the
 	// coalescing window), default 2ms, at most TTL/3.
@@ -107,15 +119,15 @@ func (c Config) withDefaults() (Config, error) {
 	if !tokenRE.MatchString(c.ID) {
 		errs = append(errs, fmt.Errorf("id %q: want [A-Za-z0-9_-]+, at most 128 bytes", c.ID))
 	}
-	for _, tok := range strings.Split(c.Prefix, ".") {
-		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
-			errs = append(errs, fmt.Errorf("prefix %q: want dot-separated subject tokens without wildcards", c.Prefix))
-			break
-		}
+	if _, err := naming.New(c.Prefix); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DPStart < 0 || c.DPSize < 1 || c.DPStart+c.DPSize-1 > MaxRank {
 		errs = append(errs, fmt.Errorf("ranks [%d, %d): want 0 <= start, size >= 1, last rank <= %d",
 			c.DPStart, c.DPStart+c.DPSize, MaxRank))
+	}
+	if c.MaxActiveRequests > maxActiveRequests {
+		errs = append(errs, fmt.Errorf("max active requests %d: want 0 to %d", c.MaxActiveRequests, maxActiveRequests))
 	}
 	for _, t := range c.Taints {
 		if !taintRE.MatchString(t) {

@@ -12,7 +12,9 @@
 //	err = w.Start()
 //	defer w.Close()
 //
-// Start subscribes (core NATS) to <prefix>.work.<id>. The dispatcher sends each
+// Start subscribes (core NATS, in a queue group named after the id, so that
+// two processes started by mistake under one id never both receive a
+// dispatch) to <prefix>.work.<id>. The dispatcher sends each
 // request there as a NATS request carrying the headers of docs/protocol.md, Dispatch handshake; the helper
 // parses them into a [Request] and calls [Handler.Offer]. Offer returns true to
 // accept: the helper replies with an empty message, takes the request into its
@@ -28,9 +30,11 @@
 // The application then owns the accepted request. It calls exactly one of
 // [Request.Done] (+ACK: finished; the JetStream message is removed),
 // [Request.Nak] (-NAK: hand it back for dispatch elsewhere at once) or
-// [Request.Term] (+TERM: drop it). Until then one ticker, shared by all held
-// requests, sends +WPI to every held request every AckWait/3, so a request kept
-// longer than the stream's ack wait is not redelivered. Acknowledgements are the
+// [Request.Term] (+TERM: drop it). Until then one loop, shared by all held
+// requests, sends +WPI to each at least every third of the ack wait its
+// dispatch carried in Dispatch-Ack-Wait-Ms (Config.AckWait for a dispatch
+// without it, from an older dispatcher), so a request kept longer than the
+// stream's ack wait is not redelivered. Acknowledgements are the
 // literal JetStream bodies, published with plain core NATS publishes;
 // [Request.DoneSync] instead sends +ACK as a request and waits for JetStream's
 // confirmation, and [Request.DoneConfirmed] retries that until JetStream

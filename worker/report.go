@@ -26,6 +26,7 @@ type Report struct {
 	DPSize              int          `json:"data_parallel_size"`
 	MaxNumBatchedTokens uint64       `json:"max_num_batched_tokens,omitempty"`
 	TotalKVBlocks       uint64       `json:"total_kv_blocks"`
+	MaxActiveRequests   uint64       `json:"max_active_requests,omitempty"`
 	Taints              []string     `json:"taints"`
 	Draining            bool         `json:"draining"`
 	TTLMs               int64        `json:"ttl_ms"`
@@ -106,6 +107,7 @@ func (w *Worker) snapshot() (rep Report, ok bool) {
 		DPSize:              w.cfg.DPSize,
 		MaxNumBatchedTokens: w.cfg.MaxNumBatchedTokens,
 		TotalKVBlocks:       w.cfg.TotalKVBlocks,
+		MaxActiveRequests:   w.cfg.MaxActiveRequests,
 		Taints:              w.taints,
 		Draining:            w.draining,
 		TTLMs:               w.cfg.TTL.Milliseconds(),

@@ -21,6 +21,7 @@ const (
 	HeaderCost         = "Dispatch-Cost"
 	HeaderQueuedMs     = "Dispatch-Queued-Ms"
 	HeaderAck          = "Dispatch-Ack"
+	HeaderAckWaitMs    = "Dispatch-Ack-Wait-Ms"
 	HeaderISLTokens    = "Dispatch-ISL-Tokens"
 	HeaderCachedTokens = "Dispatch-Cached-Tokens"
 	HeaderReplyTo      = "Dispatch-Reply-To"
@@ -76,6 +77,10 @@ type Request struct {
 	// Ack is Dispatch-Ack, the JetStream acknowledgement subject; "" when absent,
 	// in which case Done, Nak and Term send nothing.
 	Ack string
+	// AckWait is Dispatch-Ack-Wait-Ms, the dispatcher's ack wait; 0 when the
+	// header is absent (an older dispatcher) or malformed, in which case the
+	// helper keeps the request alive by Config.AckWait.
+	AckWait time.Duration
 	// Header is the message's full header, as received. Do not modify it.
 	Header nats.Header
 	// Data is the request body, untouched.
@@ -87,6 +92,10 @@ type Request struct {
 
 	w     *Worker
 	state reqState // guarded by w.mu
+	// period is the keep-alive period (a third of the ack wait) and next the
+	// time of the next +WPI, both set at acceptance; guarded by w.mu.
+	period time.Duration
+	next   time.Time
 }
 
 type reqState uint8
@@ -126,8 +135,16 @@ func parseRequest(m *nats.Msg, dpStart int, now time.Time) *Request {
 	if HeaderValue(m.Header, HeaderDPRank) != "" {
 		r.DPRank = int(num(HeaderDPRank, 16))
 	}
+	if ms := num(HeaderAckWaitMs, 64); ms > 0 && ms <= maxAckWaitMs {
+		r.AckWait = time.Duration(ms) * time.Millisecond
+	} else if ms > maxAckWaitMs {
+		r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %d ms is above %d", HeaderAckWaitMs, ms, maxAckWaitMs))
+	}
 	return r
 }
+
+// maxAckWaitMs bounds Dispatch-Ack-Wait-Ms, so that it converts to a Duration: 30 days.
+const maxAckWaitMs = 30 * 24 * 3600 * 1000
 
 // Done sends +ACK: the request is finished and its JetStream message removed.
 // It returns ErrFinished when the request was already finished.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/naming"
 )
 
 // Handler decides on dispatched requests.
@@ -44,6 +46,10 @@ type Worker struct {
 	loadSubj string
 
 	kick chan struct{} // cap 1: a report is wanted
+	// progressKick (cap 1) wakes progressLoop when an acceptance is due
+	// before progressWake, the loop's next wake (zero: none); guarded by mu.
+	progressKick chan struct{}
+	progressWake time.Time
 	// fresh lists accepted requests that have had no +WPI yet, in acceptance
 	// order; firstProgressLoop sends it FirstProgressDelay after acceptance to
 	// those still held. freshKick (cap 1) wakes that loop.
@@ -75,26 +81,31 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 	if err != nil {
 		return nil, err
 	}
+	names, err := naming.New(cfg.Prefix) // validated by withDefaults
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("worker: instance id: %w", err)
 	}
 	taints := append([]string{}, cfg.Taints...)
 	w := &Worker{
-		nc:        nc,
-		cfg:       cfg,
-		h:         h,
-		log:       log.With().Str("component", "worker").Str("worker_id", cfg.ID).Logger(),
-		instance:  hex.EncodeToString(id[:]),
-		taints:    taints,
-		workSubj:  cfg.Prefix + ".work." + cfg.ID,
-		loadSubj:  cfg.Prefix + ".load." + cfg.ID,
-		kick:      make(chan struct{}, 1),
-		freshKick: make(chan struct{}, 1),
-		quit:      make(chan struct{}),
-		ranks:     make([]RankLoad, cfg.DPSize),
-		held:      map[*Request]struct{}{},
-		heldEmpty: make(chan struct{}),
+		nc:           nc,
+		cfg:          cfg,
+		h:            h,
+		log:          log.With().Str("component", "worker").Str("worker_id", cfg.ID).Logger(),
+		instance:     hex.EncodeToString(id[:]),
+		taints:       taints,
+		workSubj:     names.Work(cfg.ID),
+		loadSubj:     names.Load(cfg.ID),
+		kick:         make(chan struct{}, 1),
+		freshKick:    make(chan struct{}, 1),
+		progressKick: make(chan struct{}, 1),
+		quit:         make(chan struct{}),
+		ranks:        make([]RankLoad, cfg.DPSize),
+		held:         map[*Request]struct{}{},
+		heldEmpty:    make(chan struct{}),
 	}
 	return w, nil
 }
@@ -110,7 +121,10 @@ func (w *Worker) Start() error {
 	if w.started {
 		return ErrStarted
 	}
-	sub, err := w.nc.Subscribe(w.workSubj, w.onMsg)
+	// A queue group named after the id: should two processes run under one
+	// id by mistake, each dispatch reaches exactly one of them (docs/protocol.md,
+	// One worker id, one process).
+	sub, err := w.nc.QueueSubscribe(w.workSubj, w.cfg.ID, w.onMsg)
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", w.workSubj, err)
 	}
@@ -169,18 +183,26 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		if r.Seq > w.seenSeq {
 			w.seenSeq = r.Seq
 		}
+		wake := false
 		switch {
 		case r.state == stateFinished:
 			// Finished inside Offer: it was accepted whatever Offer returned.
 			accepted = true
 		case accepted:
 			r.state = stateHeld
+			wake = w.scheduleProgress(r, time.Now())
 		default:
 			r.state = stateFinished
 			delete(w.held, r)
 		}
 		w.mu.Unlock()
 		w.kickReport()
+		if wake {
+			select {
+			case w.progressKick <- struct{}{}:
+			default:
+			}
+		}
 	}
 
 	if m.Reply != "" {
@@ -194,7 +216,7 @@ func (w *Worker) onMsg(m *nats.Msg) {
 	}
 	if accepted && r.Ack != "" {
 		w.mu.Lock()
-		w.fresh = append(w.fresh, freshReq{r, time.Now().Add(w.cfg.FirstProgressDelay)})
+		w.fresh = append(w.fresh, freshReq{r, time.Now().Add(min(w.cfg.FirstProgressDelay, w.keepAlive(r)))})
 		w.mu.Unlock()
 		select {
 		case w.freshKick <- struct{}{}:
@@ -283,31 +305,68 @@ func (w *Worker) firstProgressLoop() {
 	}
 }
 
-// progressLoop sends +WPI for every held request every AckWait/3.
+// keepAlive returns r's keep-alive period: a third of the ack wait its
+// dispatch carried (Dispatch-Ack-Wait-Ms), else of Config.AckWait; at least 1 ms.
+func (w *Worker) keepAlive(r *Request) time.Duration {
+	aw := r.AckWait
+	if aw <= 0 {
+		aw = w.cfg.AckWait
+	}
+	return max(aw/3, time.Millisecond)
+}
+
+// scheduleProgress sets the keep-alive of r, accepted at now, and reports
+// whether progressLoop must wake earlier than planned for it; w.mu is held.
+func (w *Worker) scheduleProgress(r *Request, now time.Time) bool {
+	r.period = w.keepAlive(r)
+	r.next = now.Add(r.period)
+	return w.progressWake.IsZero() || r.next.Before(w.progressWake)
+}
+
+// progressLoop sends +WPI to every held request at least every keep-alive
+// period of its own (a third of its ack wait). A request due within a quarter
+// of its period gets it early, with the others sent then, so that the loop
+// wakes a few times per period however many requests are held.
 func (w *Worker) progressLoop() {
 	defer w.wg.Done()
-	t := time.NewTicker(w.cfg.AckWait / 3)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	var subjects []string
 	for {
-		select {
-		case <-w.quit:
-			return
-		case <-t.C:
-		}
 		subjects = subjects[:0]
 		w.mu.Lock()
+		now := time.Now()
+		var next time.Time
 		for r := range w.held {
-			if r.state == stateHeld && r.Ack != "" {
+			if r.state != stateHeld || r.Ack == "" || r.period == 0 {
+				continue
+			}
+			if !r.next.After(now.Add(r.period / 4)) {
 				subjects = append(subjects, r.Ack)
+				r.next = now.Add(r.period)
+			}
+			if next.IsZero() || r.next.Before(next) {
+				next = r.next
 			}
 		}
+		w.progressWake = next
 		w.mu.Unlock()
 		for _, s := range subjects {
 			if err := w.nc.Publish(s, ackProgress); err != nil {
 				w.log.Error().Err(err).Msg("progress ack")
 				break
 			}
+		}
+		var tc <-chan time.Time
+		if !next.IsZero() {
+			t.Reset(time.Until(next))
+			tc = t.C
+		}
+		select {
+		case <-w.quit:
+			return
+		case <-w.progressKick:
+		case <-tc:
 		}
 	}
 }

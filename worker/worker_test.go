@@ -157,7 +157,7 @@ func TestHeaderValueCaseInsensitive(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for _, cfg := range []worker.Config{
-		{ID: ""}, {ID: "a.b"}, {ID: "w", Prefix: "x.*"}, {ID: "w", DPStart: -1},
+		{ID: ""}, {ID: "a.b"}, {ID: "w", Prefix: "x.*"}, {ID: "w", Prefix: "x/y"}, {ID: "w", Prefix: "x+y"}, {ID: "w", DPStart: -1},
 		{ID: "w", DPStart: 65535, DPSize: 2}, {ID: "w", Taints: []string{"a b"}},
 		{ID: "w", TTL: time.Millisecond},
 	} {

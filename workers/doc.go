@@ -52,10 +52,34 @@
 // [Registry.Expire] once more than ttl_ms has passed since its last report
 // (exactly ttl_ms after it, it is still live). While the dispatcher is
 // disconnected ([Registry.Pause]) no TTL runs out; [Registry.Resume] restarts
-// every worker's clock, and every booking's age, from the resume time. A report
-// also clears [Worker.Excluded], set by the caller when the worker refused a
-// dispatch. [Registry.MaxWorkers] caps the number of live workers: a report from
+// every worker's clock, and every booking's age, from the resume time.
+// [Registry.MaxWorkers] caps the number of live workers: a report from
 // a new worker beyond it is refused ([DropCapacity]), reports of live ones are not.
+//
+// # Refusals and exclusion
+//
+// [Registry.Refused] records a refused (or unanswered) dispatch and excludes
+// the worker ([Worker.Excluded]) until [Worker.ExcludedUntil]: 10 ms for the
+// first refusal since it last accepted, doubling with each refused probe up to
+// 1 s ([MinExclusion], [MaxExclusion]). A refusal of a dispatch sent before the
+// current exclusion began adds nothing (one burst, one refusal). After a
+// refusal, every dispatch [Registry.Book] makes is a probe: the worker stays
+// excluded until it is answered, so at most one offer is in flight.
+// [Registry.Accepted] resets it all. Reports do not end an exclusion early;
+// Apply and Expire end it once due (Expire lists the worker in Aged).
+//
+// # Instances
+//
+// The instance whose report made the worker live holds the id. A report from
+// another instance is dropped (Change.Rival) while the holder is live and not
+// draining, and counts as a restart once it is draining or has been silent
+// for its TTL. Change.Conflict says when both instances are live: the holder
+// reported while the other had reported within the TTL.
+//
+// # Capacity
+//
+// A report's max_active_requests ([Worker.MaxActive]) caps each rank:
+// [Worker.Full] reports whether its reported plus booked requests reach it.
 //
 // # Invariants
 //

@@ -40,6 +40,11 @@ func FuzzParseReport(f *testing.F) {
 		`{"worker_id":"w1","seen_seq":18446744073709551615,"max_num_batched_tokens":18446744073709551615}`,
 		`{"worker_id":"w1","ranks":[{"dp_rank":0,"active_prefill_tokens":1.5}]}`,
 		`{"worker_id":"` + strings.Repeat("w", 129) + `"}`,
+		`{"worker_id":"w1","max_active_requests":2}`,
+		`{"worker_id":"w1","max_active_requests":0}`,
+		`{"worker_id":"w1","max_active_requests":1000001}`,
+		`{"worker_id":"w1","max_active_requests":-1}`,
+		`{"worker_id":"w1","max_active_requests":null}`,
 		`[]`, `null`, `{`, "\xff", ``,
 	} {
 		f.Add(idOfBody(body), []byte(body))
@@ -100,6 +105,12 @@ func checkParse(t *testing.T, token string, data []byte) {
 			t.Fatalf("accepted rank %d twice", rk.Rank)
 		}
 		seen[rk.Rank] = true
+	}
+	if r.MaxActive > workers.MaxActiveRequests {
+		t.Fatalf("accepted max_active_requests %d", r.MaxActive)
+	}
+	if r.MaxActive == 0 && strings.Contains(string(data), `"max_active_requests":0`) {
+		t.Fatalf("accepted max_active_requests 0")
 	}
 	if !r.HasSeenSeq && r.SeenSeq != 0 {
 		t.Fatalf("seen_seq %d without HasSeenSeq", r.SeenSeq)

@@ -14,6 +14,7 @@ import (
 // (docs/protocol.md, Load report): a plain list of bookings, filtered again and again.
 type refWorker struct {
 	instance    string
+	draining    bool
 	start, size uint32
 	ttl, last   int64
 	prevSeen    uint64
@@ -49,9 +50,13 @@ func (g *refRegistry) apply(now int64, r workers.Report) bool {
 		w = &refWorker{instance: r.Instance, issued: g.gone[r.WorkerID]}
 		g.live[r.WorkerID] = w
 	}
+	if existed && r.Instance != w.instance && !w.draining && now-w.last <= w.ttl {
+		return true // another live instance holds the id: dropped, nothing changes
+	}
 	restart := existed && (r.Instance != w.instance || (r.HasSeenSeq && w.hasPrevSeen && r.SeenSeq < w.prevSeen))
 	reshape := !existed || r.DPStart != w.start || r.DPSize != w.size
 	w.instance, w.start, w.size, w.ttl, w.last = r.Instance, r.DPStart, r.DPSize, int64(r.TTLms)*1e6, now
+	w.draining = r.Draining
 	if restart || reshape || !r.HasSeenSeq {
 		w.bookings = nil
 	} else {
@@ -132,6 +137,7 @@ func TestRegistryModel(t *testing.T) {
 					DPSize:   uint32(rapid.IntRange(1, 2).Draw(t, "size")),
 					TTLms:    rapid.Uint64Range(100, 500).Draw(t, "ttl"),
 					Instance: rapid.SampledFrom([]string{"", "x", "y"}).Draw(t, "instance"),
+					Draining: rapid.IntRange(0, 3).Draw(t, "draining") == 0,
 				}
 				if rapid.IntRange(0, 3).Draw(t, "hasSeen") > 0 {
 					r.SeenSeq, r.HasSeenSeq = rapid.Uint64Range(0, 40).Draw(t, "seen"), true

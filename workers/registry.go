@@ -1,9 +1,21 @@
 package workers
 
 import (
+	"math"
 	"slices"
 	"sort"
 )
+
+// Exclusion after refusals (docs/protocol.md, Refusals back off): the n-th
+// refused probe in a row excludes a worker for min(MinExclusion * 2^(n-1),
+// MaxExclusion), in nanoseconds.
+const (
+	MinExclusion = int64(10e6)
+	MaxExclusion = int64(1e9)
+)
+
+// awaiting is ExcludedUntil while a probe to the worker is unanswered.
+const awaiting = math.MaxInt64
 
 // Load is the dispatcher's view of one rank: the last report plus every booking
 // the report does not yet count (docs/protocol.md, Load report).
@@ -53,16 +65,38 @@ type Worker struct {
 	TotalKV    uint64
 	Taints     []string // sorted
 	Draining   bool
+	// MaxActive is max_active_requests, each rank's capacity in requests; 0: none.
+	MaxActive  uint64
 	TTL        int64 // nanoseconds
 	LastReport int64 // Unix nanoseconds of the last valid report
-	// Excluded is set when the worker refused a dispatch or did not answer; it is
-	// left out of selection until its next load report (docs/protocol.md, Dispatch handshake).
-	Excluded bool
+	// Excluded is set while the worker is left out of selection after a
+	// refusal ([Registry.Refused]), until ExcludedUntil (Unix nanoseconds), or
+	// while a probe sent after refusals is unanswered (docs/protocol.md,
+	// Refusals back off). Tests may set it directly.
+	Excluded      bool
+	ExcludedUntil int64
 
 	seenSeq  uint64 // of the last report
 	nextSeq  uint64
 	bookings []booking // increasing seq
+
+	refusals  int    // refused probes in a row since the last acceptance
+	probeFrom uint64 // dispatches below this seq were sent before the last exclusion began
+
+	rival           string // another instance reporting under this id, dropped
+	rivalLast       int64  // when the rival last reported
+	ownerAfterRival bool   // the owner reported while the rival was live
 }
+
+// Full reports whether rank rk of w is at or over the worker's capacity
+// (max_active_requests), counting bookings: it is then busy for every class
+// gate and no candidate for selection.
+func (w *Worker) Full(rk *Rank) bool {
+	return w.MaxActive > 0 && sat(rk.Reported.ActiveRequests, rk.BookedRequests) >= w.MaxActive
+}
+
+// Refusals returns the number of refused probes in a row since the worker last accepted.
+func (w *Worker) Refusals() int { return w.refusals }
 
 // HasTaint reports whether the worker carries taint t.
 func (w *Worker) HasTaint(t string) bool {
@@ -85,6 +119,15 @@ func (w *Worker) Bookings() int { return len(w.bookings) }
 type Change struct {
 	New     bool // the worker was not live before
 	Dropped int  // bookings dropped (counted by the report, restart, or age)
+	// Rival is set when the report was dropped, not applied: it came from
+	// another instance than the one that holds the worker id, which is live
+	// and not draining (docs/protocol.md, One worker id, one process).
+	Rival bool
+	// Conflict is set when two instances are live under the id: both have
+	// reported within the TTL, the holder after the other one appeared.
+	// Owner and Other then name the holder's instance and the other's.
+	Conflict     bool
+	Owner, Other string
 }
 
 // Registry holds the live workers. It is not safe for concurrent use.
@@ -119,6 +162,12 @@ func (g *Registry) All() []*Worker { return g.list }
 // Apply applies a validated report received at now (Unix ns). It returns false,
 // and changes nothing, when the worker is new and the registry is full.
 //
+// Instances: the instance that holds the id keeps it while it is live and not
+// draining; a report from another instance meanwhile is dropped (Change.Rival),
+// and Change.Conflict says when both are live. Once the holder is draining or
+// has been silent for its TTL, a report from another instance takes the id
+// over as a restart.
+//
 // Bookings: a change of instance, or a seen_seq lower than the previous
 // report's, drops them all (the worker restarted); otherwise the report counts
 // every booking with seq <= seen_seq (every booking, without seen_seq); and a
@@ -138,12 +187,33 @@ func (g *Registry) Apply(now int64, r Report) (*Worker, Change, bool) {
 		g.list = slices.Insert(g.list, i, w)
 		ch.New = true
 	}
+	if !ch.New && r.Instance != w.Instance {
+		if !w.Draining && now-w.LastReport <= w.TTL {
+			if w.rival != r.Instance {
+				w.rival, w.ownerAfterRival = r.Instance, false
+			}
+			w.rivalLast = now
+			ch.Rival, ch.Conflict, ch.Owner, ch.Other = true, w.ownerAfterRival, w.Instance, r.Instance
+			return w, ch, true
+		}
+		w.rival, w.ownerAfterRival = "", false // taken over: a restart
+	}
+	if w.rival != "" {
+		if now-w.rivalLast <= w.TTL {
+			w.ownerAfterRival = true
+			ch.Conflict, ch.Owner, ch.Other = true, w.Instance, w.rival
+		} else {
+			w.rival, w.ownerAfterRival = "", false
+		}
+	}
 	restarted := !ch.New && (r.Instance != w.Instance || (r.HasSeenSeq && r.SeenSeq < w.seenSeq))
 	w.Instance = r.Instance
-	w.MaxBatched, w.TotalKV, w.Draining = r.MaxBatched, r.TotalKV, r.Draining
+	w.MaxBatched, w.TotalKV, w.Draining, w.MaxActive = r.MaxBatched, r.TotalKV, r.Draining, r.MaxActive
 	w.TTL = int64(r.TTLms) * 1e6
 	w.LastReport = now
-	w.Excluded = false
+	if w.Excluded && w.ExcludedUntil <= now {
+		w.Excluded = false
+	}
 	if !slices.Equal(w.Taints, r.Taints) {
 		w.Taints = slices.Clone(r.Taints)
 		slices.Sort(w.Taints)
@@ -216,7 +286,45 @@ func (g *Registry) Book(now int64, w *Worker, rank int32, cost uint64) uint64 {
 	rk := &w.Ranks[i]
 	rk.Booked = sat(rk.Booked, cost)
 	rk.BookedRequests++
+	g.probe(w)
 	return seq
+}
+
+// probe is called by Book: a dispatch to a worker that has refused in a row is
+// a probe, and the worker is excluded until it is answered ([Registry.Refused],
+// [Registry.Accepted]), so that at most one offer is in flight to it.
+func (g *Registry) probe(w *Worker) {
+	if w.refusals > 0 {
+		w.Excluded, w.ExcludedUntil = true, awaiting
+	}
+}
+
+// Refused records that w refused the dispatch with sequence seq, or did not
+// answer it, at now (docs/protocol.md, Refusals back off). A dispatch sent
+// after w's last exclusion began (a probe) counts one refusal more and
+// excludes w for min(MinExclusion * 2^(n-1), MaxExclusion) from now, n the
+// refusals in a row; a dispatch sent earlier (of the same burst) changes
+// nothing. The booking is released by [Registry.Unbook], not here.
+func (g *Registry) Refused(now int64, w *Worker, seq uint64) {
+	if seq < w.probeFrom {
+		return
+	}
+	w.refusals++
+	d := MaxExclusion
+	if w.refusals <= 30 {
+		d = min(MinExclusion<<(w.refusals-1), MaxExclusion)
+	}
+	w.Excluded, w.ExcludedUntil = true, now+d
+	w.probeFrom = w.nextSeq
+}
+
+// Accepted records that w accepted a dispatch: its refusals in a row reset and
+// any exclusion ends. It reports whether w was excluded.
+func (g *Registry) Accepted(w *Worker) bool {
+	w.refusals = 0
+	was := w.Excluded
+	w.Excluded, w.ExcludedUntil = false, 0
+	return was
 }
 
 // Unbook releases the booking with sequence seq, when it is still held (a
@@ -235,9 +343,10 @@ func (g *Registry) Unbook(w *Worker, seq uint64) bool {
 }
 
 // Expire removes every worker whose TTL has run out at now, appending them to
-// dst, and drops bookings older than their worker's TTL (Aged then lists the
-// live workers whose load changed so). While paused it does nothing: no TTL
-// runs out while the dispatcher is disconnected.
+// dst, drops bookings older than their worker's TTL, and ends exclusions due
+// by now (Aged then lists the live workers whose load or exclusion changed
+// so). While paused it does nothing: no TTL runs out while the dispatcher is
+// disconnected.
 func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 	clear(g.aged)
 	g.aged = g.aged[:0]
@@ -255,8 +364,16 @@ func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 			dst = append(dst, w)
 			continue
 		}
+		changed := false
 		if w.dropOld(now) > 0 {
 			w.rebook()
+			changed = true
+		}
+		if w.Excluded && w.ExcludedUntil <= now {
+			w.Excluded = false
+			changed = true
+		}
+		if changed {
 			g.aged = append(g.aged, w)
 		}
 		kept = append(kept, w)
@@ -266,7 +383,8 @@ func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 	return dst
 }
 
-// Aged returns the live workers whose bookings the last Expire aged out.
+// Aged returns the live workers whose bookings the last Expire aged out, or
+// whose exclusion it ended.
 func (g *Registry) Aged() []*Worker { return g.aged }
 
 // Pause stops every TTL clock (the dispatcher lost its NATS connection).

@@ -281,7 +281,11 @@ func TestRestartDropsBookings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := workers.New()
-			w, _ := mustApply(t, g, 0, rep("w1", instance("a"), seen(10)))
+			first := rep("w1", instance("a"), seen(10))
+			// Another instance takes the id over only from a draining holder
+			// (or once the holder is silent for its TTL: TestInstanceTakeover).
+			first.Draining = tt.second.Instance != "a"
+			w, _ := mustApply(t, g, 0, first)
 			for range 3 {
 				g.Book(0, w, 0, 100) // seqs 11, 12, 13
 			}
@@ -716,3 +720,167 @@ func TestExpireListsAgedWorkers(t *testing.T) {
 		t.Fatalf("Aged = %d, booked %d; want 1 worker and 0 booked", len(g.Aged()), w.Ranks[0].Booked)
 	}
 }
+
+// TestInstanceRival: while the instance holding an id is live and not
+// draining, reports from another instance are dropped (Rival) and change
+// nothing; once both have reported within the TTL, the holder after the
+// other one appeared, every report of either says Conflict with both names.
+func TestInstanceRival(t *testing.T) {
+	g := workers.New()
+	w, _ := mustApply(t, g, 0, rep("w1", instance("a"), seen(0), ranks(workers.RankLoad{Rank: 0, ActiveRequests: 1})))
+	g.Book(0, w, 0, 100) // seq 1
+
+	_, ch := mustApply(t, g, 10*ms, rep("w1", instance("b"), seen(0), ranks(workers.RankLoad{Rank: 0, ActiveRequests: 7})))
+	if !ch.Rival || ch.Conflict || ch.Owner != "a" || ch.Other != "b" {
+		t.Fatalf("first report of b: got %+v, want Rival without Conflict, owner a, other b", ch)
+	}
+	if w.Instance != "a" || w.Bookings() != 1 || w.Rank(0).Reported.ActiveRequests != 1 || w.LastReport != 0 {
+		t.Fatalf("after b's report: instance %q, %d bookings, active %d, last report %d; want a, 1, 1, 0 (nothing applied)",
+			w.Instance, w.Bookings(), w.Rank(0).Reported.ActiveRequests, w.LastReport)
+	}
+	// The holder reports again: two live instances.
+	_, ch = mustApply(t, g, 20*ms, rep("w1", instance("a"), seen(1)))
+	if ch.Rival || !ch.Conflict || ch.Owner != "a" || ch.Other != "b" {
+		t.Fatalf("a after b: got %+v, want Conflict (not Rival), owner a, other b", ch)
+	}
+	_, ch = mustApply(t, g, 30*ms, rep("w1", instance("b"), seen(0)))
+	if !ch.Rival || !ch.Conflict {
+		t.Fatalf("b after the conflict: got %+v, want Rival and Conflict", ch)
+	}
+	// b falls silent: once its last report is older than the TTL, a's reports are plain again.
+	_, ch = mustApply(t, g, 30*ms+int64(workers.DefaultTTL)*ms+1, rep("w1", instance("a"), seen(1)))
+	if ch.Rival || ch.Conflict {
+		t.Fatalf("a after b's silence: got %+v, want neither Rival nor Conflict", ch)
+	}
+}
+
+// TestInstanceTakeover: a restart under a new instance takes the id over
+// once the holder has been silent for its TTL, or at once when the holder's
+// last report said draining; it is never a conflict.
+func TestInstanceTakeover(t *testing.T) {
+	t.Run("silent holder", func(t *testing.T) {
+		g := workers.New()
+		w, _ := mustApply(t, g, 0, rep("w1", instance("a"), ttl(500), seen(0)))
+		g.Book(0, w, 0, 100)
+		if _, ch := mustApply(t, g, 500*ms, rep("w1", instance("b"), seen(0))); !ch.Rival || ch.Conflict {
+			t.Fatalf("b at exactly the TTL: got %+v, want Rival (a is still live), no Conflict", ch)
+		}
+		_, ch := mustApply(t, g, 500*ms+1, rep("w1", instance("b"), seen(0)))
+		if ch.Rival || ch.Conflict || ch.Dropped != 1 || w.Instance != "b" {
+			t.Fatalf("b after the TTL: got %+v, instance %q; want a restart dropping 1 booking, instance b", ch, w.Instance)
+		}
+		// The old holder coming back is now the rival.
+		if _, ch := mustApply(t, g, 600*ms, rep("w1", instance("a"), seen(0))); !ch.Rival || ch.Owner != "b" {
+			t.Fatalf("a after the takeover: got %+v, want Rival, owner b", ch)
+		}
+	})
+	t.Run("draining holder", func(t *testing.T) {
+		g := workers.New()
+		w, _ := mustApply(t, g, 0, rep("w1", instance("a"), seen(0), func(r *workers.Report) { r.Draining = true }))
+		g.Book(0, w, 0, 100)
+		_, ch := mustApply(t, g, ms, rep("w1", instance("b"), seen(0)))
+		if ch.Rival || ch.Conflict || ch.Dropped != 1 || w.Instance != "b" || w.Draining {
+			t.Fatalf("b after a drained: got %+v, instance %q, draining %v; want a restart, instance b, not draining", ch, w.Instance, w.Draining)
+		}
+	})
+}
+
+// TestCapacityFull: a rank is full when its reported plus booked requests
+// reach max_active_requests; without the field it never is.
+func TestCapacityFull(t *testing.T) {
+	g := workers.New()
+	w, _ := mustApply(t, g, 0, rep("w1", seen(0), func(r *workers.Report) { r.MaxActive = 2 },
+		ranks(workers.RankLoad{Rank: 0, ActiveRequests: 1})))
+	if w.Full(w.Rank(0)) {
+		t.Fatalf("1 of 2 active: got full")
+	}
+	seq := g.Book(0, w, 0, 10)
+	if !w.Full(w.Rank(0)) {
+		t.Fatalf("1 reported + 1 booked of 2: got not full")
+	}
+	g.Unbook(w, seq)
+	if w.Full(w.Rank(0)) {
+		t.Fatalf("after Unbook: got full")
+	}
+	mustApply(t, g, ms, rep("w1", seen(1), ranks(workers.RankLoad{Rank: 0, ActiveRequests: 5})))
+	if w.Full(w.Rank(0)) || w.MaxActive != 0 {
+		t.Fatalf("report without max_active_requests: got full %v, MaxActive %d; want no capacity", w.Full(w.Rank(0)), w.MaxActive)
+	}
+}
+
+// TestRefusalBackoff: a worker refusing every probe is excluded for 10 ms,
+// 20 ms, 40 ms ... up to 1 s; reports do not end an exclusion early; a probe
+// keeps it excluded until answered; refusals of dispatches sent before the
+// exclusion began add nothing; an acceptance resets it all.
+func TestRefusalBackoff(t *testing.T) {
+	g := workers.New()
+	w, _ := mustApply(t, g, 0, rep("w1", seen(0), ttl(600000)))
+	// A burst of three dispatches, all refused.
+	var burst []uint64
+	for range 3 {
+		burst = append(burst, g.Book(0, w, 0, 1))
+	}
+	if w.Excluded {
+		t.Fatalf("excluded before any refusal")
+	}
+	now := int64(0)
+	for _, seq := range burst {
+		g.Unbook(w, seq)
+		g.Refused(now, w, seq)
+	}
+	if w.Refusals() != 1 || !w.Excluded || w.ExcludedUntil != 10*ms {
+		t.Fatalf("after a refused burst: refusals %d, excluded %v until %d; want 1, true, %d", w.Refusals(), w.Excluded, w.ExcludedUntil, 10*ms)
+	}
+	// A report does not end it.
+	mustApply(t, g, 5*ms, rep("w1", seen(3), ttl(600000)))
+	if !w.Excluded {
+		t.Fatalf("a report ended the exclusion early")
+	}
+	want := []int64{20, 40, 80, 160, 320, 640, 1000, 1000, 1000}
+	for i, d := range want {
+		until := w.ExcludedUntil
+		if g.Expire(until-1, nil); !w.Excluded {
+			t.Fatalf("probe %d: exclusion ended 1 ns early", i)
+		}
+		g.Expire(until, nil)
+		if w.Excluded || len(g.Aged()) != 1 {
+			t.Fatalf("probe %d: exclusion not ended at %d (aged %d)", i, until, len(g.Aged()))
+		}
+		now = until
+		seq := g.Book(now, w, 0, 1)
+		if !w.Excluded {
+			t.Fatalf("probe %d: not excluded while the probe is unanswered", i)
+		}
+		g.Expire(now+10*MaxExclusionMs*ms, nil)
+		mustApply(t, g, now+1, rep("w1", seen(seq-1), ttl(600000)))
+		if !w.Excluded {
+			t.Fatalf("probe %d: the exclusion of an unanswered probe ended", i)
+		}
+		now += 3 * ms
+		g.Unbook(w, seq)
+		g.Refused(now, w, seq)
+		if got := w.ExcludedUntil - now; got != d*ms {
+			t.Fatalf("probe %d refused: excluded for %d ms, want %d", i, got/ms, d)
+		}
+	}
+	// A late refusal from the old burst changes nothing.
+	until := w.ExcludedUntil
+	g.Refused(now+ms, w, burst[0])
+	if w.ExcludedUntil != until || w.Refusals() != len(want)+1 {
+		t.Fatalf("late burst refusal: until %d refusals %d, want %d and %d", w.ExcludedUntil, w.Refusals(), until, len(want)+1)
+	}
+	// An acceptance resets everything.
+	if !g.Accepted(w) || w.Excluded || w.Refusals() != 0 {
+		t.Fatalf("after an acceptance: excluded %v refusals %d, want false 0", w.Excluded, w.Refusals())
+	}
+	seq := g.Book(now, w, 0, 1)
+	if w.Excluded {
+		t.Fatalf("a dispatch after an acceptance is a probe")
+	}
+	g.Refused(now, w, seq)
+	if w.ExcludedUntil-now != 10*ms {
+		t.Fatalf("first refusal after an acceptance: excluded for %d ms, want 10", (w.ExcludedUntil-now)/ms)
+	}
+}
+
+const MaxExclusionMs = workers.MaxExclusion / 1e6

@@ -15,7 +15,9 @@ const (
 	MaxRanks = 65536
 	// MaxTaints bounds the taints a worker may carry.
 	MaxTaints = 64
-	maxID     = 128
+	// MaxActiveRequests bounds max_active_requests, the per-rank capacity.
+	MaxActiveRequests = 1_000_000
+	maxID             = 128
 )
 
 // RankLoad is the load of one data-parallel rank as reported (docs/protocol.md, Load report).
@@ -34,6 +36,9 @@ type Report struct {
 	DPSize     uint32
 	MaxBatched uint64 // max_num_batched_tokens; 0: unknown
 	TotalKV    uint64 // total_kv_blocks; 0 turns the decode latch off
+	// MaxActive is max_active_requests, the capacity of each rank in
+	// requests; 0: the field was absent, no capacity.
+	MaxActive  uint64
 	Taints     []string
 	Draining   bool
 	TTLms      uint64
@@ -70,6 +75,7 @@ type wireReport struct {
 	DPSize     *uint32    `json:"data_parallel_size"`
 	MaxBatched *uint64    `json:"max_num_batched_tokens"`
 	TotalKV    uint64     `json:"total_kv_blocks"`
+	MaxActive  *uint64    `json:"max_active_requests"`
 	Taints     []string   `json:"taints"`
 	Draining   bool       `json:"draining"`
 	TTLms      *uint64    `json:"ttl_ms"`
@@ -111,6 +117,12 @@ func ParseReport(token string, data []byte) (Report, error) {
 	}
 	if w.MaxBatched != nil {
 		r.MaxBatched = *w.MaxBatched
+	}
+	if w.MaxActive != nil {
+		if *w.MaxActive < 1 || *w.MaxActive > MaxActiveRequests {
+			return Report{}, &ReportError{DropInvalid, fmt.Sprintf("max_active_requests %d out of [1, %d]", *w.MaxActive, MaxActiveRequests)}
+		}
+		r.MaxActive = *w.MaxActive
 	}
 	if w.TTLms != nil {
 		r.TTLms = *w.TTLms

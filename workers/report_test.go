@@ -250,3 +250,34 @@ func TestParseReportInstanceBound(t *testing.T) {
 		t.Fatalf("instance of 128 bytes: %v, want accepted", err)
 	}
 }
+
+// TestParseReportMaxActiveRequests: max_active_requests is optional (absent:
+// no capacity), an integer in [1, 1000000]; anything else drops the report.
+func TestParseReportMaxActiveRequests(t *testing.T) {
+	tests := []struct {
+		field string
+		want  uint64
+		drop  workers.DropReason
+	}{
+		{``, 0, ""},
+		{`,"max_active_requests":null`, 0, ""},
+		{`,"max_active_requests":1`, 1, ""},
+		{`,"max_active_requests":2`, 2, ""},
+		{`,"max_active_requests":1000000`, 1_000_000, ""},
+		{`,"max_active_requests":0`, 0, workers.DropInvalid},
+		{`,"max_active_requests":1000001`, 0, workers.DropInvalid},
+		{`,"max_active_requests":-1`, 0, workers.DropParse},
+		{`,"max_active_requests":1.5`, 0, workers.DropParse},
+		{`,"max_active_requests":"2"`, 0, workers.DropParse},
+	}
+	for _, tt := range tests {
+		r, err := workers.ParseReport("w1", []byte(`{"worker_id":"w1"`+tt.field+`}`))
+		if got := workers.Reason(err); got != tt.drop {
+			t.Errorf("%q: reason %q (%v), want %q", tt.field, got, err, tt.drop)
+			continue
+		}
+		if err == nil && r.MaxActive != tt.want {
+			t.Errorf("%q: MaxActive %d, want %d", tt.field, r.MaxActive, tt.want)
+		}
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/bus"
 	"fairdispatch/worker/loadgen"
 	"fairdispatch/worker/mock"
 )
@@ -64,7 +63,7 @@ func (b *bench) burstFair() (res burstResult) {
 		return fail("connect", err)
 	}
 	defer closeAll(conns)
-	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS}, zerolog.Nop())
+	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS}, zerolog.Nop())
 	if err != nil {
 		return fail("mock worker", err)
 	}
@@ -80,6 +79,7 @@ func (b *bench) burstFair() (res burstResult) {
 		return fail("worker", err)
 	}
 	r, err := loadgen.Run(context.Background(), conns[1], loadgen.Config{
+		Prefix:  b.opt.prefix,
 		Classes: []loadgen.ClassCount{{Class: "premium", Count: burstPerClass}, {Class: "regular", Count: burstPerClass}},
 		ISL:     burstISL, Order: loadgen.OrderAlternating, Timeout: 2 * time.Minute,
 	}, zerolog.Nop())
@@ -133,7 +133,7 @@ func (b *bench) burstDirect() (res burstResult) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cons, err := js.CreateOrUpdateConsumer(ctx, bus.ReqStream, jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(ctx, b.opt.names.ReqStream(), jetstream.ConsumerConfig{
 		Durable: "burst", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 		MaxAckPending: 10000, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
@@ -169,7 +169,7 @@ func (b *bench) burstDirect() (res burstResult) {
 			for msg := range fifo {
 				time.Sleep(service)
 				_ = msg.Ack()
-				class := msg.Subject()[len("dispatch.req."):]
+				class := msg.Subject()[len(b.opt.names.Req("")):]
 				mu.Lock()
 				order = append(order, class)
 				times = append(times, float64(t.now())/1e9)
@@ -178,7 +178,7 @@ func (b *bench) burstDirect() (res burstResult) {
 			}
 		}()
 	}
-	subjects := []string{"dispatch.req.premium", "dispatch.req.regular"}
+	subjects := []string{b.opt.names.Req("premium"), b.opt.names.Req("regular")}
 	if err := b.pub.run(ctx, t, subjects, burstISL, 128, 0); err != nil {
 		return fail("publish", err)
 	}

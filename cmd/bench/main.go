@@ -28,6 +28,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/naming"
 )
 
 // System names, as printed.
@@ -49,6 +51,8 @@ type options struct {
 	burstTPS      float64
 	dispatcherBin string
 	only          string
+	prefix        string
+	names         naming.Names // of prefix
 }
 
 type bench struct {
@@ -93,6 +97,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
 	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst (default all)")
+	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -105,6 +110,10 @@ func parseOptions(args []string) (options, error) {
 		if !given["hold"] {
 			o.hold = 20000
 		}
+	}
+	var err error
+	if o.names, err = naming.New(o.prefix); err != nil {
+		return o, fmt.Errorf("--subject-prefix: %w", err)
 	}
 	switch {
 	case o.requests < 1000:

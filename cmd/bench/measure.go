@@ -93,7 +93,7 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 	res := sysResult{System: name}
 	subjects := make([]string, len(classes))
 	for i, c := range classes {
-		subjects[i] = "dispatch.req." + c
+		subjects[i] = b.opt.names.Req(c)
 	}
 	fail := func(what string, err error) sysResult {
 		res.Error = fmt.Sprintf("%s: %v", what, err)
@@ -212,7 +212,7 @@ func (b *bench) memory() (res memResult) {
 	t := newTracker(b.opt.hold)
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout(b.opt.hold))
 	defer cancel()
-	if err := b.pub.run(ctx, t, []string{"dispatch.req.held"}, 512, 1024, 0); err != nil {
+	if err := b.pub.run(ctx, t, []string{b.opt.names.Req("held")}, 512, 1024, 0); err != nil {
 		return fail("publish", err)
 	}
 	if _, err := s.waitQueues(time.Until(deadlineOf(ctx)), "all requests held", func(q queues) bool { return q.Held >= b.opt.hold }); err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"fairdispatch/bus"
+	"fairdispatch/naming"
 )
 
 // roleEnv, when set in the environment, makes this program one of the helper
@@ -75,16 +75,21 @@ func natsRole(args []string) error {
 	return nil
 }
 
-// forwarderRole is the bare pipe: args are the NATS URL and the number of
-// workers. It pulls DISPATCH_REQ through the durable "forwarder" (explicit
+// forwarderRole is the bare pipe: args are the NATS URL, the number of
+// workers and the subject prefix. It pulls the prefix's request stream
+// (DISPATCH_REQ for the default prefix) through the durable "forwarder" (explicit
 // ack, MaxAckPending as the dispatcher's default) in large batches and sends
 // each message to the next worker in turn as a core NATS request carrying
 // Dispatch-Ack, with every answer arriving on one wildcard inbox (as
 // bus.Handshaker does). It never acknowledges: the workers do. No scheduling,
 // no bookkeeping, no timeouts: the physical limit of the hop.
 func forwarderRole(args []string) error {
-	if len(args) != 2 {
-		return fmt.Errorf("want the NATS URL and the number of workers")
+	if len(args) != 3 {
+		return fmt.Errorf("want the NATS URL, the number of workers and the subject prefix")
+	}
+	names, err := naming.New(args[2])
+	if err != nil {
+		return err
 	}
 	workers, err := strconv.Atoi(args[1])
 	if err != nil || workers < 1 {
@@ -102,7 +107,7 @@ func forwarderRole(args []string) error {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := js.CreateOrUpdateConsumer(cctx, bus.ReqStream, jetstream.ConsumerConfig{
+	cons, err := js.CreateOrUpdateConsumer(cctx, names.ReqStream(), jetstream.ConsumerConfig{
 		Durable: "forwarder", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 		MaxAckPending: 500000, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
@@ -120,7 +125,7 @@ func forwarderRole(args []string) error {
 	}
 	subjects := make([]string, workers)
 	for i := range subjects {
-		subjects[i] = "dispatch.work." + workerID(i)
+		subjects[i] = names.Work(workerID(i))
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {

@@ -62,12 +62,12 @@ func (s *system) middlePid() int {
 func (b *bench) resetStreams() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, s := range []string{bus.ReqStream, bus.DLQStream} {
+	for _, s := range []string{b.opt.names.ReqStream(), b.opt.names.DLQStream()} {
 		if err := b.js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("delete stream %s: %w", s, err)
 		}
 	}
-	return bus.EnsureStreams(ctx, b.js, bus.StreamConfig{})
+	return bus.EnsureStreams(ctx, b.js, bus.StreamConfig{Prefix: b.opt.prefix})
 }
 
 // connect opens k connections named name-<i>.
@@ -111,7 +111,7 @@ func (b *bench) startBare() (*system, error) {
 	}
 	for i := range b.opt.workers {
 		nc := conns[i%len(conns)]
-		sub, err := nc.Subscribe("dispatch.work."+workerID(i), func(m *nats.Msg) {
+		sub, err := nc.Subscribe(b.opt.names.Work(workerID(i)), func(m *nats.Msg) {
 			accepted(m.Data)
 			if err := nc.Publish(m.Reply, nil); err != nil {
 				b.logf("bare worker reply: %v", err)
@@ -134,7 +134,7 @@ func (b *bench) startBare() (*system, error) {
 		closeAll(conns)
 		return nil, err
 	}
-	fw, _, err := startRole("forwarder", filepath.Join(b.tmp, "forwarder.log"), b.url, strconv.Itoa(b.opt.workers))
+	fw, _, err := startRole("forwarder", filepath.Join(b.tmp, "forwarder.log"), b.url, strconv.Itoa(b.opt.workers), b.opt.prefix)
 	if err != nil {
 		closeAll(conns)
 		return nil, err
@@ -152,7 +152,7 @@ func (b *bench) startDirect() (*system, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cons, err := b.js.CreateOrUpdateConsumer(ctx, bus.ReqStream, jetstream.ConsumerConfig{
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.opt.names.ReqStream(), jetstream.ConsumerConfig{
 		Durable: "direct", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 		MaxAckPending: 500000, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
@@ -172,7 +172,7 @@ func (b *bench) startDirect() (*system, error) {
 			closeAll(conns)
 			return nil, err
 		}
-		c, err := js.Consumer(context.Background(), bus.ReqStream, cons.CachedInfo().Name)
+		c, err := js.Consumer(context.Background(), b.opt.names.ReqStream(), cons.CachedInfo().Name)
 		if err != nil {
 			closeAll(conns)
 			return nil, err
@@ -221,7 +221,7 @@ func (b *bench) startDispatcher(tag, policy string) (*system, error) {
 	}
 	cmd := exec.Command(b.dispatcherBin,
 		"--nats-url", b.url, "--policy-config", pf, "--startup-grace", "200ms",
-		"--max-held", "100000", "--log-level", "warn", "--http-addr", addr,
+		"--max-held", "100000", "--log-level", "warn", "--http-addr", addr, "--subject-prefix", b.opt.prefix,
 		"--data-dir", filepath.Join(b.tmp, "dispatcher-data"))
 	d, _, err := startChild(cmd, "dispatcher", filepath.Join(b.tmp, "dispatcher-"+tag+".log"), false)
 	if err != nil {
@@ -298,7 +298,7 @@ func (b *bench) startWorkers(h worker.Handler, load *worker.RankLoad) (stop func
 		closeAll(conns)
 	}
 	for i := range b.opt.workers {
-		w, err := worker.New(conns[i%len(conns)], worker.Config{ID: workerID(i)}, h, zerolog.Nop())
+		w, err := worker.New(conns[i%len(conns)], worker.Config{ID: workerID(i), Prefix: b.opt.prefix}, h, zerolog.Nop())
 		if err != nil {
 			stop()
 			return nil, nil, err

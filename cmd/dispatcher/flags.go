@@ -11,12 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"fairdispatch/naming"
 )
 
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
 type settings struct {
 	natsURL, dataDir, storage, natsListen                     string
 	creds, nkey, user, password, tlsCA, tlsCert, tlsKey       string
+	inboxPrefix                                               string
 	policy, prefix, httpAddr, adminToken                      string
 	replicas                                                  int
 	decodeBlocks, prefillTokensFrac, queueThreshold           optFloat
@@ -27,7 +30,7 @@ type settings struct {
 	maxHeld, inFlight, maxWorkers                             int
 	maxKeysPerClass                                           int
 	logLevel, logFormat                                       string
-	checkConfig                                               string
+	checkConfig, healthProbe                                  string
 	election, pprof                                           bool
 	leaseTTL                                                  time.Duration
 	instanceID                                                string
@@ -83,11 +86,12 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
 	fs.StringVar(&s.user, "nats-user", "", "NATS user")
 	fs.StringVar(&s.password, "nats-password", "", "NATS password")
+	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of this dispatcher's reply subjects; one per pool lets permissions keep pools on one account out of each other's inboxes")
 	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
 	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
 	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
 	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
-	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject")
+	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
 	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of both streams (1 to 5)")
 	fs.StringVar(&s.httpAddr, "http-addr", "127.0.0.1:8080", "admin HTTP listen address")
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token guarding the admin write routes; empty: unguarded")
@@ -111,11 +115,12 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxKeysPerClass, "max-keys-per-class", 100000, "most fairness keys a class tracks at once (backlogged or owed a settlement); further new keys share the key _overflow")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
-	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader")
+	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader (fairdispatch_<prefix>_leader for another --subject-prefix)")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", 3*time.Second, "leader lease time (200ms to 1m); a standby takes over within about 1.25 x this after the leader dies")
 	fs.StringVar(&s.instanceID, "instance-id", defaultInstanceID(), "this process's id in the leader lease")
 	fs.BoolVar(&s.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address")
 	fs.StringVar(&s.checkConfig, "check-config", "", "validate this policy file, print the resolved class matrix, and exit")
+	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
 	return fs
@@ -211,6 +216,12 @@ func (s *settings) validate() error {
 	}
 	if s.leaseTTL < 200*time.Millisecond || s.leaseTTL > time.Minute {
 		bad = append(bad, fmt.Sprintf("--lease-ttl %v: want 200ms to 1m", s.leaseTTL))
+	}
+	if s.inboxPrefix == "" || !naming.ValidSubject(s.inboxPrefix) {
+		bad = append(bad, fmt.Sprintf("--nats-inbox-prefix %q: want a literal subject", s.inboxPrefix))
+	}
+	if _, err := naming.New(s.prefix); err != nil {
+		bad = append(bad, fmt.Sprintf("--subject-prefix: %v", err))
 	}
 	if s.logFormat != "console" && s.logFormat != "json" {
 		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))

@@ -49,6 +49,11 @@ func TestSettingsErrorsNameTheInput(t *testing.T) {
 		{[]string{"--router-temperature", "-1"}, nil, "--router-temperature"},
 		{[]string{"--log-format", "xml"}, nil, "--log-format"},
 		{[]string{"extra"}, nil, "unexpected argument"},
+		{[]string{"--nats-inbox-prefix", "_INBOX.*"}, nil, "--nats-inbox-prefix"},
+		// A prefix that would make an invalid stream or bucket name is refused, naming both.
+		{[]string{"--subject-prefix", "a.*"}, nil, `--subject-prefix: naming: invalid subject prefix "a.*"`},
+		{[]string{"--subject-prefix", "team/llama"}, nil, `prefix "team/llama": stream name "TEAM/LLAMA_REQ"`},
+		{nil, map[string]string{"DISPATCHER_SUBJECT_PREFIX": "llama+qwen"}, `prefix "llama+qwen": bucket name "fairdispatch_llama+qwen_leader"`},
 	}
 	for _, c := range cases {
 		_, err := parseSettings(c.args, env(c.env), &bytes.Buffer{})

@@ -46,14 +46,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, pol.Matrix())
 		return 0
 	}
+	if s.healthProbe != "" {
+		return probe(s.healthProbe, stderr)
+	}
 	log, err := newLogger(s, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatcher:", err)
 		return 2
 	}
+	// A bad policy is reported as --check-config reports it: one problem a
+	// line, file:line: path, on stderr.
+	pol, err := loadPolicy(s)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serve(ctx, s, log, stdout); err != nil {
+	if err := serve(ctx, s, pol, log, stdout); err != nil {
 		log.Error().Err(err).Msg("dispatcher stopped")
 		return 1
 	}
@@ -65,9 +75,22 @@ func newLogger(s *settings, w io.Writer) (zerolog.Logger, error) {
 	if err != nil || s.logLevel == "" {
 		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", s.logLevel)
 	}
+	// Durations are logged as Go duration strings with their unit ("1.5s"),
+	// in both formats (docs/decisions.md, Operations: logs).
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	out := w
 	if s.logFormat == "console" {
-		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// isTerminal reports whether w is a terminal: colour codes only go there.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

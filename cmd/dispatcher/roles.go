@@ -70,8 +70,8 @@ func (p *puller) start() error {
 		return fmt.Errorf("consumer %s on %s: %w", p.cfg.Durable, p.cfg.Stream, err)
 	}
 	p.cons, p.done = cons, make(chan error, 1)
-	p.a.SetConsumer(cons)
-	go func(done chan error) { done <- cons.Run(context.Background(), p.a.Deliveries()) }(p.done)
+	out := p.a.SetConsumer(cons) // this term's channel: its batches are never admitted in another term
+	go func(done chan error) { done <- cons.Run(context.Background(), out) }(p.done)
 	return nil
 }
 

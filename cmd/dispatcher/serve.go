@@ -26,17 +26,21 @@ import (
 	"fairdispatch/ingest"
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
+	"fairdispatch/naming"
 	"fairdispatch/scheduler"
 )
 
-// serve runs the dispatcher until ctx ends.
-func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Writer) error {
-	pol, err := loadPolicy(s)
-	if err != nil {
-		return err
-	}
+// serve runs the dispatcher with policy pol until ctx ends.
+func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Logger, stdout io.Writer) error {
 	url := s.natsURL
 	if url == "" {
+		// One process per data directory (docs/decisions.md, Operations): two embedded
+		// servers on one store would each lead and contradict each other.
+		lock, err := lockDataDir(s.dataDir, time.Now())
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		srv, err := embeddedServer(s, log)
 		if err != nil {
 			return err
@@ -48,10 +52,14 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		url = srv.ClientURL()
 	}
 
+	names, err := naming.New(s.prefix) // validated with the flags
+	if err != nil {
+		return err
+	}
 	var act atomic.Pointer[dispatcher.Actor]
 	nc, err := bus.Connect(ctx, bus.Options{
 		URL: url, Name: "fairdispatch-dispatcher",
-		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password,
+		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password, InboxPrefix: s.inboxPrefix,
 		TLSCA: s.tlsCA, TLSCert: s.tlsCert, TLSKey: s.tlsKey,
 		OnDisconnect: func() {
 			if a := act.Load(); a != nil {
@@ -82,11 +90,11 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	names := make([]string, len(pol.Classes))
+	classNames := make([]string, len(pol.Classes))
 	for i, c := range pol.Classes {
-		names[i] = c.Name
+		classNames[i] = c.Name
 	}
-	m := metrics.New(reg, names)
+	m := metrics.New(reg, classNames)
 
 	sched := scheduler.New(scheduler.Config{
 		Policy: pol,
@@ -114,7 +122,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	if inFlight == 0 {
 		inFlight = 4 * s.maxHeld
 	}
-	a := dispatcher.New(dispatcher.Config{Stream: bus.ReqStream, Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
+	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper:  ingest.NewKeeper(s.ackWait, log),
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
@@ -125,9 +133,9 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		a.Connected(false)
 	}
 
-	ctl := &control{a: a, nc: nc}
+	ctl := &control{a: a, nc: nc, names: names}
 	ctl.streamsOK.Store(true) // ensured just above
-	go ctl.watchStreams(ctx, js, hs, m, log)
+	go ctl.watchStreams(ctx, js, hs, dl, m, log)
 	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg, Pprof: s.pprof}, ctl, log)
 	if err := adm.Start(); err != nil {
 		return fmt.Errorf("admin http: %w", err)
@@ -144,8 +152,13 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	// wait for the pull to end, so that messages handed back are not pulled
 	// straight in again; then the actor hands back what it holds and waits for
 	// dispatches in flight; then the lease is released for a standby.
+	handBacks, err := ingest.NewHandBacks(nc)
+	if err != nil {
+		return err
+	}
 	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
-		Stream: bus.ReqStream, Durable: "dispatcher", AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
+		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
+		HandBacks: handBacks,
 	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -155,7 +168,7 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	defer stopElect()
 	electDone := make(chan struct{})
 	if s.election {
-		el, err := leader.New(ctx, js, leader.Config{ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: storage}, log)
+		el, err := leader.New(ctx, js, leader.Config{Bucket: names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: storage}, log)
 		if err != nil {
 			return err
 		}
@@ -175,7 +188,8 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 		stopActor()
 	}()
 	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
-		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).Msg("dispatcher running")
+		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).
+		Str("prefix", names.Prefix()).Str("stream", names.ReqStream()).Str("lease_bucket", names.LeaderBucket()).Msg("dispatcher running")
 
 	if s.demo {
 		go func() {
@@ -193,6 +207,15 @@ func serve(ctx context.Context, s *settings, log zerolog.Logger, stdout io.Write
 	_ = dl.Close(closeCtx)
 	_ = adm.Shutdown(closeCtx)
 	hs.Close()
+	// Before the connection (and an embedded server) goes: every hand-back
+	// confirmed by the server (docs/decisions.md, Operations: hand-back is confirmed), and
+	// what is still buffered (outcomes) flushed.
+	if n, err := handBacks.Wait(closeCtx); err != nil {
+		log.Warn().Err(err).Uint64("unconfirmed", n).Msg("hand-back not confirmed by the server; those requests wait out the ack wait")
+	}
+	if err := nc.FlushWithContext(closeCtx); err != nil {
+		log.Warn().Err(err).Msg("nats flush")
+	}
 	if err := nc.Drain(); err != nil {
 		log.Warn().Err(err).Msg("nats drain")
 	}
@@ -216,6 +239,16 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--nats-listen %q: bad port", s.natsListen)
 	}
+	// nats-server reports a taken port only in its own log (off here) and then
+	// never becomes ready: try the address first, so that a taken port fails at
+	// once with the address named, as the admin port does.
+	if p > 0 {
+		l, err := net.Listen("tcp", s.natsListen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats-server: --nats-listen %s: %w", s.natsListen, err)
+		}
+		_ = l.Close()
+	}
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
 		JetStream: true, StoreDir: s.dataDir, NoLog: true, NoSigs: true,
@@ -236,6 +269,7 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 type control struct {
 	a         *dispatcher.Actor
 	nc        *nats.Conn
+	names     naming.Names
 	streamsOK atomic.Bool
 }
 
@@ -251,7 +285,7 @@ func (c *control) Ready() error {
 	case !c.nc.IsConnected():
 		return fmt.Errorf("not connected to NATS")
 	case !c.streamsOK.Load():
-		return fmt.Errorf("stream %s or %s missing", bus.ReqStream, bus.DLQStream)
+		return fmt.Errorf("stream %s or %s missing", c.names.ReqStream(), c.names.DLQStream())
 	case c.a.InGrace():
 		return fmt.Errorf("start-up grace running")
 	case !c.a.Leader():
@@ -261,11 +295,12 @@ func (c *control) Ready() error {
 }
 
 // watchStreams checks every few seconds that both streams exist, and copies
-// the handshaker's count of late answers into the metrics.
-func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, m *metrics.Metrics, log zerolog.Logger) {
+// the handshaker's count of late answers and the dead letterer's count of
+// retries into the metrics.
+func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, dl *bus.DeadLetterer, m *metrics.Metrics, log zerolog.Logger) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
-	var late uint64
+	var late, retries uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,11 +310,14 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 		for n := hs.Late(); late < n; late++ {
 			m.Handshake(metrics.OutcomeLate)
 		}
+		for n := dl.Retries(); retries < n; retries++ {
+			m.DeadLetterRetried()
+		}
 		if !c.nc.IsConnected() {
 			continue
 		}
 		ok := true
-		for _, name := range []string{bus.ReqStream, bus.DLQStream} {
+		for _, name := range []string{c.names.ReqStream(), c.names.DLQStream()} {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err := js.Stream(cctx, name)
 			cancel()

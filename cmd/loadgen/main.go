@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
 )
 
@@ -63,10 +64,11 @@ func run() (int, error) {
 		asJSON  = flag.Bool("json", false, "print the summary as JSON on stdout")
 		quiet   = flag.Bool("quiet", false, "no progress line")
 		level   = flag.String("log-level", "warn", "log level: trace, debug, info, warn, error")
+		wait    = flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up, retrying with backoff")
 	)
 	flag.Var(&classes, "class", "name:count, repeatable (e.g. --class premium:320 --class regular:320)")
-	flag.StringVar(&cfg.Prefix, "prefix", loadgen.DefaultPrefix, "subject prefix")
-	flag.StringVar(&cfg.Stream, "stream", loadgen.DefaultStream, "request stream name (created if missing)")
+	flag.StringVar(&cfg.Prefix, "subject-prefix", loadgen.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix; the request stream <Q>_REQ is named after it (created if missing)")
+	flag.StringVar(&cfg.Prefix, "prefix", loadgen.DefaultPrefix, "alias of --subject-prefix")
 	flag.Float64Var(&cfg.Rate, "rate", 0, "requests per second; 0 releases all at once")
 	flag.Uint64Var(&cfg.ISL, "isl", 512, "Dispatch-ISL-Tokens of every request")
 	flag.Uint64Var(&cfg.Cached, "cached", 0, "Dispatch-Cached-Tokens of every request (0: omitted)")
@@ -92,7 +94,8 @@ func run() (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("--log-level: %w", err)
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(lvl).With().Timestamp().Logger()
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: !isTerminal(os.Stderr)}).Level(lvl).With().Timestamp().Logger()
 	if !*quiet {
 		cfg.OnProgress = func(p loadgen.Progress) {
 			var b strings.Builder
@@ -105,13 +108,15 @@ func run() (int, error) {
 		}
 	}
 
-	nc, err := nats.Connect(*url, nats.Name("loadgen"), nats.MaxReconnects(-1))
-	if err != nil {
-		return 1, fmt.Errorf("connect %s: %w", *url, err)
-	}
-	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cctx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+	nc, err := worker.Connect(cctx, *url, nats.Name("loadgen"))
+	if err != nil {
+		return 1, err
+	}
+	defer nc.Close()
 
 	res, err := loadgen.Run(ctx, nc, cfg, log)
 	if !*quiet {
@@ -137,4 +142,10 @@ func run() (int, error) {
 		return 1, err
 	}
 	return 0, nil
+}
+
+// isTerminal reports whether f is a terminal: colour codes only go there.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

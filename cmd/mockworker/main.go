@@ -39,9 +39,12 @@ func run() error {
 		taints   = flag.String("taints", "", "comma-separated worker taints")
 		grace    = flag.Duration("stop-grace", 10*time.Second, "on shutdown, how long requests inside may finish before being handed back")
 		level    = flag.String("log-level", "info", "log level: trace, debug, info, warn, error")
+		connWait = flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up, retrying with backoff")
+		probe    = flag.Bool("health-probe", false, "do not run a worker: exit 0 if worker --id publishes a load report within --ttl, else 1 (a container healthcheck without a shell)")
 	)
 	flag.StringVar(&cfg.ID, "id", "", "worker id (required): [A-Za-z0-9_-]+")
-	flag.StringVar(&cfg.Prefix, "prefix", worker.DefaultPrefix, "subject prefix")
+	flag.StringVar(&cfg.Prefix, "subject-prefix", worker.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix")
+	flag.StringVar(&cfg.Prefix, "prefix", worker.DefaultPrefix, "alias of --subject-prefix")
 	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", mock.DefaultMaxNumSeqs, "concurrent sequences per rank")
 	flag.Uint64Var(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", mock.DefaultMaxNumBatchedTokens, "reported max_num_batched_tokens")
 	flag.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", mock.DefaultPrefillTokensPerSec, "prefill speed of one sequence, tokens/s")
@@ -50,7 +53,8 @@ func run() error {
 	flag.IntVar(&cfg.DPSize, "dp-size", 1, "number of data-parallel ranks")
 	flag.Uint64Var(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "reported total_kv_blocks per rank (0: decode latch off)")
 	flag.DurationVar(&cfg.TTL, "ttl", worker.DefaultTTL, "load report TTL (100ms to 600s)")
-	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "the request stream's ack wait; +WPI every third of it")
+	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "fallback ack wait for dispatches without Dispatch-Ack-Wait-Ms (older dispatchers); +WPI every third of it")
+	flag.Uint64Var(&cfg.MaxActiveRequests, "max-active-requests", 0, "reported max_active_requests per rank, running plus waiting (0: no capacity)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -63,6 +67,9 @@ func run() error {
 	if cfg.DecodePerToken == 0 {
 		cfg.DecodePerToken = time.Nanosecond // 0 means default in mock.Config
 	}
+	if *probe {
+		return probeReports(*url, cfg.Prefix, cfg.ID, cfg.TTL)
+	}
 	if *taints != "" {
 		cfg.Taints = strings.Split(*taints, ",")
 	}
@@ -70,15 +77,37 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 
-	nc, err := nats.Connect(*url, nats.Name("mockworker "+cfg.ID), nats.MaxReconnects(-1))
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", *url, err)
-	}
-	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cctx, cancel := context.WithTimeout(ctx, *connWait)
+	defer cancel()
+	nc, err := worker.Connect(cctx, *url, nats.Name("mockworker "+cfg.ID))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
 	log.Info().Str("worker_id", cfg.ID).Str("nats_url", *url).Msg("mockworker starting")
 	return mock.Run(ctx, nc, cfg, *grace, log)
+}
+
+// probeReports is --health-probe: a worker is healthy while it reports its load,
+// which it does at least every TTL/3; the probe waits one TTL for a report.
+func probeReports(url, prefix, id string, ttl time.Duration) error {
+	nc, err := nats.Connect(url, nats.Name("mockworker health probe"), nats.Timeout(ttl))
+	if err != nil {
+		return fmt.Errorf("health probe: connect %s: %w", url, err)
+	}
+	defer nc.Close()
+	subject := prefix + ".load." + id
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		return fmt.Errorf("health probe: %w", err)
+	}
+	if _, err := sub.NextMsg(ttl); err != nil {
+		return fmt.Errorf("health probe: no load report on %s within %v: %w", subject, ttl, err)
+	}
+	return nil
 }

@@ -33,12 +33,17 @@ const (
 	permW1Secret         = "worker-w1-example-secret"
 	permW2Secret         = "worker-w2-example-secret"
 	permMonitorSecret    = "monitor-example-secret"
+	// Pool qwen (TestPermissionsPoolsConfined).
+	permQwenDispatcherSecret = "dispatcher-qwen-example-secret"
+	permQwenProducerSecret   = "producer-qwen-example-secret"
+	permQwenW1Secret         = "worker-qwen-w1-example-secret"
 )
 
 // permSecrets maps each user of the example to its secret.
 var permSecrets = map[string]string{
 	"dispatcher": permDispatcherSecret, "producer_premium": permPremiumSecret, "producer_regular": permRegularSecret,
 	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret,
+	"dispatcher_qwen": permQwenDispatcherSecret, "producer_qwen": permQwenProducerSecret, "worker_qwen_w1": permQwenW1Secret,
 }
 
 // TestPermissionsExampleSecrets checks that the bcrypt hashes in the example
@@ -168,13 +173,18 @@ func (o *permOutcomes) count(class string) int {
 // permPublish publishes one request with JetStream and returns its stream
 // sequence or the error.
 func permPublish(nc *nats.Conn, class, id, replyTo string) (uint64, error) {
+	return permPublishTo(nc, "dispatch.req."+class, id, replyTo)
+}
+
+// permPublishTo is permPublish to any subject.
+func permPublishTo(nc *nats.Conn, subject, id, replyTo string) (uint64, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	m := nats.NewMsg("dispatch.req." + class)
+	m := nats.NewMsg(subject)
 	m.Header.Set("Nats-Msg-Id", id)
 	m.Header.Set("Dispatch-ISL-Tokens", "64")
 	if replyTo != "" {
@@ -401,4 +411,159 @@ func secContainsAll(s string, fragments ...string) bool {
 		}
 	}
 	return true
+}
+
+// permQwenPolicy is pool qwen's policy: classes gold and bronze.
+const permQwenPolicy = `default_policy_family: bronze
+uncached_isl_buckets:
+  - min_tokens: 0
+    bucket: all
+policy_classes:
+  - name: gold
+    policy_family: gold
+    cache_bucket: all
+    quantum: 512
+  - name: bronze
+    policy_family: bronze
+    cache_bucket: all
+    quantum: 128
+`
+
+// TestPermissionsPoolsConfined: the example's two pools, dispatch (the
+// default prefix) and qwen, on one account. Each pool serves under its own
+// users; every user of one pool is refused by NATS whatever it tries in the
+// other: workers cannot report, receive work or acknowledge there, producers
+// cannot publish requests there or read the other's outcomes, and neither
+// dispatcher can call the JetStream API of the other's streams, consumer or
+// lease bucket, nor read the other's inbox or load reports.
+func TestPermissionsPoolsConfined(t *testing.T) {
+	n, p := permStart(t)
+	q := startDispatcher(t, n.url(), "--nats-user", "dispatcher_qwen", "--nats-password", permQwenDispatcherSecret,
+		"--subject-prefix", "qwen", "--nats-inbox-prefix", "_INBOX_dispatcher_qwen", "--policy-config", writePolicy(t, permQwenPolicy))
+
+	// Both pools serve, each under its own users; worker id w1 in each.
+	w1, w1Errs := secConnect(t, n.url(), "worker_w1", permW1Secret, "")
+	qw1, qw1Errs := secConnect(t, n.url(), "worker_qwen_w1", permQwenW1Secret, "")
+	startMock(t, w1, mock.Config{ID: "w1", TTL: 3 * time.Second})
+	startMock(t, qw1, mock.Config{ID: "w1", Prefix: "qwen", TTL: 3 * time.Second})
+	waitFor(t, 10*time.Second, "w1 live in both pools", func() bool {
+		return p.metric("fairdispatch_live_workers") == 1 && q.metric("fairdispatch_live_workers") == 1
+	})
+	premium, premErrs := secConnect(t, n.url(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	qprod, qprodErrs := secConnect(t, n.url(), "producer_qwen", permQwenProducerSecret, "_INBOX_producer_qwen")
+	premOut := permFollow(t, premium, "_INBOX_producer_premium.outcomes")
+	qOut := permFollow(t, qprod, "_INBOX_producer_qwen.outcomes")
+	const each = 5
+	for i := range each {
+		if _, err := permPublish(premium, "premium", fmt.Sprintf("prem-%d", i), "_INBOX_producer_premium.outcomes"); err != nil {
+			t.Fatalf("producer_premium to premium: %v", err)
+		}
+		if _, err := permPublishTo(qprod, "qwen.req.gold", fmt.Sprintf("gold-%d", i), "_INBOX_producer_qwen.outcomes"); err != nil {
+			t.Fatalf("producer_qwen to gold: %v", err)
+		}
+	}
+	waitFor(t, 20*time.Second, "every outcome in both pools", func() bool {
+		return premOut.count("premium") == each && qOut.count("gold") == each
+	})
+	if got := p.metric("fairdispatch_dispatched_total"); got != each {
+		t.Errorf("pool dispatch dispatched %v, want %d", got, each)
+	}
+	if got := q.metric("fairdispatch_dispatched_total", `class="gold"`); got != each {
+		t.Errorf("pool qwen dispatched %v gold, want %d", got, each)
+	}
+	// The mocks' completion records (<prefix>.done.w1) are outside the protocol and not granted.
+	for _, e := range []*secAsyncErrors{w1Errs, qw1Errs} {
+		if e.hasOther(`.done.w1"`) {
+			t.Fatalf("a worker got asynchronous errors while serving:\n%s", e)
+		}
+	}
+	if premErrs.String() != "" || qprodErrs.String() != "" {
+		t.Fatalf("producers got asynchronous errors while serving:\n%s\n%s", premErrs, qprodErrs)
+	}
+
+	// Each role tries the other pool. Core publishes and subscriptions: the
+	// server refuses each with a permission violation.
+	disp, dispErrs := secConnect(t, n.url(), "dispatcher", permDispatcherSecret, "")
+	qdisp, qdispErrs := secConnect(t, n.url(), "dispatcher_qwen", permQwenDispatcherSecret, "_INBOX_dispatcher_qwen")
+	for _, c := range []struct {
+		who       string
+		nc        *nats.Conn
+		errs      *secAsyncErrors
+		publish   []string
+		subscribe []string
+	}{
+		{"pool qwen's worker w1", qw1, qw1Errs,
+			[]string{"dispatch.load.w1", "$JS.ACK.DISPATCH_REQ.dispatcher.1.1.1.0.0", "dispatch.req.premium"},
+			[]string{"dispatch.work.w1"}},
+		{"pool dispatch's worker w1", w1, w1Errs,
+			[]string{"qwen.load.w1", "$JS.ACK.QWEN_REQ.dispatcher.1.1.1.0.0", "qwen.req.gold"},
+			[]string{"qwen.work.w1"}},
+		{"producer_qwen", qprod, qprodErrs,
+			[]string{"dispatch.req.premium", "$JS.API.STREAM.INFO.DISPATCH_REQ"},
+			[]string{"_INBOX_producer_premium.>"}},
+		{"producer_premium", premium, premErrs,
+			[]string{"qwen.req.gold"},
+			[]string{"_INBOX_producer_qwen.>"}},
+		{"dispatcher_qwen", qdisp, qdispErrs,
+			[]string{"$JS.API.STREAM.INFO.DISPATCH_REQ", "$JS.API.STREAM.UPDATE.DISPATCH_REQ", "$JS.API.STREAM.INFO.KV_fairdispatch_leader",
+				"$JS.API.CONSUMER.CREATE.DISPATCH_REQ.spy", "$JS.API.CONSUMER.MSG.NEXT.DISPATCH_REQ.dispatcher",
+				"$JS.API.DIRECT.GET.KV_fairdispatch_leader", "$KV.fairdispatch_leader.dispatcher",
+				"$JS.ACK.DISPATCH_REQ.dispatcher.1.1.1.0.0", "dispatch.work.w1", "dispatch.dlq.premium", "_INBOX_producer_premium.outcomes"},
+			[]string{"dispatch.load.*", "_INBOX.>"}},
+		{"dispatcher", disp, dispErrs,
+			[]string{"$JS.API.STREAM.INFO.QWEN_REQ", "$JS.API.STREAM.UPDATE.QWEN_DLQ", "$JS.API.STREAM.INFO.KV_fairdispatch_qwen_leader",
+				"$JS.API.CONSUMER.CREATE.QWEN_REQ.spy", "$JS.API.CONSUMER.MSG.NEXT.QWEN_REQ.dispatcher",
+				"$JS.API.DIRECT.GET.KV_fairdispatch_qwen_leader", "$KV.fairdispatch_qwen_leader.dispatcher",
+				"$JS.ACK.QWEN_REQ.dispatcher.1.1.1.0.0", "qwen.work.w1", "qwen.dlq.gold", "_INBOX_producer_qwen.outcomes"},
+			[]string{"qwen.load.*", "_INBOX_dispatcher_qwen.>"}},
+	} {
+		for _, subj := range c.publish {
+			if err := c.nc.Publish(subj, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, subj := range c.subscribe {
+			if _, err := c.nc.Subscribe(subj, func(*nats.Msg) {}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var allowed []string // attempts the server has not refused (yet)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			allowed = nil
+			for _, subj := range c.publish {
+				if !c.errs.has("Permissions Violation", `Publish to "`+subj+`"`) {
+					allowed = append(allowed, "publish "+subj)
+				}
+			}
+			for _, subj := range c.subscribe {
+				if !c.errs.has("Permissions Violation", `Subscription to "`+subj+`"`) {
+					allowed = append(allowed, "subscribe "+subj)
+				}
+			}
+			if len(allowed) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(allowed) > 0 {
+			t.Errorf("%s may, in the other pool: %v", c.who, allowed)
+		}
+	}
+	// Nothing reached the other pool: its dispatcher still counts only its
+	// own requests and knows only its own worker, unchanged.
+	for _, d := range []*proc{p, q} {
+		if got := d.metric("fairdispatch_dispatched_total"); got != each {
+			t.Errorf("a dispatcher dispatched %v after the attempts, want %d", got, each)
+		}
+		if got := d.metric("fairdispatch_load_reports_dropped_total"); got != 0 {
+			t.Errorf("a dispatcher dropped %v load reports, want 0 (the forged ones never arrived)", got)
+		}
+	}
+	for _, c := range []struct{ stream string }{{"DISPATCH_REQ"}, {"QWEN_REQ"}} {
+		if got := secStreamLastSeq(t, n.srv, permAccount, c.stream); got != each {
+			t.Errorf("%s last sequence %d, want %d (no refused request stored)", c.stream, got, each)
+		}
+	}
 }

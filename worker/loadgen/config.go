@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"fairdispatch/naming"
 )
 
 // Order is the order in which requests of the classes are published.
@@ -26,8 +28,8 @@ const (
 
 // Defaults applied by [Run] to zero fields of [Config].
 const (
-	DefaultPrefix           = "dispatch"
-	DefaultStream           = "DISPATCH_REQ"
+	// DefaultPrefix is the subject prefix, naming.DefaultPrefix.
+	DefaultPrefix           = naming.DefaultPrefix
 	DefaultWindow           = 256
 	DefaultProgressInterval = 500 * time.Millisecond
 )
@@ -60,10 +62,9 @@ func ParseClassCount(s string) (ClassCount, error) {
 
 // Config describes a workload.
 type Config struct {
-	// Prefix is the subject prefix, default "dispatch".
+	// Prefix is the subject prefix, default "dispatch". The request stream
+	// is named after it ("<Q>_REQ", package naming), as the dispatcher's.
 	Prefix string
-	// Stream is the request stream's name, default "DISPATCH_REQ".
-	Stream string
 	// Classes lists the classes and their request counts, in the order used by
 	// OrderAlternating and OrderSequential. Required, names unique.
 	Classes []ClassCount
@@ -105,9 +106,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
-	if c.Stream == "" {
-		c.Stream = DefaultStream
-	}
 	if c.Order == "" {
 		c.Order = OrderAlternating
 	}
@@ -118,6 +116,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.ProgressInterval = DefaultProgressInterval
 	}
 	var errs []error
+	if _, err := naming.New(c.Prefix); err != nil {
+		errs = append(errs, err)
+	}
 	if len(c.Classes) == 0 {
 		errs = append(errs, errors.New("no classes"))
 	}

@@ -2,8 +2,10 @@
 // request stream and follows what becomes of them, so that cmd/loadgen and
 // end-to-end tests share one implementation.
 //
-// [Run] makes sure the stream DISPATCH_REQ exists (creating it with subjects
-// <prefix>.req.*, work-queue retention and file storage when missing),
+// [Run] makes sure the request stream exists, creating it with subjects
+// <prefix>.req.*, work-queue retention and file storage when missing (its
+// name is the dispatcher's, from package naming: DISPATCH_REQ for the default
+// prefix, <Q>_REQ for another),
 // subscribes to completion records on <prefix>.done.* and to outcomes on a
 // fresh inbox named in every request's Dispatch-Reply-To, then publishes the
 // requests asynchronously with at most Window publications awaiting their

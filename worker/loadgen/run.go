@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/naming"
 )
 
 // ErrIncomplete is returned with the Result when the run ended (ctx or
@@ -45,6 +47,7 @@ type request struct {
 // run is one Run's mutable state.
 type run struct {
 	cfg   Config
+	names naming.Names
 	log   zerolog.Logger
 	start time.Time
 
@@ -99,11 +102,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: jetstream: %w", err)
 	}
-	if err := ensureStream(ctx, js, cfg); err != nil {
+	names, err := naming.New(cfg.Prefix) // validated by withDefaults
+	if err != nil {
+		return nil, err
+	}
+	r.names = names
+	if err := ensureStream(ctx, js, names); err != nil {
 		return nil, err
 	}
 	inbox := nc.NewRespInbox()
-	doneSub, err := nc.Subscribe(cfg.Prefix+".done.*", r.onCompletion)
+	doneSub, err := nc.Subscribe(names.DoneAll(), r.onCompletion)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: subscribe completions: %w", err)
 	}
@@ -155,22 +163,22 @@ wait:
 }
 
 // ensureStream creates the request stream when it is missing.
-func ensureStream(ctx context.Context, js jetstream.JetStream, cfg Config) error {
-	_, err := js.Stream(ctx, cfg.Stream)
+func ensureStream(ctx context.Context, js jetstream.JetStream, names naming.Names) error {
+	_, err := js.Stream(ctx, names.ReqStream())
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("loadgen: look up stream %s: %w", cfg.Stream, err)
+		return fmt.Errorf("loadgen: look up stream %s: %w", names.ReqStream(), err)
 	}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:      cfg.Stream,
-		Subjects:  []string{cfg.Prefix + ".req.*"},
+		Name:      names.ReqStream(),
+		Subjects:  []string{names.ReqAll()},
 		Retention: jetstream.WorkQueuePolicy,
 		Storage:   jetstream.FileStorage,
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("loadgen: create stream %s: %w", cfg.Stream, err)
+		return fmt.Errorf("loadgen: create stream %s: %w", names.ReqStream(), err)
 	}
 	return nil
 }
@@ -215,7 +223,7 @@ func order(cfg Config) []string {
 // message builds request n of class.
 func (r *run) message(n int, class, id, inbox string) *nats.Msg {
 	cfg := r.cfg
-	m := nats.NewMsg(cfg.Prefix + ".req." + class)
+	m := nats.NewMsg(r.names.Req(class))
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(cfg.ISL, 10))
 	if cfg.Cached > 0 {

@@ -104,7 +104,7 @@ func TestRunCreatesStreamAndTimesOut(t *testing.T) {
 		t.Fatalf("result: got %+v", res)
 	}
 	js, _ := jetstream.New(nc)
-	st, err := js.Stream(context.Background(), "DISPATCH_REQ")
+	st, err := js.Stream(context.Background(), "PX_REQ") // named after the prefix, as the dispatcher names it
 	if err != nil {
 		t.Fatalf("stream: %v", err)
 	}

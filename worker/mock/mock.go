@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/naming"
 	"fairdispatch/worker"
 )
 
@@ -46,6 +47,10 @@ type Config struct {
 	Taints        []string
 	TTL           time.Duration
 	AckWait       time.Duration
+	// MaxActiveRequests is reported as max_active_requests (0: omitted): the
+	// dispatcher then sends a rank no more than that many requests at once,
+	// running or waiting.
+	MaxActiveRequests uint64
 	// MaxNumSeqs is the number of concurrent sequences per rank, default 4, >= 1.
 	MaxNumSeqs int
 	// MaxNumBatchedTokens is reported to the dispatcher, default 8192; it does not
@@ -201,11 +206,15 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	names, err := naming.New(cfg.Prefix) // the helper below refuses a bad prefix with its other problems
+	if err != nil {
+		return nil, fmt.Errorf("mock: %w", err)
+	}
 	m := &Worker{
 		cfg:      cfg,
 		nc:       nc,
 		log:      log.With().Str("component", "mockworker").Str("worker_id", cfg.ID).Logger(),
-		doneSubj: cfg.Prefix + ".done." + cfg.ID,
+		doneSubj: names.Done(cfg.ID),
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
@@ -214,7 +223,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	m.helper, err = worker.New(nc, worker.Config{
 		ID: cfg.ID, Prefix: cfg.Prefix, DPStart: cfg.DPStart, DPSize: cfg.DPSize,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
-		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait,
+		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait, MaxActiveRequests: cfg.MaxActiveRequests,
 	}, worker.HandlerFunc(m.offer), log)
 	if err != nil {
 		return nil, fmt.Errorf("mock: %w", err)

@@ -1,0 +1,176 @@
+package naming
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix used when none is configured.
+const DefaultPrefix = "dispatch"
+
+// Durable is the name of the dispatcher's durable pull consumer on the request
+// stream. It is the same for every prefix: a consumer is scoped by its stream.
+const Durable = "dispatcher"
+
+// MaxNameLen is JetStream's limit on stream names, in bytes (a key-value
+// bucket is stored as the stream KV_<bucket>).
+const MaxNameLen = 255
+
+// ErrInvalidPrefix reports a subject prefix that is not a literal subject or
+// would make a stream or bucket name NATS refuses.
+var ErrInvalidPrefix = errors.New("naming: invalid subject prefix")
+
+// Names are the NATS names of one deployment. The zero value is not useful;
+// build it with New.
+type Names struct {
+	prefix       string
+	reqStream    string
+	dlqStream    string
+	kvStream     string
+	leaderBucket string
+	policyBucket string
+}
+
+// New returns the names under prefix ("" means DefaultPrefix), or an error
+// wrapping ErrInvalidPrefix that names the prefix and the first name it
+// breaks.
+func New(prefix string) (Names, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !ValidSubject(prefix) {
+		return Names{}, fmt.Errorf("%w %q: want one or more dot-separated subject tokens without wildcards or whitespace", ErrInvalidPrefix, prefix)
+	}
+	q := strings.NewReplacer(".", "_", "-", "_").Replace(prefix)
+	upper, lower := strings.ToUpper(q), strings.ToLower(q)
+	n := Names{
+		prefix:    prefix,
+		reqStream: upper + "_REQ",
+		dlqStream: upper + "_DLQ",
+		kvStream:  upper + "_KV",
+	}
+	if lower == DefaultPrefix {
+		n.leaderBucket, n.policyBucket = "fairdispatch_leader", "fairdispatch_policy"
+	} else {
+		n.leaderBucket, n.policyBucket = "fairdispatch_"+lower+"_leader", "fairdispatch_"+lower+"_policy"
+	}
+	for _, s := range []string{n.reqStream, n.dlqStream, n.kvStream} {
+		if why := badStream(s); why != "" {
+			return Names{}, fmt.Errorf("%w %q: stream name %q %s", ErrInvalidPrefix, prefix, s, why)
+		}
+	}
+	for _, b := range []string{n.leaderBucket, n.policyBucket} {
+		if why := badBucket(b); why != "" {
+			return Names{}, fmt.Errorf("%w %q: bucket name %q %s", ErrInvalidPrefix, prefix, b, why)
+		}
+	}
+	return n, nil
+}
+
+// Prefix returns the subject prefix.
+func (n Names) Prefix() string { return n.prefix }
+
+// ReqStream returns "<Q>_REQ", the work-queue stream of the requests on ReqAll.
+func (n Names) ReqStream() string { return n.reqStream }
+
+// DLQStream returns "<Q>_DLQ", the limits stream of the dead letters on DLQAll.
+func (n Names) DLQStream() string { return n.dlqStream }
+
+// KVStream returns "<Q>_KV", the stream of the key-value records.
+func (n Names) KVStream() string { return n.kvStream }
+
+// Durable returns the dispatcher's durable consumer on ReqStream, Durable.
+func (n Names) Durable() string { return Durable }
+
+// LeaderBucket returns the key-value bucket of the leader lease:
+// "fairdispatch_leader" for the default prefix, else "fairdispatch_<q>_leader".
+func (n Names) LeaderBucket() string { return n.leaderBucket }
+
+// PolicyBucket returns the key-value bucket of the policy:
+// "fairdispatch_policy" for the default prefix, else "fairdispatch_<q>_policy".
+func (n Names) PolicyBucket() string { return n.policyBucket }
+
+// Req returns "<prefix>.req.<class>", where producers publish requests.
+func (n Names) Req(class string) string { return n.prefix + ".req." + class }
+
+// ReqAll returns "<prefix>.req.*", the subjects of ReqStream.
+func (n Names) ReqAll() string { return n.prefix + ".req.*" }
+
+// Load returns "<prefix>.load.<worker>", where a worker reports its load.
+func (n Names) Load(worker string) string { return n.prefix + ".load." + worker }
+
+// LoadAll returns "<prefix>.load.*".
+func (n Names) LoadAll() string { return n.prefix + ".load.*" }
+
+// Work returns "<prefix>.work.<worker>", where requests are dispatched to a worker.
+func (n Names) Work(worker string) string { return n.prefix + ".work." + worker }
+
+// DLQ returns "<prefix>.dlq.<class>", where dead letters of a class are stored.
+func (n Names) DLQ(class string) string { return n.prefix + ".dlq." + class }
+
+// DLQAll returns "<prefix>.dlq.*", the subjects of DLQStream.
+func (n Names) DLQAll() string { return n.prefix + ".dlq.*" }
+
+// Done returns "<prefix>.done.<worker>", where the mock worker publishes its
+// completion records (a test and benchmark convention, not part of the protocol).
+func (n Names) Done(worker string) string { return n.prefix + ".done." + worker }
+
+// DoneAll returns "<prefix>.done.*".
+func (n Names) DoneAll() string { return n.prefix + ".done.*" }
+
+// ValidToken reports whether t can be one literal subject token: non-empty,
+// no '.', no wildcard, no whitespace or control characters.
+func ValidToken(t string) bool {
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		switch c := t[i]; {
+		case c == '.', c == '*', c == '>', c <= ' ', c == 0x7f:
+			return false
+		}
+	}
+	return true
+}
+
+// ValidSubject reports whether s is a literal subject one can publish to:
+// non-empty dot-separated tokens as ValidToken wants them.
+func ValidSubject(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, t := range strings.Split(s, ".") {
+		if !ValidToken(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// badStream says why JetStream would refuse s as a stream name, or "".
+func badStream(s string) string {
+	if len(s) > MaxNameLen {
+		return fmt.Sprintf("is %d bytes, over %d", len(s), MaxNameLen)
+	}
+	for _, r := range s {
+		switch {
+		case r == '.', r == '*', r == '>', r == '/', r == '\\', r <= ' ', r == 0x7f:
+			return fmt.Sprintf("contains %q", r)
+		}
+	}
+	return ""
+}
+
+// badBucket says why NATS would refuse b as a key-value bucket name, or "".
+func badBucket(b string) string {
+	if len("KV_"+b) > MaxNameLen {
+		return fmt.Sprintf("is %d bytes, over %d (its stream is KV_%s)", len(b), MaxNameLen-len("KV_"), b)
+	}
+	for _, r := range b {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Sprintf("contains %q: want [A-Za-z0-9_-]+", r)
+		}
+	}
+	return ""
+}

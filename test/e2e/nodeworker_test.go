@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"fairdispatch/worker/mock"
+)
+
+// The example worker in examples/node-worker, written in Node.js from
+// docs/protocol.md alone, passes the same end-to-end test as the Go mock
+// worker: N requests, each accepted once and acknowledged once (nothing
+// redelivered, no completion twice), nothing refused or rejected, and the
+// request stream empty at the end.
+
+const nodeWorkerDir = "../../examples/node-worker"
+
+// TestEndToEndGoMockWorker is the reference run, with the Go mock worker.
+func TestEndToEndGoMockWorker(t *testing.T) {
+	wsEndToEnd(t, "mock-1", func(t *testing.T, url string) {
+		startMock(t, connect(t, url), mock.Config{ID: "mock-1"})
+	})
+}
+
+// TestEndToEndNodeWorker is the same run with the Node worker. It needs node
+// and `npm ci` in examples/node-worker: without them it skips, but under CI
+// (CI=true) it fails, so that CI never passes without running it.
+func TestEndToEndNodeWorker(t *testing.T) {
+	node, err := exec.LookPath("node")
+	missing := ""
+	switch {
+	case err != nil:
+		missing = "node is not on PATH"
+	default:
+		if _, err := os.Stat(filepath.Join(nodeWorkerDir, "node_modules", "nats", "package.json")); err != nil {
+			missing = "examples/node-worker/node_modules is missing: run `npm ci` in examples/node-worker"
+		}
+	}
+	if missing != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the Node example worker cannot run under CI: %s", missing)
+		}
+		t.Skipf("the Node example worker cannot run: %s (under CI=true this fails)", missing)
+	}
+	wsEndToEnd(t, "node-1", func(t *testing.T, url string) {
+		cmd := exec.Command(node, "worker.js")
+		cmd.Dir = nodeWorkerDir
+		cmd.Env = append(os.Environ(), "NATS_URL="+url, "WORKER_ID=node-1", "COMPLETION_RECORDS=1",
+			"MAX_ACTIVE=8", "HOLD_MS=2")
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM) // it drains, then exits 0
+			select {
+			case err := <-done:
+				var ee *exec.ExitError
+				if err != nil && !errors.As(err, &ee) {
+					t.Errorf("node worker: %v", err)
+				} else if err != nil {
+					t.Errorf("node worker exited with %v after SIGTERM, want 0", err)
+				}
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+				t.Errorf("node worker did not stop within 10 s of SIGTERM")
+			}
+			if t.Failed() {
+				t.Logf("node worker output:\n%s", tail(out.String(), 40))
+			}
+		})
+	})
+}
+
+// wsEndToEnd runs n requests against one worker started by start.
+func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
+	const n = 200
+	ns := startNATS(t)
+	// The default class queues, so that a worker at its capacity makes
+	// requests wait rather than fail.
+	p := startDispatcher(t, ns.url(), "--queue-threshold", "1")
+	nc := connect(t, ns.url())
+	records := frlRecordDone(t, nc)
+	start(t, ns.url())
+	frlWaitLive(t, p, id)
+
+	res := frlRunLoad(t, nc, "e2e-"+id, n)
+	frlCheckAllOn(t, res, n, id)
+	if res.Duplicates != 0 {
+		t.Errorf("%d duplicate completion records, want 0", res.Duplicates)
+	}
+	// The records subscription may trail loadgen's by a little.
+	waitFor(t, 10*time.Second, "a completion record of every request", func() bool {
+		for _, c := range res.Completions {
+			if len(records.workers(c.RequestID)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, c := range res.Completions {
+		if ws := records.workers(c.RequestID); len(ws) != 1 {
+			t.Errorf("request %s: %d completion records, want 1", c.RequestID, len(ws))
+		}
+	}
+	frlWaitMetric(t, p, frlHandshakes, `outcome="accepted"`, n)
+	if got := p.metric(frlHandshakes, `outcome="refused"`) + p.metric(frlHandshakes, `outcome="timeout"`); got != 0 {
+		t.Errorf("%v handshakes refused or timed out, want 0", got)
+	}
+	if got := p.metric("fairdispatch_rejected_total"); got != 0 {
+		t.Errorf("fairdispatch_rejected_total = %v, want 0", got)
+	}
+	js := jsOf(t, nc)
+	waitFor(t, 10*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
+	if got := p.metric("fairdispatch_redelivered_messages_total"); got != 0 {
+		t.Errorf("fairdispatch_redelivered_messages_total = %v, want 0 (each request acked once)", got)
+	}
+}

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"net"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestWorkerAndLoadgenWaitForNATS: the mock worker and the load generator
+// started before NATS (as a Compose stack starts them) wait for it, retrying,
+// instead of exiting; once NATS and a dispatcher are up, the load generator's
+// requests complete on the mock worker. Until then the address answers every
+// connection by closing it, so both programs are seen failing to connect first.
+func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
+	dir := t.TempDir()
+	bins := map[string]string{}
+	for _, name := range []string{"mockworker", "loadgen"} {
+		bins[name] = filepath.Join(dir, name)
+		if out, err := exec.Command("go", "build", "-o", bins[name], "fairdispatch/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", name, err, out)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	url := "nats://" + l.Addr().String()
+	var attempts atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			attempts.Add(1)
+			c.Close()
+		}
+	}()
+
+	start := func(name string, args ...string) (*exec.Cmd, *lockedBuffer, chan error) {
+		out := &lockedBuffer{}
+		cmd := exec.Command(bins[name], args...)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			if t.Failed() {
+				t.Logf("%s output:\n%s", name, tail(out.String(), 20))
+			}
+		})
+		return cmd, out, done
+	}
+	w, _, wDone := start("mockworker", "--nats-url", url, "--id", "wwait")
+	_, _, lgDone := start("loadgen", "--nats-url", url, "--class", "default:20", "--isl", "10", "--quiet", "--timeout", "60s")
+	waitFor(t, 20*time.Second, "both programs to try to connect at least twice", func() bool {
+		for _, done := range []chan error{wDone, lgDone} {
+			select {
+			case err := <-done:
+				t.Fatalf("a program exited while NATS was not up: %v", err)
+			default:
+			}
+		}
+		return attempts.Load() >= 4
+	})
+	l.Close()
+
+	ns := &natsServer{t: t, dir: t.TempDir(), port: port}
+	ns.start()
+	t.Cleanup(ns.stop)
+	startDispatcher(t, ns.url())
+	select {
+	case err := <-lgDone:
+		if err != nil {
+			t.Fatalf("loadgen: %v, want exit 0 with every request completed", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("loadgen did not finish")
+	}
+	select {
+	case err := <-wDone:
+		t.Fatalf("mockworker exited: %v", err)
+	default:
+	}
+	_ = w.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-wDone:
+		if err != nil {
+			t.Errorf("mockworker after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("mockworker did not stop after SIGTERM")
+	}
+}
