@@ -429,3 +429,60 @@ func TestSettleOutcomes(t *testing.T) {
 		t.Errorf("record of a handed-back dispatch: got %v, want unknown", got.Outcome)
 	}
 }
+
+// TestSettleReleases: a dispatch whose request leaves (refused and handed back to
+// the stream, or unsendable) releases its key; one whose request waits again
+// keeps the key owed, and the next dispatch's record takes over.
+func TestSettleReleases(t *testing.T) {
+	pol, err := configs.Parse("k.yaml", []byte(oneClass("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now int64 = 1e18
+	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
+	w := &keyedWorker{id: "w1", running: []keyedReq{{actual: 5000}}}
+	s.Report(now, w.report())
+	for i, key := range []string{"a", "b", "c"} {
+		if d := s.Arrive(now, &Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: key}); d.Kind != Queued {
+			t.Fatalf("got %d, want queued", d.Kind)
+		}
+	}
+	w.running = nil
+	s.Report(now, w.report())
+	keys := s.Class(0)
+	da := s.Next(now) // a: refused, handed back to the stream
+	s.Refused(now, da.Worker, da.Seq)
+	s.Accepted(da.Worker) // lift the refusal's exclusion
+	if _, ok := keys.Service("a"); ok {
+		t.Error("key a still tracked after its only request was refused and handed back")
+	}
+	db := s.Next(now) // b: unsendable, dead-lettered by the caller
+	if db.Kind != Dispatch {
+		t.Fatalf("got %d, want b dispatched", db.Kind)
+	}
+	s.Unsent(db.Req, db.Worker, db.Seq, false)
+	if _, ok := keys.Service("b"); ok {
+		t.Error("key b still tracked after its only request could not be sent")
+	}
+	dc := s.Next(now) // c: the connection failed, the request waits again
+	if dc.Kind != Dispatch {
+		t.Fatalf("got %d, want c dispatched", dc.Kind)
+	}
+	s.Unsent(dc.Req, dc.Worker, dc.Seq, true)
+	if _, ok := keys.Service("c"); !ok {
+		t.Fatal("key c forgotten while its request waits again")
+	}
+	if got := s.Settle(dc.Worker, Completion{Seq: dc.Seq}); got.Outcome != Unknown {
+		t.Errorf("record of an unsent dispatch: got %v, want unknown", got.Outcome)
+	}
+	dc2 := s.Next(now)
+	if dc2.Kind != Dispatch || dc2.Req != dc.Req {
+		t.Fatalf("want c dispatched again")
+	}
+	if got := s.Settle(dc2.Worker, Completion{Seq: dc2.Seq, RequestID: dc.Req.ID, PrefillTokens: 100}); got.Outcome != Settled {
+		t.Fatalf("got %v, want settled", got.Outcome)
+	}
+	if keys.Keys() != 0 {
+		t.Errorf("got %d keys tracked after every dispatch settled or released, want 0", keys.Keys())
+	}
+}
