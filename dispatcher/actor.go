@@ -96,6 +96,7 @@ type Actor struct {
 	results     *mailbox[bus.Result]
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
+	done        *mailbox[doneRecord]
 	thresholds  chan thresholdReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
@@ -144,6 +145,7 @@ func New(cfg Config, d Deps) *Actor {
 		results:     newMailbox[bus.Result](),
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
+		done:        newMailbox[doneRecord](),
 		thresholds:  make(chan thresholdReq),
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
@@ -296,6 +298,10 @@ func (a *Actor) Run(ctx context.Context) {
 		case <-a.dlq.wake:
 			for _, d := range a.dlq.take() {
 				a.deadLettered(d)
+			}
+		case <-a.done.wake:
+			for _, d := range a.done.take() {
+				a.settle(d)
 			}
 		case req := <-a.thresholds:
 			a.d.Scheduler.SetThresholds(req.t)

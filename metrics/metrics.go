@@ -117,6 +117,8 @@ type Metrics struct {
 	sendFailed     *prometheus.CounterVec
 	dlqFailed      *prometheus.CounterVec
 	dlqRetries     prometheus.Counter
+	settlements    *prometheus.CounterVec
+	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
 	reported   *prometheus.GaugeVec
@@ -186,6 +188,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
+		settlements:    counterVec("settlements_total", "Completion records received, per outcome: settled (the correction applied), unknown, foreign, already_settled (ignored, docs/design.md, Cost settlement), invalid (did not parse), backlog (dropped: too many waiting).", "outcome"),
+		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
 		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
@@ -236,12 +240,17 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	for _, a := range dlqActions {
 		m.dlqFailed.WithLabelValues(a)
 	}
+	for _, o := range []string{"settled", "unknown", "foreign", "already_settled", "invalid", "backlog"} {
+		m.settlements.WithLabelValues(o)
+	}
+	m.correction.WithLabelValues("under")
+	m.correction.WithLabelValues("over")
 
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.connected, m.graceOver, m.leader)
-		reg.MustRegister(m.unknownToken)
+		reg.MustRegister(m.unknownToken, m.settlements, m.correction)
 	}
 	return m
 }
@@ -334,6 +343,18 @@ func (m *Metrics) SendFailed(fault string) { m.sendFailed.WithLabelValues(fault)
 // DeadLetterFailed counts one dead letter the DLQ refused for good, for
 // action one of the DLQ constants.
 func (m *Metrics) DeadLetterFailed(action string) { m.dlqFailed.WithLabelValues(action).Inc() }
+
+// Settlement counts one completion record by outcome (docs/design.md, Cost
+// settlement) and adds the correction it applied, in cost units.
+func (m *Metrics) Settlement(outcome string, correction int64) {
+	m.settlements.WithLabelValues(outcome).Inc()
+	switch {
+	case correction > 0:
+		m.correction.WithLabelValues("under").Add(float64(correction))
+	case correction < 0:
+		m.correction.WithLabelValues("over").Add(float64(-correction))
+	}
+}
 
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }

@@ -112,8 +112,8 @@ func (n Names) DLQ(class string) string { return n.prefix + ".dlq." + class }
 // DLQAll returns "<prefix>.dlq.*", the subjects of DLQStream.
 func (n Names) DLQAll() string { return n.prefix + ".dlq.*" }
 
-// Done returns "<prefix>.done.<worker>", where the mock worker publishes its
-// completion records (a test and benchmark convention, not part of the protocol).
+// Done returns "<prefix>.done.<worker>", where a worker publishes its
+// completion records (docs/protocol.md, Completion records).
 func (n Names) Done(worker string) string { return n.prefix + ".done." + worker }
 
 // DoneAll returns "<prefix>.done.*".

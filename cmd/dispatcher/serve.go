@@ -145,6 +145,11 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 	defer sub.Unsubscribe()
+	doneSub, err := bus.SubscribeDone(nc, s.prefix, a.CompletionRecord)
+	if err != nil {
+		return err
+	}
+	defer doneSub.Unsubscribe()
 
 	// Roles: with leader election (the default) this process pulls and
 	// dispatches only while it holds the lease; a standby keeps its registry

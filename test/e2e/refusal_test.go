@@ -374,7 +374,7 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 				t.Errorf("done %s: %v", r.RequestID, err)
 				return
 			}
-			b, _ := json.Marshal(mock.Completion{RequestID: r.RequestID, Class: r.Class, WorkerID: "fickle", Seq: r.Seq})
+			b, _ := json.Marshal(mock.Completion{Record: r.Completion(r.Cost, 1, false), WorkerID: "fickle"})
 			_ = nc.Publish("dispatch.done.fickle", b)
 		}()
 		return true

@@ -85,7 +85,7 @@ func (f *wsFinisher) finish(r *worker.Request) {
 		f.t.Errorf("done %s: %v", r.RequestID, err)
 		return
 	}
-	b, _ := json.Marshal(mock.Completion{RequestID: r.RequestID, Class: r.Class, WorkerID: f.id, Seq: r.Seq})
+	b, _ := json.Marshal(mock.Completion{Record: r.Completion(r.Cost, 1, false), WorkerID: f.id})
 	_ = f.nc.Publish("dispatch.done."+f.id, b)
 }
 

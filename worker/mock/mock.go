@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/completion"
 	"fairdispatch/naming"
 	"fairdispatch/worker"
 )
@@ -90,6 +92,12 @@ type Config struct {
 	// around a server restart can be lost (written to the dying connection,
 	// or flushed on reconnect before JetStream is back).
 	ConfirmAcks bool
+	// CostFactor scales the prefill_tokens the completion record reports: the
+	// request's uncached tokens times CostFactor, so that tests can make the
+	// dispatcher's estimate wrong on purpose (docs/design.md, Cost settlement).
+	// Default 1 (exact), > 0, at most 1000. The simulation itself runs the
+	// uncached tokens.
+	CostFactor float64
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -117,7 +125,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DPSize == 0 {
 		c.DPSize = 1
 	}
+	if c.CostFactor == 0 {
+		c.CostFactor = 1
+	}
 	var errs []error
+	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
+		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
+	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d: want >= 1", c.MaxNumSeqs))
 	}
@@ -146,11 +160,11 @@ func (c Config) withDefaults() (Config, error) {
 // request finishes. Times marshal as RFC 3339 with nanoseconds; StartedAt is
 // when the request got a sequence slot.
 type Completion struct {
-	RequestID  string    `json:"request_id"`
-	Class      string    `json:"class"`
+	// Record is the completion record of docs/protocol.md, Completion records:
+	// request id, seq, class, fairness key, prefill and output tokens, status.
+	completion.Record
 	WorkerID   string    `json:"worker_id"`
 	DPRank     int       `json:"dp_rank"`
-	Seq        uint64    `json:"seq"`
 	QueuedMs   uint64    `json:"queued_ms"`
 	ReceivedAt time.Time `json:"received_at"`
 	StartedAt  time.Time `json:"started_at"`
@@ -470,9 +484,10 @@ func (m *Worker) confirm(j *job) {
 // completion encodes j's completion record.
 func (m *Worker) completion(j *job) ([]byte, error) {
 	r := j.req
+	prefill := uint64(math.Round(float64(j.uncached) * m.cfg.CostFactor))
 	return json.Marshal(Completion{
-		RequestID: r.RequestID, Class: r.Class, WorkerID: m.cfg.ID, DPRank: j.rank,
-		Seq: r.Seq, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
+		Record:   r.Completion(prefill, uint64(j.out), false),
+		WorkerID: m.cfg.ID, DPRank: j.rank, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
 		StartedAt: j.startedAt, FinishedAt: j.finishAt,
 	})
 }
