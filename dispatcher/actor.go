@@ -37,6 +37,11 @@ type Releaser interface {
 	Stop()
 }
 
+// PullGate stops and resumes pulling (ingest.Gate): closed while no worker is live.
+type PullGate interface {
+	Set(closed bool)
+}
+
 // Config configures an Actor.
 type Config struct {
 	Stream          string        // the request stream, for default request ids
@@ -54,6 +59,7 @@ type Deps struct {
 	DeadLetters DeadLetterer
 	Consumer    Releaser // the first consumer; SetConsumer replaces it when the role changes
 	Keeper      *ingest.Keeper
+	Gate        PullGate // closed during a fleet outage; nil: none
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
 	Log         zerolog.Logger
@@ -114,6 +120,8 @@ type Actor struct {
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
+	outSince    int64                // since when, Unix ns
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
 
@@ -121,6 +129,7 @@ type Actor struct {
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
+	fleetOut  atomic.Bool // the last value of out
 	leading   atomic.Bool // this process may pull and dispatch (it holds the lease)
 	term      atomic.Pointer[term]
 	termMu    sync.Mutex // serialises SetConsumer
@@ -131,6 +140,11 @@ type idle struct{}
 
 func (idle) Release(int) {}
 func (idle) Stop()       {}
+
+// noGate is the PullGate of an actor given none.
+type noGate struct{}
+
+func (noGate) Set(bool) {}
 
 // New returns an actor; it does nothing until Run.
 func New(cfg Config, d Deps) *Actor {
@@ -161,6 +175,9 @@ func New(cfg Config, d Deps) *Actor {
 	if d.Consumer == nil {
 		d.Consumer = idle{}
 	}
+	if a.d.Gate == nil {
+		a.d.Gate = noGate{}
+	}
 	a.cur = newTerm(d.Consumer)
 	a.term.Store(a.cur)
 	a.connState.Store(true)
@@ -178,7 +195,8 @@ func (a *Actor) HandshakeResult(r bus.Result) { a.results.put(r) }
 // bus.SubscribeLoad callback), so that a large or hostile report costs the
 // queue actor nothing, and delivers it if it is valid; a report that is not is
 // dropped and counted. It never blocks: a report not yet applied when a newer
-// one of the same worker arrives is superseded, counted as dropped.
+// one of the same worker arrives is superseded (coalesced, counted apart:
+// a report is the worker's whole state, so nothing is lost).
 func (a *Actor) LoadReport(token string, data []byte) {
 	rep, err := workers.ParseReport(token, data)
 	if err != nil {
@@ -186,7 +204,11 @@ func (a *Actor) LoadReport(token string, data []byte) {
 		a.droppedReport(token, string(workers.Reason(err)), err)
 		return
 	}
-	if shed := a.loads.put(rep); shed != "" {
+	switch shed := a.loads.put(rep); shed {
+	case "":
+	case superseded:
+		a.d.Metrics.LoadCoalesced() // the latest report is the worker's whole state
+	default:
 		a.d.Metrics.LoadDropped(shed)
 	}
 }
@@ -243,6 +265,10 @@ func (a *Actor) IsConnected() bool { return a.connState.Load() }
 
 // InGrace reports whether the start-up grace is still running.
 func (a *Actor) InGrace() bool { return a.grace.Load() }
+
+// NoLiveWorkers reports whether a fleet outage is running: the grace is over
+// and no worker is live (docs/design.md, Fleet outage).
+func (a *Actor) NoLiveWorkers() bool { return a.fleetOut.Load() }
 
 // Thresholds returns the busy thresholds in force.
 func (a *Actor) Thresholds() filters.Thresholds { return *a.th.Load() }

@@ -15,6 +15,12 @@
 // refused one goes back to its lane; a rejected one is dead-lettered, and its
 // message is acknowledged only once the DLQ copy is stored (docs/design.md, Delivery guarantees).
 //
+// Fleet outage (docs/design.md, Fleet outage): while the scheduler says no
+// worker is live, the actor closes the pull gate (ingest.Gate), so the backlog
+// waits in the stream, and logs one warning; the scheduler holds the queued
+// requests and the Keeper keeps them alive. The first report of a worker opens
+// the gate and dispatch resumes at once.
+//
 // The admin API reads immutable snapshots the actor publishes (View,
 // Thresholds), never live state.
 package dispatcher

@@ -22,6 +22,9 @@ func (a *Actor) report(rep workers.Report) {
 		a.d.Metrics.IDConflict()
 		a.warnConflict(now, rep.WorkerID, ch)
 	}
+	if a.out {
+		a.fleet(now)
+	}
 }
 
 // conflictLogEvery is the shortest gap between two warnings about the
@@ -40,6 +43,38 @@ func (a *Actor) warnConflict(now time.Time, id string, ch workers.Change) {
 	a.conflictLog[id] = now
 	a.log.Warn().Str("worker_id", id).Str("instance", ch.Owner).Str("other_instance", ch.Other).
 		Msg("two live processes report under one worker id: the holding instance keeps it, the other's reports are dropped")
+}
+
+// fleet follows fleet outages (docs/design.md, Fleet outage): when no worker
+// is live any more (after the start-up grace) it closes the pull gate, so that
+// the backlog waits in the stream, and logs a warning; when one reports again
+// it opens the gate and logs the outage's length and the backlog it held. The
+// scheduler holds the queued requests meanwhile, and the Keeper keeps them alive.
+func (a *Actor) fleet(now time.Time) {
+	since, out := a.d.Scheduler.Outage(now.UnixNano())
+	if out == a.out {
+		return
+	}
+	a.out = out
+	a.d.Gate.Set(out) // before NoLiveWorkers says so: once /readyz shows the outage, no pull starts
+	a.fleetOut.Store(out)
+	queued := 0
+	for k := range a.d.Scheduler.Policy().Classes {
+		queued += a.d.Scheduler.Queued(k)
+	}
+	if out {
+		a.outSince = since
+		a.log.Warn().Time("since", time.Unix(0, since)).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
+			Msg("no live workers: requests are held and pulling stops until a worker reports")
+	} else {
+		id := ""
+		if ws := a.d.Scheduler.Workers().All(); len(ws) > 0 {
+			id = ws[0].ID
+		}
+		a.log.Info().Str("worker_id", id).Dur("outage", now.Sub(time.Unix(0, a.outSince))).Int("held", len(a.held)).Int("queued", queued).Bool("leader", a.leading.Load()).
+			Msg("a worker is live again: dispatching and pulling resume")
+	}
+	a.publishView(now)
 }
 
 func (a *Actor) connection(up bool) {
@@ -73,6 +108,7 @@ func (a *Actor) tick(now time.Time) {
 		a.parked = a.parked[:0]
 	}
 	a.tickDecs = a.d.Scheduler.Tick(ns, a.tickDecs[:0])
+	a.fleet(now)
 	for _, d := range a.tickDecs {
 		if h := a.held[d.Req.Ref]; h != nil {
 			a.reject(h, d.Err)

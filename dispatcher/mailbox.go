@@ -80,13 +80,16 @@ func newReportBox() *reportBox {
 	return &reportBox{latest: make(map[string]workers.Report), wake: make(chan struct{}, 1)}
 }
 
+// superseded is what put returns for a report replaced by a newer one.
+const superseded = "superseded"
+
 // put keeps rep as its worker's latest report. It returns what was shed: the
 // report it superseded ("superseded") or rep itself when too many workers
 // wait already ("overflow"), or "".
 func (b *reportBox) put(rep workers.Report) (shed string) {
 	b.mu.Lock()
 	if _, ok := b.latest[rep.WorkerID]; ok {
-		shed = "superseded"
+		shed = superseded
 	} else if len(b.order) >= maxPendingReports {
 		b.mu.Unlock()
 		return "overflow"

@@ -17,6 +17,11 @@ type View struct {
 	InFlight  int                    `json:"in_flight"`
 	Classes   []scheduler.ClassStats `json:"classes"`
 	Workers   []WorkerView           `json:"workers"`
+
+	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
+	// outage), which began at OutageSince.
+	NoLiveWorkers bool       `json:"no_live_workers"`
+	OutageSince   *time.Time `json:"outage_since,omitempty"`
 }
 
 // WorkerView is one live worker in a View.
@@ -51,6 +56,10 @@ func (a *Actor) View() *View { return a.view.Load() }
 func (a *Actor) publishView(now time.Time) {
 	s := a.d.Scheduler
 	v := &View{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
+	if a.out {
+		since := time.Unix(0, a.outSince)
+		v.NoLiveWorkers, v.OutageSince = true, &since
+	}
 	v.Classes = s.Stats(nil)
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {

@@ -39,6 +39,9 @@ type Config struct {
 	// how long Run takes to return after Stop (about PullWait + 1 s at most) and how
 	// long a pull lost in a reconnection goes unnoticed.
 	PullWait time.Duration
+	// Gate, when not nil, stops Run from pulling while it is closed (a fleet
+	// outage, docs/design.md, Fleet outage); nil pulls always.
+	Gate *Gate
 	// HandBacks, when set, wraps every message pulled so that its Nak (every
 	// hand-back) is confirmed by the server and counted (HandBacks.Wait).
 	HandBacks *HandBacks
@@ -188,7 +191,9 @@ func (c *Consumer) Stop() { c.stopped.Do(func() { close(c.stop) }) }
 // is below MaxHeld a pull request is always open, except between the end of one
 // and the send of the next (and while a failed pull waits to be retried, from
 // 50 ms doubling to 2 s). Run receives messages while it waits for out, so a slow
-// receiver does not leave the server without a pull. Failures (lost connection,
+// receiver does not leave the server without a pull. While Config.Gate is
+// closed Run opens no pull: the pull open when it closes runs to its end (at
+// most PullWait) and what it brings is handed out as usual. Failures (lost connection,
 // deleted consumer, which is created again) are logged and retried; they never
 // end Run.
 func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
@@ -230,8 +235,13 @@ func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
 		}
 	}()
 
+	var gateC <-chan struct{} // closed at the gate's next change; nil without a gate
 	for {
-		if msgs == nil && retryC == nil {
+		shut := false
+		if c.cfg.Gate != nil {
+			shut, gateC = c.cfg.Gate.State()
+		}
+		if msgs == nil && retryC == nil && !shut {
 			if room := c.cfg.MaxHeld - c.Held(); room > 0 {
 				b, err := c.cons.Fetch(min(room, c.cfg.Batch), jetstream.FetchMaxWait(c.cfg.PullWait))
 				if err != nil {
@@ -263,6 +273,7 @@ func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
 		case send <- pending:
 			pending = nil
 		case <-c.room:
+		case <-gateC:
 		case <-retryC:
 			retryC = nil
 		case <-c.stop:

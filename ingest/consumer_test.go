@@ -553,3 +553,75 @@ func TestStopAtMaxHeld(t *testing.T) {
 		t.Fatal("Run did not return after Stop with no pull open")
 	}
 }
+
+// TestRunGate: while the gate is closed no pull is open and the stream keeps
+// its messages, with room to spare below MaxHeld; opening it resumes pulling at once.
+func TestRunGate(t *testing.T) {
+	e := newEnv(t)
+	gate := &Gate{}
+	gate.Set(true)
+	cfg := testConfig()
+	cfg.Gate = gate
+	for i := 0; i < 20; i++ {
+		e.publish(t, "c", nil)
+	}
+	r := start(t, e, cfg)
+	// Several pull waits (200 ms) pass with the gate closed: nothing is pulled.
+	for deadline := time.Now().Add(3 * cfg.PullWait); time.Now().Before(deadline); {
+		select {
+		case b := <-r.out:
+			t.Fatalf("got %d deliveries while the gate is closed", len(b))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if i := e.info(t); i.NumWaiting != 0 || i.NumPending != 20 || i.NumAckPending != 0 {
+			t.Fatalf("gate closed: got waiting %d, pending %d, ack pending %d; want 0, 20, 0", i.NumWaiting, i.NumPending, i.NumAckPending)
+		}
+	}
+	gate.Set(false)
+	got := r.take(t, 20)
+	for _, d := range got {
+		_ = d.Msg.Ack()
+	}
+	r.c.Release(len(got))
+	waitFor(t, "a pull open with the gate open", func() bool { return e.info(t).NumWaiting >= 1 })
+
+	// Closed again: the open pull runs to its end and none follows.
+	gate.Set(true)
+	waitFor(t, "the open pull to end", func() bool { return e.info(t).NumWaiting == 0 })
+	e.publish(t, "c", nil)
+	for deadline := time.Now().Add(3 * cfg.PullWait); time.Now().Before(deadline); {
+		select {
+		case b := <-r.out:
+			t.Fatalf("got %d deliveries while the gate is closed again", len(b))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if i := e.info(t); i.NumWaiting != 0 || i.NumPending != 1 {
+			t.Fatalf("gate closed again: got waiting %d, pending %d; want 0, 1", i.NumWaiting, i.NumPending)
+		}
+	}
+	gate.Set(false)
+	r.take(t, 1)
+}
+
+func TestGateState(t *testing.T) {
+	var g Gate
+	closed, ch := g.State()
+	if closed || g.Closed() {
+		t.Fatal("zero gate is closed, want open")
+	}
+	g.Set(false) // no change: the channel stays open
+	select {
+	case <-ch:
+		t.Fatal("changed channel closed without a change")
+	default:
+	}
+	g.Set(true)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("changed channel not closed by a change")
+	}
+	if closed, _ := g.State(); !closed {
+		t.Fatal("gate open after Set(true)")
+	}
+}

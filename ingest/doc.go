@@ -28,7 +28,9 @@
 // pull is open without also receiving from it: deliveries wait in Run while the
 // actor is busy, so a slow actor cannot leave the consumer without a pull (the
 // stall NATS-NOTES describes for a blocking Consume callback). Each pull expires
-// after Config.PullWait (1 s by default) and is replaced.
+// after Config.PullWait (1 s by default) and is replaced. While Config.Gate is
+// closed (no worker is live: docs/design.md, Fleet outage) no pull is opened; the
+// one open when it closes runs to its end.
 //
 // # Accounting contract
 //

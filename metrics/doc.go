@@ -15,6 +15,7 @@
 //	fairdispatch_dead_letters_total               counter    class
 //	fairdispatch_handshakes_total                 counter    outcome
 //	fairdispatch_load_reports_dropped_total       counter    reason
+//	fairdispatch_load_reports_coalesced_total     counter
 //	fairdispatch_worker_booked_prefill_tokens     gauge      worker
 //	fairdispatch_worker_reported_prefill_tokens   gauge      worker
 //	fairdispatch_worker_overloaded                gauge      worker (0 or 1)

@@ -41,9 +41,6 @@ const (
 	// DropInstance: the report is from a second instance of a worker id whose
 	// holder is live (docs/protocol.md, One worker id, one process).
 	DropInstance = "instance"
-	// DropSuperseded: a newer report of the same worker arrived before the
-	// queue actor applied this one (the actor is behind; latest wins).
-	DropSuperseded = "superseded"
 	// DropOverflow: reports of too many distinct workers wait for the queue
 	// actor already.
 	DropOverflow = "overflow"
@@ -71,7 +68,7 @@ const (
 
 var (
 	outcomes    = []string{OutcomeAccepted, OutcomeRefused, OutcomeNoResponders, OutcomeTimeout, OutcomeLate}
-	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity, DropInstance, DropSuperseded, DropOverflow}
+	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity, DropInstance, DropOverflow}
 	faults      = []string{FaultRequest, FaultWorker, FaultConnection}
 	dlqActions  = []string{DLQBodyDropped, DLQHeadersDropped, DLQReturned}
 )
@@ -129,6 +126,7 @@ type Metrics struct {
 	redelivered  prometheus.Counter
 	progressAcks prometheus.Counter
 	idConflicts  prometheus.Counter
+	coalesced    prometheus.Counter
 	connected    prometheus.Gauge
 	graceOver    prometheus.Gauge
 	leader       prometheus.Gauge
@@ -199,6 +197,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
 		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),
 		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
+		coalesced: counter("load_reports_coalesced_total",
+			"Load reports replaced by a newer one of the same worker before the queue actor applied them (the latest wins; not an error)."),
 		idConflicts: counter("worker_id_conflicts_total",
 			"Load reports showing two live instances (processes) under one worker id."),
 		connected: gauge("nats_connected", "1 while connected to NATS, else 0."),
@@ -249,7 +249,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
-			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.connected, m.graceOver, m.leader)
+			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.settlements, m.correction)
 	}
 	return m
@@ -384,6 +384,10 @@ func (m *Metrics) Redelivered() { m.redelivered.Inc() }
 
 // ProgressAck counts one progress acknowledgement sent for a held message.
 func (m *Metrics) ProgressAck() { m.progressAcks.Inc() }
+
+// LoadCoalesced counts one load report replaced by a newer one of the same
+// worker before the queue actor applied it.
+func (m *Metrics) LoadCoalesced() { m.coalesced.Inc() }
 
 // IDConflict counts one load report showing two live instances under one worker id.
 func (m *Metrics) IDConflict() { m.idConflicts.Inc() }

@@ -47,6 +47,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_redelivered_messages_total", "COUNTER", nil},
 		{"fairdispatch_progress_acks_total", "COUNTER", nil},
 		{"fairdispatch_worker_id_conflicts_total", "COUNTER", nil},
+		{"fairdispatch_load_reports_coalesced_total", "COUNTER", nil},
 		{"fairdispatch_nats_connected", "GAUGE", nil},
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
 		{"fairdispatch_leader", "GAUGE", nil},
@@ -113,7 +114,7 @@ func TestPreinitialisedSeries(t *testing.T) {
 		{"fairdispatch_pending_requests", len(testClasses)},
 		{"fairdispatch_queue_wait_seconds", len(testClasses)},
 		{"fairdispatch_handshakes_total", 5},
-		{"fairdispatch_load_reports_dropped_total", 8},
+		{"fairdispatch_load_reports_dropped_total", 7},
 		{"fairdispatch_dispatch_send_failures_total", 3},
 		{"fairdispatch_dead_letter_failures_total", 3},
 		{"fairdispatch_worker_booked_prefill_tokens", 0},
@@ -126,7 +127,7 @@ func TestPreinitialisedSeries(t *testing.T) {
 	for _, o := range []string{"accepted", "refused", "no_responders", "timeout", "late"} {
 		value(t, reg, "fairdispatch_handshakes_total", "outcome", o)
 	}
-	for _, r := range []string{"parse", "mismatch", "rank", "invalid", "capacity", "instance", "superseded", "overflow"} {
+	for _, r := range []string{"parse", "mismatch", "rank", "invalid", "capacity", "instance", "overflow"} {
 		value(t, reg, "fairdispatch_load_reports_dropped_total", "reason", r)
 	}
 }

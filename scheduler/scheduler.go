@@ -25,6 +25,10 @@ type Config struct {
 	Rand *rand.Rand
 	// MaxWorkers caps the live workers (0: no cap).
 	MaxWorkers int
+	// NoWorkersTimeout is how long, in nanoseconds, an outage (no live worker
+	// after the grace) may last before the queued requests fail as
+	// no_endpoints (docs/design.md, Fleet outage); 0 waits indefinitely.
+	NoWorkersTimeout int64
 	// MaxKeysPerClass bounds the fairness keys a class tracks at once; beyond it
 	// new keys share the key _overflow (docs/design.md, Fairness keys). 0: 100000.
 	MaxKeysPerClass int
@@ -115,6 +119,10 @@ type Scheduler struct {
 	seq      uint64
 	graceEnd int64
 	expired  []*workers.Worker // scratch
+	// lostAt is when the last live worker expired (0: never); an outage
+	// began at the later of lostAt and graceEnd.
+	lostAt     int64
+	outTimeout int64 // Config.NoWorkersTimeout
 
 	settle settlements
 }
@@ -122,7 +130,7 @@ type Scheduler struct {
 // New returns a scheduler started at now (Unix nanoseconds).
 func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
-	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace}
+	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace, outTimeout: max(0, cfg.NoWorkersTimeout)}
 	s.settle.init(cfg)
 	maxKeys := cfg.MaxKeysPerClass
 	if maxKeys == 0 {
@@ -163,13 +171,44 @@ func (s *Scheduler) Workers() *workers.Registry { return s.reg }
 // InGrace reports whether the start-up grace is still running at now.
 func (s *Scheduler) InGrace(now int64) bool { return now < s.graceEnd }
 
+// Outage reports whether the fleet is out at now: the start-up grace is over
+// and no worker is live (draining ones count as live). since is when the
+// outage began: the later of the end of the grace and the expiry of the last
+// live worker (docs/design.md, Fleet outage).
+func (s *Scheduler) Outage(now int64) (since int64, out bool) {
+	if s.reg.Len() > 0 || s.InGrace(now) {
+		return 0, false
+	}
+	return max(s.graceEnd, s.lostAt), true
+}
+
+// holding reports whether requests are held for want of workers at now: the
+// fleet is out and the no-workers timeout, if any, has not run out.
+func (s *Scheduler) holding(now int64) bool {
+	since, out := s.Outage(now)
+	return out && (s.outTimeout == 0 || now-since < s.outTimeout)
+}
+
 // Arrive admits a request (docs/design.md, Admission): it takes the snapshot, resolves the class,
 // and queues it, dispatches it, or rejects it. During the start-up grace every
 // request is queued, without limit checks, to be arbitrated once it is over.
+// During a fleet outage every request is queued without limit checks (but
+// for an expired deadline); once the outage has lasted the no-workers
+// timeout, every request fails as no_endpoints (docs/design.md, Fleet outage).
 func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 	r := s.snapshot(a)
 	cls, cfg := s.classes[r.Class], &s.pol.Classes[r.Class]
 	if s.InGrace(now) {
+		s.enqueue(r)
+		return Decision{Kind: Queued, Req: r}
+	}
+	if s.reg.Len() == 0 {
+		if !s.holding(now) {
+			return Decision{Kind: Reject, Req: r, Err: s.outageError(now)}
+		}
+		if r.Deadline != 0 && r.Deadline <= now {
+			return s.expire(now, r)
+		}
 		s.enqueue(r)
 		return Decision{Kind: Queued, Req: r}
 	}
@@ -279,8 +318,10 @@ func (s *Scheduler) enqueue(r *request.Snapshot) {
 // Next returns the next dispatch or rejection of a queued request, or a
 // decision of kind None when nothing queued is dispatchable. The caller calls
 // it again while it returns something. One call is bounded (docs/design.md, DRR).
+// With no live worker it returns None: the queues wait for a worker (Tick
+// fails them once the no-workers timeout has run out).
 func (s *Scheduler) Next(now int64) Decision {
-	if s.InGrace(now) {
+	if s.InGrace(now) || s.reg.Len() == 0 {
 		return Decision{}
 	}
 	k, ok := s.arb.Next(s.queues)
@@ -328,6 +369,14 @@ func (s *Scheduler) selectionError(code request.Code, r *request.Snapshot) *Erro
 		}
 	}
 	return &Error{Code: code, Message: msg}
+}
+
+// outageError is the no_endpoints of a fleet outage that outlasted the
+// no-workers timeout.
+func (s *Scheduler) outageError(now int64) *Error {
+	since, _ := s.Outage(now)
+	return &Error{Code: request.NoEndpoints, Message: fmt.Sprintf("no live worker for %d ms (the no-workers timeout is %d ms)",
+		max(0, now-since)/1e6, s.outTimeout/1e6)}
 }
 
 func (s *Scheduler) expire(now int64, r *request.Snapshot) Decision {
@@ -434,11 +483,15 @@ func (s *Scheduler) ApplyReport(now int64, rep workers.Report) (workers.Change, 
 
 // Tick advances time: workers whose TTL ran out are removed (and every lane
 // re-checked), and queued requests whose deadline passed are rejected, appended
-// to dst.
+// to dst. Once a fleet outage has lasted the no-workers timeout, every queued
+// request is rejected as no_endpoints too (docs/design.md, Fleet outage).
 func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	s.expired = s.reg.Expire(now, s.expired[:0])
 	for _, w := range s.expired {
 		s.gates.Remove(w)
+	}
+	if len(s.expired) > 0 && s.reg.Len() == 0 {
+		s.lostAt = now
 	}
 	for _, w := range s.reg.Aged() {
 		s.gates.Update(w)
@@ -456,6 +509,25 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 		s.dl.remove(r)
 		s.classes[r.Class].Remove(r)
 		dst = append(dst, s.expire(now, r))
+	}
+	if _, out := s.Outage(now); out && !s.holding(now) {
+		dst = s.failQueued(now, dst)
+	}
+	return dst
+}
+
+// failQueued rejects every queued request as no_endpoints, appending the
+// decisions to dst, in class ring order. O(queued × log queued).
+func (s *Scheduler) failQueued(now int64, dst []Decision) []Decision {
+	start := len(dst)
+	for _, c := range s.classes {
+		c.Each(func(r *request.Snapshot) bool {
+			dst = append(dst, Decision{Kind: Reject, Req: r, Err: s.outageError(now)})
+			return true
+		})
+	}
+	for _, d := range dst[start:] {
+		s.Remove(d.Req)
 	}
 	return dst
 }

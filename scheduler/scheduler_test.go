@@ -215,7 +215,7 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("got %s %d/%d, want cached_tokens 15/10", d.Err.LimitKind, d.Err.Current, d.Err.Limit)
 		}
 	})
-	t.Run("no live workers: every limit is 0, nothing evicted", func(t *testing.T) {
+	t.Run("no live workers: no limit applies (a fleet outage), nothing evicted", func(t *testing.T) {
 		f := newFixture(t, twoClasses, filters.Thresholds{})
 		f.report("w1", 5000)
 		f.wantKind(f.arrive("premium", 1), Queued)
@@ -224,10 +224,11 @@ func TestLimits(t *testing.T) {
 		if f.s.Workers().Len() != 0 {
 			t.Fatal("worker did not expire")
 		}
-		d := f.arrive("premium", 1)
-		f.wantReject(d, request.QueueFull)
-		if d.Err.Limit != 0 || f.s.Queued(0) != 1 {
-			t.Fatalf("limit %d queued %d, want 0 and 1", d.Err.Limit, f.s.Queued(0))
+		for i := range 3 { // the limit is 2 per live worker
+			f.wantKind(f.arrive("premium", 1), Queued)
+			if got := f.s.Queued(0); got != 2+i {
+				t.Fatalf("queued = %d, want %d", got, 2+i)
+			}
 		}
 	})
 	t.Run("draining workers count as live", func(t *testing.T) {
@@ -276,9 +277,9 @@ func TestSelectionErrors(t *testing.T) {
 			f.wantReject(f.arrive("batch", 10, c.mod), c.want)
 		})
 	}
-	t.Run("no workers at all", func(t *testing.T) {
+	t.Run("no workers at all: held, not failed (a fleet outage)", func(t *testing.T) {
 		f := newFixture(t, twoClasses, filters.Thresholds{})
-		f.wantReject(f.arrive("premium", 10), request.NoEndpoints)
+		f.wantKind(f.arrive("premium", 10), Queued)
 	})
 }
 

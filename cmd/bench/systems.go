@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -233,8 +235,11 @@ func (b *bench) startDispatcher(tag, policy string) (*system, error) {
 	for {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// Ready, or ready but for workers, which the bench starts next
+			// (docs/design.md, Fleet outage).
+			if resp.StatusCode == http.StatusOK || bytes.Contains(body, []byte("no live workers")) {
 				return s, nil
 			}
 		}

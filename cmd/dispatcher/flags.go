@@ -26,6 +26,7 @@ type settings struct {
 	prefillTokens                                             optUint
 	queuePolicy                                               string
 	ackWait, dispatchTimeout, dupWindow, grace                time.Duration
+	noWorkersTimeout                                          time.Duration
 	blockSize, temperature, overlapCredit, prefillScale, decW float64
 	maxHeld, inFlight, maxWorkers                             int
 	maxKeysPerClass                                           int
@@ -109,6 +110,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.Float64Var(&s.prefillScale, "prefill-load-scale", 1, "weight of prefill load in worker scoring")
 	fs.Float64Var(&s.decW, "decode-active-request-weight", 0, "weight of active requests in worker scoring")
 	fs.DurationVar(&s.grace, "startup-grace", 3*time.Second, "wait this long for load reports before dispatching or failing anything")
+	fs.DurationVar(&s.noWorkersTimeout, "no-workers-timeout", 0, "fail the held requests as no_endpoints once no worker has been live this long (0: hold them until a worker reports)")
 	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
 	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
@@ -190,6 +192,9 @@ func (s *settings) validate() error {
 	}
 	if s.grace < 0 {
 		bad = append(bad, fmt.Sprintf("--startup-grace %v: want >= 0", s.grace))
+	}
+	if s.noWorkersTimeout < 0 {
+		bad = append(bad, fmt.Sprintf("--no-workers-timeout %v: want >= 0", s.noWorkersTimeout))
 	}
 	if s.dispatchTimeout >= s.ackWait {
 		bad = append(bad, fmt.Sprintf("--dispatch-timeout %v: want below --ack-wait %v", s.dispatchTimeout, s.ackWait))

@@ -35,6 +35,17 @@ func TestSettingsFromEnvAndFlags(t *testing.T) {
 	}
 }
 
+func TestNoWorkersTimeout(t *testing.T) {
+	s, err := parseSettings(nil, env(nil), &bytes.Buffer{})
+	if err != nil || s.noWorkersTimeout != 0 {
+		t.Fatalf("default --no-workers-timeout = %v (%v), want 0", s.noWorkersTimeout, err)
+	}
+	s, err = parseSettings(nil, env(map[string]string{"DISPATCHER_NO_WORKERS_TIMEOUT": "2s"}), &bytes.Buffer{})
+	if err != nil || s.noWorkersTimeout != 2*time.Second {
+		t.Fatalf("DISPATCHER_NO_WORKERS_TIMEOUT=2s: got %v (%v), want 2s", s.noWorkersTimeout, err)
+	}
+}
+
 func TestSettingsErrorsNameTheInput(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -48,6 +59,7 @@ func TestSettingsErrorsNameTheInput(t *testing.T) {
 		{[]string{"--block-size", "0"}, nil, "--block-size"},
 		{[]string{"--router-temperature", "-1"}, nil, "--router-temperature"},
 		{[]string{"--log-format", "xml"}, nil, "--log-format"},
+		{[]string{"--no-workers-timeout", "-1s"}, nil, "--no-workers-timeout"},
 		{[]string{"extra"}, nil, "unexpected argument"},
 		{[]string{"--nats-inbox-prefix", "_INBOX.*"}, nil, "--nats-inbox-prefix"},
 		// A prefix that would make an invalid stream or bucket name is refused, naming both.

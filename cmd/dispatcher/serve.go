@@ -103,10 +103,11 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		},
 		Scoring: filters.Scoring{BlockSize: s.blockSize, OverlapCredit: s.overlapCredit, PrefillScale: s.prefillScale,
 			DecodeRequestWeight: s.decW, Temperature: s.temperature},
-		Grace:           int64(s.grace),
-		Rand:            rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
-		MaxWorkers:      s.maxWorkers,
-		MaxKeysPerClass: s.maxKeysPerClass,
+		Grace:            int64(s.grace),
+		Rand:             rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		MaxWorkers:       s.maxWorkers,
+		NoWorkersTimeout: int64(s.noWorkersTimeout),
+		MaxKeysPerClass:  s.maxKeysPerClass,
 	}, time.Now().UnixNano())
 
 	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
@@ -122,9 +123,10 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	if inFlight == 0 {
 		inFlight = 4 * s.maxHeld
 	}
+	gate := &ingest.Gate{} // closed by the actor while no worker is live
 	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
-		Keeper:  ingest.NewKeeper(s.ackWait, log),
+		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
 		Metrics: m, Log: log,
 	})
@@ -162,7 +164,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
-		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256,
+		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256, Gate: gate,
 		HandBacks: handBacks,
 	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
@@ -284,7 +286,8 @@ func (c *control) SetThresholds(ctx context.Context, t filters.Thresholds) error
 }
 func (c *control) Queues() any { return c.a.View() }
 
-// Ready is docs/config.md, Admin HTTP API's readiness: connected, streams present, grace over.
+// Ready is docs/config.md, Admin HTTP API's readiness: connected, streams present, grace over,
+// leading, and some worker live (docs/design.md, Fleet outage).
 func (c *control) Ready() error {
 	switch {
 	case !c.nc.IsConnected():
@@ -295,6 +298,8 @@ func (c *control) Ready() error {
 		return fmt.Errorf("start-up grace running")
 	case !c.a.Leader():
 		return fmt.Errorf("standby: another dispatcher holds the leader lease")
+	case c.a.NoLiveWorkers():
+		return fmt.Errorf("no live workers")
 	}
 	return nil
 }

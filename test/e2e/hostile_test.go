@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"fairdispatch/worker/mock"
 )
 
 // TestHostileReplyToRefused: a producer may not aim the dispatcher's outcome at
@@ -18,6 +20,10 @@ func TestHostileReplyToRefused(t *testing.T) {
 	p := startDispatcher(t, ns.url())
 	nc := connect(t, ns.url())
 	js := jsOf(t, nc)
+	// A live worker: without one the dispatcher leaves requests in the stream
+	// (docs/design.md, Fleet outage).
+	startMock(t, nc, mock.Config{ID: "w1"})
+	ecsWaitWorker(t, p, "w1")
 	var forged atomic.Int32
 	sub, err := nc.Subscribe("dispatch.load.>", func(m *nats.Msg) {
 		if strings.Contains(string(m.Data), "request_id") {
@@ -57,9 +63,11 @@ func TestHostileReplyToRefused(t *testing.T) {
 // is acknowledged: nothing spins, nothing is lost silently.
 func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
 	ns := startNATS(t)
-	startDispatcher(t, ns.url())
+	p := startDispatcher(t, ns.url())
 	nc := connect(t, ns.url())
 	js := jsOf(t, nc)
+	startMock(t, nc, mock.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
+	ecsWaitWorker(t, p, "w1")
 	body := make([]byte, nc.MaxPayload()-150)
 	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
 	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(ecsStreamAll(t, js, "DISPATCH_DLQ")) == 1 })

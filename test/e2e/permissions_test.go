@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -286,10 +287,11 @@ func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 	if got := secStreamLastSeq(t, n.srv, permAccount, "DISPATCH_REQ"); got != 1 {
 		t.Fatalf("got DISPATCH_REQ last sequence %d, want 1", got)
 	}
-	// The dispatcher saw only the granted request (no worker: it is rejected
-	// no_endpoints after the grace), never a premium one.
-	waitFor(t, 10*time.Second, "the granted request handled", func() bool {
-		return p.metric("fairdispatch_rejected_total", `class="regular"`) == 1
+	// No worker is live: the dispatcher leaves the granted request in the
+	// stream (docs/design.md, Fleet outage), and never handled a premium one.
+	waitFor(t, 10*time.Second, "the dispatcher's fleet outage", func() bool {
+		code, body := p.get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "no live workers")
 	})
 	if got := p.metric("fairdispatch_rejected_total", `class="premium"`) + p.metric("fairdispatch_dispatched_total", `class="premium"`); got != 0 {
 		t.Fatalf("got %v premium requests handled, want 0", got)
