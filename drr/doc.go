@@ -69,9 +69,9 @@
 //   - Step 1 clears only the carry, as written; it does not zero deficits. An empty
 //     class can hold a deficit only when requests left it without the arbiter (a
 //     deadline expiry, say); the next ring scan that visits it while it is empty
-//     zeroes it.
+//     clears its credit (a debt stays: see Settlement and debt).
 //   - A call that takes nothing also leaves every deficit alone except that step 3
-//     zeroes the deficits of the empty classes it visits: that is step 3's rule, and
+//     clears the credit of the empty classes it visits: that is step 3's rule, and
 //     step 4's "change nothing" is read as "grant no bulk credit".
 //   - A candidate of cost 0 (for instance a request put back after it was already
 //     charged) is affordable with deficit 0 and is taken without earning a quantum.
