@@ -472,3 +472,29 @@ func TestChargeDebt(t *testing.T) {
 		t.Errorf("got deficit %d after a huge refund, want %d", got, int64(maxDeficit))
 	}
 }
+
+// TestDebtSurvivesEmpty: a class in debt that empties keeps the debt (not
+// credit), and pays it back once it is backlogged again.
+func TestDebtSurvivesEmpty(t *testing.T) {
+	w := newWorld(2)
+	w.fakes[0].push(0, 10)
+	a := New([]uint64{10, 10})
+	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{0, 0}, cursor: 1, carry: -1}})
+	a.Charge(0, 30) // its request really cost 40
+	// Class 1 is served twice while class 0 is empty: the second scan visits the
+	// empty class 0, which keeps its debt.
+	w.fakes[1].push(10, 10, 10)
+	runSteps(t, a, w, []step{
+		{k: 1, id: 10, deficits: []int64{-30, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 11, deficits: []int64{-30, 0}, cursor: 0, carry: -1},
+	})
+	w.fakes[0].push(1, 10)
+	w.fakes[1].push(12, 10, 10, 10)
+	// Class 0 earns a quantum a round (-30 -> 10) while class 1 is served.
+	runSteps(t, a, w, []step{
+		{k: 1, id: 12, deficits: []int64{-20, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 13, deficits: []int64{-10, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 14, deficits: []int64{0, 0}, cursor: 0, carry: -1},
+		{k: 0, id: 1, deficits: []int64{0, 0}, cursor: 1, carry: -1},
+	})
+}

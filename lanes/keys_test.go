@@ -482,3 +482,36 @@ func bytesPerKey(n int) float64 {
 	runtime.KeepAlive(c2)
 	return (float64(many) - float64(one)) / float64(n)
 }
+
+// TestKeyedDistinctKeysBounded: 100,000 distinct keys over a run, at most 10
+// backlogged at once, each settled after its dispatch: the keys tracked never
+// exceed the backlog, and the heap does not grow with the keys seen.
+func TestKeyedDistinctKeysBounded(t *testing.T) {
+	c := NewKeyed(always{}, KeyConfig{})
+	var m runtime.MemStats
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	const keys, backlog = 100000, 10
+	var before uint64
+	for i := range keys {
+		r := &request.Snapshot{ID: "r", Key: fmt.Sprintf("tenant-%06d", i), Cost: 1, Seq: uint64(i + 1), Index: -1, DeadlineIndex: -1}
+		c.Push(r)
+		if c.Len() == backlog {
+			c.Candidate()
+			c.Pop()
+			c.Settle(c.Last().Key, 0)
+		}
+		if got := c.Keys(); got > backlog {
+			t.Fatalf("after %d keys: %d tracked, want <= %d", i+1, got, backlog)
+		}
+		if i == 1000 {
+			before = heap()
+		}
+	}
+	if grown := int64(heap()) - int64(before); grown > 64<<10 {
+		t.Fatalf("heap grew by %d bytes over 99,000 more distinct keys, want < 64 KiB", grown)
+	}
+}
