@@ -123,6 +123,10 @@ func (c *Keyed) Service(name string) (float64, bool) {
 	return k.v, true
 }
 
+// VirtualTime returns the class's virtual time: the largest normalized service
+// at which a key was served. A key that becomes backlogged starts at no less.
+func (c *Keyed) VirtualTime() float64 { return c.vnow }
+
 // Weight returns the weight a key has in this class.
 func (c *Keyed) Weight(name string) float64 {
 	if w, ok := c.cfg.Weights[name]; ok {

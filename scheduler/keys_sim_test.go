@@ -486,3 +486,32 @@ func TestSettleReleases(t *testing.T) {
 		t.Errorf("got %d keys tracked after every dispatch settled or released, want 0", keys.Keys())
 	}
 }
+
+// TestStatsTopKeys: the stats list the keys with the most queued requests,
+// most first, with their weight and lead over the class's virtual time.
+func TestStatsTopKeys(t *testing.T) {
+	pol, err := configs.Parse("k.yaml", []byte(oneClass(", key_weights: {k3: 2}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now int64 = 1e18
+	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
+	w := &keyedWorker{id: "w1", running: []keyedReq{{actual: 5000}}}
+	s.Report(now, w.report()) // busy: everything queues
+	n := 0
+	for k := range 12 {
+		for range k + 1 {
+			n++
+			s.Arrive(now, &Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: fmt.Sprint("k", k)})
+		}
+	}
+	top := s.Stats(nil)[0].TopKeys
+	if len(top) != TopKeys || top[0].Key != "k11" || top[0].Queued != 12 || top[9].Key != "k2" {
+		t.Fatalf("got top keys %+v, want k11 (12 queued) down to k2", top)
+	}
+	for _, ks := range top {
+		if want := map[bool]float64{true: 2, false: 1}[ks.Key == "k3"]; ks.Weight != want || ks.Lead != 0 {
+			t.Errorf("key %s: got weight %v lead %v, want %v and 0", ks.Key, ks.Weight, ks.Lead, want)
+		}
+	}
+}

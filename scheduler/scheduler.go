@@ -601,19 +601,61 @@ type ClassStats struct {
 	CachedTokens uint64 `json:"pending_cached_tokens"`
 	Deficit      int64  `json:"deficit"`
 	Keys         int    `json:"fairness_keys"`
+	// TopKeys are the TopKeys keys with the most queued requests (docs/design.md,
+	// Fairness keys), most first.
+	TopKeys []KeyStats `json:"top_keys,omitempty"`
 	PinnedLanes  int    `json:"pinned_lanes"`
 	BlockedLanes int    `json:"blocked_lanes"`
 	FreeRanks    int    `json:"free_ranks"`
 }
 
-// Stats appends every class's stats to dst, in ring order. O(C + pinned lanes).
+// TopKeys is how many keys per class ClassStats lists.
+const TopKeys = 10
+
+// KeyStats describes one fairness key of a class.
+type KeyStats struct {
+	Key    string  `json:"key"`
+	Queued int     `json:"queued_requests"`
+	Weight float64 `json:"weight"`
+	// Lead is the key's normalized service (cost served / weight, plus
+	// corrections) minus the class's virtual time, in cost units: above 0 the
+	// key is ahead and waits for the others, below 0 it is owed service.
+	Lead float64 `json:"lead"`
+}
+
+// topKeys returns class c's TopKeys keys with the most queued requests. O(K).
+func topKeys(c *lanes.Keyed) []KeyStats {
+	var top []KeyStats
+	vt := c.VirtualTime()
+	c.EachKey(func(name string, service, weight float64, queued int) bool {
+		if len(top) == TopKeys && queued <= top[len(top)-1].Queued {
+			return true
+		}
+		ks := KeyStats{Key: name, Queued: queued, Weight: weight, Lead: service - vt}
+		i := len(top)
+		if i < TopKeys {
+			top = append(top, ks)
+		} else {
+			i--
+		}
+		for ; i > 0 && (top[i-1].Queued < queued || top[i-1].Queued == queued && top[i-1].Key > name); i-- {
+			top[i] = top[i-1]
+		}
+		top[i] = ks
+		return true
+	})
+	return top
+}
+
+// Stats appends every class's stats to dst, in ring order. O(C + pinned lanes +
+// tracked keys).
 func (s *Scheduler) Stats(dst []ClassStats) []ClassStats {
 	for k, c := range s.classes {
 		isl, cached := c.Tokens()
 		pinned, blocked := c.Lanes()
 		dst = append(dst, ClassStats{
 			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
-			Deficit: s.arb.Deficit(k), Keys: c.Keys(), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
+			Deficit: s.arb.Deficit(k), Keys: c.Keys(), TopKeys: topKeys(c), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
 		})
 	}
 	return dst
