@@ -603,10 +603,10 @@ type ClassStats struct {
 	Keys         int    `json:"fairness_keys"`
 	// TopKeys are the TopKeys keys with the most queued requests (docs/design.md,
 	// Fairness keys), most first.
-	TopKeys []KeyStats `json:"top_keys,omitempty"`
-	PinnedLanes  int    `json:"pinned_lanes"`
-	BlockedLanes int    `json:"blocked_lanes"`
-	FreeRanks    int    `json:"free_ranks"`
+	TopKeys      []KeyStats `json:"top_keys,omitempty"`
+	PinnedLanes  int        `json:"pinned_lanes"`
+	BlockedLanes int        `json:"blocked_lanes"`
+	FreeRanks    int        `json:"free_ranks"`
 }
 
 // TopKeys is how many keys per class ClassStats lists.
