@@ -87,6 +87,8 @@ type ClassState struct {
 	CachedTokens uint64
 	// Deficit is the class's DRR deficit, in cost units (uncached tokens); negative while the class owes settlement corrections.
 	Deficit int64
+	// Keys is the number of fairness keys the class tracks.
+	Keys int
 }
 
 // Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];
@@ -99,6 +101,7 @@ type Metrics struct {
 	pendingISL      []prometheus.Gauge
 	pendingCached   []prometheus.Gauge
 	deficit         []prometheus.Gauge
+	keys            []prometheus.Gauge
 	dispatched      []prometheus.Counter
 	queueWait       []prometheus.Observer
 
@@ -162,7 +165,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	pendingRequests := classVec("pending_requests", "Requests queued, per policy class.")
 	pendingISL := classVec("pending_isl_tokens", "Raw input tokens of the queued requests, per policy class.")
 	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
-	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens).")
+	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens); negative while the class owes settlement corrections.")
+	keys := classVec("fairness_keys", "Fairness keys a policy class tracks: backlogged, or owed a settlement.")
 	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
 	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "queue_wait_seconds",
@@ -177,6 +181,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		pendingISL:      make([]prometheus.Gauge, len(classes)),
 		pendingCached:   make([]prometheus.Gauge, len(classes)),
 		deficit:         make([]prometheus.Gauge, len(classes)),
+		keys:            make([]prometheus.Gauge, len(classes)),
 		dispatched:      make([]prometheus.Counter, len(classes)),
 		queueWait:       make([]prometheus.Observer, len(classes)),
 		rejected:        make([][]prometheus.Counter, len(classes)+1),
@@ -214,6 +219,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		m.pendingISL[k] = pendingISL.WithLabelValues(c)
 		m.pendingCached[k] = pendingCached.WithLabelValues(c)
 		m.deficit[k] = deficit.WithLabelValues(c)
+		m.keys[k] = keys.WithLabelValues(c)
 		m.dispatched[k] = dispatched.WithLabelValues(c)
 		m.queueWait[k] = queueWait.WithLabelValues(c)
 	}
@@ -247,7 +253,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	m.correction.WithLabelValues("over")
 
 	if reg != nil {
-		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
+		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.settlements, m.correction)
@@ -374,6 +380,7 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingISL[k].Set(float64(s.ISLTokens))
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
+	m.keys[k].Set(float64(s.Keys))
 }
 
 // SetHeld sets the number of request messages the dispatcher holds.

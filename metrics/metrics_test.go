@@ -30,6 +30,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_pending_isl_tokens", "GAUGE", []string{"class"}},
 		{"fairdispatch_pending_cached_tokens", "GAUGE", []string{"class"}},
 		{"fairdispatch_drr_deficit", "GAUGE", []string{"class"}},
+		{"fairdispatch_fairness_keys", "GAUGE", []string{"class"}},
 		{"fairdispatch_dispatched_total", "COUNTER", []string{"class"}},
 		{"fairdispatch_rejected_total", "COUNTER", []string{"class", "reason"}},
 		{"fairdispatch_queue_wait_seconds", "HISTOGRAM", []string{"class"}},
