@@ -80,7 +80,8 @@ type Options struct {
 // (nats.MaxReconnects(-1)) with jittered waits, and every state change is logged
 // on log with component "bus": connected, disconnected (with its error),
 // reconnected, closed, and asynchronous errors such as slow consumers or
-// permission violations.
+// permission violations. A server older than MinServerVersion is refused at
+// once with an error wrapping ErrServerTooOld that names both versions.
 func Connect(ctx context.Context, o Options, log zerolog.Logger) (*nats.Conn, error) {
 	log = log.With().Str("component", "bus").Logger()
 	opts, err := o.natsOptions(log)
@@ -124,8 +125,12 @@ func Connect(ctx context.Context, o Options, log zerolog.Logger) (*nats.Conn, er
 		}
 		return nil, err // permanent, already wrapped
 	}
+	if err := CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+	}
 	log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("server_id", nc.ConnectedServerId()).
-		Int("attempts", attempt).Msg("nats connected")
+		Str("server_version", nc.ConnectedServerVersion()).Int("attempts", attempt).Msg("nats connected")
 	return nc, nil
 }
 
@@ -179,6 +184,12 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("server_id", nc.ConnectedServerId()).
 				Uint64("reconnects", nc.Stats().Reconnects).Msg("nats reconnected")
+			if err := CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
+				// A cluster member older than the one first connected to: the
+				// connection is kept (refusing it would stop dispatching), but
+				// the operator must know.
+				log.Error().Err(err).Str("server_id", nc.ConnectedServerId()).Msg("reconnected to an unsupported nats-server")
+			}
 			if o.OnReconnect != nil {
 				o.OnReconnect()
 			}

@@ -22,7 +22,7 @@ func TestConnectWrongPasswordFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log, logs := testLogger()
-	nc, err := Connect(ctx, Options{URL: ts.url(), User: "disp", Password: "wrong"}, log)
+	nc, err := Connect(ctx, Options{URL: ts.URL(), User: "disp", Password: "wrong"}, log)
 	if err == nil {
 		nc.Close()
 		t.Fatal("connected with a wrong password")
@@ -43,7 +43,7 @@ func TestConnectRightPasswordAndReconnect(t *testing.T) {
 	var disc, reconn atomic.Int32
 	log, logs := testLogger()
 	nc, err := Connect(ctxT(t), Options{
-		URL: ts.url(), Name: "test", User: "disp", Password: "s3cret",
+		URL: ts.URL(), Name: "test", User: "disp", Password: "s3cret",
 		ReconnectWait: 20 * time.Millisecond,
 		OnDisconnect:  func() { disc.Add(1) },
 		OnReconnect:   func() { reconn.Add(1) },
@@ -52,7 +52,7 @@ func TestConnectRightPasswordAndReconnect(t *testing.T) {
 		t.Fatalf("Connect: %v", err)
 	}
 	defer nc.Close()
-	ts.restart()
+	ts.Restart()
 	waitFor(t, "reconnect callbacks", func() bool { return disc.Load() >= 1 && reconn.Load() >= 1 })
 	waitFor(t, "state changes logged", func() bool {
 		s := logs.String()
@@ -63,8 +63,8 @@ func TestConnectRightPasswordAndReconnect(t *testing.T) {
 
 func TestConnectRetriesUntilContextEnds(t *testing.T) {
 	ts := startServer(t, nil)
-	url := ts.url()
-	ts.shutdown()
+	url := ts.URL()
+	ts.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	log, logs := testLogger()
@@ -81,7 +81,7 @@ func TestConnectRetriesUntilContextEnds(t *testing.T) {
 // JetStream API answers, use the configured inbox prefix.
 func TestConnectInboxPrefix(t *testing.T) {
 	ts := startServer(t, nil)
-	nc, err := Connect(ctxT(t), Options{URL: ts.url(), InboxPrefix: "_INBOX_pool_a"}, nopLogger())
+	nc, err := Connect(ctxT(t), Options{URL: ts.URL(), InboxPrefix: "_INBOX_pool_a"}, nopLogger())
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}

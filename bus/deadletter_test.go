@@ -170,7 +170,7 @@ func TestDeadLetterSurvivesRestart(t *testing.T) {
 	nc := connect(t, ts)
 	js := newJS(t, nc)
 
-	silent, err := nats.Connect(ts.url(), nats.NoReconnect())
+	silent, err := nats.Connect(ts.URL(), nats.NoReconnect())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestDeadLetterSurvivesRestart(t *testing.T) {
 		t.Fatalf("done before the restart: %v", got)
 	}
 
-	ts.restart()
+	ts.Restart()
 	waitFor(t, "reconnect", func() bool { return nc.IsConnected() })
 	waitJetStream(t, js)
 	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
@@ -228,13 +228,13 @@ func TestDeadLetterPublishedWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newDeadLetterer(t, js)
-	ts.shutdown()
+	ts.Stop()
 	waitFor(t, "disconnect", func() bool { return !nc.IsConnected() })
 	var sink doneSink
 	if err := d.Publish(sampleLetter(), sink.done); err != nil {
 		t.Fatal(err)
 	}
-	ts.start()
+	ts.Restart()
 	waitFor(t, "done after restart", func() bool { return len(sink.calls()) == 1 })
 	if err := sink.calls()[0]; err != nil {
 		t.Fatalf("done: %v", err)

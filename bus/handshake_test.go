@@ -90,7 +90,9 @@ func TestHandshakeClassifies(t *testing.T) {
 	})
 	worker(t, wnc, "dispatch.work.mute", nil)
 
-	h, r := newHandshaker(t, nc, 300*time.Millisecond)
+	// 5 s: the answering workers must answer within it even on a loaded
+	// machine; only "mute" waits it out.
+	h, r := newHandshaker(t, nc, 5*time.Second)
 	hdr := nats.Header{"Dispatch-Request-Id": []string{"r1"}}
 	cases := []struct {
 		worker string

@@ -3,7 +3,6 @@ package bus
 import (
 	"bytes"
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,74 +11,21 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natstest"
 )
 
-// testServer is an embedded nats-server with JetStream that can be restarted
-// on the same port and store directory.
-type testServer struct {
-	t    *testing.T
-	mod  func(*server.Options)
-	dir  string
-	port int
-	mu   sync.Mutex
-	srv  *server.Server
-}
-
-func startServer(t *testing.T, mod func(*server.Options)) *testServer {
+// startServer starts an embedded nats-server with JetStream that can be
+// restarted on the same port and store directory (natstest.Server).
+func startServer(t *testing.T, mod func(*server.Options)) *natstest.Server {
 	t.Helper()
-	ts := &testServer{t: t, mod: mod, dir: t.TempDir(), port: -1}
-	ts.start()
-	ts.port = ts.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(ts.shutdown)
-	return ts
-}
-
-func (ts *testServer) start() {
-	ts.t.Helper()
-	o := &server.Options{Host: "127.0.0.1", Port: ts.port, JetStream: true, StoreDir: ts.dir, NoLog: true, NoSigs: true}
-	if ts.mod != nil {
-		ts.mod(o)
-	}
-	s, err := server.NewServer(o)
-	if err != nil {
-		ts.t.Fatalf("new server: %v", err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		ts.t.Fatal("nats-server not ready")
-	}
-	ts.mu.Lock()
-	ts.srv = s
-	ts.mu.Unlock()
-}
-
-func (ts *testServer) shutdown() {
-	ts.mu.Lock()
-	s := ts.srv
-	ts.srv = nil
-	ts.mu.Unlock()
-	if s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}
-}
-
-func (ts *testServer) restart() {
-	ts.t.Helper()
-	ts.shutdown()
-	ts.start()
-}
-
-func (ts *testServer) url() string {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.srv.ClientURL()
+	return natstest.Start(t, mod)
 }
 
 // connect opens a plain test connection that reconnects quickly forever.
-func connect(t *testing.T, ts *testServer) *nats.Conn {
+func connect(t *testing.T, ts *natstest.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ts.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	nc, err := nats.Connect(ts.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -105,13 +51,7 @@ func ctxT(t *testing.T) context.Context {
 // waitFor polls cond until it holds or a generous deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	natstest.Eventually(t, 20*time.Second, cond, "%s", what)
 }
 
 // logBuf is a goroutine-safe log sink that outlives the test.

@@ -1,60 +1,31 @@
 package bus
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
 )
 
 // Outcome statuses (docs/protocol.md, Outcomes).
 const (
-	StatusDispatched = "dispatched"
-	StatusRejected   = "rejected"
+	StatusDispatched = wire.StatusDispatched
+	StatusRejected   = wire.StatusRejected
 )
 
 // OutcomeMsg is the JSON published to a request's Dispatch-Reply-To subject
-// (docs/protocol.md, Outcomes). Fields are written in the order docs/protocol.md lists them; empty optional fields are left out.
-type OutcomeMsg struct {
-	// RequestID is the request id.
-	RequestID string `json:"request_id"`
-	// Status is StatusDispatched or StatusRejected.
-	Status string `json:"status"`
-	// PolicyClass is the physical class, when one was resolved.
-	PolicyClass string `json:"policy_class,omitempty"`
-	// WorkerID is the worker that accepted the request (dispatched only).
-	WorkerID string `json:"worker_id,omitempty"`
-	// DPRank is the data-parallel rank chosen (dispatched only).
-	DPRank *int `json:"dp_rank,omitempty"`
-	// QueuedMs is the time from publication to dispatch, in milliseconds,
-	// never negative (a negative value is written as 0).
-	QueuedMs *int64 `json:"queued_ms,omitempty"`
-	// Error is the error code (rejected only), e.g. "queue_full".
-	Error string `json:"error,omitempty"`
-	// Message is the human-readable error (rejected only).
-	Message string `json:"message,omitempty"`
-	// Details carries the error's data, e.g. limit_kind, current, limit.
-	Details map[string]any `json:"details,omitempty"`
-}
+// (docs/protocol.md, Outcomes): wire.Outcome, which defines its fields.
+type OutcomeMsg = wire.Outcome
 
 // MarshalOutcome returns o's JSON (docs/protocol.md, Outcomes), without a trailing newline and
 // without HTML escaping.
 func MarshalOutcome(o OutcomeMsg) ([]byte, error) {
-	if o.Status != StatusDispatched && o.Status != StatusRejected {
-		return nil, fmt.Errorf("bus: outcome %s: unknown status %q", o.RequestID, o.Status)
+	b, err := wire.MarshalOutcome(o)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
 	}
-	if o.QueuedMs != nil && *o.QueuedMs < 0 {
-		zero := int64(0)
-		o.QueuedMs = &zero
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(o); err != nil {
-		return nil, fmt.Errorf("bus: outcome %s: %w", o.RequestID, err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return b, nil
 }
 
 // PublishOutcome publishes o as JSON on subject with core NATS (fire and

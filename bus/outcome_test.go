@@ -17,8 +17,18 @@ func TestOutcomeJSONMatchesSpec(t *testing.T) {
 	}{
 		{
 			"dispatched",
-			OutcomeMsg{RequestID: "r1", Status: StatusDispatched, PolicyClass: "premium", WorkerID: "w1", DPRank: &rank, QueuedMs: &queued},
-			`{"request_id":"r1","status":"dispatched","policy_class":"premium","worker_id":"w1","dp_rank":0,"queued_ms":12}`,
+			OutcomeMsg{RequestID: "r1", Status: StatusDispatched, PolicyClass: "premium", WorkerID: "w1", DPRank: &rank, QueuedMs: &queued, Attempt: 1},
+			`{"request_id":"r1","status":"dispatched","policy_class":"premium","worker_id":"w1","dp_rank":0,"queued_ms":12,"attempt":1}`,
+		},
+		{
+			"dispatched again after a redelivery",
+			OutcomeMsg{RequestID: "r1", Status: StatusDispatched, PolicyClass: "premium", WorkerID: "w2", DPRank: &rank, QueuedMs: &queued, Attempt: 2},
+			`{"request_id":"r1","status":"dispatched","policy_class":"premium","worker_id":"w2","dp_rank":0,"queued_ms":12,"attempt":2}`,
+		},
+		{
+			"rejected after a redelivery",
+			OutcomeMsg{RequestID: "r5", Status: StatusRejected, PolicyClass: "regular", Error: "expired", Message: "m", Attempt: 3},
+			`{"request_id":"r5","status":"rejected","policy_class":"regular","attempt":3,"error":"expired","message":"m"}`,
 		},
 		{
 			"rejected",

@@ -205,7 +205,7 @@ func TestEnsureStreamsRightAfterRestart(t *testing.T) {
 	ts := startServer(t, nil)
 	nc := connect(t, ts)
 	js := newJS(t, nc)
-	ts.restart()
+	ts.Restart()
 	waitFor(t, "reconnect", func() bool { return nc.IsConnected() })
 	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
 		t.Fatalf("EnsureStreams: %v", err)

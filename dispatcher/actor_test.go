@@ -28,10 +28,11 @@ type fakeMsg struct {
 	data   []byte
 	acks   []string
 	stream uint64
+	nd     uint64 // NumDelivered; 0 reads as 1
 }
 
 func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.stream}}, nil
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.stream}, NumDelivered: max(m.nd, 1)}, nil
 }
 func (m *fakeMsg) Data() []byte                     { return m.data }
 func (m *fakeMsg) Headers() nats.Header             { return m.hdr }

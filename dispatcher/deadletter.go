@@ -71,7 +71,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
-		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message}
+		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: attempt(h.msg)}
 		if r.Class >= 0 {
 			o.PolicyClass = a.className(r.Class)
 		}

@@ -152,7 +152,7 @@ func (a *Actor) answer(res bus.Result) {
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)
 			a.outcome(h.replyTo, bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusDispatched,
-				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q})
+				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: attempt(h.msg)})
 		}
 		return
 	}

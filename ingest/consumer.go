@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -217,7 +218,7 @@ func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
 			delay = min(2*delay, retryMax)
 		}
 		c.log.Warn().Err(err).Dur("retry_in", delay).Msg("pull failed")
-		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+		if consumerGone(err) {
 			if err := c.ensure(ctx); err != nil {
 				c.log.Error().Err(err).Msg("re-create consumer")
 			}
@@ -284,6 +285,17 @@ func (c *Consumer) Run(ctx context.Context, out chan<- []Delivery) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// consumerGone reports whether a failed pull means the durable consumer may no
+// longer exist, so it must be created again. A pull open when the consumer is
+// deleted ends with ErrConsumerDeleted; a pull sent after the deletion reaches no
+// consumer at all and ends with no responders (the server answers 503), which
+// is also what a JetStream outage looks like: creating the consumer then fails
+// and is logged, and the next failure tries again.
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, nats.ErrNoResponders)
 }
 
 // shutdown hands back what Run received and did not hand out, including what

@@ -65,22 +65,22 @@ func (c *Class) Push(r *request.Snapshot) {
 	c.isl += r.ISL
 	c.cached += r.Cached
 	if !r.Pin.Pinned() {
-		c.shared.q.push(r)
+		c.shared.q.Push(r)
 		return
 	}
 	l := c.pinned[r.Pin]
 	if l == nil {
 		l = c.newLane(r.Pin)
 	}
-	l.q.push(r)
+	l.q.Push(r)
 	switch {
 	case l.blocked && r.Index == 0:
 		// A new head may be dispatchable where the old one was not.
 		c.unblock(l)
 	case l.pos >= 0:
-		c.ready.fix(l.pos)
+		c.ready.Fix(l.pos)
 	case !l.blocked:
-		c.ready.push(l)
+		c.ready.Push(l)
 	}
 }
 
@@ -93,10 +93,10 @@ func (c *Class) Remove(r *request.Snapshot) {
 		c.cand = nil
 	}
 	if !r.Pin.Pinned() {
-		c.shared.q.remove(r.Index)
+		c.shared.q.Remove(r.Index)
 	} else {
 		l := c.pinned[r.Pin]
-		l.q.remove(r.Index)
+		l.q.Remove(r.Index)
 		c.settle(l)
 	}
 	c.n--
@@ -110,12 +110,12 @@ func (c *Class) Remove(r *request.Snapshot) {
 // Cost: O(1) checks for the shared head, plus O(log L) per lane moved aside.
 func (c *Class) Candidate() (uint64, bool) {
 	c.cand = nil
-	if len(c.shared.q) > 0 && c.check.Dispatchable(c.shared.q.head()) {
-		c.cand = c.shared.q.head()
+	if len(c.shared.q) > 0 && c.check.Dispatchable(c.shared.q[0]) {
+		c.cand = c.shared.q[0]
 	}
 	for len(c.ready) > 0 {
 		l := c.ready[0]
-		h := l.q.head()
+		h := l.q[0]
 		if c.cand != nil && c.cand.Before(h) {
 			break // the shared head outranks every pinned head
 		}
@@ -123,7 +123,7 @@ func (c *Class) Candidate() (uint64, bool) {
 			c.cand = h
 			break
 		}
-		c.ready.remove(0)
+		c.ready.Remove(0)
 		l.blocked = true
 		c.blocked[l.target.Worker] = append(c.blocked[l.target.Worker], l)
 	}
@@ -154,7 +154,7 @@ func (c *Class) Recheck(id string) {
 	delete(c.blocked, id)
 	for _, l := range ls {
 		l.blocked = false
-		c.ready.push(l)
+		c.ready.Push(l)
 	}
 }
 
@@ -198,12 +198,12 @@ func (c *Class) newLane(t request.Target) *lane {
 func (c *Class) settle(l *lane) {
 	if len(l.q) > 0 {
 		if l.pos >= 0 {
-			c.ready.fix(l.pos)
+			c.ready.Fix(l.pos)
 		}
 		return
 	}
 	if l.pos >= 0 {
-		c.ready.remove(l.pos)
+		c.ready.Remove(l.pos)
 	}
 	if l.blocked {
 		c.dropBlocked(l)
@@ -214,7 +214,7 @@ func (c *Class) settle(l *lane) {
 
 func (c *Class) unblock(l *lane) {
 	c.dropBlocked(l)
-	c.ready.push(l)
+	c.ready.Push(l)
 }
 
 // dropBlocked takes l out of the blocked set.

@@ -109,7 +109,7 @@
 // KeyConfig.MaxKeys keys tracked, new keys share [OverflowKey] (the request's
 // Key is rewritten). A key costs 112 bytes plus its map entry and 24-byte heap entry,
 // about 160 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
-// key heap is 4-ary and its entries carry a copy of (v, order), so a sift reads
+// key heap (internal/iheap) holds entries that carry a copy of (v, order), so a sift reads
 // one array rather than the keys.
 //
 // Cost, for K keys with an open lane, n requests in a lane and L lanes of a key:

@@ -143,7 +143,7 @@ func invariants(c *Class) error {
 		if c.pinned[l.target] != l {
 			return fmt.Errorf("index: lane %v is not the class's lane for its target", l.target)
 		}
-		if p := (i - 1) / 2; i > 0 && l.q.head().Before(c.ready[p].q.head()) {
+		if p := (i - 1) / 2; i > 0 && l.q[0].Before(c.ready[p].q[0]) {
 			return fmt.Errorf("index: lane %v at %d ranks before its parent", l.target, i)
 		}
 	}

@@ -23,11 +23,11 @@ func TestQueueOrder(t *testing.T) {
 		rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
 		var q queue
 		for _, r := range in {
-			q.push(r)
+			q.Push(r)
 		}
 		var got []string
 		for len(q) > 0 {
-			r := q.remove(0)
+			r := q.Remove(0)
 			if r.Index != -1 {
 				t.Fatalf("removed %s: got Index %d, want -1", r.ID, r.Index)
 			}

@@ -1,6 +1,9 @@
 package lanes
 
-import "fairdispatch/request"
+import (
+	"fairdispatch/internal/iheap"
+	"fairdispatch/request"
+)
 
 // DefaultKey is the fairness key of a request that names none (docs/protocol.md,
 // Request headers: Dispatch-Fairness-Key).
@@ -162,7 +165,7 @@ func (c *Keyed) Push(r *request.Snapshot) {
 	c.isl += r.ISL
 	c.cached += r.Cached
 	if !r.Pin.Pinned() {
-		k.shared.push(r)
+		k.shared.Push(r)
 		if k.sblock != sOpen && r.Index == 0 {
 			c.openShared(k) // a new head may be dispatchable where the old one was not
 		}
@@ -174,15 +177,15 @@ func (c *Keyed) Push(r *request.Snapshot) {
 	if l == nil {
 		l = c.newLane(kt, k)
 	}
-	l.q.push(r)
+	l.q.Push(r)
 	switch {
 	case l.blocked && r.Index == 0:
 		c.dropBlocked(l)
-		k.ready.push(l)
+		k.ready.Push(l)
 	case l.pos >= 0:
-		k.ready.fix(l.pos)
+		k.ready.Fix(l.pos)
 	case !l.blocked:
-		k.ready.push(l)
+		k.ready.Push(l)
 	}
 	c.enter(k)
 }
@@ -217,7 +220,7 @@ func (c *Keyed) keyFor(name string) *key {
 // its service is not lifted (docs/decisions.md, Fairness keys).
 func (c *Keyed) enter(k *key) {
 	if k.pos < 0 && (len(k.ready) > 0 || (len(k.shared) > 0 && k.sblock == sOpen)) {
-		c.keys.push(k)
+		c.keys.Push(keyEntry{k.v, k.order, k})
 	}
 }
 
@@ -225,7 +228,7 @@ func (c *Keyed) enter(k *key) {
 // to be blocked, and forgets it when it holds nothing and is owed nothing.
 func (c *Keyed) leave(k *key) {
 	if k.pos >= 0 && len(k.ready) == 0 && (len(k.shared) == 0 || k.sblock != sOpen) {
-		c.keys.remove(int(k.pos))
+		c.keys.Remove(int(k.pos))
 	}
 	c.maybeForget(k)
 }
@@ -235,7 +238,7 @@ func (c *Keyed) maybeForget(k *key) {
 		return
 	}
 	if k.pos >= 0 {
-		c.keys.remove(int(k.pos))
+		c.keys.Remove(int(k.pos))
 	}
 	if k.sblock != sOpen {
 		c.openShared(k)
@@ -269,13 +272,13 @@ func (c *Keyed) remove(k *key, r *request.Snapshot) {
 	}
 	if !r.Pin.Pinned() {
 		head := r.Index == 0
-		k.shared.remove(r.Index)
+		k.shared.Remove(r.Index)
 		if head && k.sblock != sOpen {
 			c.openShared(k) // the next head may be dispatchable
 		}
 	} else {
 		l := c.pinned[keyTarget{k.name, r.Pin}]
-		l.q.remove(r.Index)
+		l.q.Remove(r.Index)
 		c.settleLane(k, l)
 	}
 	k.n--
@@ -292,7 +295,7 @@ func (c *Keyed) remove(k *key, r *request.Snapshot) {
 // [Class.Candidate] and O(log K) when it leaves the heap.
 func (c *Keyed) Candidate() (uint64, bool) {
 	c.cand, c.candKey = nil, nil
-	if len(c.gated) > 0 && c.check.Dispatchable(c.gated[0].shared.head()) {
+	if len(c.gated) > 0 && c.check.Dispatchable(c.gated[0].shared[0]) {
 		// The class gate opened: every unconstrained shared head may go again.
 		for len(c.gated) > 0 {
 			k := c.gated[len(c.gated)-1]
@@ -306,7 +309,7 @@ func (c *Keyed) Candidate() (uint64, bool) {
 			c.cand, c.candKey = r, k
 			return r.DRRCost(), true
 		}
-		c.keys.remove(0)
+		c.keys.Remove(0)
 	}
 	return 0, false
 }
@@ -316,7 +319,7 @@ func (c *Keyed) Candidate() (uint64, bool) {
 func (c *Keyed) keyCandidate(k *key) *request.Snapshot {
 	var best *request.Snapshot
 	if len(k.shared) > 0 && k.sblock == sOpen {
-		h := k.shared.head()
+		h := k.shared[0]
 		if c.check.Dispatchable(h) {
 			best = h
 		} else if h.Constrained() {
@@ -329,7 +332,7 @@ func (c *Keyed) keyCandidate(k *key) *request.Snapshot {
 	}
 	for len(k.ready) > 0 {
 		l := k.ready[0]
-		h := l.q.head()
+		h := l.q[0]
 		if best != nil && best.Before(h) {
 			break
 		}
@@ -337,7 +340,7 @@ func (c *Keyed) keyCandidate(k *key) *request.Snapshot {
 			best = h
 			break
 		}
-		k.ready.remove(0)
+		k.ready.Remove(0)
 		l.blocked = true
 		c.blocked[l.target.Worker] = append(c.blocked[l.target.Worker], l)
 	}
@@ -365,7 +368,7 @@ func (c *Keyed) setV(k *key, v float64) {
 	k.v = v
 	if k.pos >= 0 {
 		c.keys[k.pos].v = v
-		c.keys.fix(int(k.pos))
+		c.keys.Fix(int(k.pos))
 	}
 }
 
@@ -405,7 +408,7 @@ func (c *Keyed) Recheck(id string) {
 	delete(c.blocked, id)
 	for _, l := range ls {
 		l.blocked = false
-		l.owner.ready.push(l)
+		l.owner.ready.Push(l)
 		c.enter(l.owner)
 	}
 }
@@ -496,12 +499,12 @@ func (c *Keyed) newLane(kt keyTarget, k *key) *lane {
 func (c *Keyed) settleLane(k *key, l *lane) {
 	if len(l.q) > 0 {
 		if l.pos >= 0 {
-			k.ready.fix(l.pos)
+			k.ready.Fix(l.pos)
 		}
 		return
 	}
 	if l.pos >= 0 {
-		k.ready.remove(l.pos)
+		k.ready.Remove(l.pos)
 	}
 	if l.blocked {
 		c.dropBlocked(l)
@@ -530,11 +533,11 @@ func (c *Keyed) dropBlocked(l *lane) {
 	l.blocked = false
 }
 
-// keyHeap is a 4-ary heap of keys ordered by (v, order). Each entry carries a
-// copy of its key's v and order, so that sifting reads the heap's own array
-// rather than the keys; each key knows its position (key.pos), -1 when it is not
-// in the heap. While a key is in the heap, Keyed.setV keeps both copies of v equal.
-type keyHeap []keyEntry
+// keyHeap is a heap of keys ordered by (v, order). Each entry carries a copy of
+// its key's v and order, so that sifting reads the heap's own array rather than
+// the keys; each key knows its position (key.pos), -1 when it is not in the
+// heap. While a key is in the heap, Keyed.setV keeps both copies of v equal.
+type keyHeap = iheap.Heap[keyEntry, byService]
 
 type keyEntry struct {
 	v     float64
@@ -542,82 +545,13 @@ type keyEntry struct {
 	k     *key
 }
 
-const arity = 4
+type byService struct{}
 
-func (e *keyEntry) less(o *keyEntry) bool {
-	if e.v != o.v {
-		return e.v < o.v
+func (byService) Less(a, b keyEntry) bool {
+	if a.v != b.v {
+		return a.v < b.v
 	}
-	return e.order < o.order
+	return a.order < b.order
 }
 
-func (h keyHeap) less(i, j int) bool { return h[i].less(&h[j]) }
-
-func (h *keyHeap) push(k *key) {
-	k.pos = int32(len(*h))
-	*h = append(*h, keyEntry{k.v, k.order, k})
-	h.up(int(k.pos))
-}
-
-func (h *keyHeap) remove(i int) {
-	x := *h
-	n := len(x) - 1
-	k := x[i].k
-	if i != n {
-		x[i] = x[n]
-		x[i].k.pos = int32(i)
-	}
-	x[n] = keyEntry{}
-	*h = x[:n]
-	if i != n {
-		h.fix(i)
-	}
-	k.pos = -1
-}
-
-func (h keyHeap) fix(i int) {
-	if !h.down(i) {
-		h.up(i)
-	}
-}
-
-func (h keyHeap) up(j int) {
-	e := h[j]
-	for j > 0 {
-		i := (j - 1) / arity
-		if !e.less(&h[i]) {
-			break
-		}
-		h[j] = h[i]
-		h[j].k.pos = int32(j)
-		j = i
-	}
-	h[j] = e
-	e.k.pos = int32(j)
-}
-
-func (h keyHeap) down(i0 int) bool {
-	i, n := i0, len(h)
-	e := h[i]
-	for {
-		c := arity*i + 1
-		if c >= n {
-			break
-		}
-		m := c
-		for j := c + 1; j < c+arity && j < n; j++ {
-			if h[j].less(&h[m]) {
-				m = j
-			}
-		}
-		if !h[m].less(&e) {
-			break
-		}
-		h[i] = h[m]
-		h[i].k.pos = int32(i)
-		i = m
-	}
-	h[i] = e
-	e.k.pos = int32(i)
-	return i > i0
-}
+func (byService) SetIndex(e keyEntry, i int) { e.k.pos = int32(i) }

@@ -264,7 +264,7 @@ func keyedInvariants(c *Keyed) error {
 		if e.v != k.v || e.order != k.order {
 			return fmt.Errorf("key heap: %s entry (%v, %d) differs from its key (%v, %d)", k.name, e.v, e.order, k.v, k.order)
 		}
-		if p := (i - 1) / arity; i > 0 && c.keys.less(i, p) {
+		if p := (i - 1) / 2; i > 0 && (byService{}).Less(e, c.keys[p]) {
 			return fmt.Errorf("key heap: %s ranks before its parent", k.name)
 		}
 	}

@@ -12,21 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/naming"
 )
 
 func startServer(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return natstest.Start(t, nil).Running()
 }
 
 type candidate struct {
@@ -72,7 +64,10 @@ func watch(t *testing.T, a, b *candidate) (stop func()) {
 				return
 			default:
 			}
-			if a.e.Leader() && b.e.Leader() {
+			// b first: in these tests a never leads again once it stopped,
+			// so a late read of a cannot pair a past a with a present b
+			// however long this goroutine is descheduled between the reads.
+			if b.e.Leader() && a.e.Leader() {
 				both.Store(true)
 			}
 			time.Sleep(time.Millisecond)
@@ -90,20 +85,17 @@ func watch(t *testing.T, a, b *candidate) (stop func()) {
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !f() {
-		if time.Since(start) > d {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	natstest.Eventually(t, d, f, "%s", what)
 	return time.Since(start)
 }
 
 func TestOneLeaderAndCleanHandover(t *testing.T) {
 	s := startServer(t)
-	ttl := 600 * time.Millisecond
+	// 2 s: a's renewals (every ttl/3) have 1.5 s of slack on a loaded machine
+	// before it would step down during the 2*ttl below.
+	ttl := 2 * time.Second
 	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
 	b := campaign(t, s.ClientURL(), "b", ttl)
 	stop := watch(t, a, b)
 	time.Sleep(2 * ttl) // b campaigns several times meanwhile; the behaviour under test is that it does not win
@@ -116,7 +108,7 @@ func TestOneLeaderAndCleanHandover(t *testing.T) {
 	if e, err := a.e.kv.Get(context.Background(), DefaultKey); err == nil && string(e.Value()) == "a" {
 		t.Fatalf("after a's release the lease still names a (revision %d), want it deleted", e.Revision())
 	}
-	waitFor(t, 5*time.Second, "b to lead after a released", b.e.Leader)
+	waitFor(t, 20*time.Second, "b to lead after a released", b.e.Leader)
 	stop()
 }
 
@@ -124,12 +116,14 @@ func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
 	s := startServer(t)
 	ttl := 600 * time.Millisecond
 	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
 	b := campaign(t, s.ClientURL(), "b", ttl)
 	stop := watch(t, a, b)
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
-	waitFor(t, 3*ttl, "a to step down", func() bool { return !a.e.Leader() })
-	waitFor(t, 5*time.Second, "b to lead", b.e.Leader)
+	// watch checks the safety (never two leaders); the deadline here is only
+	// generous, not a measure of speed.
+	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 20*time.Second, "b to lead", b.e.Leader)
 	stop()
 	if a.events.Load() != 2 {
 		t.Errorf("a saw %d role changes, want 2 (lead, step down)", a.events.Load())
@@ -152,7 +146,7 @@ func TestNewValidatesID(t *testing.T) {
 func TestReleaseAfterAStaleRevision(t *testing.T) {
 	s := startServer(t)
 	a := campaign(t, s.ClientURL(), "a", 8*time.Second) // renews every 2 s: no renewal between the update and the release
-	waitFor(t, 5*time.Second, "a to lead", a.e.Leader)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
 	cur, err := a.e.kv.Get(context.Background(), DefaultKey)
 	if err != nil {
 		t.Fatal(err)

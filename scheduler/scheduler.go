@@ -311,7 +311,7 @@ func (s *Scheduler) checkLimits(k int) *Error {
 func (s *Scheduler) enqueue(r *request.Snapshot) {
 	s.classes[r.Class].Push(r)
 	if r.Deadline != 0 {
-		s.dl.push(r)
+		s.dl.Push(r)
 	}
 }
 
@@ -330,7 +330,7 @@ func (s *Scheduler) Next(now int64) Decision {
 	}
 	r := s.classes[k].Last()
 	r.Charged = true
-	s.dl.remove(r)
+	removeDeadline(&s.dl, r)
 	d := s.place(now, r)
 	switch d.Kind {
 	case Dispatch:
@@ -506,7 +506,7 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	s.settle.expire(now, s.classes)
 	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
 		r := s.dl[0]
-		s.dl.remove(r)
+		removeDeadline(&s.dl, r)
 		s.classes[r.Class].Remove(r)
 		dst = append(dst, s.expire(now, r))
 	}
@@ -539,7 +539,7 @@ func (s *Scheduler) Remove(r *request.Snapshot) {
 	if r == nil || r.Index < 0 {
 		return
 	}
-	s.dl.remove(r)
+	removeDeadline(&s.dl, r)
 	s.classes[r.Class].Remove(r)
 }
 

@@ -7,9 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/completion"
+	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
 	"fairdispatch/worker"
-	"fairdispatch/worker/internal/natstest"
 )
 
 // TestCompletePublishesRecord: Complete publishes the completion record of
@@ -41,17 +41,16 @@ func TestCompletePublishesRecord(t *testing.T) {
 		if msg.Subject != "dispatch.done.w1" {
 			t.Errorf("got subject %s, want dispatch.done.w1", msg.Subject)
 		}
-		var got completion.Record
+		var got wire.Completion
 		if err := json.Unmarshal(msg.Data, &got); err != nil {
 			t.Fatal(err)
 		}
-		want := completion.Record{RequestID: "r7", Seq: 42, Class: "premium", FairnessKey: "tenant-a",
-			PrefillTokens: 900, OutputTokens: 7, Status: completion.Failed}
-		if got != want {
-			t.Errorf("got record %+v, want %+v", got, want)
+		if got.RequestID != "r7" || got.Seq != 42 || got.Class != "premium" || got.WorkerID != "w1" ||
+			got.FairnessKey != "tenant-a" || got.PrefillTokens != 900 || got.OutputTokens != 7 || got.Status != wire.StatusFailed {
+			t.Errorf("got record %+v, want r7, seq 42, premium, w1, tenant-a, 900 prefill, 7 output, failed", got)
 		}
-		if _, err := completion.Parse(msg.Data); err != nil {
-			t.Errorf("the dispatcher would refuse it: %v", err)
+		if got.FinishedAt.Before(got.ReceivedAt) {
+			t.Errorf("finished %v before received %v", got.FinishedAt, got.ReceivedAt)
 		}
 	case <-time.After(wait):
 		t.Fatal("no completion record published")

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"fairdispatch/wire"
 )
 
 // RankLoad is the load of one data-parallel rank (docs/protocol.md, Load report).
@@ -19,29 +21,95 @@ type RankLoad struct {
 	ActiveRequests uint64
 }
 
-// Report is the JSON load report of docs/protocol.md, Load report, as published on <prefix>.load.<id>.
+// Report is the load report of docs/protocol.md, Load report, as published on
+// <prefix>.load.<id>. It marshals to and from wire.LoadReport, which holds
+// the JSON field names.
 type Report struct {
-	WorkerID            string       `json:"worker_id"`
-	DPStart             int          `json:"data_parallel_start_rank"`
-	DPSize              int          `json:"data_parallel_size"`
-	MaxNumBatchedTokens uint64       `json:"max_num_batched_tokens,omitempty"`
-	TotalKVBlocks       uint64       `json:"total_kv_blocks"`
-	MaxActiveRequests   uint64       `json:"max_active_requests,omitempty"`
-	Taints              []string     `json:"taints"`
-	Draining            bool         `json:"draining"`
-	TTLMs               int64        `json:"ttl_ms"`
-	Instance            string       `json:"instance"`
-	SeenSeq             uint64       `json:"seen_seq"`
-	Ranks               []RankReport `json:"ranks"`
+	WorkerID            string
+	DPStart             int
+	DPSize              int
+	MaxNumBatchedTokens uint64 // 0 (unknown) is left out of the JSON
+	TotalKVBlocks       uint64
+	MaxActiveRequests   uint64 // 0 (no capacity) is left out of the JSON
+	Taints              []string
+	Draining            bool
+	TTLMs               int64
+	Instance            string
+	SeenSeq             uint64
+	Ranks               []RankReport
 }
 
 // RankReport is one entry of Report.Ranks.
 type RankReport struct {
-	DPRank              int    `json:"dp_rank"`
-	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
-	ActiveDecodeBlocks  uint64 `json:"active_decode_blocks"`
-	KVUsedBlocks        uint64 `json:"kv_used_blocks"`
-	ActiveRequests      uint64 `json:"active_requests"`
+	DPRank              int
+	ActivePrefillTokens uint64
+	ActiveDecodeBlocks  uint64
+	KVUsedBlocks        uint64
+	ActiveRequests      uint64
+}
+
+// Wire returns r as the wire record it is published as.
+func (r Report) Wire() wire.LoadReport {
+	id, start, size, ttl, seen := r.WorkerID, uint32(r.DPStart), uint32(r.DPSize), uint64(r.TTLMs), r.SeenSeq
+	w := wire.LoadReport{
+		WorkerID: &id, DPStart: &start, DPSize: &size, TotalKV: r.TotalKVBlocks, Taints: r.Taints,
+		Draining: r.Draining, TTLms: &ttl, Instance: r.Instance, SeenSeq: &seen,
+		Ranks: make([]wire.RankLoad, len(r.Ranks)),
+	}
+	if r.MaxNumBatchedTokens != 0 {
+		mb := r.MaxNumBatchedTokens
+		w.MaxBatched = &mb
+	}
+	if r.MaxActiveRequests != 0 {
+		ma := r.MaxActiveRequests
+		w.MaxActive = &ma
+	}
+	for i, rk := range r.Ranks {
+		w.Ranks[i] = wire.RankLoad{Rank: uint32(rk.DPRank), ActivePrefillTokens: rk.ActivePrefillTokens,
+			ActiveDecodeBlocks: rk.ActiveDecodeBlocks, KVUsedBlocks: rk.KVUsedBlocks, ActiveRequests: rk.ActiveRequests}
+	}
+	return w
+}
+
+// MarshalJSON encodes r as wire.LoadReport.
+func (r Report) MarshalJSON() ([]byte, error) { return json.Marshal(r.Wire()) }
+
+// UnmarshalJSON decodes a wire.LoadReport into r; absent fields are zero.
+func (r *Report) UnmarshalJSON(b []byte) error {
+	var w wire.LoadReport
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*r = Report{TotalKVBlocks: w.TotalKV, Taints: w.Taints, Draining: w.Draining, Instance: w.Instance}
+	if w.WorkerID != nil {
+		r.WorkerID = *w.WorkerID
+	}
+	if w.DPStart != nil {
+		r.DPStart = int(*w.DPStart)
+	}
+	if w.DPSize != nil {
+		r.DPSize = int(*w.DPSize)
+	}
+	if w.MaxBatched != nil {
+		r.MaxNumBatchedTokens = *w.MaxBatched
+	}
+	if w.MaxActive != nil {
+		r.MaxActiveRequests = *w.MaxActive
+	}
+	if w.TTLms != nil {
+		r.TTLMs = int64(*w.TTLms)
+	}
+	if w.SeenSeq != nil {
+		r.SeenSeq = *w.SeenSeq
+	}
+	if w.Ranks != nil {
+		r.Ranks = make([]RankReport, len(w.Ranks))
+		for i, rk := range w.Ranks {
+			r.Ranks[i] = RankReport{DPRank: int(rk.Rank), ActivePrefillTokens: rk.ActivePrefillTokens,
+				ActiveDecodeBlocks: rk.ActiveDecodeBlocks, KVUsedBlocks: rk.KVUsedBlocks, ActiveRequests: rk.ActiveRequests}
+		}
+	}
+	return nil
 }
 
 // SetLoad sets the load of rank, an absolute rank in [DPStart, DPStart+DPSize).

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/completion"
+	"fairdispatch/wire"
 )
 
 // Header names of the wire contract (docs/protocol.md, Request headers; docs/protocol.md, Dispatch handshake). Dispatch-* names match
@@ -160,15 +160,18 @@ func (r *Request) Done() error { return r.finish(ackAck, "ack") }
 
 // Completion returns the request's completion record (docs/protocol.md,
 // Completion records) for what it really cost: the uncached input tokens the
-// engine computed, the output tokens it generated, and whether it failed.
-func (r *Request) Completion(prefillTokens, outputTokens uint64, failed bool) completion.Record {
-	st := completion.OK
+// engine computed, the output tokens it generated, and whether it failed. The
+// times are the helper's: received and started at ReceivedAt, finished now;
+// set StartedAt and FinishedAt if the engine knows better.
+func (r *Request) Completion(prefillTokens, outputTokens uint64, failed bool) wire.Completion {
+	st := wire.StatusOK
 	if failed {
-		st = completion.Failed
+		st = wire.StatusFailed
 	}
-	return completion.Record{
-		RequestID: r.RequestID, Seq: r.Seq, Class: r.Class, FairnessKey: r.FairnessKey,
-		PrefillTokens: prefillTokens, OutputTokens: outputTokens, Status: st,
+	return wire.Completion{
+		RequestID: r.RequestID, Class: r.Class, WorkerID: r.w.cfg.ID, DPRank: r.DPRank, Seq: r.Seq,
+		QueuedMs: r.QueuedMs, ReceivedAt: r.ReceivedAt, StartedAt: r.ReceivedAt, FinishedAt: time.Now(),
+		FairnessKey: r.FairnessKey, PrefillTokens: prefillTokens, OutputTokens: outputTokens, Status: st,
 	}
 }
 

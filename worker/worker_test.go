@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/worker"
-	"fairdispatch/worker/internal/natstest"
 )
 
 const wait = 10 * time.Second

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/worker"
-	"fairdispatch/worker/internal/natstest"
 )
 
 // TestProgressFollowsAckWaitHeader: a worker without an ack-wait setting of

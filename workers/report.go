@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"fairdispatch/wire"
 )
 
 // Bounds on a load report's fields (docs/protocol.md, Load report).
@@ -21,13 +23,7 @@ const (
 )
 
 // RankLoad is the load of one data-parallel rank as reported (docs/protocol.md, Load report).
-type RankLoad struct {
-	Rank                uint32 `json:"dp_rank"`
-	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
-	ActiveDecodeBlocks  uint64 `json:"active_decode_blocks"`
-	KVUsedBlocks        uint64 `json:"kv_used_blocks"`
-	ActiveRequests      uint64 `json:"active_requests"`
-}
+type RankLoad = wire.RankLoad
 
 // Report is a validated load report with defaults applied.
 type Report struct {
@@ -68,27 +64,11 @@ type ReportError struct {
 
 func (e *ReportError) Error() string { return "load report " + string(e.Reason) + ": " + e.Msg }
 
-// wireReport is the JSON shape; pointers tell absent from zero.
-type wireReport struct {
-	WorkerID   *string    `json:"worker_id"`
-	DPStart    *uint32    `json:"data_parallel_start_rank"`
-	DPSize     *uint32    `json:"data_parallel_size"`
-	MaxBatched *uint64    `json:"max_num_batched_tokens"`
-	TotalKV    uint64     `json:"total_kv_blocks"`
-	MaxActive  *uint64    `json:"max_active_requests"`
-	Taints     []string   `json:"taints"`
-	Draining   bool       `json:"draining"`
-	TTLms      *uint64    `json:"ttl_ms"`
-	Instance   string     `json:"instance"`
-	SeenSeq    *uint64    `json:"seen_seq"`
-	Ranks      []RankLoad `json:"ranks"`
-}
-
 // ParseReport decodes the report published on the subject whose last token is
 // token, and validates it (docs/protocol.md, Load report). Unknown JSON fields are ignored, so that
 // workers may add their own. The error is a *ReportError.
 func ParseReport(token string, data []byte) (Report, error) {
-	var w wireReport
+	var w wire.LoadReport
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Report{}, &ReportError{DropParse, err.Error()}
 	}

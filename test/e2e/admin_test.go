@@ -55,7 +55,7 @@ func secAdminThresholds(t *testing.T, p *proc) map[string]any {
 func TestAdminTokenGuardsWrites(t *testing.T) {
 	n := startNATS(t)
 	const token = "e2e-admin-token-0123456789"
-	p := startDispatcher(t, n.url(), "--admin-token", token, "--active-prefill-tokens-threshold", "1000")
+	p := startDispatcher(t, n.URL(), "--admin-token", token, "--active-prefill-tokens-threshold", "1000")
 	const ctJSON = "application/json"
 	update := `{"active_prefill_tokens_threshold": 5}`
 	before := secAdminThresholds(t, p)

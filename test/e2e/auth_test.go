@@ -28,17 +28,17 @@ func TestAuthUserPassword(t *testing.T) {
 		// The password comes from the environment, as it should in production
 		// (a command-line flag shows in the process list).
 		t.Setenv("DISPATCHER_NATS_PASSWORD", "s3cret-pw")
-		p := startDispatcher(t, n.url(), "--nats-user", "dispatcher")
+		p := startDispatcher(t, n.URL(), "--nats-user", "dispatcher")
 		if got := p.metric("fairdispatch_nats_connected"); got != 1 {
 			t.Fatalf("got fairdispatch_nats_connected %v, want 1", got)
 		}
 	})
 	t.Run("wrong password", func(t *testing.T) {
-		p := launch(t, n.url(), "--nats-user", "dispatcher", "--nats-password", "wrong")
+		p := launch(t, n.URL(), "--nats-user", "dispatcher", "--nats-password", "wrong")
 		secWaitExit(t, p, authGiveUp, authRejected...)
 	})
 	t.Run("no credentials", func(t *testing.T) {
-		p := launch(t, n.url())
+		p := launch(t, n.URL())
 		secWaitExit(t, p, authGiveUp, authRejected...)
 	})
 }
@@ -48,15 +48,15 @@ func TestAuthNkey(t *testing.T) {
 	n := startNATS(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
 
 	t.Run("connects", func(t *testing.T) {
-		startDispatcher(t, n.url(), "--nats-nkey", seed)
+		startDispatcher(t, n.URL(), "--nats-nkey", seed)
 	})
 	t.Run("unknown key", func(t *testing.T) {
 		_, other := secNkeyUser(t)
-		p := launch(t, n.url(), "--nats-nkey", other)
+		p := launch(t, n.URL(), "--nats-nkey", other)
 		secWaitExit(t, p, authGiveUp, authRejected...)
 	})
 	t.Run("unreadable seed file", func(t *testing.T) {
-		p := launch(t, n.url(), "--nats-nkey", seed+".missing")
+		p := launch(t, n.URL(), "--nats-nkey", seed+".missing")
 		secWaitExit(t, p, authGiveUp, "nkey file", "dispatcher stopped")
 	})
 }
@@ -66,14 +66,14 @@ func TestAuthCredsFile(t *testing.T) {
 	n := startNATS(t, op.configure)
 
 	t.Run("connects", func(t *testing.T) {
-		startDispatcher(t, n.url(), "--nats-creds", op.creds(t, "dispatcher", op.account))
+		startDispatcher(t, n.URL(), "--nats-creds", op.creds(t, "dispatcher", op.account))
 	})
 	t.Run("user of an untrusted account", func(t *testing.T) {
 		rogue, err := nkeys.CreateAccount()
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := launch(t, n.url(), "--nats-creds", op.creds(t, "rogue", rogue))
+		p := launch(t, n.URL(), "--nats-creds", op.creds(t, "rogue", rogue))
 		secWaitExit(t, p, authGiveUp, authRejected...)
 	})
 }
@@ -86,21 +86,21 @@ func TestAuthTLSPrivateCA(t *testing.T) {
 	}
 
 	t.Run("connects", func(t *testing.T) {
-		startDispatcher(t, n.url(), tlsFlags(pki)...)
+		startDispatcher(t, n.URL(), tlsFlags(pki)...)
 	})
 	t.Run("missing key file", func(t *testing.T) {
-		p := launch(t, n.url(), "--nats-tls-ca", pki.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey+".missing")
+		p := launch(t, n.URL(), "--nats-tls-ca", pki.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey+".missing")
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 	t.Run("client certificate of another CA", func(t *testing.T) {
 		secSkipTLSBug(t)
-		p := launch(t, n.url(), tlsFlags(secNewPKI(t, "rogue CA"))...)
+		p := launch(t, n.URL(), tlsFlags(secNewPKI(t, "rogue CA"))...)
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 	t.Run("server not trusted", func(t *testing.T) {
 		secSkipTLSBug(t)
 		other := secNewPKI(t, "other CA")
-		p := launch(t, n.url(), "--nats-tls-ca", other.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey)
+		p := launch(t, n.URL(), "--nats-tls-ca", other.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey)
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 }

@@ -39,7 +39,7 @@ func haCluster(t *testing.T) []*natsServer {
 			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 		}))
 	}
-	js := jsOf(t, connect(t, nodes[0].url()))
+	js := jsOf(t, connect(t, nodes[0].URL()))
 	waitFor(t, 30*time.Second, "JetStream of the cluster to answer", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -53,7 +53,7 @@ func haCluster(t *testing.T) []*natsServer {
 func haURLs(nodes []*natsServer, first int) string {
 	var us []string
 	for i := range nodes {
-		us = append(us, nodes[(first+i)%len(nodes)].url())
+		us = append(us, nodes[(first+i)%len(nodes)].URL())
 	}
 	return strings.Join(us, ",")
 }
@@ -73,7 +73,7 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 	// Kill the request stream's leader; the test watches from another node.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	js0 := jsOf(t, connect(t, nodes[0].url()))
+	js0 := jsOf(t, connect(t, nodes[0].URL()))
 	s, err := js0.Stream(ctx, "DISPATCH_REQ")
 	if err != nil {
 		t.Fatal(err)
@@ -102,8 +102,8 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 		t.Fatalf("lease bucket: %v, want 3 replicas", err)
 	}
 	watch := (victim + 1) % 3
-	rec := haRecord(t, haConnect(t, nodes[watch].url()))
-	js := jsOf(t, haConnect(t, nodes[watch].url()))
+	rec := haRecord(t, haConnect(t, nodes[watch].URL()))
+	js := jsOf(t, haConnect(t, nodes[watch].URL()))
 	for i := range 6 {
 		haStartMock(t, rec, haURLs(nodes, i%3), mock.Config{ID: fmt.Sprintf("w%d", i+1), PrefillTokensPerSec: 20000})
 	}
@@ -111,11 +111,11 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 
 	pub := &haPublisher{run: "cluster", n: n}
 	start := time.Now()
-	pub.start(t, haConnect(t, nodes[watch].url()), 16)
+	pub.start(t, haConnect(t, nodes[watch].URL()), 16)
 	waitFor(t, 60*time.Second, "2,500 completed", func() bool { return rec.completed() >= 2500 })
 	before := p.metric("fairdispatch_dispatched_total")
 	killAt := time.Now()
-	nodes[victim].stop()
+	nodes[victim].Stop()
 	t.Logf("NODE LOSS: n%d (leader of DISPATCH_REQ) shut down %v into the run: %d published, %d completed",
 		victim, killAt.Sub(start).Round(time.Millisecond), pub.published.Load(), rec.completed())
 	waitFor(t, 30*time.Second, "the dispatcher to dispatch again", func() bool {

@@ -25,9 +25,9 @@ import (
 func TestCrashNothingLost(t *testing.T) {
 	const n = 5000
 	ns := startNATS(t)
-	ncW := connect(t, ns.url()) // workers
-	ncL := connect(t, ns.url()) // loadgen
-	ncT := connect(t, ns.url()) // the test's own view of completions
+	ncW := connect(t, ns.URL()) // workers
+	ncL := connect(t, ns.URL()) // loadgen
+	ncT := connect(t, ns.URL()) // the test's own view of completions
 	js := jsOf(t, ncT)
 
 	// Every completion record, duplicates included.
@@ -58,7 +58,7 @@ func TestCrashNothingLost(t *testing.T) {
 	// prefill tokens: about four requests of 100 tokens per worker; the rest
 	// wait in the dispatcher.
 	args := []string{"--queue-threshold", "0.05", "--log-level", "debug"}
-	p1 := startDispatcher(t, ns.url(), args...)
+	p1 := startDispatcher(t, ns.URL(), args...)
 	var workers []*mock.Worker
 	for i := 1; i <= 3; i++ {
 		workers = append(workers, startMock(t, ncW, mock.Config{
@@ -98,7 +98,7 @@ func TestCrashNothingLost(t *testing.T) {
 		t.Fatalf("only %d requests remained at the kill; the run is too fast to test a crash mid-run", n-atKill)
 	}
 
-	p2 := startDispatcher(t, ns.url(), args...)
+	p2 := startDispatcher(t, ns.URL(), args...)
 	readyIn := time.Since(killAt)
 	// The held requests come back when their ack wait (4 s) runs out.
 	waitFor(t, 30*time.Second, "the second dispatcher to dispatch", func() bool {

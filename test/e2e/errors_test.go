@@ -234,7 +234,7 @@ policy_classes:
 // gate of the classes limited and gated (threshold 0), so nothing can dispatch.
 func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 	ns := startNATS(t)
-	nc := connect(t, ns.url())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
 
@@ -250,7 +250,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := startDispatcher(t, ns.url(), "--policy-config", writePolicy(t, errorsPolicy),
+	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, errorsPolicy),
 		"--active-prefill-tokens-threshold", "1000")
 	ecsWaitWorker(t, p, "wbusy")
 

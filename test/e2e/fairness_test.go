@@ -120,8 +120,8 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 	const perClass = 320
 	ns := startNATS(t)
 	policy := writePolicy(t, fmt.Sprintf(frlFairPolicy, premiumQuantum, regularQuantum))
-	p := startDispatcher(t, ns.url(), "--policy-config", policy)
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL(), "--policy-config", policy)
+	nc := connect(t, ns.URL())
 
 	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
 		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())
@@ -207,7 +207,7 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 	}
 	// A completion record may overtake the dispatcher's handling of the
 	// acceptance (and its "dispatched" outcome), so poll the counter.
-	waitFor(t, 5*time.Second, "fairdispatch_dispatched_total to reach 640", func() bool {
+	waitFor(t, 20*time.Second, "fairdispatch_dispatched_total to reach 640", func() bool {
 		return p.metric("fairdispatch_dispatched_total") == 2*perClass
 	})
 	for _, c := range []string{"premium", "regular"} {

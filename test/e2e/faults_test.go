@@ -114,11 +114,11 @@ func fltWatchExcluded(p *proc, stop <-chan struct{}) *atomic.Bool {
 // at once, for ever, and nothing else was dispatched.
 func TestFaultsRequestFaultsNeverStallOtherRequests(t *testing.T) {
 	ns := startNATS(t)
-	nc := connect(t, ns.url())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	// A dispatch timeout far above any answer time even on a loaded machine:
 	// a timeout would exclude the worker for a reason this test is not about.
-	p := startDispatcher(t, ns.url(), "--policy-config", writePolicy(t, fltPolicy), "--ack-wait", "30s", "--dispatch-timeout", "10s")
+	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, fltPolicy), "--ack-wait", "30s", "--dispatch-timeout", "10s")
 	startMock(t, nc, mock.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64})
 	ecsWaitWorker(t, p, "w1")
 
@@ -173,7 +173,7 @@ func TestFaultsRequestFaultsNeverStallOtherRequests(t *testing.T) {
 
 			hid := fmt.Sprintf("hdr-%d-%d", round, i)
 			headers[hid] = true
-			fltRawPublish(t, ns.url(), "dispatch.req."+class, []string{
+			fltRawPublish(t, ns.URL(), "dispatch.req."+class, []string{
 				"Nats-Msg-Id: " + hid, "Dispatch-ISL-Tokens: 100", "Dispatch-Reply-To: flt.outcomes", "X/Forward-Me: no",
 			}, []byte("body of "+hid))
 		}

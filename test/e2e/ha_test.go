@@ -31,7 +31,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 	const n = 10000
 	const ttl = 3 * time.Second // --lease-ttl default
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	rec := haRecord(t, connect(t, url))
 	js := jsOf(t, connect(t, url))
 
@@ -50,7 +50,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))
 	}
 	// The standby keeps its registry warm from the same reports.
-	waitFor(t, 5*time.Second, "the standby to know the workers", func() bool {
+	waitFor(t, 20*time.Second, "the standby to know the workers", func() bool {
 		v, ok := ecsQueues(p2)
 		return ok && v.knows("w1") && v.knows("w4")
 	})
@@ -96,7 +96,7 @@ func TestHAWorkerLoss(t *testing.T) {
 	const n = 4000
 	const ackWait = 4 * time.Second // harness --ack-wait
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	rec := haRecord(t, connect(t, url))
 	js := jsOf(t, connect(t, url))
 	p := startDispatcher(t, url, haLog...)
@@ -232,7 +232,7 @@ func TestHAWorkerLoss(t *testing.T) {
 func TestHANATSRestart(t *testing.T) {
 	const n = 10000
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	rec := haRecord(t, haConnect(t, url))
 	p := startDispatcher(t, url, haLog...)
 	for i := 1; i <= 4; i++ {
@@ -245,7 +245,7 @@ func TestHANATSRestart(t *testing.T) {
 	pub.start(t, haConnect(t, url), 4)
 	waitFor(t, 30*time.Second, "3,000 published", func() bool { return pub.published.Load() >= 3000 })
 	at := time.Now()
-	ns.restart()
+	ns.Restart()
 	down := time.Since(at)
 	before := p.metric("fairdispatch_dispatched_total") // the dispatcher is reconnecting now
 	waitFor(t, 30*time.Second, "the dispatcher to dispatch again", func() bool {
@@ -271,7 +271,7 @@ func TestHAWorkerRestartSameID(t *testing.T) {
 	const n = 6000
 	const ttl = 1500 * time.Millisecond
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	rec := haRecord(t, connect(t, url))
 	js := jsOf(t, connect(t, url))
 	p := startDispatcher(t, url, haLog...)

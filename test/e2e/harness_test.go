@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/worker/mock"
 )
 
@@ -49,71 +50,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// waitFor polls cond every 10 ms until it holds or the timeout passes.
+// waitFor polls cond until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	natstest.Eventually(t, timeout, cond, "%s", what)
 }
 
-// natsServer is an embedded nats-server with JetStream, restartable on the same storage.
-type natsServer struct {
-	t    testing.TB
-	dir  string
-	port int
-	srv  *server.Server
-	mod  func(*server.Options)
-}
+// natsServer is an embedded nats-server with JetStream, restartable on the same
+// port and storage.
+type natsServer = natstest.Server
 
 func startNATS(t testing.TB, mod ...func(*server.Options)) *natsServer {
 	t.Helper()
-	n := &natsServer{t: t, dir: t.TempDir(), port: -1}
+	var m func(*server.Options)
 	if len(mod) > 0 {
-		n.mod = mod[0]
+		m = mod[0]
 	}
-	n.start()
-	t.Cleanup(n.stop)
-	return n
+	return natstest.Start(t, m)
 }
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	o := &server.Options{Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir, NoLog: true, NoSigs: true}
-	if n.mod != nil {
-		n.mod(o)
-	}
-	srv, err := server.NewServer(o)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatal("nats-server did not start")
-	}
-	n.srv = srv
-	n.port = srv.Addr().(*net.TCPAddr).Port
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
-// restart stops the server and starts it again on the same port and storage.
-func (n *natsServer) restart() {
-	n.stop()
-	n.start()
-}
-
-func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
 
 func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()

@@ -17,8 +17,8 @@ import (
 // such an outcome could pose as a load report or an API call.
 func TestHostileReplyToRefused(t *testing.T) {
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	// A live worker: without one the dispatcher leaves requests in the stream
 	// (docs/design.md, Fleet outage).
@@ -63,8 +63,8 @@ func TestHostileReplyToRefused(t *testing.T) {
 // is acknowledged: nothing spins, nothing is lost silently.
 func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	startMock(t, nc, mock.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
 	ecsWaitWorker(t, p, "w1")

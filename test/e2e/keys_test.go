@@ -32,8 +32,8 @@ policy_classes:
 func keysArm(t *testing.T, withKeys bool) map[string]int {
 	t.Helper()
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url(), "--policy-config", writePolicy(t, keysPolicy))
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, keysPolicy))
+	nc := connect(t, ns.URL())
 
 	var mu sync.Mutex
 	var order []string // tenants in completion order

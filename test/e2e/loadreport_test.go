@@ -14,8 +14,8 @@ const frlDropped = "fairdispatch_load_reports_dropped_total"
 
 func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	reasons := []string{"mismatch", "parse", "rank", "invalid"}
 	before := map[string]float64{}
@@ -97,7 +97,7 @@ func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
 		}
 	}
 	// The gauge is set just after the snapshot is published.
-	waitFor(t, 5*time.Second, "fairdispatch_live_workers to count the sentinel", func() bool {
+	waitFor(t, 20*time.Second, "fairdispatch_live_workers to count the sentinel", func() bool {
 		return p.metric("fairdispatch_live_workers") >= 2
 	})
 	if got := p.metric("fairdispatch_live_workers"); got != 2 {

@@ -87,10 +87,10 @@ func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
 	ns := startNATS(t)
 	// The default class queues, so that a worker at its capacity makes
 	// requests wait rather than fail.
-	p := startDispatcher(t, ns.url(), "--queue-threshold", "1")
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL(), "--queue-threshold", "1")
+	nc := connect(t, ns.URL())
 	records := frlRecordDone(t, nc)
-	start(t, ns.url())
+	start(t, ns.URL())
 	frlWaitLive(t, p, id)
 
 	res := frlRunLoad(t, nc, "e2e-"+id, n)

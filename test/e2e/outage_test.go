@@ -288,7 +288,7 @@ type outFixture struct {
 func outStart(t *testing.T, standby bool, extra ...string) *outFixture {
 	t.Helper()
 	ns := startNATS(t)
-	f := &outFixture{url: ns.url()}
+	f := &outFixture{url: ns.URL()}
 	f.js = jsOf(t, connect(t, f.url))
 	f.comps = outCollect(t, connect(t, f.url))
 	// The workers report first, so that the dispatcher sees them within its
@@ -547,7 +547,7 @@ func outTimeout(t *testing.T, failover bool) {
 func TestOutageMemoryBounded(t *testing.T) {
 	const maxHeld, n = 50, 300 // n per class
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	js := jsOf(t, connect(t, url))
 	comps := outCollect(t, connect(t, url))
 	// A draining worker (live, taking nothing) has the dispatcher pull up to

@@ -122,7 +122,7 @@ func permStart(t *testing.T) (*natsServer, *proc) {
 		o.Host, o.Port, o.StoreDir, o.JetStream, o.NoLog, o.NoSigs = "127.0.0.1", -1, dir, true, true, true
 	})
 	t.Setenv("DISPATCHER_NATS_PASSWORD", permDispatcherSecret)
-	p := startDispatcher(t, n.url(), "--nats-user", "dispatcher", "--policy-config", writePolicy(t, permPolicy))
+	p := startDispatcher(t, n.URL(), "--nats-user", "dispatcher", "--policy-config", writePolicy(t, permPolicy))
 	return n, p
 }
 
@@ -206,7 +206,7 @@ func permPublishTo(nc *nats.Conn, subject, id, replyTo string) (uint64, error) {
 func TestPermissionsExampleConfigServes(t *testing.T) {
 	n, p := permStart(t)
 	for _, w := range []struct{ id, user, secret string }{{"w1", "worker_w1", permW1Secret}, {"w2", "worker_w2", permW2Secret}} {
-		nc, errs := secConnect(t, n.url(), w.user, w.secret, "")
+		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "")
 		startMock(t, nc, mock.Config{ID: w.id, TTL: 3 * time.Second})
 		t.Cleanup(func() {
 			// The mock also announces completions on dispatch.done.<id> for
@@ -218,8 +218,8 @@ func TestPermissionsExampleConfigServes(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "both workers live", func() bool { return p.metric("fairdispatch_live_workers") == 2 })
 
-	premium, premErrs := secConnect(t, n.url(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
-	regular, regErrs := secConnect(t, n.url(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
+	premium, premErrs := secConnect(t, n.URL(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	regular, regErrs := secConnect(t, n.URL(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
 	premOut := permFollow(t, premium, "_INBOX_producer_premium.outcomes")
 	regOut := permFollow(t, regular, "_INBOX_producer_regular.outcomes")
 	const each = 10
@@ -237,7 +237,7 @@ func TestPermissionsExampleConfigServes(t *testing.T) {
 	waitFor(t, 20*time.Second, "every outcome", func() bool {
 		return premOut.count("premium") == each && premOut.count("regular") == each && regOut.count("regular") == each
 	})
-	js := jsOf(t, secConnectAs(t, n.url(), "dispatcher", permDispatcherSecret))
+	js := jsOf(t, secConnectAs(t, n.URL(), "dispatcher", permDispatcherSecret))
 	waitFor(t, 20*time.Second, "every request acknowledged by its worker", func() bool {
 		return streamMsgs(t, js, "DISPATCH_REQ") == 0
 	})
@@ -261,7 +261,7 @@ func secConnectAs(t testing.TB, url, user, secret string) *nats.Conn {
 // dispatcher.
 func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 	n, p := permStart(t)
-	regular, errs := secConnect(t, n.url(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
+	regular, errs := secConnect(t, n.URL(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
 
 	// A JetStream publish gets no acknowledgement: the server dropped it.
 	if seq, err := permPublish(regular, "premium", "forbidden-1", ""); err == nil {
@@ -271,7 +271,7 @@ func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 	if err := regular.Publish("dispatch.req.premium", []byte("forbidden-2")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the permission violation", func() bool {
+	waitFor(t, 20*time.Second, "the permission violation", func() bool {
 		return errs.has("Permissions Violation", `Publish to "dispatch.req.premium"`)
 	})
 
@@ -284,7 +284,7 @@ func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 	if seq != 1 {
 		t.Fatalf("the granted request got stream sequence %d, want 1 (the refused ones must not be stored)", seq)
 	}
-	if got := secStreamLastSeq(t, n.srv, permAccount, "DISPATCH_REQ"); got != 1 {
+	if got := secStreamLastSeq(t, n.Running(), permAccount, "DISPATCH_REQ"); got != 1 {
 		t.Fatalf("got DISPATCH_REQ last sequence %d, want 1", got)
 	}
 	// No worker is live: the dispatcher leaves the granted request in the
@@ -304,7 +304,7 @@ func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 // request message, is checked last (docs/security.md).
 func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 	n, p := permStart(t)
-	w2, _ := secConnect(t, n.url(), "worker_w2", permW2Secret, "")
+	w2, _ := secConnect(t, n.URL(), "worker_w2", permW2Secret, "")
 	if err := w2.Publish("dispatch.load.w2", permReport("w2", 100, false, 600_000)); err != nil {
 		t.Fatal(err)
 	}
@@ -313,12 +313,12 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 		return ok && len(v.Workers) == 1 && v.Workers[0].ID == "w2" && v.Workers[0].Ranks[0].ReportedPrefill == 100
 	})
 
-	w1, errs := secConnect(t, n.url(), "worker_w1", permW1Secret, "")
+	w1, errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
 	// A forged report for w2: draining, and a load that would keep it from work.
 	if err := w1.Publish("dispatch.load.w2", permReport("w2", 999_999, true, 600_000)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the load permission violation", func() bool {
+	waitFor(t, 20*time.Second, "the load permission violation", func() bool {
 		return errs.has("Permissions Violation", `Publish to "dispatch.load.w2"`)
 	})
 	// Barrier: a report of w1's own that the dispatcher drops as invalid
@@ -348,7 +348,7 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the other permission violations", func() bool {
+	waitFor(t, 20*time.Second, "the other permission violations", func() bool {
 		return errs.has("Permissions Violation", `Subscription to "dispatch.work.w2"`) &&
 			errs.has("Permissions Violation", `Publish to "dispatch.work.w2"`) &&
 			errs.has("Permissions Violation", `Publish to "dispatch.req.regular"`)
@@ -403,11 +403,11 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 // could not publish load reports anyway. The worker's state is unchanged.
 func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
 	n, p := permStart(t)
-	w1nc, _ := secConnect(t, n.url(), "worker_w1", permW1Secret, "")
+	w1nc, _ := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
 	startMock(t, w1nc, mock.Config{ID: "w1", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
 
-	premium, _ := secConnect(t, n.url(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	premium, _ := secConnect(t, n.URL(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
 	if _, err := permPublish(premium, "premium", "deputy-1", "dispatch.load.w1"); err != nil {
 		t.Fatal(err)
 	}
@@ -460,19 +460,19 @@ policy_classes:
 // lease bucket, nor read the other's inbox or load reports.
 func TestPermissionsPoolsConfined(t *testing.T) {
 	n, p := permStart(t)
-	q := startDispatcher(t, n.url(), "--nats-user", "dispatcher_qwen", "--nats-password", permQwenDispatcherSecret,
+	q := startDispatcher(t, n.URL(), "--nats-user", "dispatcher_qwen", "--nats-password", permQwenDispatcherSecret,
 		"--subject-prefix", "qwen", "--nats-inbox-prefix", "_INBOX_dispatcher_qwen", "--policy-config", writePolicy(t, permQwenPolicy))
 
 	// Both pools serve, each under its own users; worker id w1 in each.
-	w1, w1Errs := secConnect(t, n.url(), "worker_w1", permW1Secret, "")
-	qw1, qw1Errs := secConnect(t, n.url(), "worker_qwen_w1", permQwenW1Secret, "")
+	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
+	qw1, qw1Errs := secConnect(t, n.URL(), "worker_qwen_w1", permQwenW1Secret, "")
 	startMock(t, w1, mock.Config{ID: "w1", TTL: 3 * time.Second})
 	startMock(t, qw1, mock.Config{ID: "w1", Prefix: "qwen", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live in both pools", func() bool {
 		return p.metric("fairdispatch_live_workers") == 1 && q.metric("fairdispatch_live_workers") == 1
 	})
-	premium, premErrs := secConnect(t, n.url(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
-	qprod, qprodErrs := secConnect(t, n.url(), "producer_qwen", permQwenProducerSecret, "_INBOX_producer_qwen")
+	premium, premErrs := secConnect(t, n.URL(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	qprod, qprodErrs := secConnect(t, n.URL(), "producer_qwen", permQwenProducerSecret, "_INBOX_producer_qwen")
 	premOut := permFollow(t, premium, "_INBOX_producer_premium.outcomes")
 	qOut := permFollow(t, qprod, "_INBOX_producer_qwen.outcomes")
 	const each = 5
@@ -505,8 +505,8 @@ func TestPermissionsPoolsConfined(t *testing.T) {
 
 	// Each role tries the other pool. Core publishes and subscriptions: the
 	// server refuses each with a permission violation.
-	disp, dispErrs := secConnect(t, n.url(), "dispatcher", permDispatcherSecret, "")
-	qdisp, qdispErrs := secConnect(t, n.url(), "dispatcher_qwen", permQwenDispatcherSecret, "_INBOX_dispatcher_qwen")
+	disp, dispErrs := secConnect(t, n.URL(), "dispatcher", permDispatcherSecret, "")
+	qdisp, qdispErrs := secConnect(t, n.URL(), "dispatcher_qwen", permQwenDispatcherSecret, "_INBOX_dispatcher_qwen")
 	for _, c := range []struct {
 		who       string
 		nc        *nats.Conn
@@ -584,7 +584,7 @@ func TestPermissionsPoolsConfined(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ stream string }{{"DISPATCH_REQ"}, {"QWEN_REQ"}} {
-		if got := secStreamLastSeq(t, n.srv, permAccount, c.stream); got != each {
+		if got := secStreamLastSeq(t, n.Running(), permAccount, c.stream); got != each {
 			t.Errorf("%s last sequence %d, want %d (no refused request stored)", c.stream, got, each)
 		}
 	}

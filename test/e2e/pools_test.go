@@ -150,7 +150,7 @@ func (r *poolRun) wait(t *testing.T, what string) *loadgen.Result {
 //     buckets, none of the default prefix's.
 func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	nc := connect(t, url)
 	js := jsOf(t, nc)
 	llama := &pool{prefix: "llama", worker: "llama-w1", classes: [2]string{"premium", "regular"}, quanta: [2]int{512, 128}}
@@ -379,7 +379,7 @@ func TestPoolsInvalidPrefixRefused(t *testing.T) {
 		{"llama+qwen", "fairdispatch_llama+qwen_leader"},
 		{"llama.*", "invalid subject prefix"},
 	} {
-		p := launch(t, ns.url(), "--subject-prefix", c.prefix)
+		p := launch(t, ns.URL(), "--subject-prefix", c.prefix)
 		if err := p.wait(20 * time.Second); err == nil {
 			t.Errorf("prefix %q: the dispatcher exited 0, want a refusal", c.prefix)
 		}
@@ -390,7 +390,7 @@ func TestPoolsInvalidPrefixRefused(t *testing.T) {
 	// Nothing was created for them.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	js := jsOf(t, connect(t, ns.url()))
+	js := jsOf(t, connect(t, ns.URL()))
 	for name := range js.StreamNames(ctx).Name() {
 		t.Errorf("stream %s created by a refused dispatcher", name)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/wire"
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
 	"fairdispatch/worker/mock"
@@ -124,7 +125,7 @@ func frlWaitLive(t *testing.T, p *proc, ids ...string) {
 // so counters of acceptances are polled, not read once.
 func frlWaitMetric(t *testing.T, p *proc, name, label string, want float64) {
 	t.Helper()
-	waitFor(t, 5*time.Second, fmt.Sprintf("%s{%s} to reach %v", name, label, want), func() bool {
+	waitFor(t, 20*time.Second, fmt.Sprintf("%s{%s} to reach %v", name, label, want), func() bool {
 		return p.metric(name, label) == want
 	})
 }
@@ -144,6 +145,39 @@ func frlRunLoad(t *testing.T, nc *nats.Conn, runID string, n int) *loadgen.Resul
 		t.Fatalf("loadgen: %v (completed %d of %d, rejected %v)", err, len(res.Completions), n, res.Rejected)
 	}
 	return res
+}
+
+// frlRecordOutcomes watches, on its own connection, every outcome published
+// to an inbox (where loadgen receives them) for request ids starting with
+// prefix, and returns a function giving them by request id, in arrival order.
+func frlRecordOutcomes(t *testing.T, url, prefix string) func() map[string][]wire.Outcome {
+	t.Helper()
+	nc := connect(t, url)
+	var mu sync.Mutex
+	got := map[string][]wire.Outcome{}
+	if _, err := nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		var o wire.Outcome
+		if json.Unmarshal(m.Data, &o) != nil || o.Status == "" || !strings.HasPrefix(o.RequestID, prefix) {
+			return
+		}
+		mu.Lock()
+		got[o.RequestID] = append(got[o.RequestID], o)
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string][]wire.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string][]wire.Outcome, len(got))
+		for k, v := range got {
+			out[k] = append([]wire.Outcome(nil), v...)
+		}
+		return out
+	}
 }
 
 // frlCheckAllOn checks that every request of res completed, none was rejected,
@@ -166,8 +200,8 @@ func frlCheckAllOn(t *testing.T, res *loadgen.Result, n int, id string) {
 func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 	const n = 40
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
 	frlStartWorker(t, nc, worker.Config{ID: "refuser"}, worker.HandlerFunc(func(*worker.Request) bool {
@@ -206,8 +240,8 @@ func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 	const n = 20
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
 	sub, err := nc.Subscribe("dispatch.work.silent", func(*nats.Msg) { offers.Add(1) })
@@ -226,7 +260,7 @@ func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 	frlCheckAllOn(t, res, n, "good")
 	// Every offer to the silent worker timed out before its request could
 	// complete elsewhere, so the counter has caught up by now or very soon.
-	waitFor(t, 5*time.Second, "one timeout counted per offer to the silent worker", func() bool {
+	waitFor(t, 20*time.Second, "one timeout counted per offer to the silent worker", func() bool {
 		return offers.Load() > 0 && p.metric(frlHandshakes, `outcome="timeout"`) == float64(offers.Load())
 	})
 	t.Logf("silent worker got %d offers; handshakes timeout %v", offers.Load(), p.metric(frlHandshakes, `outcome="timeout"`))
@@ -239,8 +273,8 @@ func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 	const n = 20
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	frlPublishReports(t, nc, "ghost", 100*time.Millisecond)
 	startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
@@ -263,11 +297,12 @@ func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	const n = 8
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	records := frlRecordDone(t, nc)
+	outcomes := frlRecordOutcomes(t, ns.URL(), "killed")
 
-	holderNC, err := nats.Connect(ns.url())
+	holderNC, err := nats.Connect(ns.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +383,23 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	}
 	t.Logf("holder accepted %d and died; the good worker completed %d after %v; accepted handshakes %v",
 		len(held), good.Stats().Completed, res.Elapsed.Round(time.Millisecond), p.metric(frlHandshakes, `outcome="accepted"`))
+	// Each request was dispatched twice: to the holder on its first delivery,
+	// to the good worker after the redelivery. The two dispatched outcomes tell
+	// them apart by attempt (docs/protocol.md, Outcomes, Redelivered requests).
+	waitFor(t, 20*time.Second, "two outcomes per request", func() bool {
+		all := outcomes()
+		ok := len(all) == n
+		for _, os := range all {
+			ok = ok && len(os) >= 2
+		}
+		return ok
+	})
+	for id, os := range outcomes() {
+		if len(os) != 2 || os[0].Status != "dispatched" || os[0].WorkerID != "holder" || os[0].Attempt != 1 ||
+			os[1].Status != "dispatched" || os[1].WorkerID != "good" || os[1].Attempt != 2 {
+			t.Errorf("request %s: outcomes %+v, want dispatched to holder with attempt 1, then to good with attempt 2", id, os)
+		}
+	}
 }
 
 // TestRefusalOnlyWorkerRefusedRequestWaits: with a single worker and a class
@@ -357,8 +409,8 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	const n, refusals = 4, 3
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
 	perRequest := sync.Map{} // request id -> *atomic.Int64 offers
@@ -374,15 +426,24 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 				t.Errorf("done %s: %v", r.RequestID, err)
 				return
 			}
-			b, _ := json.Marshal(mock.Completion{Record: r.Completion(r.Cost, 1, false), WorkerID: "fickle"})
+			b, _ := json.Marshal(r.Completion(r.Cost, 1, false))
 			_ = nc.Publish("dispatch.done.fickle", b)
 		}()
 		return true
 	}))
 	frlWaitLive(t, p, "fickle")
 
-	res := frlRunLoad(t, nc, "fickle", n)
-	frlCheckAllOn(t, res, n, "fickle")
+	// One request at a time, each published after the previous one completed.
+	// Publishing all n at once made the test flaky under load: when a later
+	// request arrived after an earlier one's refusal, the only worker was
+	// excluded and the new arrival in this non-queueing class was rightly
+	// rejected all_workers_overloaded (docs/decisions.md: an excluded worker is
+	// overloaded for selection). Only a refused request waits whatever its
+	// class's queueing; a new arrival does not.
+	for i := 0; i < n; i++ {
+		res := frlRunLoad(t, nc, fmt.Sprintf("fickle%d", i), 1)
+		frlCheckAllOn(t, res, 1, "fickle")
+	}
 	if got := offers.Load(); got != n*(refusals+1) {
 		t.Errorf("offers = %d, want %d (%d refusals and one acceptance per request)", got, n*(refusals+1), refusals)
 	}

@@ -35,7 +35,7 @@ policy_classes:
 func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	const n = 200
 	ns := startNATS(t)
-	nc := connect(t, ns.url())
+	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	// busy1 reports 100000 prefill tokens, over the class's gate (1000): every
 	// request queues. Nobody answers dispatch.work.busy1.
@@ -66,7 +66,7 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	}
 
 	args := []string{"--policy-config", writePolicy(t, shutdownPolicy), "--log-level", "debug"}
-	p1 := startDispatcher(t, ns.url(), args...)
+	p1 := startDispatcher(t, ns.URL(), args...)
 	ecsWaitWorker(t, p1, "busy1")
 	for i := range n {
 		id := fmt.Sprintf("sd-%03d", i)
@@ -97,7 +97,7 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	// For the record, the consumer's delivered count on the NATS side tells,
 	// to within a poll, when the second dispatcher had pulled every message.
 	base := ecsDelivered(t, js)
-	p2 := launch(t, ns.url(), args...)
+	p2 := launch(t, ns.URL(), args...)
 	var heldAt, pulledAt time.Time
 	waitFor(t, 20*time.Second, "the second dispatcher to hold every request", func() bool {
 		if pulledAt.IsZero() && ecsDelivered(t, js) >= base+n {

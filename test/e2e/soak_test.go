@@ -51,7 +51,7 @@ func TestSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 
 	ns := startNATS(t)
-	url := ns.url()
+	url := ns.URL()
 	rec := haRecord(t, haConnect(t, url))
 	args := append(slices.Clone(haLog), "--queue-threshold", "0.05")
 	nextDispatcher := 0
@@ -143,7 +143,7 @@ func TestSoak(t *testing.T) {
 			procs = append(procs, launchStandby())
 		case soakNATSRestart:
 			stopAt := time.Now()
-			ns.restart()
+			ns.Restart()
 			t.Logf("fault %d at %v: %s at %s, back after %v (%d published, %d completed)", i, at, kind, stopAt.Format("15:04:05.000"),
 				time.Since(stopAt).Round(time.Millisecond), pub.published.Load(), rec.completed())
 		case soakWorkerKill:

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // TestWorkerAndLoadgenWaitForNATS: the mock worker and the load generator
@@ -73,10 +75,8 @@ func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
 	})
 	l.Close()
 
-	ns := &natsServer{t: t, dir: t.TempDir(), port: port}
-	ns.start()
-	t.Cleanup(ns.stop)
-	startDispatcher(t, ns.url())
+	ns := startNATS(t, func(o *server.Options) { o.Port = port })
+	startDispatcher(t, ns.URL())
 	select {
 	case err := <-lgDone:
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
 )
 
 // The worker side of the protocol (docs/protocol.md, Load report: capacity;
@@ -85,7 +84,7 @@ func (f *wsFinisher) finish(r *worker.Request) {
 		f.t.Errorf("done %s: %v", r.RequestID, err)
 		return
 	}
-	b, _ := json.Marshal(mock.Completion{Record: r.Completion(r.Cost, 1, false), WorkerID: f.id})
+	b, _ := json.Marshal(r.Completion(r.Cost, 1, false))
 	_ = f.nc.Publish("dispatch.done."+f.id, b)
 }
 
@@ -103,8 +102,8 @@ func TestWorkerCapacityNoRefusalNeeded(t *testing.T) {
 	ns := startNATS(t)
 	// The default class queues (--queue-threshold), so that requests wait for
 	// a free rank rather than fail all_workers_overloaded.
-	p := startDispatcher(t, ns.url(), "--queue-threshold", "1")
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL(), "--queue-threshold", "1")
+	nc := connect(t, ns.URL())
 	f := wsStartFinisher(t, nc, worker.Config{ID: "cap2", MaxActiveRequests: 2},
 		func() time.Duration { return time.Duration(1+rand.IntN(4)) * time.Millisecond })
 	frlWaitLive(t, p, "cap2")
@@ -132,8 +131,8 @@ func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 	const n, rate = 800, 200
 	const perSec = 20 // the goal; the bound of docs/protocol.md is below it
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 
 	var mu sync.Mutex
 	var offers []time.Time
@@ -206,8 +205,8 @@ func frlRunLoadAt(t *testing.T, nc *nats.Conn, runID string, n int, rate float64
 func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	const ackWait = time.Second
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url(), "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL(), "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
+	nc := connect(t, ns.URL())
 
 	type offer struct {
 		id, ackWait string
@@ -280,15 +279,15 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 func TestWorkerOneIDTwoProcesses(t *testing.T) {
 	const n = 60
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.url())
-	nc := connect(t, ns.url())
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
 	hold := func() time.Duration { return time.Millisecond }
 	cfg := worker.Config{ID: "twin", TTL: 60 * time.Second}
-	first := wsStartFinisher(t, connect(t, ns.url()), cfg, hold)
+	first := wsStartFinisher(t, connect(t, ns.URL()), cfg, hold)
 	waitFor(t, 10*time.Second, "the first instance holding twin", func() bool {
 		return wsInstance(p, "twin") == first.w.Instance()
 	})
-	second := wsStartFinisher(t, connect(t, ns.url()), cfg, hold)
+	second := wsStartFinisher(t, connect(t, ns.URL()), cfg, hold)
 	waitFor(t, 10*time.Second, "the second instance's report dropped", func() bool {
 		return p.metric(frlDropped, `reason="instance"`) >= 1
 	})

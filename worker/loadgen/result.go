@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"fairdispatch/wire"
 )
 
 // Completion is one request's first completion record, as published by a worker
@@ -32,17 +34,11 @@ type Completion struct {
 	Latency time.Duration `json:"latency"`
 }
 
-// Outcome is an outcome published on Dispatch-Reply-To (docs/protocol.md, Outcomes).
+// Outcome is an outcome published on Dispatch-Reply-To (docs/protocol.md,
+// Outcomes; wire.Outcome defines its fields), with the class loadgen published
+// the request to.
 type Outcome struct {
-	RequestID   string         `json:"request_id"`
-	Status      string         `json:"status"`
-	PolicyClass string         `json:"policy_class,omitempty"`
-	WorkerID    string         `json:"worker_id,omitempty"`
-	DPRank      *int           `json:"dp_rank,omitempty"`
-	QueuedMs    *int64         `json:"queued_ms,omitempty"`
-	Error       string         `json:"error,omitempty"`
-	Message     string         `json:"message,omitempty"`
-	Details     map[string]any `json:"details,omitempty"`
+	wire.Outcome
 	// Class is the class the request was published to (set by loadgen).
 	Class string `json:"class"`
 }

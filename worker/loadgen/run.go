@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // ErrIncomplete is returned with the Result when the run ended (ctx or
@@ -354,17 +355,7 @@ func (r *run) endLocked(q *request) {
 }
 
 // completionRecord is the worker's record on <prefix>.done.<worker_id>.
-type completionRecord struct {
-	RequestID  string    `json:"request_id"`
-	Class      string    `json:"class"`
-	WorkerID   string    `json:"worker_id"`
-	DPRank     int       `json:"dp_rank"`
-	Seq        uint64    `json:"seq"`
-	QueuedMs   uint64    `json:"queued_ms"`
-	ReceivedAt time.Time `json:"received_at"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-}
+type completionRecord = wire.Completion
 
 func (r *run) onCompletion(m *nats.Msg) {
 	var rec completionRecord

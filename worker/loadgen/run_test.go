@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/internal/natstest"
+	"fairdispatch/internal/natstest"
 	"fairdispatch/worker/loadgen"
 	"fairdispatch/worker/mock"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/completion"
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 	"fairdispatch/worker"
 )
 
@@ -157,19 +157,8 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // Completion is the record published on <prefix>.done.<worker_id> when a
-// request finishes. Times marshal as RFC 3339 with nanoseconds; StartedAt is
-// when the request got a sequence slot.
-type Completion struct {
-	// Record is the completion record of docs/protocol.md, Completion records:
-	// request id, seq, class, fairness key, prefill and output tokens, status.
-	completion.Record
-	WorkerID   string    `json:"worker_id"`
-	DPRank     int       `json:"dp_rank"`
-	QueuedMs   uint64    `json:"queued_ms"`
-	ReceivedAt time.Time `json:"received_at"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-}
+// request finishes: wire.Completion, which defines its fields.
+type Completion = wire.Completion
 
 // Stats counts what a Worker did.
 type Stats struct {
@@ -484,12 +473,9 @@ func (m *Worker) confirm(j *job) {
 // completion encodes j's completion record.
 func (m *Worker) completion(j *job) ([]byte, error) {
 	r := j.req
-	prefill := uint64(math.Round(float64(j.uncached) * m.cfg.CostFactor))
-	return json.Marshal(Completion{
-		Record:   r.Completion(prefill, uint64(j.out), false),
-		WorkerID: m.cfg.ID, DPRank: j.rank, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
-		StartedAt: j.startedAt, FinishedAt: j.finishAt,
-	})
+	c := r.Completion(uint64(math.Round(float64(j.uncached)*m.cfg.CostFactor)), uint64(j.out), false)
+	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
+	return json.Marshal(c)
 }
 
 // publishCompletion publishes j's completion record.

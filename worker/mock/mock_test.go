@@ -3,20 +3,18 @@ package mock_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/worker"
-	"fairdispatch/worker/internal/natstest"
 	"fairdispatch/worker/mock"
 )
 
@@ -98,7 +96,7 @@ func TestRequestsComplete(t *testing.T) {
 		// The record of docs/protocol.md, Completion records, with the cost
 		// mis-stated on purpose: 512 uncached tokens times 2.5.
 		if c.PrefillTokens != 1280 || c.OutputTokens != 2 || c.Status != "ok" || !strings.HasPrefix(c.FairnessKey, "tenant-") {
-			t.Errorf("completion %d: got record %+v, want prefill 1280, output 2, ok, a tenant key", i, c.Record)
+			t.Errorf("completion %d: got record %+v, want prefill 1280, output 2, ok, a tenant key", i, c)
 		}
 		if c.StartedAt.Before(c.ReceivedAt) || c.FinishedAt.Before(c.StartedAt) {
 			t.Errorf("completion %d: times out of order: %+v", i, c)
@@ -234,22 +232,8 @@ func TestUnansweredAck(t *testing.T) {
 // watched on the worker's own connection, which re-subscribes before it
 // flushes what it buffered while disconnected.
 func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
-	var s *server.Server
-	start := func() {
-		var err error
-		if s, err = server.NewServer(opts); err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatal("server not ready")
-		}
-	}
-	start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	opts.Port = s.Addr().(*net.TCPAddr).Port
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	ns := natstest.Start(t, nil) // restartable on the same port and storage
+	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,10 +282,9 @@ func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	down := time.Now()
-	s.Shutdown()
-	s.WaitForShutdown()
+	ns.Stop()
 	time.Sleep(300 * time.Millisecond)
-	start()
+	ns.Restart()
 	back := time.Now()
 
 	natstest.Eventually(t, wait, func() bool { return len(recs()) >= n }, "%d completions", n)

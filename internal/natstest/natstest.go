@@ -1,6 +1,6 @@
-// Package natstest holds test fixtures for the worker packages: an embedded
-// nats-server with JetStream, a deadline-bounded condition poller, and a fake
-// dispatcher that speaks the dispatcher's side of the wire contract (docs/protocol.md, Dispatch handshake)
+// Package natstest holds test fixtures shared by the module's tests: an
+// embedded nats-server with JetStream (restartable on the same port and store),
+// a deadline-bounded condition poller, and a fake dispatcher that speaks the dispatcher's side of the wire contract (docs/protocol.md, Dispatch handshake)
 // with no scheduling at all.
 //
 // It is for tests only. Every function takes a testing.TB and fails the test on
@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,88 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// Server is an embedded nats-server with JetStream on a loopback port that can
+// be stopped and started again on the same port and store directory. It is
+// shut down at the end of the test.
+type Server struct {
+	t    testing.TB
+	mod  func(*server.Options)
+	dir  string
+	port int
+	mu   sync.Mutex
+	srv  *server.Server
+}
+
+// Start starts a Server storing in t.TempDir(); mod, when not nil, adjusts
+// the options before each start (a port of -1 there means a random one, kept
+// across restarts).
+func Start(t testing.TB, mod func(*server.Options)) *Server {
+	t.Helper()
+	s := &Server{t: t, mod: mod, dir: t.TempDir(), port: -1}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	o := &server.Options{Host: "127.0.0.1", Port: s.port, JetStream: true, StoreDir: s.dir, NoLog: true, NoSigs: true}
+	if s.mod != nil {
+		s.mod(o)
+	}
+	srv, err := server.NewServer(o)
+	if err != nil {
+		s.t.Fatalf("natstest: new server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		s.t.Fatalf("natstest: server not ready")
+	}
+	s.mu.Lock()
+	s.srv = srv
+	if a, ok := srv.Addr().(*net.TCPAddr); ok {
+		s.port = a.Port
+	}
+	s.mu.Unlock()
+}
+
+// Stop shuts the server down and waits for it; a stopped Server may be
+// started again with Restart.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+}
+
+// Restart stops the server and starts it again on the same port and store.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Running returns the running server, or nil while it is stopped.
+func (s *Server) Running() *server.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv
+}
+
+// Port returns the server's port, the same across restarts.
+func (s *Server) Port() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.port
+}
+
+// URL returns the client URL, the same across restarts.
+func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.Port()) }
 
 // StartServer starts an embedded nats-server with JetStream on a random loopback
 // port, storing in t.TempDir(), and returns it with a connection to it. Both are

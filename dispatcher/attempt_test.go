@@ -1,0 +1,60 @@
+package dispatcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/bus"
+	"fairdispatch/ingest"
+)
+
+// deliverAttempt is deliver for the nd-th delivery of the message.
+func (f *fixture) deliverAttempt(seq, nd uint64, token string, hdr nats.Header) *fakeMsg {
+	m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: seq, nd: nd}
+	d := ingest.Delivery{Msg: m, StreamSeq: seq, NumDelivered: nd, Published: f.now, Token: token}
+	d.Headers, d.Err = ingest.Decode(hdr)
+	f.a.admit(f.now, &d)
+	f.a.drain()
+	return m
+}
+
+// TestActorRedispatchAfterRedeliveryHasAttempt2: a worker accepts a request and
+// dies; JetStream redelivers it after the ack wait (delivery 2) and it is
+// dispatched again. The two dispatched outcomes differ by their attempt, which
+// is how a consumer tells the second dispatch (docs/protocol.md, Outcomes).
+func TestActorRedispatchAfterRedeliveryHasAttempt2(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 0)
+	f.report("w2", 0)
+	hdr := nats.Header{"Dispatch-ISL-Tokens": {"100"}, "Dispatch-Reply-To": {"out.1"}, "Nats-Msg-Id": {"r1"}}
+	f.deliverAttempt(1, 1, "premium", hdr)
+	f.a.answer(bus.Result{Token: 1, Worker: f.b.sent[0].worker, Outcome: bus.Accepted})
+	f.now = f.now.Add(30 * time.Second)
+	f.deliverAttempt(1, 2, "premium", hdr)
+	if len(f.b.sent) != 2 {
+		t.Fatalf("sent %d, want the redelivered request dispatched again", len(f.b.sent))
+	}
+	f.a.answer(bus.Result{Token: 1, Worker: f.b.sent[1].worker, Outcome: bus.Accepted})
+	if len(f.outcomes) != 2 {
+		t.Fatalf("outcomes %+v, want two", f.outcomes)
+	}
+	for i, o := range f.outcomes {
+		if o.RequestID != "r1" || o.Status != bus.StatusDispatched || o.Attempt != uint64(i+1) {
+			t.Errorf("outcome %d: %+v, want r1 dispatched with attempt %d", i, o, i+1)
+		}
+	}
+}
+
+// TestActorRejectedOutcomeHasAttempt: a rejection names the delivery it ended.
+func TestActorRejectedOutcomeHasAttempt(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.deliverAttempt(3, 4, "premium", nats.Header{"Dispatch-ISL-Tokens": {"abc"}, "Dispatch-Reply-To": {"out.3"}})
+	f.a.deadLettered(dlqDone{seq: 3})
+	if len(f.outcomes) != 1 || f.outcomes[0].Status != bus.StatusRejected || f.outcomes[0].Attempt != 4 {
+		t.Fatalf("outcomes %+v, want one rejected with attempt 4", f.outcomes)
+	}
+}
