@@ -14,6 +14,7 @@ import (
 	"fairdispatch/bus"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/kvindex"
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
@@ -63,6 +64,14 @@ type Deps struct {
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
 	Log         zerolog.Logger
+	// KV is the KV cache index the scheduler scores with (the one in its
+	// Config); the actor applies the workers' events to it. nil: none.
+	KV *kvindex.Index
+	// KVResync asks a worker to resynchronise a rank (bus.RequestKVResync);
+	// nil: never asked.
+	KVResync func(worker string, rank int32) error
+	// KVMetrics counts the index's events and records its size; nil: none.
+	KVMetrics *metrics.KV
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
@@ -103,6 +112,7 @@ type Actor struct {
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
 	done        *mailbox[doneRecord]
+	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
@@ -124,6 +134,10 @@ type Actor struct {
 	outSince    int64                // since when, Unix ns
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
+
+	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
+	kvStale []kvindex.Rank // scratch
+	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
@@ -160,6 +174,7 @@ func New(cfg Config, d Deps) *Actor {
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
 		done:        newMailbox[doneRecord](),
+		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
@@ -329,6 +344,11 @@ func (a *Actor) Run(ctx context.Context) {
 			for _, d := range a.done.take() {
 				a.settle(d)
 			}
+		case <-a.kv.wake:
+			evs := a.kv.take()
+			for i := range evs {
+				a.applyKV(&evs[i])
+			}
 		case req := <-a.thresholds:
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
@@ -346,6 +366,7 @@ func (a *Actor) Run(ctx context.Context) {
 		case <-tick.C:
 			now := a.cfg.Now()
 			a.tick(now)
+			a.kvTick(now)
 			if now.Sub(lastView) >= time.Second {
 				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)
