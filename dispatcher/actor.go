@@ -112,6 +112,7 @@ type Actor struct {
 	results     *mailbox[bus.Result]
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
+	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
 	conn        chan struct{} // a connection change; the state is in connState
@@ -173,6 +174,7 @@ func New(cfg Config, d Deps) *Actor {
 		results:     newMailbox[bus.Result](),
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
+		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
 		conn:        make(chan struct{}, 1),
@@ -341,6 +343,10 @@ func (a *Actor) Run(ctx context.Context) {
 		case <-a.dlq.wake:
 			for _, d := range a.dlq.take() {
 				a.deadLettered(d)
+			}
+		case <-a.done.wake:
+			for _, d := range a.done.take() {
+				a.settle(d)
 			}
 		case <-a.kv.wake:
 			evs := a.kv.take()

@@ -19,7 +19,12 @@ type noTracer struct{}
 func (noTracer) Record(wire.TraceRecord) {}
 
 // traceKey is the request's fairness key for the trace, "_" when it has none.
-func traceKey(*request.Snapshot) string { return "_" }
+func traceKey(r *request.Snapshot) string {
+	if r.Key == "" {
+		return "_"
+	}
+	return r.Key
+}
 
 // traceArrive records a request taken in with its snapshot built.
 func (a *Actor) traceArrive(now time.Time, h *held) {

@@ -134,8 +134,8 @@ func (n Names) KVAll() string { return n.prefix + ".kv.*" }
 // worker to resynchronise a rank (docs/protocol.md, Resynchronisation).
 func (n Names) KVSync(worker string) string { return n.prefix + ".kvsync." + worker }
 
-// Done returns "<prefix>.done.<worker>", where the mock worker publishes its
-// completion records (a test and benchmark convention, not part of the protocol).
+// Done returns "<prefix>.done.<worker>", where a worker publishes its
+// completion records (docs/protocol.md, Completion records).
 func (n Names) Done(worker string) string { return n.prefix + ".done." + worker }
 
 // DoneAll returns "<prefix>.done.*".

@@ -135,7 +135,11 @@ func Simulate(cfg Config, arrivals []Arrival) (*Run, error) {
 			a := arrivals[next]
 			next++
 			keys[a.ID] = a.Key
-			d := s.Arrive(now, &scheduler.Arrival{ID: a.ID, Token: a.Token, ISL: a.ISL, Cached: a.Cached, Published: a.Published})
+			key := a.Key
+			if key == "_" {
+				key = "" // the default key, as the dispatcher spells it
+			}
+			d := s.Arrive(now, &scheduler.Arrival{ID: a.ID, Token: a.Token, ISL: a.ISL, Cached: a.Cached, Published: a.Published, Key: key})
 			a.Class = cfg.Policy.Classes[d.Req.Class].Name
 			run.Arrivals = append(run.Arrivals, a)
 			decide(now, d)

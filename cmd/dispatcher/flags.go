@@ -32,6 +32,7 @@ type settings struct {
 	noWorkersTimeout                                          time.Duration
 	blockSize, temperature, overlapCredit, prefillScale, decW float64
 	maxHeld, inFlight, maxWorkers                             int
+	maxKeysPerClass                                           int
 	logLevel, logFormat                                       string
 	checkConfig, healthProbe                                  string
 	election, pprof                                           bool
@@ -128,6 +129,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
 	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
+	fs.IntVar(&s.maxKeysPerClass, "max-keys-per-class", 100000, "most fairness keys a class tracks at once (backlogged or owed a settlement); further new keys share the key _overflow")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
 	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader (fairdispatch_<prefix>_leader for another --subject-prefix)")
@@ -241,6 +243,9 @@ func (s *settings) validate() error {
 	}
 	if s.inFlight < 0 || s.maxWorkers < 1 {
 		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
+	}
+	if s.maxKeysPerClass < 1 {
+		bad = append(bad, "--max-keys-per-class must be >= 1")
 	}
 	if s.leaseTTL < 200*time.Millisecond || s.leaseTTL > time.Minute {
 		bad = append(bad, fmt.Sprintf("--lease-ttl %v: want 200ms to 1m", s.leaseTTL))

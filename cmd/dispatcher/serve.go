@@ -121,6 +121,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		Rand:             rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 		MaxWorkers:       s.maxWorkers,
 		NoWorkersTimeout: int64(s.noWorkersTimeout),
+		MaxKeysPerClass:  s.maxKeysPerClass,
 	}, time.Now().UnixNano())
 
 	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
@@ -168,6 +169,11 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 	defer sub.Unsubscribe()
+	doneSub, err := bus.SubscribeDone(nc, s.prefix, a.CompletionRecord)
+	if err != nil {
+		return err
+	}
+	defer doneSub.Unsubscribe()
 	if kv != nil {
 		// Read <Q>_KV from its first message: this rebuilds the index after
 		// a restart (docs/protocol.md, Resynchronisation).

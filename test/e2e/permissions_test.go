@@ -358,6 +358,26 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 			errs.has("Permissions Violation", `Publish to "dispatch.req.regular"`)
 	})
 
+	// Nor may w1 publish a completion record under w2's id; one under its own id
+	// for a dispatch it never got is counted as unknown and changes nothing
+	// (docs/design.md, Cost settlement).
+	if err := w1.Publish("dispatch.done.w2", []byte(`{"request_id":"r1","seq":1,"prefill_tokens":999999}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the completion permission violation", func() bool {
+		return errs.has("Permissions Violation", `Publish to "dispatch.done.w2"`)
+	})
+	unknown := p.metric("fairdispatch_settlements_total", `outcome="unknown"`)
+	if err := w1.Publish("dispatch.done.w1", []byte(`{"request_id":"r1","seq":1,"prefill_tokens":999999}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "w1's record for a dispatch it never got counted unknown", func() bool {
+		return p.metric("fairdispatch_settlements_total", `outcome="unknown"`) == unknown+1
+	})
+	if got := p.metric("fairdispatch_settlements_total", `outcome="settled"`); got != 0 {
+		t.Fatalf("got %v settled records, want 0", got)
+	}
+
 	// What remains: the acknowledgement subject names the stream sequence, not
 	// the worker, so w1 may publish an acknowledgement for any message. The
 	// server accepts it without complaint; docs/security.md says how to see it.
