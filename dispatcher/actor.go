@@ -124,6 +124,9 @@ type Actor struct {
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
 
+	stats  []scheduler.ClassStats // scratch for publishView
+	served map[string]*served     // per class name, for the view (view.go)
+
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
@@ -166,6 +169,7 @@ func New(cfg Config, d Deps) *Actor {
 		hdr:         make(nats.Header, 16),
 		connected:   true,
 		conflictLog: make(map[string]time.Time),
+		served:      make(map[string]*served),
 		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()

@@ -10,18 +10,58 @@ import (
 // View is the immutable snapshot of the actor's state that the admin API
 // serves at /debug/queues. The actor publishes a new one about every second.
 type View struct {
-	At        time.Time              `json:"at"`
-	Connected bool                   `json:"connected"`
-	Grace     bool                   `json:"startup_grace"`
-	Held      int                    `json:"held"`
-	InFlight  int                    `json:"in_flight"`
-	Classes   []scheduler.ClassStats `json:"classes"`
-	Workers   []WorkerView           `json:"workers"`
+	At        time.Time    `json:"at"`
+	Connected bool         `json:"connected"`
+	Grace     bool         `json:"startup_grace"`
+	Held      int          `json:"held"`
+	InFlight  int          `json:"in_flight"`
+	Classes   []ClassView  `json:"classes"`
+	Workers   []WorkerView `json:"workers"`
 
 	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
 	// outage), which began at OutageSince.
 	NoLiveWorkers bool       `json:"no_live_workers"`
 	OutageSince   *time.Time `json:"outage_since,omitempty"`
+}
+
+// ClassView is one class in a View: the scheduler's stats (whose JSON fields
+// it keeps at the top level), the class's quantum under the policy in force,
+// what the dispatcher has served it, and its oldest waiting request. The
+// status page (/ui) derives service share against quantum share from the
+// cumulative counts (docs/operations.md, The status page).
+type ClassView struct {
+	scheduler.ClassStats
+	// Quantum is the class's DRR quantum, its weight in the policy in force.
+	Quantum uint64 `json:"quantum"`
+	// DispatchedRequests and DispatchedCost count the requests of the class
+	// accepted by a worker since this process started, and the sum of their
+	// costs (uncached input tokens, what DRR charges). They are per class
+	// name, so that they survive a policy change that reorders the classes.
+	DispatchedRequests uint64 `json:"dispatched_requests"`
+	DispatchedCost     uint64 `json:"dispatched_cost"`
+	// OldestWaitSeconds is the age, from its publication, of the class's
+	// oldest request the dispatcher holds and no worker has accepted (queued
+	// or in a handshake); 0 when it holds none.
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+}
+
+// served is what the dispatcher has served one class since it started.
+type served struct{ requests, cost uint64 }
+
+// countServed adds an accepted request of class k and cost to the class's
+// totals in the view.
+func (a *Actor) countServed(k int, cost uint64) {
+	if k < 0 {
+		return
+	}
+	name := a.className(k)
+	sv := a.served[name]
+	if sv == nil {
+		sv = &served{}
+		a.served[name] = sv
+	}
+	sv.requests++
+	sv.cost += cost
 }
 
 // WorkerView is one live worker in a View.
@@ -60,7 +100,33 @@ func (a *Actor) publishView(now time.Time) {
 		since := time.Unix(0, a.outSince)
 		v.NoLiveWorkers, v.OutageSince = true, &since
 	}
-	v.Classes = s.Stats(nil)
+	a.stats = s.Stats(a.stats[:0])
+	v.Classes = make([]ClassView, len(a.stats))
+	pol := s.Policy()
+	for k, c := range a.stats {
+		cv := &v.Classes[k]
+		cv.ClassStats = c
+		if k < len(pol.Classes) {
+			cv.Quantum = pol.Classes[k].Quantum
+		}
+		if sv := a.served[c.Name]; sv != nil {
+			cv.DispatchedRequests, cv.DispatchedCost = sv.requests, sv.cost
+		}
+	}
+	// The oldest held request per class: one pass over what the dispatcher
+	// holds (at most --max-held), once a second.
+	nowNs := now.UnixNano()
+	for _, h := range a.held {
+		if h.dead || h.snap == nil || h.snap.Class < 0 || h.snap.Class >= len(v.Classes) {
+			continue
+		}
+		if age := float64(max(0, nowNs-h.snap.Arrival)) / 1e9; age > v.Classes[h.snap.Class].OldestWaitSeconds {
+			v.Classes[h.snap.Class].OldestWaitSeconds = age
+		}
+	}
+	for k := range v.Classes {
+		a.d.Metrics.SetOldestQueued(k, v.Classes[k].OldestWaitSeconds)
+	}
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
 		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,

@@ -52,6 +52,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
 		{"fairdispatch_leader", "GAUGE", nil},
 		{"fairdispatch_unknown_class_tokens_total", "COUNTER", nil},
+		{"fairdispatch_oldest_queued_seconds", "GAUGE", []string{"class"}},
 	}
 	for _, tt := range tests {
 		mf := mfs[tt.name]

@@ -36,6 +36,7 @@ type settings struct {
 	instanceID                                                string
 	demo                                                      bool
 	demoPerClass                                              int
+	version                                                   bool
 }
 
 // optFloat is a float flag that may be unset.
@@ -123,6 +124,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
+	fs.BoolVar(&s.version, "version", false, "print the version, VCS revision and time, and Go version, and exit (no environment variable)")
 	return fs
 }
 
@@ -145,7 +147,7 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+		if given[f.Name] || err != nil || noEnv[f.Name] {
 			return
 		}
 		name := EnvName(f.Name)
@@ -160,6 +162,11 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	}
 	return s, s.validate()
 }
+
+// noEnv are the flags without an environment variable: DISPATCHER_VERSION
+// might well be set to a version string in an image, which must not turn the
+// dispatcher into a version printer (or fail its start).
+var noEnv = map[string]bool{"version": true}
 
 // parseError is a command-line error the flag package has already printed.
 type parseError struct{ error }

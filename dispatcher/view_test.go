@@ -1,0 +1,55 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/bus"
+)
+
+// TestViewServedQuantumAndOldestWait: the view's classes carry the quantum,
+// the requests and cost served (accepted) so far, and the age of the oldest
+// request not yet accepted, with the scheduler's fields kept at the top level
+// of each class's JSON.
+func TestViewServedQuantumAndOldestWait(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 0)
+	f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	f.a.answer(bus.Result{Token: 1, Worker: "w1", Outcome: bus.Accepted})
+	f.deliver(2, "premium", nats.Header{"Dispatch-ISL-Tokens": {"300"}})
+	f.a.answer(bus.Result{Token: 2, Worker: "w1", Outcome: bus.Refused}) // back in the queue, not served
+	f.report("w1", 5000)                                                  // busy: the request stays queued
+	f.now = f.now.Add(3 * time.Second)
+	f.a.publishView(f.now)
+
+	v := f.a.View()
+	if len(v.Classes) != 1 {
+		t.Fatalf("got %d classes, want 1", len(v.Classes))
+	}
+	c := v.Classes[0]
+	if c.Name != "premium" || c.Quantum != 512 || c.DispatchedRequests != 1 || c.DispatchedCost != 100 {
+		t.Errorf("got %+v, want premium, quantum 512, 1 request of cost 100 served", c)
+	}
+	if c.Pending != 1 || c.OldestWaitSeconds != 3 {
+		t.Errorf("got pending %d, oldest wait %v s; want 1 and 3 s", c.Pending, c.OldestWaitSeconds)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Classes []map[string]any `json:"classes"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"name", "pending_requests", "deficit", "quantum", "dispatched_requests", "dispatched_cost", "oldest_wait_seconds"} {
+		if _, ok := raw.Classes[0][k]; !ok {
+			t.Errorf("the class's JSON lacks %q: %s", k, b)
+		}
+	}
+}
