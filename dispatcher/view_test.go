@@ -22,7 +22,7 @@ func TestViewServedQuantumAndOldestWait(t *testing.T) {
 	f.a.answer(bus.Result{Token: 1, Worker: "w1", Outcome: bus.Accepted})
 	f.deliver(2, "premium", nats.Header{"Dispatch-ISL-Tokens": {"300"}})
 	f.a.answer(bus.Result{Token: 2, Worker: "w1", Outcome: bus.Refused}) // back in the queue, not served
-	f.report("w1", 5000)                                                  // busy: the request stays queued
+	f.report("w1", 5000)                                                 // busy: the request stays queued
 	f.now = f.now.Add(3 * time.Second)
 	f.a.publishView(f.now)
 
