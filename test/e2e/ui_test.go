@@ -351,3 +351,46 @@ func TestStatusPageScreenshot(t *testing.T) {
 	st, _ := os.Stat(out)
 	t.Logf("wrote %s (%d bytes) from %d snapshots", out, st.Size(), len(snaps))
 }
+
+// TestBuildInfoAndOldestQueued runs the real binary: --version prints its
+// build, /metrics has fairdispatch_build_info 1 with the Go version, and
+// fairdispatch_oldest_queued_seconds of a class whose requests wait behind a
+// draining worker grows, while the other class's stays 0.
+func TestBuildInfoAndOldestQueued(t *testing.T) {
+	out, err := exec.Command(dispatcherBin, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "dispatcher version ") {
+		t.Fatalf("dispatcher --version: %v %q", err, out)
+	}
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, uiPolicy))
+	if got := p.metric("fairdispatch_build_info", `goversion="go`, `revision="`, `version="`); got != 1 {
+		t.Fatalf("fairdispatch_build_info: got %v, want 1", got)
+	}
+	nc := connect(t, ns.URL())
+	w := startMock(t, nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	w.Helper().SetDraining(true)
+	waitFor(t, 10*time.Second, "the dispatcher to see w1 draining", func() bool {
+		v, ok := frlQueues(p)
+		i, live := v.worker("w1")
+		return ok && live && v.Workers[i].Draining
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = loadgen.Run(ctx, nc, loadgen.Config{Classes: []loadgen.ClassCount{{Class: "regular", Count: 3}},
+			ISL: 128, Timeout: time.Minute, RunID: "old"}, zerolog.Nop())
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	waitFor(t, 20*time.Second, "the oldest regular request over 1.5 s old in /metrics", func() bool {
+		return p.metric("fairdispatch_oldest_queued_seconds", `class="regular"`) > 1.5
+	})
+	if got := p.metric("fairdispatch_oldest_queued_seconds", `class="premium"`); got != 0 {
+		t.Fatalf("premium holds nothing: oldest queued %v, want 0", got)
+	}
+	v := uiReadQueues(t, p)
+	if len(v.Classes) != 2 || v.Classes[1].Pending != 3 {
+		t.Fatalf("/debug/queues: %+v, want 3 regular queued", v.Classes)
+	}
+}
