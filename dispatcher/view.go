@@ -25,24 +25,23 @@ type View struct {
 }
 
 // ClassView is one class in a View: the scheduler's stats (whose JSON fields
-// it keeps at the top level), the class's quantum under the policy in force,
-// what the dispatcher has served it, and its oldest waiting request. The
-// status page (/ui) derives service share against quantum share from the
-// cumulative counts (docs/operations.md, The status page).
+// it keeps at the top level), plus what only the actor knows. The status page
+// (/ui) derives service share against quantum share from Quantum and the
+// cumulative DispatchedCost (docs/operations.md, The status page).
 type ClassView struct {
 	scheduler.ClassStats
-	// Quantum is the class's DRR quantum, its weight in the policy in force.
+	// OldestWaitMs is how long the oldest queued request of the class
+	// (waiting in a lane, not being sent) has waited since its publication, in
+	// milliseconds; 0 when none is queued.
+	OldestWaitMs int64 `json:"oldest_wait_ms"`
+	// Dispatched counts the class's requests accepted by a worker since this
+	// process started, and DispatchedCost the sum of their costs (uncached
+	// input tokens, what DRR charges). Both are kept per class name, so that
+	// they survive a policy change that renumbers the classes.
+	Dispatched     uint64 `json:"dispatched"`
+	DispatchedCost uint64 `json:"dispatched_cost"`
+	// Quantum is the class's DRR quantum in the policy in force: its weight.
 	Quantum uint64 `json:"quantum"`
-	// DispatchedRequests and DispatchedCost count the requests of the class
-	// accepted by a worker since this process started, and the sum of their
-	// costs (uncached input tokens, what DRR charges). They are per class
-	// name, so that they survive a policy change that reorders the classes.
-	DispatchedRequests uint64 `json:"dispatched_requests"`
-	DispatchedCost     uint64 `json:"dispatched_cost"`
-	// OldestWaitSeconds is the age, from its publication, of the class's
-	// oldest request the dispatcher holds and no worker has accepted (queued
-	// or in a handshake); 0 when it holds none.
-	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
 }
 
 // served is what the dispatcher has served one class since it started.
@@ -110,22 +109,23 @@ func (a *Actor) publishView(now time.Time) {
 			cv.Quantum = pol.Classes[k].Quantum
 		}
 		if sv := a.served[c.Name]; sv != nil {
-			cv.DispatchedRequests, cv.DispatchedCost = sv.requests, sv.cost
+			cv.Dispatched, cv.DispatchedCost = sv.requests, sv.cost
 		}
 	}
-	// The oldest held request per class: one pass over what the dispatcher
-	// holds (at most --max-held), once a second.
+	// The oldest queued request per class: one pass over what the dispatcher
+	// holds (at most --max-held), once a second. The queues' heads would not
+	// do: under wspt or strict priority the head is not the oldest.
 	nowNs := now.UnixNano()
 	for _, h := range a.held {
-		if h.dead || h.snap == nil || h.snap.Class < 0 || h.snap.Class >= len(v.Classes) {
+		if h.inFlight || h.dead || h.snap == nil || h.snap.Class < 0 || h.snap.Class >= len(v.Classes) {
 			continue
 		}
-		if age := float64(max(0, nowNs-h.snap.Arrival)) / 1e9; age > v.Classes[h.snap.Class].OldestWaitSeconds {
-			v.Classes[h.snap.Class].OldestWaitSeconds = age
+		if ms := max(0, nowNs-h.snap.Arrival) / 1e6; ms > v.Classes[h.snap.Class].OldestWaitMs {
+			v.Classes[h.snap.Class].OldestWaitMs = ms
 		}
 	}
 	for k := range v.Classes {
-		a.d.Metrics.SetOldestQueued(k, v.Classes[k].OldestWaitSeconds)
+		a.d.Metrics.SetOldestQueued(k, float64(v.Classes[k].OldestWaitMs)/1e3)
 	}
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {

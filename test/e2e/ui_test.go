@@ -83,7 +83,8 @@ type uiQueues struct {
 		Name       string `json:"name"`
 		Pending    int    `json:"pending_requests"`
 		Quantum    uint64 `json:"quantum"`
-		Dispatched uint64 `json:"dispatched_requests"`
+		Dispatched uint64 `json:"dispatched"`
+		OldestMs   int64  `json:"oldest_wait_ms"`
 		Cost       uint64 `json:"dispatched_cost"`
 	} `json:"classes"`
 	Workers []struct {
@@ -106,17 +107,13 @@ func uiReadQueues(t *testing.T, p *proc) uiQueues {
 	return v
 }
 
-// uiRevision is the policy revision the page should show for v: the
-// revision field the live policy serves, else "static".
+// uiRevision is the policy revision the page should show for v: the live
+// policy's policy.revision, else "static".
 func uiRevision(v uiQueues) string {
-	r, ok := v.raw["policy_revision"]
-	if !ok {
-		if p, isMap := v.raw["policy"].(map[string]any); isMap {
-			r, ok = p["revision"]
-		}
-	}
-	if !ok {
-		r, ok = v.raw["revision"]
+	var r any
+	ok := false
+	if p, isMap := v.raw["policy"].(map[string]any); isMap {
+		r, ok = p["revision"]
 	}
 	if !ok || r == nil || r == float64(0) || r == "" {
 		return "static"
@@ -164,7 +161,7 @@ var uiPolicy = fmt.Sprintf(frlFairPolicy, 384, 128)
 // running dispatcher with traffic: 20 requests per class served, then a
 // backlog of 15 premium and 6 regular held by a draining worker, so that
 // the numbers hold still while the page renders. The rendered numbers must
-// match /debug/queues read before and after: backlog, quantum, weight share,
+// match /debug/queues read before and after: backlog, oldest wait, quantum, weight share,
 // requests and share of cost served, the policy revision, and a row per rank
 // of the worker. A screenshot must come out as a PNG.
 func TestStatusPageInChromium(t *testing.T) {
@@ -229,6 +226,11 @@ func TestStatusPageInChromium(t *testing.T) {
 		backlog, err := strconv.Atoi(row["backlog"])
 		if err != nil || backlog < min(b.Pending, c.Pending) || backlog > max(b.Pending, c.Pending) {
 			t.Errorf("%s backlog: page %q, /debug/queues %d then %d", c.Name, row["backlog"], b.Pending, c.Pending)
+		}
+		// The page shows seconds to a tenth under a minute ("2.3s").
+		oldest, err := strconv.ParseFloat(strings.TrimSuffix(row["oldest"], "s"), 64)
+		if err != nil || oldest < float64(b.OldestMs)/1e3-0.05 || oldest > float64(c.OldestMs)/1e3+0.05 || c.OldestMs == 0 {
+			t.Errorf("%s oldest wait: page %q, /debug/queues %d ms then %d ms", c.Name, row["oldest"], b.OldestMs, c.OldestMs)
 		}
 		if row["quantum"] != strconv.FormatUint(c.Quantum, 10) || row["weight-share"] != weights[c.Name] {
 			t.Errorf("%s: page quantum %q weight share %q, want %d and %s", c.Name, row["quantum"], row["weight-share"], c.Quantum, weights[c.Name])

@@ -10,11 +10,11 @@ import (
 	"fairdispatch/bus"
 )
 
-// TestViewServedQuantumAndOldestWait: the view's classes carry the quantum,
+// TestViewServedCostAndQuantum: the view's classes carry the quantum,
 // the requests and cost served (accepted) so far, and the age of the oldest
 // request not yet accepted, with the scheduler's fields kept at the top level
 // of each class's JSON.
-func TestViewServedQuantumAndOldestWait(t *testing.T) {
+func TestViewServedCostAndQuantum(t *testing.T) {
 	f := newFixture(t, policy)
 	f.now = f.now.Add(time.Second)
 	f.report("w1", 0)
@@ -31,11 +31,11 @@ func TestViewServedQuantumAndOldestWait(t *testing.T) {
 		t.Fatalf("got %d classes, want 1", len(v.Classes))
 	}
 	c := v.Classes[0]
-	if c.Name != "premium" || c.Quantum != 512 || c.DispatchedRequests != 1 || c.DispatchedCost != 100 {
+	if c.Name != "premium" || c.Quantum != 512 || c.Dispatched != 1 || c.DispatchedCost != 100 {
 		t.Errorf("got %+v, want premium, quantum 512, 1 request of cost 100 served", c)
 	}
-	if c.Pending != 1 || c.OldestWaitSeconds != 3 {
-		t.Errorf("got pending %d, oldest wait %v s; want 1 and 3 s", c.Pending, c.OldestWaitSeconds)
+	if c.Pending != 1 || c.OldestWaitMs != 3000 {
+		t.Errorf("got pending %d, oldest wait %d ms; want 1 and 3000 ms", c.Pending, c.OldestWaitMs)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -47,7 +47,7 @@ func TestViewServedQuantumAndOldestWait(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"name", "pending_requests", "deficit", "quantum", "dispatched_requests", "dispatched_cost", "oldest_wait_seconds"} {
+	for _, k := range []string{"name", "pending_requests", "deficit", "quantum", "dispatched", "dispatched_cost", "oldest_wait_ms"} {
 		if _, ok := raw.Classes[0][k]; !ok {
 			t.Errorf("the class's JSON lacks %q: %s", k, b)
 		}
