@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
+	"fairdispatch/ingest"
 )
 
 // TestViewServedCostAndQuantum: the view's classes carry the quantum,
@@ -51,5 +52,26 @@ func TestViewServedCostAndQuantum(t *testing.T) {
 		if _, ok := raw.Classes[0][k]; !ok {
 			t.Errorf("the class's JSON lacks %q: %s", k, b)
 		}
+	}
+}
+
+// BenchmarkPublishViewHeld measures a snapshot with 100,000 requests queued
+// (the default --max-held): the pass over the held requests dominates.
+func BenchmarkPublishViewHeld(b *testing.B) {
+	f := newFixture(b, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 5000) // busy: everything queues
+	hdr := nats.Header{"Dispatch-ISL-Tokens": {"512"}}
+	for i := range 100000 {
+		m := &fakeMsg{hdr: hdr, stream: uint64(i + 1)}
+		d := ingest.Delivery{Msg: m, StreamSeq: uint64(i + 1), Published: f.now.Add(time.Duration(i)), Token: "premium"}
+		d.Headers, _ = ingest.Decode(hdr)
+		f.a.admit(f.now, &d)
+	}
+	if q := f.a.d.Scheduler.Queued(0); q != 100000 {
+		b.Fatalf("queued %d, want 100000", q)
+	}
+	for b.Loop() {
+		f.a.publishView(f.now)
 	}
 }
