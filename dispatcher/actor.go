@@ -14,6 +14,7 @@ import (
 	"fairdispatch/bus"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/kvindex"
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
@@ -62,7 +63,16 @@ type Deps struct {
 	Gate        PullGate // closed during a fleet outage; nil: none
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
+	Trace       Tracer // the traffic trace; nil: none
 	Log         zerolog.Logger
+	// KV is the KV cache index the scheduler scores with (the one in its
+	// Config); the actor applies the workers' events to it. nil: none.
+	KV *kvindex.Index
+	// KVResync asks a worker to resynchronise a rank (bus.RequestKVResync);
+	// nil: never asked.
+	KVResync func(worker string, rank int32) error
+	// KVMetrics counts the index's events and records its size; nil: none.
+	KVMetrics *metrics.KV
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
@@ -102,6 +112,8 @@ type Actor struct {
 	results     *mailbox[bus.Result]
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
+	done        *mailbox[doneRecord]
+	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
@@ -123,6 +135,10 @@ type Actor struct {
 	outSince    int64                // since when, Unix ns
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
+
+	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
+	kvStale []kvindex.Rank // scratch
+	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
 	stats  []scheduler.ClassStats // scratch for publishView
 	served map[string]*served     // per class name, for the view (view.go)
@@ -161,6 +177,8 @@ func New(cfg Config, d Deps) *Actor {
 		results:     newMailbox[bus.Result](),
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
+		done:        newMailbox[doneRecord](),
+		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
@@ -179,6 +197,9 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	if a.d.Gate == nil {
 		a.d.Gate = noGate{}
+	}
+	if a.d.Trace == nil {
+		a.d.Trace = noTracer{}
 	}
 	a.cur = newTerm(d.Consumer)
 	a.term.Store(a.cur)
@@ -327,6 +348,15 @@ func (a *Actor) Run(ctx context.Context) {
 			for _, d := range a.dlq.take() {
 				a.deadLettered(d)
 			}
+		case <-a.done.wake:
+			for _, d := range a.done.take() {
+				a.settle(d)
+			}
+		case <-a.kv.wake:
+			evs := a.kv.take()
+			for i := range evs {
+				a.applyKV(&evs[i])
+			}
 		case req := <-a.thresholds:
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
@@ -344,6 +374,7 @@ func (a *Actor) Run(ctx context.Context) {
 		case <-tick.C:
 			now := a.cfg.Now()
 			a.tick(now)
+			a.kvTick(now)
 			if now.Sub(lastView) >= time.Second {
 				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)

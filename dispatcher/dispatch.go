@@ -142,6 +142,7 @@ func (a *Actor) answer(res bus.Result) {
 	a.inFlight--
 	now := a.cfg.Now()
 	a.d.Metrics.Handshake(res.Outcome.String())
+	a.traceDispatch(now, h, res.Outcome.String())
 	if res.Outcome == bus.Accepted {
 		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap

@@ -146,7 +146,7 @@ func (a *Actor) publishView(now time.Time) {
 
 	m := a.d.Metrics
 	for k, c := range v.Classes {
-		m.SetClass(k, metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit})
+		m.SetClass(k, metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit, Keys: c.Keys})
 	}
 	a.workerLoads = a.workerLoads[:0]
 	for _, w := range v.Workers {

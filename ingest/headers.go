@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/request"
 )
 
@@ -20,16 +21,21 @@ const (
 	MaxRank       = 65535      // Dispatch-DP-Rank
 	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
 	MaxTokenLen   = 128        // bytes in a worker id or a taint
+	MaxKeyLen     = 64         // bytes in a Dispatch-Fairness-Key
 	// MaxListItems bounds the items of each list header: Dispatch-Worker-Overlap,
 	// Dispatch-Allowed-Workers, Dispatch-Required-Taints and
 	// Dispatch-Preferred-Taints. A longer list is malformed (bad_request).
 	MaxListItems = 256
 	// MaxValueBytes bounds the length in bytes of the value of Nats-Msg-Id and of
-	// each Dispatch-* header, surrounding whitespace included. A longer value is
+	// each Dispatch-* header but Dispatch-Block-Hashes, surrounding whitespace included. A longer value is
 	// malformed (bad_request). Every valid value of docs/protocol.md, Request headers fits easily: the
 	// longest, a 256-item overlap list, is under 37 KiB. The whole message, headers
 	// and body, is bounded by the NATS server's max_payload.
 	MaxValueBytes = 64 << 10
+	// MaxHashValueBytes bounds the value of Dispatch-Block-Hashes instead of
+	// MaxValueBytes: kvindex.MaxHashes hashes take 87,382 bytes, and the rest
+	// leaves room for the optional whitespace.
+	MaxHashValueBytes = 96 << 10
 )
 
 // Header names, spelt as in docs/protocol.md, Request headers. Dispatch-* names match case-insensitively.
@@ -47,6 +53,8 @@ const (
 	HeaderPreferred = "Dispatch-Preferred-Taints"
 	HeaderDeadline  = "Dispatch-Deadline-Ms"
 	HeaderReplyTo   = "Dispatch-Reply-To"
+	HeaderKey       = "Dispatch-Fairness-Key"
+	HeaderHashes    = "Dispatch-Block-Hashes"
 )
 
 // Slots of the Dispatch-* headers, in the order of the docs/protocol.md, Request headers table; Decode
@@ -64,6 +72,8 @@ const (
 	hPreferred
 	hDeadline
 	hReplyTo
+	hKey
+	hHashes
 	numHeaders
 )
 
@@ -71,6 +81,8 @@ const (
 var names = [numHeaders]string{
 	HeaderISL, HeaderCached, HeaderOverlap, HeaderStrict, HeaderPriority, HeaderWorker,
 	HeaderRank, HeaderAllowed, HeaderRequired, HeaderPreferred, HeaderDeadline, HeaderReplyTo,
+	HeaderKey,
+	HeaderHashes,
 }
 
 const dispatchPrefix = "Dispatch-"
@@ -92,6 +104,10 @@ type Headers struct {
 	DeadlineMs  uint64            // Dispatch-Deadline-Ms, milliseconds after publication, <= MaxDeadlineMs
 	HasDeadline bool              // Dispatch-Deadline-Ms is present (0 is a valid deadline)
 	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
+	Key         string            // Dispatch-Fairness-Key: 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-]; "" when absent
+	// Hashes is Dispatch-Block-Hashes: the prompt's chained block hashes, 1 to
+	// kvindex.MaxHashes of them; nil when absent. Decoded into a new slice.
+	Hashes []uint64
 }
 
 // HeaderError names a malformed header (docs/protocol.md, Request headers: the request is rejected as
@@ -127,7 +143,7 @@ func cut(s string) string {
 // Matching: Nats-Msg-Id matches exactly (it is JetStream's own header). Dispatch-*
 // names match case-insensitively; Decode walks the keys once and classifies each
 // with an ASCII case fold, so the cost is O(number of keys + total value length)
-// and nothing is allocated unless a list header is present.
+// and nothing is allocated unless a list header or Dispatch-Block-Hashes is present.
 //
 // Repeats: a name with several values counts its first value. When the same header
 // arrives under differently-cased names (a nats.Header keeps the case as sent, and
@@ -149,7 +165,9 @@ func cut(s string) string {
 // Duplicate items inside one list are kept as sent.
 //
 // Bounds: a value of Nats-Msg-Id or of a Dispatch-* header longer than
-// MaxValueBytes, and a list header with more than MaxListItems items, are
+// MaxValueBytes (Dispatch-Block-Hashes: MaxHashValueBytes), a list header with
+// more than MaxListItems items, and a Dispatch-Block-Hashes of more than
+// kvindex.MaxHashes hashes, are
 // malformed; both are checked before anything is parsed or allocated, so a
 // hostile value costs at most one scan of its bytes. An oversized Nats-Msg-Id is
 // reported under that name and left out (MsgID is then "", and the default
@@ -201,7 +219,7 @@ func Decode(h nats.Header) (Headers, error) {
 	// An oversized value is reported in its slot's place in table order, and
 	// the slot is then treated as absent.
 	for i := range numHeaders {
-		if present&(1<<i) != 0 && len(vals[i]) > MaxValueBytes {
+		if present&(1<<i) != 0 && len(vals[i]) > maxValue(i) {
 			present &^= 1 << i
 			oversize |= 1 << i
 		}
@@ -209,7 +227,7 @@ func Decode(h nats.Header) (Headers, error) {
 	has := func(i int) bool { return present&(1<<i) != 0 }
 	big := func(i int) {
 		if oversize&(1<<i) != 0 {
-			note(headerErr(i, vals[i], tooLong))
+			note(headerErr(i, vals[i], longerThan(maxValue(i))))
 		}
 	}
 
@@ -319,10 +337,53 @@ func Decode(h nats.Header) (Headers, error) {
 			d.ReplyTo = v
 		}
 	}
+	big(hKey)
+	if has(hKey) {
+		v := trim(vals[hKey])
+		if r := checkKey(v); r != "" {
+			note(headerErr(hKey, vals[hKey], r))
+		} else {
+			d.Key = v
+		}
+	}
+	big(hHashes)
+	if has(hHashes) {
+		hs, err := kvindex.DecodeHashes(nil, trim(vals[hHashes]))
+		if err != nil {
+			note(headerErr(hHashes, vals[hHashes], err.Error()))
+		} else {
+			d.Hashes = hs
+		}
+	}
 	if first != nil {
 		return d, first
 	}
 	return d, nil
+}
+
+// checkKey returns "" when s is a fairness key (docs/protocol.md, Request
+// headers: 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-]), else the reason.
+func checkKey(s string) string {
+	switch {
+	case s == "":
+		return "is not a fairness key (empty)"
+	case len(s) > MaxKeyLen:
+		return "is not a fairness key (longer than " + strconv.Itoa(MaxKeyLen) + " bytes)"
+	}
+	for i := 0; i < len(s); i++ {
+		if !keyChars[s[i]] {
+			return "is not a fairness key (invalid character)"
+		}
+	}
+	return ""
+}
+
+// maxValue returns the bound on the value length of a slot's header.
+func maxValue(slot int) int {
+	if slot == hHashes {
+		return MaxHashValueBytes
+	}
+	return MaxValueBytes
 }
 
 // slotOf returns the slot of a Dispatch-* header name in any case, or -1.
@@ -440,6 +501,7 @@ func isRangeErr(err error) bool {
 var (
 	workerChars = charset("_-")
 	taintChars  = charset("_.:/-")
+	keyChars    = charset("_.:@-")
 )
 
 func charset(extra string) [256]bool {
@@ -505,9 +567,11 @@ func items(s string) int { return strings.Count(s, ",") + 1 }
 
 // The reasons of the size bounds.
 var (
-	tooLong = "is longer than " + strconv.Itoa(MaxValueBytes) + " bytes"
+	tooLong = longerThan(MaxValueBytes)
 	tooMany = "has more than " + strconv.Itoa(MaxListItems) + " items"
 )
+
+func longerThan(n int) string { return "is longer than " + strconv.Itoa(n) + " bytes" }
 
 // checkItems returns the reason when s has more than MaxListItems items, else
 // "". It runs before the list is allocated, so that a value of commas cannot

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/request"
 )
 
@@ -59,6 +60,18 @@ var decodeCases = []decodeCase{
 	{name: "msg id repeated", h: hdr("Nats-Msg-Id", "r1", "Nats-Msg-Id", "r2"), want: with(func(d *Headers) { d.MsgID = "r1" })},
 	{name: "msg id other case ignored", h: hdr("nats-msg-id", "r1"), want: with(nil)},
 	{name: "msg id empty", h: hdr("Nats-Msg-Id", ""), want: with(nil)},
+
+	// Dispatch-Fairness-Key: 1 to 64 bytes of [A-Za-z0-9_.:@-].
+	{name: "key", h: hdr(HeaderKey, "tenant-7"), want: with(func(d *Headers) { d.Key = "tenant-7" })},
+	{name: "key every char", h: hdr("dispatch-fairness-key", " a.B:c@d-e_9 "), want: with(func(d *Headers) { d.Key = "a.B:c@d-e_9" })},
+	{name: "key at max", h: hdr(HeaderKey, strings.Repeat("k", 64)), want: with(func(d *Headers) { d.Key = strings.Repeat("k", 64) })},
+	{name: "key past max", h: hdr(HeaderKey, strings.Repeat("k", 65)), wantErr: HeaderKey},
+	{name: "key empty", h: hdr(HeaderKey, ""), wantErr: HeaderKey},
+	{name: "key blank", h: hdr(HeaderKey, "  "), wantErr: HeaderKey},
+	{name: "key slash", h: hdr(HeaderKey, "a/b"), wantErr: HeaderKey},
+	{name: "key space inside", h: hdr(HeaderKey, "a b"), wantErr: HeaderKey},
+	{name: "key non-ascii", h: hdr(HeaderKey, "t\u00e9"), wantErr: HeaderKey},
+	{name: "key repeated first counts", h: hdr(HeaderKey, "a", HeaderKey, "b"), want: with(func(d *Headers) { d.Key = "a" })},
 
 	// Dispatch-ISL-Tokens.
 	{name: "isl", h: hdr(HeaderISL, "4096"), want: with(func(d *Headers) { d.ISL = 4096 })},
@@ -209,6 +222,21 @@ var decodeCases = []decodeCase{
 	{name: "reply empty", h: hdr(HeaderReplyTo, ""), wantErr: HeaderReplyTo},
 	{name: "reply case", h: hdr("dispatch-reply-to", "x.y"), want: with(func(d *Headers) { d.ReplyTo = "x.y" })},
 
+	// Dispatch-Block-Hashes: the vector of docs/protocol.md, Block hashes.
+	{name: "hashes", h: hdr(HeaderHashes, "wT_9PiW6dX6CFylZ_27bbA"), want: with(func(d *Headers) {
+		d.Hashes = []uint64{0x7e75ba253efd3fc1, 0x6cdb6eff59291782}
+	})},
+	{name: "hashes one, spaces, lower case", h: hdr("dispatch-block-hashes", " wT_9PiW6dX4\t"), want: with(func(d *Headers) {
+		d.Hashes = []uint64{0x7e75ba253efd3fc1}
+	})},
+	{name: "hashes empty", h: hdr(HeaderHashes, ""), wantErr: HeaderHashes},
+	{name: "hashes padded", h: hdr(HeaderHashes, "wT_9PiW6dX4="), wantErr: HeaderHashes},
+	{name: "hashes standard alphabet", h: hdr(HeaderHashes, "wT/9PiW6dX4"), wantErr: HeaderHashes},
+	{name: "hashes inner space", h: hdr(HeaderHashes, "wT_9P W6dX4"), wantErr: HeaderHashes},
+	{name: "hashes partial hash", h: hdr(HeaderHashes, "wT_9PiW6dX"), wantErr: HeaderHashes},
+	{name: "hashes trailing bits", h: hdr(HeaderHashes, "wT_9PiW6dX5"), wantErr: HeaderHashes},
+	{name: "hashes last in table order", h: hdr(HeaderHashes, "x", HeaderReplyTo, "a..b"), wantErr: HeaderReplyTo},
+
 	// Several headers; the first malformed one in table order is reported, and
 	// the others still decode.
 	{name: "typical", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "4096", HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
@@ -358,6 +386,9 @@ func checkBounds(t *testing.T, d Headers) {
 	if math.IsNaN(d.Jump) || d.Jump < 0 || d.Jump > MaxJump || math.Signbit(d.Jump) {
 		t.Fatalf("jump out of range: %v", d.Jump)
 	}
+	if d.Key != "" && checkKey(d.Key) != "" {
+		t.Fatalf("bad fairness key %q", d.Key)
+	}
 	if d.Pin.Rank < request.AnyRank || d.Pin.Rank > MaxRank {
 		t.Fatalf("rank out of range: %v", d.Pin.Rank)
 	}
@@ -401,6 +432,9 @@ func checkBounds(t *testing.T, d Headers) {
 	}
 	if d.ReplyTo != "" && checkSubject(d.ReplyTo) != "" {
 		t.Fatalf("bad reply subject %q", d.ReplyTo)
+	}
+	if d.Hashes != nil && (len(d.Hashes) == 0 || len(d.Hashes) > kvindex.MaxHashes) {
+		t.Fatalf("%d hashes", len(d.Hashes))
 	}
 }
 
@@ -449,6 +483,11 @@ func TestDecodeBounds(t *testing.T) {
 		// (3rd) before the allow-list (8th), and the others still decode.
 		{"order", hdr(HeaderAllowed, list("w", 300), HeaderOverlap, strings.Repeat("x", MaxValueBytes+1), HeaderReplyTo, "o.r"),
 			HeaderOverlap, "longer than", func(d Headers) bool { return d.ReplyTo == "o.r" && d.Overlap == nil && d.Allowed == nil }},
+		{"hashes at limit", hdr(HeaderHashes, "\t"+kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes))+" "), "", "",
+			func(d Headers) bool { return len(d.Hashes) == kvindex.MaxHashes }},
+		{"hashes over count", hdr(HeaderHashes, kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes+1))), HeaderHashes, "more than 8192 hashes",
+			func(d Headers) bool { return d.Hashes == nil }},
+		{"hashes over length", hdr(HeaderHashes, strings.Repeat("A", MaxHashValueBytes+1)), HeaderHashes, "longer than 98304 bytes", nil},
 		{"oversized worker leaves the pin off", hdr(HeaderWorker, strings.Repeat("w", MaxValueBytes+1), HeaderRank, "1"), HeaderWorker, "longer than",
 			func(d Headers) bool { return d.Pin == request.Target{Rank: request.AnyRank} }},
 	}

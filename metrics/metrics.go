@@ -85,8 +85,10 @@ type ClassState struct {
 	ISLTokens uint64
 	// CachedTokens is the sum of their cached input tokens.
 	CachedTokens uint64
-	// Deficit is the class's DRR deficit, in cost units (uncached tokens).
-	Deficit uint64
+	// Deficit is the class's DRR deficit, in cost units (uncached tokens); negative while the class owes settlement corrections.
+	Deficit int64
+	// Keys is the number of fairness keys the class tracks.
+	Keys int
 }
 
 // Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];
@@ -99,6 +101,7 @@ type Metrics struct {
 	pendingISL      []prometheus.Gauge
 	pendingCached   []prometheus.Gauge
 	deficit         []prometheus.Gauge
+	keys            []prometheus.Gauge
 	dispatched      []prometheus.Counter
 	queueWait       []prometheus.Observer
 
@@ -114,6 +117,8 @@ type Metrics struct {
 	sendFailed     *prometheus.CounterVec
 	dlqFailed      *prometheus.CounterVec
 	dlqRetries     prometheus.Counter
+	settlements    *prometheus.CounterVec
+	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
 	reported   *prometheus.GaugeVec
@@ -162,7 +167,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	pendingRequests := classVec("pending_requests", "Requests queued, per policy class.")
 	pendingISL := classVec("pending_isl_tokens", "Raw input tokens of the queued requests, per policy class.")
 	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
-	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens).")
+	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens); negative while the class owes settlement corrections.")
+	keys := classVec("fairness_keys", "Fairness keys a policy class tracks: backlogged, or owed a settlement.")
 	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
 	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "queue_wait_seconds",
@@ -177,6 +183,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		pendingISL:      make([]prometheus.Gauge, len(classes)),
 		pendingCached:   make([]prometheus.Gauge, len(classes)),
 		deficit:         make([]prometheus.Gauge, len(classes)),
+		keys:            make([]prometheus.Gauge, len(classes)),
 		dispatched:      make([]prometheus.Counter, len(classes)),
 		queueWait:       make([]prometheus.Observer, len(classes)),
 		rejected:        make([][]prometheus.Counter, len(classes)+1),
@@ -186,6 +193,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
+		settlements:    counterVec("settlements_total", "Completion records received, per outcome: settled (the correction applied), unknown, foreign, already_settled (ignored, docs/design.md, Cost settlement), invalid (did not parse), backlog (dropped: too many waiting).", "outcome"),
+		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
 		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
@@ -218,6 +227,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		m.pendingISL[k] = pendingISL.WithLabelValues(c)
 		m.pendingCached[k] = pendingCached.WithLabelValues(c)
 		m.deficit[k] = deficit.WithLabelValues(c)
+		m.keys[k] = keys.WithLabelValues(c)
 		m.dispatched[k] = dispatched.WithLabelValues(c)
 		m.queueWait[k] = queueWait.WithLabelValues(c)
 	}
@@ -244,12 +254,17 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	for _, a := range dlqActions {
 		m.dlqFailed.WithLabelValues(a)
 	}
+	for _, o := range []string{"settled", "unknown", "foreign", "already_settled", "invalid", "backlog"} {
+		m.settlements.WithLabelValues(o)
+	}
+	m.correction.WithLabelValues("under")
+	m.correction.WithLabelValues("over")
 
 	if reg != nil {
-		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
+		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
-		reg.MustRegister(m.unknownToken)
+		reg.MustRegister(m.unknownToken, m.settlements, m.correction)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
@@ -344,6 +359,18 @@ func (m *Metrics) SendFailed(fault string) { m.sendFailed.WithLabelValues(fault)
 // action one of the DLQ constants.
 func (m *Metrics) DeadLetterFailed(action string) { m.dlqFailed.WithLabelValues(action).Inc() }
 
+// Settlement counts one completion record by outcome (docs/design.md, Cost
+// settlement) and adds the correction it applied, in cost units.
+func (m *Metrics) Settlement(outcome string, correction int64) {
+	m.settlements.WithLabelValues(outcome).Inc()
+	switch {
+	case correction > 0:
+		m.correction.WithLabelValues("under").Add(float64(correction))
+	case correction < 0:
+		m.correction.WithLabelValues("over").Add(float64(-correction))
+	}
+}
+
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }
 
@@ -362,6 +389,7 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingISL[k].Set(float64(s.ISLTokens))
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
+	m.keys[k].Set(float64(s.Keys))
 }
 
 // SetOldestQueued sets the age, in seconds, of the oldest request of class k

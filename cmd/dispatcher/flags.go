@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"fairdispatch/bus"
+	"fairdispatch/kvindex"
 	"fairdispatch/naming"
+	"fairdispatch/recorder"
 )
 
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
@@ -29,6 +32,7 @@ type settings struct {
 	noWorkersTimeout                                          time.Duration
 	blockSize, temperature, overlapCredit, prefillScale, decW float64
 	maxHeld, inFlight, maxWorkers                             int
+	maxKeysPerClass                                           int
 	logLevel, logFormat                                       string
 	checkConfig, healthProbe                                  string
 	election, pprof                                           bool
@@ -36,6 +40,14 @@ type settings struct {
 	instanceID                                                string
 	demo                                                      bool
 	demoPerClass                                              int
+	record                                                    string // --record FILE
+	recordStream                                              bool
+	recordStreamBytes                                         int64
+	recordBuffer                                              int
+	kvIndex                                                   bool
+	kvWeights                                                 string
+	kvMaxBlocks                                               int
+	kvMaxAge                                                  time.Duration
 	version                                                   bool
 }
 
@@ -93,7 +105,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
 	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
 	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
-	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of both streams (1 to 5)")
+	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of every stream (1 to 5)")
 	fs.StringVar(&s.httpAddr, "http-addr", "127.0.0.1:8080", "admin HTTP listen address")
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token guarding the admin write routes; empty: unguarded")
 	fs.Var(&s.decodeBlocks, "active-decode-blocks-threshold", "overload when kv_used or active_decode blocks exceed this fraction of total_kv_blocks (unset: off)")
@@ -103,7 +115,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.queuePolicy, "queue-policy", "fcfs", "without --policy-config: fcfs or wspt")
 	fs.DurationVar(&s.ackWait, "ack-wait", 30*time.Second, "request consumer ack wait")
 	fs.DurationVar(&s.dispatchTimeout, "dispatch-timeout", 2*time.Second, "how long a worker may take to accept or refuse")
-	fs.DurationVar(&s.dupWindow, "duplicate-window", 2*time.Minute, "JetStream duplicate window of both streams")
+	fs.DurationVar(&s.dupWindow, "duplicate-window", 2*time.Minute, "JetStream duplicate window of every stream")
 	fs.Float64Var(&s.blockSize, "block-size", 16, "tokens per KV block in worker scoring (> 0)")
 	fs.Float64Var(&s.temperature, "router-temperature", 0, "worker selection temperature (>= 0; 0: lowest cost)")
 	fs.Float64Var(&s.overlapCredit, "overlap-score-credit", 1, "credit per cached block in worker scoring")
@@ -111,9 +123,14 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.Float64Var(&s.decW, "decode-active-request-weight", 0, "weight of active requests in worker scoring")
 	fs.DurationVar(&s.grace, "startup-grace", 3*time.Second, "wait this long for load reports before dispatching or failing anything")
 	fs.DurationVar(&s.noWorkersTimeout, "no-workers-timeout", 0, "fail the held requests as no_endpoints once no worker has been live this long (0: hold them until a worker reports)")
+	fs.BoolVar(&s.kvIndex, "kv-index", false, "keep an index of the workers' KV caches from the <Q>_KV stream and score requests carrying Dispatch-Block-Hashes by it")
+	fs.StringVar(&s.kvWeights, "kv-tier-weights", "device=1,host=0.75,disk=0.5,shared=0.5", "with --kv-index: each cache tier's weight per block, in [0, 1]")
+	fs.IntVar(&s.kvMaxBlocks, "kv-max-blocks", kvindex.DefaultMaxBlocks, "with --kv-index: most (rank, block) pairs in the index (>= 1); past it the largest rank is dropped and resynchronised")
+	fs.DurationVar(&s.kvMaxAge, "kv-max-age", bus.DefaultKVMaxAge, "max age of the <Q>_KV stream when the dispatcher creates it (> 0)")
 	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
 	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
+	fs.IntVar(&s.maxKeysPerClass, "max-keys-per-class", 100000, "most fairness keys a class tracks at once (backlogged or owed a settlement); further new keys share the key _overflow")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
 	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader (fairdispatch_<prefix>_leader for another --subject-prefix)")
@@ -124,6 +141,10 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
+	fs.StringVar(&s.record, "record", "", "record the traffic trace (arrivals, dispatches, rejections; no bodies) to this file as JSON lines (docs/protocol.md, Trace records)")
+	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
+	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", recorder.DefaultStreamMaxBytes, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
+	fs.IntVar(&s.recordBuffer, "record-buffer", recorder.DefaultBuffer, "records buffered between the queue actor and the trace writer; beyond it records are dropped and counted")
 	fs.BoolVar(&s.version, "version", false, "print the version, VCS revision and time, and Go version, and exit (no environment variable)")
 	return fs
 }
@@ -198,6 +219,15 @@ func (s *settings) validate() error {
 	if s.grace < 0 {
 		bad = append(bad, fmt.Sprintf("--startup-grace %v: want >= 0", s.grace))
 	}
+	if _, err := kvindex.ParseWeights(s.kvWeights); err != nil {
+		bad = append(bad, fmt.Sprintf("--kv-tier-weights %q: %v", s.kvWeights, err))
+	}
+	if s.kvMaxBlocks < 1 {
+		bad = append(bad, fmt.Sprintf("--kv-max-blocks %d: want >= 1", s.kvMaxBlocks))
+	}
+	if s.kvMaxAge <= 0 {
+		bad = append(bad, fmt.Sprintf("--kv-max-age %v: want > 0", s.kvMaxAge))
+	}
 	if s.noWorkersTimeout < 0 {
 		bad = append(bad, fmt.Sprintf("--no-workers-timeout %v: want >= 0", s.noWorkersTimeout))
 	}
@@ -221,6 +251,9 @@ func (s *settings) validate() error {
 	if s.inFlight < 0 || s.maxWorkers < 1 {
 		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
 	}
+	if s.maxKeysPerClass < 1 {
+		bad = append(bad, "--max-keys-per-class must be >= 1")
+	}
 	if s.leaseTTL < 200*time.Millisecond || s.leaseTTL > time.Minute {
 		bad = append(bad, fmt.Sprintf("--lease-ttl %v: want 200ms to 1m", s.leaseTTL))
 	}
@@ -229,6 +262,9 @@ func (s *settings) validate() error {
 	}
 	if _, err := naming.New(s.prefix); err != nil {
 		bad = append(bad, fmt.Sprintf("--subject-prefix: %v", err))
+	}
+	if s.recordBuffer < 1 || s.recordStreamBytes < 1 {
+		bad = append(bad, fmt.Sprintf("--record-buffer %d, --record-stream-max-bytes %d: want >= 1", s.recordBuffer, s.recordStreamBytes))
 	}
 	if s.logFormat != "console" && s.logFormat != "json" {
 		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))

@@ -25,6 +25,7 @@ import (
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/kvindex"
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
 	"fairdispatch/naming"
@@ -85,7 +86,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	if s.storage == "memory" {
 		storage = jetstream.MemoryStorage
 	}
-	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: storage, DuplicateWindow: s.dupWindow}); err != nil {
+	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: storage, DuplicateWindow: s.dupWindow, KVMaxAge: s.kvMaxAge}); err != nil {
 		return err
 	}
 
@@ -99,7 +100,20 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	bv, brev, bgo := buildinfo.Read().Label()
 	metrics.RegisterBuildInfo(reg, bv, brev, bgo)
 
+	var kv *kvindex.Index
+	var kvMetrics *metrics.KV
+	if s.kvIndex {
+		w, err := kvindex.ParseWeights(s.kvWeights) // validated with the other flags
+		if err != nil {
+			return err
+		}
+		if kv, err = kvindex.New(kvindex.Config{Weights: w, MaxBlocks: s.kvMaxBlocks}); err != nil {
+			return err
+		}
+		kvMetrics = metrics.NewKV(reg, dispatcher.KVTiers)
+	}
 	sched := scheduler.New(scheduler.Config{
+		KV:     kv,
 		Policy: pol,
 		Thresholds: filters.Thresholds{
 			DecodeBlocks: s.decodeBlocks.v, PrefillTokens: s.prefillTokens.v, PrefillFrac: s.prefillTokensFrac.v,
@@ -110,6 +124,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		Rand:             rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 		MaxWorkers:       s.maxWorkers,
 		NoWorkersTimeout: int64(s.noWorkersTimeout),
+		MaxKeysPerClass:  s.maxKeysPerClass,
 	}, time.Now().UnixNano())
 
 	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
@@ -126,11 +141,19 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
+	rec, err := startRecorder(ctx, s, nc, js, names, reg, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rec.Close() }() // after the actor has stopped
 	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
-		Metrics: m, Log: log,
+		Metrics: m, Trace: tracer(rec), Log: log,
+		KV:        kv,
+		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
+		KVMetrics: kvMetrics,
 	})
 	act.Store(a)
 	if !nc.IsConnected() {
@@ -149,6 +172,20 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 	defer sub.Unsubscribe()
+	doneSub, err := bus.SubscribeDone(nc, s.prefix, a.CompletionRecord)
+	if err != nil {
+		return err
+	}
+	defer doneSub.Unsubscribe()
+	if kv != nil {
+		// Read <Q>_KV from its first message: this rebuilds the index after
+		// a restart (docs/protocol.md, Resynchronisation).
+		stopKV, err := bus.ConsumeKV(ctx, js, names.KVStream(), names.KVAll(), func(m bus.KVMessage) { a.KVEvent(m.Token, m.Data, m.Published) })
+		if err != nil {
+			return err
+		}
+		defer stopKV()
+	}
 
 	// Roles: with leader election (the default) this process pulls and
 	// dispatches only while it holds the lease; a standby keeps its registry
@@ -204,6 +241,9 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		}()
 	}
 	a.Run(actorCtx)
+	if err := rec.Close(); err != nil {
+		log.Warn().Err(err).Msg("trace file not closed cleanly")
+	}
 	stopElect()
 	<-electDone
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
