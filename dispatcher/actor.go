@@ -140,6 +140,9 @@ type Actor struct {
 	kvStale []kvindex.Rank // scratch
 	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
+	stats  []scheduler.ClassStats // scratch for publishView
+	served map[string]*served     // per class name, for the view (view.go)
+
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
@@ -184,6 +187,7 @@ func New(cfg Config, d Deps) *Actor {
 		hdr:         make(nats.Header, 16),
 		connected:   true,
 		conflictLog: make(map[string]time.Time),
+		served:      make(map[string]*served),
 		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()
