@@ -81,6 +81,11 @@
 // allow-list, O(R + W × required taints × log taints) otherwise;
 // Thresholds.Overloaded O(ranks of the worker); Selector.Select O(R + W × preferred
 // taints × log taints), and it does not allocate once its scratch space has grown.
+// An unconstrained request at temperature 0, with 16 live workers or more, is
+// placed from the rank index instead (index.go; docs/design.md, Worker
+// selection index): O(ranks of the workers changed since the last Select ×
+// log distinct loads) plus the buckets tied near the least cost, with the
+// scan's decisions exactly.
 //
 // # Concurrency
 //

@@ -49,17 +49,37 @@ type Selector struct {
 	cands []candidate
 	kv    kvindex.Overlaps // scratch: the overlaps of the request being placed
 	useKV bool
+	// index serves unconstrained requests without a scan (index.go); Scan
+	// turns it off, for comparison.
+	index index
+	// Scan, when true, makes every request use the scan over all ranks.
+	Scan bool
+	// scanBelow: with fewer live workers, the scan is cheaper than keeping
+	// the index up to date (BenchmarkSelect), and serves every request.
+	scanBelow int
 }
+
+// scanBelowWorkers is the default of Selector.scanBelow.
+const scanBelowWorkers = 16
 
 // NewSelector returns a selector drawing its randomness (ties, temperature) from src.
 func NewSelector(s Scoring, t Thresholds, src *rand.Rand) *Selector {
-	return &Selector{Scoring: s, Thresholds: t, rand: src}
+	return &Selector{Scoring: s, Thresholds: t, rand: src, scanBelow: scanBelowWorkers}
 }
 
 // Select returns the rank that request r goes to, or the code of why it can go
 // nowhere. Pinned requests are checked in the order of docs/design.md, Worker selection: allow-list,
 // then liveness, rank and taints, then overload.
+//
+// An unconstrained request (no pin, allow-list, taints or overlap, at
+// temperature 0) is served by an index of the ranks by load, in O(log ranks)
+// amortised per changed rank plus the ranks tied at the least cost: see
+// docs/design.md, Worker selection index. Any other request scans, and so
+// does every request while fewer than 16 workers are live.
 func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, request.Code) {
+	if !s.Scan && reg.Len() >= s.scanBelow && s.unconstrained(r) {
+		return s.selectIndexed(reg, r)
+	}
 	s.cands = s.cands[:0]
 	s.useKV = s.KV != nil && r.Route != nil && r.Route.Hashes != nil
 	if s.useKV {
@@ -130,15 +150,21 @@ func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 			// The index's overlap is in blocks, weighted by tier.
 			credit = sc.OverlapCredit * s.kv.Of(w.ID, rank).Weighted
 		}
-		l := w.Ranks[i].Load()
-		prefill := (float64(l.ActivePrefillTokens)+isl)/sc.BlockSize - credit
-		if prefill < 0 {
-			prefill = 0
-		}
-		cost := sc.PrefillScale*prefill + float64(l.ActiveDecodeBlocks) +
-			reqBlocks + sc.DecodeRequestWeight*float64(l.ActiveRequests)
-		s.cands = append(s.cands, candidate{w, rank, cost * factor})
+		s.cands = append(s.cands, candidate{w, rank, s.cost(w.Ranks[i].Load(), isl, reqBlocks, credit, factor)})
 	}
+}
+
+// cost is the cost of a rank with load l (docs/design.md, Worker selection).
+// The scan and the index both score with it, so that they agree to the bit.
+func (s *Selector) cost(l workers.Load, isl, reqBlocks, credit, factor float64) float64 {
+	sc := &s.Scoring
+	prefill := (float64(l.ActivePrefillTokens)+isl)/sc.BlockSize - credit
+	if prefill < 0 {
+		prefill = 0
+	}
+	cost := sc.PrefillScale*prefill + float64(l.ActiveDecodeBlocks) +
+		reqBlocks + sc.DecodeRequestWeight*float64(l.ActiveRequests)
+	return cost * factor
 }
 
 // pick chooses among the scored candidates: the lowest cost at temperature 0

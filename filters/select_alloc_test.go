@@ -3,6 +3,7 @@
 package filters_test
 
 import (
+	"fmt"
 	"testing"
 
 	"fairdispatch/filters"
@@ -69,5 +70,31 @@ func TestSelectWithKVDoesNotAllocate(t *testing.T) {
 	s.Select(reg, r)
 	if got := testing.AllocsPerRun(100, func() { s.Select(reg, r) }); got != 0 {
 		t.Errorf("few hits: Select allocs: got %v, want 0", got)
+	}
+}
+
+// TestIndexedSelectDoesNotAllocate: the indexed path (an unconstrained
+// request) allocates nothing once warm, while bookings and releases move ranks
+// between buckets of the index.
+func TestIndexedSelectDoesNotAllocate(t *testing.T) {
+	var specs []spec
+	for i := range 20 { // enough workers for the index (16 or more)
+		specs = append(specs, spec{id: fmt.Sprintf("w%02d", i), prefill: []uint64{0, 16, uint64(i)}})
+	}
+	reg := registry(t, specs...)
+	s := newSelector(filters.DefaultScoring(), filters.Thresholds{}, 1)
+	r := &request.Snapshot{ISL: 16, Cost: 16}
+	cycle := func() {
+		ch, code := s.Select(reg, r)
+		if code != "" {
+			t.Fatalf("Select: %s", code)
+		}
+		reg.Unbook(ch.Worker, reg.Book(0, ch.Worker, ch.Rank, r.Cost))
+	}
+	for range 100 {
+		cycle()
+	}
+	if got := testing.AllocsPerRun(100, cycle); got != 0 {
+		t.Errorf("Select, Book, Unbook allocs: got %v, want 0", got)
 	}
 }

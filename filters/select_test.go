@@ -107,6 +107,7 @@ func TestSelectAllOverloadedVsIneligible(t *testing.T) {
 	}
 	// An excluded worker is overloaded for selection.
 	reg.Get("b").Excluded = true
+	reg.Touch(reg.Get("b")) // a change made outside the registry
 	if _, code := s.Select(reg, &request.Snapshot{}); code != request.AllWorkersOverloaded {
 		t.Errorf("Select with b excluded: got %q, want %q", code, request.AllWorkersOverloaded)
 	}

@@ -97,6 +97,15 @@
 // amortised; Unbook O(B); Expire O(W + dropped bookings); Resume O(W + B); Get
 // O(1); All O(1).
 //
+// # Change journal
+//
+// Every call that can move a rank's load, a worker's exclusion or its
+// liveness journals the worker once; [Registry.Changed] drains the journal, so
+// that an index over the ranks (filters.Selector) updates only what moved. A
+// field changed outside the registry needs [Registry.Touch]. The journal holds
+// at most twice the live workers plus 64; past that it is dropped and Changed
+// says to look at all of them.
+//
 // # Concurrency
 //
 // Not safe for concurrent use: one goroutine (the dispatcher's queue actor)

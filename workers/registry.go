@@ -68,6 +68,7 @@ type Worker struct {
 	// MaxActive is max_active_requests, each rank's capacity in requests; 0: none.
 	MaxActive  uint64
 	TTL        int64 // nanoseconds
+	journaled  bool  // in Registry.changed
 	LastReport int64 // Unix nanoseconds of the last valid report
 	// Excluded is set while the worker is left out of selection after a
 	// refusal ([Registry.Refused]), until ExcludedUntil (Unix nanoseconds), or
@@ -130,6 +131,48 @@ type Change struct {
 	Owner, Other string
 }
 
+// touch journals w as changed (see [Registry.Changed]). The journal is
+// bounded: past twice the live workers (plus a margin) it is dropped and the
+// next Changed says to look at every worker.
+func (g *Registry) touch(w *Worker) {
+	if w.journaled || g.overflow {
+		return
+	}
+	if len(g.changed) >= 2*len(g.list)+64 {
+		for _, x := range g.changed {
+			x.journaled = false
+		}
+		clear(g.changed)
+		g.changed, g.overflow = g.changed[:0], true
+		return
+	}
+	w.journaled = true
+	g.changed = append(g.changed, w)
+}
+
+// Touch journals w as changed. Call it after changing a field of w outside
+// the registry (Rank.Latch, or a test setting Excluded), so that an index
+// following [Registry.Changed] sees it.
+func (g *Registry) Touch(w *Worker) { g.touch(w) }
+
+// Changed returns the workers that may have changed (reports, bookings,
+// releases, exclusions, expiry: anything that moves a rank's load or a
+// worker's membership in selection) since the last call, each once, and
+// starts a new journal. A worker that is no longer live is listed too: check
+// with Get. When all is true the journal overflowed and the caller must treat
+// every live worker (All) as changed, and forget the others. The slice is
+// valid until the next call that changes the registry. It lets an index over
+// the ranks (filters.Selector) update only what moved. O(1) amortised per
+// change.
+func (g *Registry) Changed() (ws []*Worker, all bool) {
+	ws, all = g.changed, g.overflow
+	for _, w := range ws {
+		w.journaled = false
+	}
+	g.changed, g.overflow = g.changed[:0], false
+	return ws, all
+}
+
 // Registry holds the live workers. It is not safe for concurrent use.
 type Registry struct {
 	byID map[string]*Worker
@@ -142,6 +185,10 @@ type Registry struct {
 	// one coming back never reuses a number still in flight (docs/protocol.md, Load report).
 	nextSeq map[string]uint64
 	aged    []*Worker
+	// changed journals the workers whose load, membership or liveness may
+	// have changed since the last [Registry.Changed] drain, once each.
+	changed  []*Worker
+	overflow bool
 }
 
 // New returns an empty registry.
@@ -187,6 +234,7 @@ func (g *Registry) Apply(now int64, r Report) (*Worker, Change, bool) {
 		g.list = slices.Insert(g.list, i, w)
 		ch.New = true
 	}
+	g.touch(w)
 	if !ch.New && r.Instance != w.Instance {
 		if !w.Draining && now-w.LastReport <= w.TTL {
 			if w.rival != r.Instance {
@@ -286,6 +334,7 @@ func (g *Registry) Book(now int64, w *Worker, rank int32, cost uint64) uint64 {
 	rk := &w.Ranks[i]
 	rk.Booked = sat(rk.Booked, cost)
 	rk.BookedRequests++
+	g.touch(w)
 	g.probe(w)
 	return seq
 }
@@ -309,6 +358,7 @@ func (g *Registry) Refused(now int64, w *Worker, seq uint64) {
 	if seq < w.probeFrom {
 		return
 	}
+	g.touch(w)
 	w.refusals++
 	d := MaxExclusion
 	if w.refusals <= 30 {
@@ -321,6 +371,7 @@ func (g *Registry) Refused(now int64, w *Worker, seq uint64) {
 // Accepted records that w accepted a dispatch: its refusals in a row reset and
 // any exclusion ends. It reports whether w was excluded.
 func (g *Registry) Accepted(w *Worker) bool {
+	g.touch(w)
 	w.refusals = 0
 	was := w.Excluded
 	w.Excluded, w.ExcludedUntil = false, 0
@@ -334,6 +385,7 @@ func (g *Registry) Unbook(w *Worker, seq uint64) bool {
 	if i == len(w.bookings) || w.bookings[i].seq != seq {
 		return false
 	}
+	g.touch(w)
 	b := w.bookings[i]
 	w.bookings = append(w.bookings[:i], w.bookings[i+1:]...)
 	rk := &w.Ranks[b.rank]
@@ -361,6 +413,7 @@ func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 				clear(g.nextSeq) // bounded memory; a flood of ids must not grow it
 			}
 			g.nextSeq[w.ID] = w.nextSeq
+			g.touch(w)
 			dst = append(dst, w)
 			continue
 		}
@@ -374,6 +427,7 @@ func (g *Registry) Expire(now int64, dst []*Worker) []*Worker {
 			changed = true
 		}
 		if changed {
+			g.touch(w)
 			g.aged = append(g.aged, w)
 		}
 		kept = append(kept, w)
