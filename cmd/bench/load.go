@@ -162,6 +162,7 @@ type publisher struct {
 	retry  chan *nats.Msg
 	errs   atomic.Int64
 	sent   atomic.Int64
+	keys   int // Dispatch-Fairness-Key values of the next runs, in turn; 0 or 1: none sent
 }
 
 func newPublisher(url string, window int) (*publisher, error) {
@@ -188,11 +189,18 @@ func newPublisher(url string, window int) (*publisher, error) {
 func (p *publisher) close() { p.nc.Close() }
 
 // message is request i of run t: one of subjects in turn, Dispatch-ISL-Tokens
-// isl (omitted when 0), a body of size bytes.
-func message(t *tracker, i int, subjects []string, isl uint64, size int) *nats.Msg {
+// isl (omitted when 0), a body of size bytes, and with keys > 1 the
+// Dispatch-Fairness-Key k<i mod keys>.
+func message(t *tracker, i int, subjects []string, isl uint64, size, keys int) *nats.Msg {
 	m := &nats.Msg{Subject: subjects[i%len(subjects)], Data: t.body(i, size)}
 	if isl > 0 {
 		m.Header = nats.Header{"Dispatch-ISL-Tokens": []string{strconv.FormatUint(isl, 10)}}
+	}
+	if keys > 1 {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header["Dispatch-Fairness-Key"] = []string{"k" + strconv.Itoa(i%keys)}
 	}
 	return m
 }
@@ -231,7 +239,7 @@ func (p *publisher) run(ctx context.Context, t *tracker, subjects []string, isl 
 				time.Sleep(500 * time.Microsecond)
 			}
 		}
-		m := message(t, i, subjects, isl, size)
+		m := message(t, i, subjects, isl, size, p.keys)
 		atomic.StoreInt64(&t.pubAt[i], t.now())
 		if err := send(m); err != nil {
 			return fmt.Errorf("publish %d: %w", i, err)

@@ -51,6 +51,8 @@ type options struct {
 	burstTPS      float64
 	dispatcherBin string
 	only          string
+	curves        bool // run the scale curves too (issue 13)
+	million       bool // the queued curve's 1,000,000 point
 	prefix        string
 	names         naming.Names // of prefix
 }
@@ -96,7 +98,9 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 100000, its --max-held)")
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
-	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst (default all)")
+	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys (default all but the curves)")
+	fs.BoolVar(&o.curves, "curves", false, "also run the scale curves (ranks, queued, classes, keys); with --only, only those named there")
+	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -157,7 +161,7 @@ func run(args []string) error {
 	}
 
 	b.dispatcherBin = opt.dispatcherBin
-	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst")) {
+	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst") || opt.curves || strings.Contains(opt.only, "curves-")) {
 		b.dispatcherBin = filepath.Join(b.tmp, "dispatcher")
 		b.logf("building ./cmd/dispatcher")
 		cmd := exec.Command("go", "build", "-o", b.dispatcherBin, "./cmd/dispatcher")
@@ -209,6 +213,9 @@ func run(args []string) error {
 		m := b.memory()
 		res.Memory = &m
 	}
+	res.Curves = b.curves(func(part string) bool {
+		return opt.only != "" && strings.Contains(","+opt.only+",", ","+part+",")
+	})
 	if want("burst") {
 		b.logf("burst: direct work queue")
 		direct := b.burstDirect()

@@ -21,6 +21,7 @@ type results struct {
 	Memory        *memResult    `json:"fairdispatch_memory,omitempty"`
 	Bursts        []burstResult `json:"bursts"`
 	ChartFile     string        `json:"chart,omitempty"`
+	Curves        []curve       `json:"curves,omitempty"`
 	Stale         int64         `json:"stale_acceptances"`
 }
 
@@ -113,6 +114,22 @@ func (r *results) markdown() string {
 	}
 	if r.ChartFile != "" {
 		fmt.Fprintf(&b, "\nChart of the bursts' completions over time: %s\n", r.ChartFile)
+	}
+	for _, c := range r.Curves {
+		fmt.Fprintf(&b, "\nCurve against %s (fairdispatch behind one fleet process answering for every worker id; goal: the dispatcher's CPU per request grows at most %.1fx):\n\n", c.XLabel, curveGrowthGoal)
+		fmt.Fprintf(&b, "| %s | requests | requests/s | dispatcher CPU µs per request | other processes' CPU |\n|---:|---:|---:|---:|---:|\n", c.XLabel)
+		for _, p := range c.Points {
+			if p.Error != "" {
+				fmt.Fprintf(&b, "| %d | failed: %s | | | |\n", p.X, p.Error)
+				continue
+			}
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %.0f%% |\n", p.X, p.Requests, f0(p.Rate), f1(p.DispatcherUs), 100*p.ForeignCPU)
+		}
+		met := "not met"
+		if c.Met {
+			met = "met"
+		}
+		fmt.Fprintf(&b, "\nCPU per request grew %.2fx from the smallest point to the largest: %s. Chart: %s\n", c.Growth, met, c.Chart)
 	}
 	if r.Stale > 0 {
 		fmt.Fprintf(&b, "\n%d acceptances belonged to no current run (stale deliveries).\n", r.Stale)

@@ -211,8 +211,9 @@ func (b *bench) startDirect() (*system, error) {
 }
 
 // startDispatcher starts the dispatcher binary with the policy text on the
-// bench's server and waits until it is ready.
-func (b *bench) startDispatcher(tag, policy string) (*system, error) {
+// bench's server and waits until it is ready. Flags in extra come last, so
+// that they override the defaults given here (e.g. --max-held).
+func (b *bench) startDispatcher(tag, policy string, extra ...string) (*system, error) {
 	pf := filepath.Join(b.tmp, tag+"-policy.yaml")
 	if err := os.WriteFile(pf, []byte(policy), 0o644); err != nil {
 		return nil, err
@@ -225,6 +226,7 @@ func (b *bench) startDispatcher(tag, policy string) (*system, error) {
 		"--nats-url", b.url, "--policy-config", pf, "--startup-grace", "200ms",
 		"--max-held", "100000", "--log-level", "warn", "--http-addr", addr, "--subject-prefix", b.opt.prefix,
 		"--data-dir", filepath.Join(b.tmp, "dispatcher-data"))
+	cmd.Args = append(cmd.Args, extra...)
 	d, _, err := startChild(cmd, "dispatcher", filepath.Join(b.tmp, "dispatcher-"+tag+".log"), false)
 	if err != nil {
 		return nil, err
