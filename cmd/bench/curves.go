@@ -40,7 +40,13 @@ type curvePoint struct {
 	// DispatcherUs is the dispatcher process's CPU per request, in µs.
 	DispatcherUs float64 `json:"dispatcher_cpu_us_per_request"`
 	ForeignCPU   float64 `json:"foreign_cpu_share"`
-	Error        string  `json:"error,omitempty"`
+	// ReportsPerRequest counts the fleet's load reports per request during
+	// the run: each costs the dispatcher a parse and an apply.
+	ReportsPerRequest float64 `json:"load_reports_per_request"`
+	// Profile is a 3-second CPU profile of the dispatcher from the start of
+	// the run, in the output directory.
+	Profile string `json:"cpu_profile,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // curve is one scale curve.
@@ -166,7 +172,7 @@ func (b *bench) curvePoint(name string, x int) (p curvePoint) {
 	if err := b.resetStreams(); err != nil {
 		return fail("reset streams", err)
 	}
-	s, err := b.startDispatcher("curve", classPolicy(classes), "--max-held", strconv.Itoa(max(100000, n)),
+	s, err := b.startDispatcher("curve", classPolicy(classes), "--pprof", "--max-held", strconv.Itoa(max(100000, n)),
 		"--max-in-worker", strconv.Itoa(max(400000, 2*n)))
 	if err != nil {
 		return fail("start dispatcher", err)
@@ -190,9 +196,13 @@ func (b *bench) curvePoint(name string, x int) (p curvePoint) {
 		if _, err := b.one(min(n/5, 5000), 0, subjects, 512, b.opt.body); err != nil {
 			return fail("warm-up", err)
 		}
+		prof := b.profile(s, &p, name)
+		r0 := f.reports.Load()
 		c0 := sampleCPU(b.server.pid(), s.middlePid())
 		t, err := b.one(n, 0, subjects, 512, b.opt.body)
 		c1 := sampleCPU(b.server.pid(), s.middlePid())
+		p.ReportsPerRequest = float64(f.reports.Load()-r0) / float64(n)
+		<-prof
 		if err != nil {
 			return fail("run", err)
 		}
@@ -209,7 +219,8 @@ func (b *bench) curvePoint(name string, x int) (p curvePoint) {
 	var cpu, wall time.Duration
 	var foreign float64
 	rounds := max(1, 10000/n)
-	for range rounds {
+	var reports int64
+	for round := range rounds {
 		f.setBusy(true)
 		t := newTracker(n)
 		ctx, cancel := context.WithTimeout(context.Background(), runTimeout(n))
@@ -220,13 +231,23 @@ func (b *bench) curvePoint(name string, x int) (p curvePoint) {
 		if _, err := s.waitQueues(time.Until(deadlineOf(ctx)), "all requests held", func(q queues) bool { return q.Held >= n }); err != nil {
 			return fail("hold", err)
 		}
+		var prof chan struct{}
+		if round == 0 {
+			prof = b.profile(s, &p, name)
+		}
+		r0 := f.reports.Load()
 		c0 := sampleCPU(b.server.pid(), s.middlePid())
 		start := time.Now()
 		f.setBusy(false)
-		if err := t.wait(time.Until(deadlineOf(ctx))); err != nil {
+		err := t.wait(time.Until(deadlineOf(ctx)))
+		wall += time.Since(start)
+		if prof != nil {
+			<-prof
+		}
+		if err != nil {
 			return fail("drain", err)
 		}
-		wall += time.Since(start)
+		reports += f.reports.Load() - r0
 		d := sampleCPU(b.server.pid(), s.middlePid()).sub(c0)
 		cpu += d.middle
 		foreign += d.foreign() / float64(rounds)
@@ -236,7 +257,24 @@ func (b *bench) curvePoint(name string, x int) (p curvePoint) {
 	p.Rate = float64(total) / p.Seconds
 	p.DispatcherUs = cpu.Seconds() * 1e6 / float64(total)
 	p.ForeignCPU = foreign
+	p.ReportsPerRequest = float64(reports) / float64(total)
 	return p
+}
+
+// profile fetches a 3-second CPU profile of the dispatcher in the
+// background, into cpu-curve-<name>-<x>.pprof; the channel closes when done.
+func (b *bench) profile(s *system, p *curvePoint, name string) chan struct{} {
+	done := make(chan struct{})
+	file := fmt.Sprintf("cpu-curve-%s-%d.pprof", name, p.X)
+	go func() {
+		defer close(done)
+		if err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, file)); err != nil {
+			b.logf("curve %s %d: profile: %v", name, p.X, err)
+			return
+		}
+		p.Profile = file
+	}()
+	return done
 }
 
 // fleet is many workers of one rank each, simulated on a few connections: a
@@ -247,7 +285,8 @@ type fleet struct {
 	conns    []*nats.Conn
 	ids      []string
 	instance string
-	busy     atomic.Bool // reports a prefill load above every threshold
+	busy     atomic.Bool  // reports a prefill load above every threshold
+	reports  atomic.Int64 // load reports published
 	mu       sync.Mutex
 	seen     map[string]uint64
 	dirty    map[string]struct{}
@@ -325,6 +364,7 @@ func (f *fleet) report(id string) error {
 	if err != nil {
 		return err
 	}
+	f.reports.Add(1)
 	return f.conns[0].Publish(f.b.opt.names.Load(id), data)
 }
 

@@ -95,7 +95,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.directWorkers, "direct-workers", 8, "workers pulling the direct work queue")
 	fs.IntVar(&o.body, "body", 128, "request body size in bytes (at least 12)")
 	fs.IntVar(&o.window, "window", 1024, "most publications awaiting their JetStream acknowledgement")
-	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 100000, its --max-held)")
+	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 1000000; its --max-held is raised to match)")
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
 	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys (default all but the curves)")
@@ -128,8 +128,8 @@ func parseOptions(args []string) (options, error) {
 		return o, fmt.Errorf("--body %d: want at least %d", o.body, bodyHeader)
 	case o.window < 1:
 		return o, fmt.Errorf("--window %d: want at least 1", o.window)
-	case o.hold < 1 || o.hold > 100000:
-		return o, fmt.Errorf("--hold %d: want 1 to 100000", o.hold)
+	case o.hold < 1 || o.hold > 1000000:
+		return o, fmt.Errorf("--hold %d: want 1 to 1000000", o.hold)
 	case !(o.burstTPS > 0):
 		return o, fmt.Errorf("--burst-prefill-tps: want > 0")
 	}

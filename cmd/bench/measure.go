@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +154,9 @@ type memResult struct {
 	// StopSeconds is how long the dispatcher took to stop on SIGTERM while
 	// holding them (15: it was killed).
 	StopSeconds float64 `json:"stop_seconds"`
-	Error       string  `json:"error,omitempty"`
+	// HeapProfile is the dispatcher's heap profile while holding, in the output directory.
+	HeapProfile string `json:"heap_profile,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // holdPolicy queues everything: the class queues whenever a worker reports
@@ -177,7 +181,8 @@ func (b *bench) memory() (res memResult) {
 	if err := b.resetStreams(); err != nil {
 		return fail("reset streams", err)
 	}
-	s, err := b.startDispatcher("hold", holdPolicy)
+	s, err := b.startDispatcher("hold", holdPolicy, "--pprof", "--max-held", strconv.Itoa(max(100000, b.opt.hold)),
+		"--max-in-worker", strconv.Itoa(max(400000, 2*b.opt.hold)))
 	if err != nil {
 		return fail("start dispatcher", err)
 	}
@@ -224,6 +229,13 @@ func (b *bench) memory() (res memResult) {
 		return fail("rss", err)
 	}
 	res.HeapHeld, _ = metric(s.admin, "go_memstats_heap_inuse_bytes")
+	// The heap profile while holding: where the bytes per held request go
+	// (go tool pprof -sample_index=inuse_space -top <file>).
+	if err := fetch("http://"+s.admin+"/debug/pprof/heap?gc=1", filepath.Join(b.opt.out, "heap-held.pprof")); err != nil {
+		b.logf("memory: heap profile: %v", err)
+	} else {
+		res.HeapProfile = "heap-held.pprof"
+	}
 	if a := t.count.Load(); a > 0 {
 		return fail("hold", fmt.Errorf("%d requests were dispatched though every worker is busy", a))
 	}
@@ -232,6 +244,23 @@ func (b *bench) memory() (res memResult) {
 	res.HeapPerReq = (res.HeapHeld-res.HeapIdle)/n - 1024
 	b.logf("memory: RSS %d -> %d bytes, %.0f bytes per held request beyond the body", res.RSSIdle, res.RSSHeld, res.PerRequest)
 	return res
+}
+
+// fetch saves the body of an HTTP GET of url to file.
+func fetch(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, data, 0o644)
 }
 
 // metric reads one unlabelled value from the dispatcher's /metrics.

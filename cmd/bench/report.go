@@ -117,13 +117,13 @@ func (r *results) markdown() string {
 	}
 	for _, c := range r.Curves {
 		fmt.Fprintf(&b, "\nCurve against %s (fairdispatch behind one fleet process answering for every worker id; goal: the dispatcher's CPU per request grows at most %.1fx):\n\n", c.XLabel, curveGrowthGoal)
-		fmt.Fprintf(&b, "| %s | requests | requests/s | dispatcher CPU µs per request | other processes' CPU |\n|---:|---:|---:|---:|---:|\n", c.XLabel)
+		fmt.Fprintf(&b, "| %s | requests | requests/s | dispatcher CPU µs per request | load reports per request | other processes' CPU |\n|---:|---:|---:|---:|---:|---:|\n", c.XLabel)
 		for _, p := range c.Points {
 			if p.Error != "" {
-				fmt.Fprintf(&b, "| %d | failed: %s | | | |\n", p.X, p.Error)
+				fmt.Fprintf(&b, "| %d | failed: %s | | | | |\n", p.X, p.Error)
 				continue
 			}
-			fmt.Fprintf(&b, "| %d | %d | %s | %s | %.0f%% |\n", p.X, p.Requests, f0(p.Rate), f1(p.DispatcherUs), 100*p.ForeignCPU)
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %.0f%% |\n", p.X, p.Requests, f0(p.Rate), f1(p.DispatcherUs), f2(p.ReportsPerRequest), 100*p.ForeignCPU)
 		}
 		met := "not met"
 		if c.Met {
