@@ -33,9 +33,12 @@ type kept struct {
 	gen uint64
 }
 
+// stamp is one entry of the FIFO. Its time is Unix nanoseconds, not a
+// time.Time: 24 bytes in place of 40 per held request (docs/bench.md, Memory
+// per held request).
 type stamp struct {
 	seq, gen uint64
-	at       time.Time
+	at       int64
 }
 
 // DefaultAckWait is the ack wait a Keeper assumes when given a non-positive one
@@ -68,7 +71,7 @@ func (k *Keeper) Len() int { return len(k.held) }
 func (k *Keeper) Hold(seq uint64, m jetstream.Msg, now time.Time) {
 	k.gen++
 	k.held[seq] = kept{msg: m, gen: k.gen}
-	k.push(stamp{seq: seq, gen: k.gen, at: now})
+	k.push(stamp{seq: seq, gen: k.gen, at: now.UnixNano()})
 	k.compact()
 }
 
@@ -117,7 +120,7 @@ func (k *Keeper) Tick(now time.Time) int {
 			k.pop()
 			continue
 		}
-		if now.Sub(s.at) < k.half {
+		if time.Duration(now.UnixNano()-s.at) < k.half {
 			break
 		}
 		k.pop()
@@ -126,7 +129,7 @@ func (k *Keeper) Tick(now time.Time) int {
 		} else {
 			sent++
 		}
-		k.push(stamp{seq: s.seq, gen: s.gen, at: now})
+		k.push(stamp{seq: s.seq, gen: s.gen, at: now.UnixNano()})
 	}
 	return sent
 }
