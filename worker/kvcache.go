@@ -55,8 +55,8 @@ type KVConfig struct {
 
 // KVStats counts what the KV cache events of a Worker did.
 type KVStats struct {
-	Sent    uint64 // events handed to JetStream (asynchronous publishes)
-	Failed  uint64 // events JetStream did not acknowledge (the rank is then resynchronised)
+	Sent     uint64 // events handed to JetStream (asynchronous publishes)
+	Failed   uint64 // events JetStream did not acknowledge (the rank is then resynchronised)
 	Resyncs  uint64 // resynchronisations gathered (CacheResync calls)
 	Requests uint64 // resynchronisation requests received from the dispatcher
 }
