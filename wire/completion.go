@@ -16,4 +16,7 @@ type Completion struct {
 	ReceivedAt time.Time `json:"received_at"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// CachedTokens is the prompt tokens the worker found in its prefix
+	// cache (the mock worker with --kv-capacity); omitted when 0.
+	CachedTokens uint64 `json:"cached_tokens,omitempty"`
 }

@@ -17,6 +17,10 @@ import (
 	"fairdispatch/wire"
 )
 
+// HeaderBlockHashes is the request header carrying the prompt's chained block
+// hashes (docs/protocol.md, Block hashes); kvindex.DecodeHashes decodes it.
+const HeaderBlockHashes = "Dispatch-Block-Hashes"
+
 // Defaults of [KVConfig].
 const (
 	// DefaultKVFlushInterval is how long cache changes gather into one event.

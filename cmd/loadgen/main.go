@@ -81,12 +81,21 @@ func run() (int, error) {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "overall timeout of the run (0: none)")
 	flag.IntVar(&cfg.Window, "window", loadgen.DefaultWindow, "most publications awaiting acknowledgement")
 	flag.StringVar(&cfg.RunID, "run-id", "", "prefix of request ids (default random)")
+	flag.IntVar(&cfg.Prefixes.N, "prefixes", 0, "a workload of N shared prompt prefixes with Dispatch-Block-Hashes (replaces --isl); 0: none")
+	flag.Float64Var(&cfg.Prefixes.Zipf, "zipf", 1.1, "with --prefixes: Zipf exponent of the prefixes' popularity (0: uniform)")
+	blockRange := flag.String("prefix-blocks", "2:64", "with --prefixes: MIN:MAX blocks of a prefix")
+	flag.IntVar(&cfg.Prefixes.SuffixBlocks, "suffix-blocks", 4, "with --prefixes: blocks of each request's own after its prefix")
+	flag.IntVar(&cfg.Prefixes.BlockSize, "block-size", loadgen.DefaultBlockSize, "with --prefixes: tokens per block (the workers' and the dispatcher's --block-size)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
 	if len(classes) == 0 {
 		return 1, errors.New("at least one --class name:count is required")
+	}
+	var err error
+	if cfg.Prefixes.MinBlocks, cfg.Prefixes.MaxBlocks, err = loadgen.ParseBlockRange(*blockRange); err != nil {
+		return 1, err
 	}
 	cfg.Classes = classes
 	cfg.Order = loadgen.Order(*order)

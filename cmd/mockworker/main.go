@@ -55,6 +55,9 @@ func run() error {
 	flag.DurationVar(&cfg.TTL, "ttl", worker.DefaultTTL, "load report TTL (100ms to 600s)")
 	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "fallback ack wait for dispatches without Dispatch-Ack-Wait-Ms (older dispatchers); +WPI every third of it")
 	flag.Uint64Var(&cfg.MaxActiveRequests, "max-active-requests", 0, "reported max_active_requests per rank, running plus waiting (0: no capacity)")
+	flag.IntVar(&cfg.KVCapacity, "kv-capacity", 0, "simulate a prefix cache of N device blocks per rank (LRU), fed by Dispatch-Block-Hashes, and publish its KV cache events; 0: none")
+	flag.IntVar(&cfg.KVHostCapacity, "kv-host-capacity", 0, "with --kv-capacity: a host tier of N blocks per rank receiving the blocks evicted from the device; 0: none")
+	flag.IntVar(&cfg.BlockSize, "block-size", mock.DefaultBlockSize, "KV block size in tokens (the producers' and the dispatcher's --block-size)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -100,6 +100,9 @@ type Config struct {
 	// OnProgress, when set, is called every ProgressInterval and once at the
 	// end, from one goroutine.
 	OnProgress func(Progress)
+	// Prefixes, when Prefixes.N > 0, makes every request's prompt one of
+	// shared prefixes, with Dispatch-Block-Hashes (prefixes.go).
+	Prefixes Prefixes
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -157,6 +160,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RunID != "" && !tokenRE.MatchString(c.RunID) {
 		errs = append(errs, fmt.Errorf("run id %q: want [A-Za-z0-9_-]+", c.RunID))
+	}
+	if err := c.Prefixes.withDefaults(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("loadgen: invalid config: %w", errors.Join(errs...))

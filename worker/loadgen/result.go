@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +33,11 @@ type Completion struct {
 	FinishedAt  time.Time `json:"finished_at"`
 	// Latency is FinishedAt - PublishedAt.
 	Latency time.Duration `json:"latency"`
+	// PromptTokens is the request's Dispatch-ISL-Tokens, and CachedTokens
+	// the prompt tokens the worker found in its prefix cache (the record's
+	// cached_tokens; 0 from workers without one).
+	PromptTokens uint64 `json:"prompt_tokens"`
+	CachedTokens uint64 `json:"cached_tokens"`
 }
 
 // Outcome is an outcome published on Dispatch-Reply-To (docs/protocol.md,
@@ -94,6 +100,9 @@ type Result struct {
 	P50, P90, P99 time.Duration
 	// Complete is true when every request completed, was rejected or failed to publish.
 	Complete bool
+	// CacheHitRate is the completions' cached tokens over their prompt
+	// tokens: the fleet's prefix cache hit rate as the workers measured it.
+	CacheHitRate float64
 }
 
 // PrefixShare returns how many of the first k completions came from each class
@@ -141,6 +150,8 @@ type Summary struct {
 	PrefixK       int            `json:"prefix_k"`
 	PrefixShare   map[string]int `json:"prefix_share"`
 	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
+	CacheHitRate  float64        `json:"cache_hit_rate,omitempty"`
+	PerWorker     map[string]int `json:"completions_per_worker,omitempty"`
 }
 
 // ClassSummary is one class of a Summary.
@@ -168,6 +179,13 @@ func (r *Result) Summarize(firstClassCount int) Summary {
 		Complete: r.Complete, ElapsedMs: ms(r.Elapsed), Throughput: r.Throughput,
 		P50Ms: ms(r.P50), P90Ms: ms(r.P90), P99Ms: ms(r.P99),
 		PrefixK: firstClassCount, PrefixShare: r.PrefixShare(firstClassCount),
+		CacheHitRate: r.CacheHitRate,
+	}
+	if r.CacheHitRate > 0 {
+		s.PerWorker = map[string]int{}
+		for _, c := range r.Completions {
+			s.PerWorker[c.WorkerID]++
+		}
 	}
 	for _, c := range r.Classes {
 		st := r.PerClass[c]
@@ -201,6 +219,13 @@ func (s Summary) String() string {
 	}
 	for k, n := range s.RejectedBy {
 		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	}
+	if s.CacheHitRate > 0 {
+		fmt.Fprintf(&b, "prefix cache hit rate %.3f; completions per worker:", s.CacheHitRate)
+		for _, w := range slices.Sorted(maps.Keys(s.PerWorker)) {
+			fmt.Fprintf(&b, " %s %d", w, s.PerWorker[w])
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "first %d completions:", s.PrefixK)
 	for _, c := range s.Classes {

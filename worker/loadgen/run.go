@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -41,6 +42,7 @@ type Progress struct {
 // request is the bookkeeping of one published request.
 type request struct {
 	class       string
+	isl         uint64
 	publishedAt time.Time
 	ended       bool
 }
@@ -51,6 +53,8 @@ type run struct {
 	names naming.Names
 	log   zerolog.Logger
 	start time.Time
+	// prefixes draws the prompts of a prefix workload; nil: none.
+	prefixes *prefixGen
 
 	mu          sync.Mutex
 	reqs        map[string]*request
@@ -90,6 +94,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		reqs:     map[string]*request{},
 		perClass: map[string]*ClassStats{},
 		allEnded: make(chan struct{}),
+	}
+	if cfg.Prefixes.N > 0 {
+		seed := cfg.Seed
+		if seed == 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+		r.prefixes = newPrefixGen(cfg.Prefixes, seed)
 	}
 	for _, cc := range cfg.Classes {
 		r.perClass[cc.Class] = &ClassStats{}
@@ -221,12 +232,18 @@ func order(cfg Config) []string {
 	return out
 }
 
-// message builds request n of class.
-func (r *run) message(n int, class, id, inbox string) *nats.Msg {
+// message builds request n of class; it returns its ISL too.
+func (r *run) message(n int, class, id, inbox string) (*nats.Msg, uint64) {
 	cfg := r.cfg
 	m := nats.NewMsg(r.names.Req(class))
 	m.Header.Set(jetstream.MsgIDHeader, id)
-	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(cfg.ISL, 10))
+	isl := cfg.ISL
+	if r.prefixes != nil {
+		hashes, _ := r.prefixes.next(n)
+		isl = uint64(len(hashes) * cfg.Prefixes.BlockSize)
+		m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(hashes))
+	}
+	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(isl, 10))
 	if cfg.Cached > 0 {
 		m.Header.Set("Dispatch-Cached-Tokens", strconv.FormatUint(cfg.Cached, 10))
 	}
@@ -247,7 +264,7 @@ func (r *run) message(n int, class, id, inbox string) *nats.Msg {
 		m.Header.Set("Dispatch-Deadline-Ms", strconv.FormatUint(cfg.DeadlineMs, 10))
 	}
 	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, cfg.RunID, n, class)
-	return m
+	return m, isl
 }
 
 // publishAll publishes every request, paced by Rate, with at most Window
@@ -296,9 +313,9 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 			return
 		}
 		id := r.cfg.RunID + "-" + strconv.Itoa(n)
-		m := r.message(n, class, id, inbox)
+		m, isl := r.message(n, class, id, inbox)
 		r.mu.Lock()
-		r.reqs[id] = &request{class: class, publishedAt: time.Now()}
+		r.reqs[id] = &request{class: class, isl: isl, publishedAt: time.Now()}
 		r.mu.Unlock()
 		fut, err := js.PublishMsgAsync(m)
 		if err != nil {
@@ -377,7 +394,7 @@ func (r *run) onCompletion(m *nats.Msg) {
 		RequestID: rec.RequestID, Class: q.class, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
 		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
-		Latency: rec.FinishedAt.Sub(q.publishedAt),
+		Latency: rec.FinishedAt.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
 	})
 	r.perClass[q.class].Completed++
 	r.endLocked(q)
@@ -453,6 +470,14 @@ func (r *run) result(elapsed time.Duration) *Result {
 			st.Throughput = float64(st.Completed) / secs
 		}
 		res.PerClass[cc.Class] = st
+	}
+	var prompt, cached uint64
+	for _, c := range res.Completions {
+		prompt += c.PromptTokens
+		cached += min(c.CachedTokens, c.PromptTokens)
+	}
+	if prompt > 0 {
+		res.CacheHitRate = float64(cached) / float64(prompt)
 	}
 	res.P50, res.P90, res.P99 = percentiles(all)
 	if secs > 0 {

@@ -91,6 +91,17 @@ type Config struct {
 	// around a server restart can be lost (written to the dying connection,
 	// or flushed on reconnect before JetStream is back).
 	ConfirmAcks bool
+	// KVCapacity, when > 0, gives each rank a simulated prefix cache of
+	// that many device blocks (LRU), fed by the requests'
+	// Dispatch-Block-Hashes, whose changes the worker publishes as KV cache
+	// events (docs/protocol.md, KV cache events; prefixcache.go). A request
+	// with hashes then prefills only the tokens its rank's cache lacks, and
+	// CacheStats and the completion record's cached_tokens tell the hits.
+	KVCapacity int
+	// KVHostCapacity, with KVCapacity, adds a host tier of that many blocks
+	// per rank: blocks evicted from the device move there (LRU) and count
+	// as cached. 0: none.
+	KVHostCapacity int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -133,6 +144,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("block size %d: want >= 1", c.BlockSize))
+	}
+	if c.KVCapacity < 0 || c.KVHostCapacity < 0 || (c.KVHostCapacity > 0 && c.KVCapacity == 0) {
+		errs = append(errs, fmt.Errorf("kv capacity %d, host %d: want >= 0, a host tier only with a device one", c.KVCapacity, c.KVHostCapacity))
 	}
 	if c.RefuseWhenFull < 0 {
 		errs = append(errs, fmt.Errorf("refuse when full %d: want >= 0", c.RefuseWhenFull))
@@ -180,6 +194,10 @@ type Worker struct {
 	mu    sync.Mutex
 	eng   *engine
 	stats Stats
+	// caches are the ranks' prefix caches (nil without KVCapacity), and
+	// cacheStats their counters (prefixcache.go).
+	caches     []*prefixCache
+	cacheStats CacheStats
 
 	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
 	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
@@ -219,6 +237,14 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		return nil, fmt.Errorf("mock: %w", err)
 	}
 	m.ackWait = m.helper.Config().AckWait
+	if cfg.KVCapacity > 0 {
+		for range m.helper.Config().DPSize {
+			m.caches = append(m.caches, newPrefixCache(cfg.KVCapacity, cfg.KVHostCapacity))
+		}
+		if err := m.helper.EnableKVEvents(worker.KVConfig{Resync: m.resyncCache}); err != nil {
+			return nil, fmt.Errorf("mock: %w", err)
+		}
+	}
 	return m, nil
 }
 
@@ -308,7 +334,14 @@ func (m *Worker) offer(r *worker.Request) bool {
 	j.blocks = (tokens + uint64(out) + bs - 1) / bs
 
 	m.mu.Lock()
+	hashes, cached, hasHashes := m.cacheLookup(r)
+	if hasHashes {
+		j.uncached, j.cached = r.ISL-cached, cached
+	}
 	ok := m.eng.admit(time.Now(), j)
+	if ok && hasHashes {
+		m.cacheStore(r, hashes, cached)
+	}
 	if ok {
 		m.stats.Accepted++
 		m.setLoadLocked(j.rank)
@@ -463,7 +496,7 @@ func (m *Worker) completion(j *job) ([]byte, error) {
 	return json.Marshal(Completion{
 		RequestID: r.RequestID, Class: r.Class, WorkerID: m.cfg.ID, DPRank: j.rank,
 		Seq: r.Seq, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
-		StartedAt: j.startedAt, FinishedAt: j.finishAt,
+		StartedAt: j.startedAt, FinishedAt: j.finishAt, CachedTokens: j.cached,
 	})
 }
 
