@@ -65,6 +65,9 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	}
 	h.inFlight, h.worker, h.rank, h.seq = true, d.Worker, d.Rank, d.Seq
 	a.inFlight++
+	if d.KVPrompt > 0 {
+		a.d.KVMetrics.Dispatch(d.KVPrompt, d.KVOverlap)
+	}
 	a.d.Keeper.Drop(r.Ref)
 	if err := a.d.Handshaker.Send(d.Worker, hdr, h.msg.Data(), r.Ref); err != nil {
 		a.sendFailed(now, h, d, err)

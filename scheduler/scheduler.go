@@ -76,6 +76,10 @@ type Decision struct {
 	Rank   int32
 	Seq    uint64
 	Err    *Error
+	// KVPrompt and KVOverlap, for a dispatch scored by the KV cache index:
+	// the request's blocks and the longest prefix of them the chosen rank
+	// holds (0 and 0 otherwise).
+	KVPrompt, KVOverlap int
 }
 
 // Error is why a request was rejected.
@@ -319,9 +323,13 @@ func (s *Scheduler) place(now int64, r *request.Snapshot) Decision {
 	if code != "" {
 		return Decision{Kind: Reject, Req: r, Err: s.selectionError(code, r)}
 	}
-	seq := s.reg.Book(now, ch.Worker, ch.Rank, r.Cost)
+	d := Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank}
+	if hit, ok := s.sel.KVOverlap(ch); ok {
+		d.KVPrompt, d.KVOverlap = len(r.Route.Hashes), hit.Blocks
+	}
+	d.Seq = s.reg.Book(now, ch.Worker, ch.Rank, r.Cost)
 	s.gates.Update(ch.Worker)
-	return Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank, Seq: seq}
+	return d
 }
 
 func (s *Scheduler) selectionError(code request.Code, r *request.Snapshot) *Error {

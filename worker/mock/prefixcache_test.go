@@ -10,7 +10,9 @@ import (
 
 // opLog records a prefix cache's changes as a set per tier, applying them in
 // order, as the dispatcher's index would.
-type opLog struct{ held [kvindex.NumTiers]map[uint64]bool }
+type opLog struct {
+	held [kvindex.NumTiers]map[uint64]bool
+}
 
 func (o *opLog) CacheStored(_ int, t kvindex.Tier, hs []uint64) error {
 	for _, h := range hs {
