@@ -112,12 +112,7 @@ func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
 	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace, outTimeout: max(0, cfg.NoWorkersTimeout)}
 	s.reg.MaxWorkers = cfg.MaxWorkers
-	quanta := make([]uint64, n)
-	gates := make([]filters.Gate, n)
-	for k, c := range cfg.Policy.Classes {
-		quanta[k] = c.Quantum
-		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
-	}
+	quanta, gates := classParams(cfg.Policy)
 	s.arb = drr.New(quanta)
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
@@ -128,6 +123,17 @@ func New(cfg Config, now int64) *Scheduler {
 		s.queues[k] = s.classes[k]
 	}
 	return s
+}
+
+// classParams returns the DRR quanta and the gates of p's classes, in ring order.
+func classParams(p *configs.Policy) ([]uint64, []filters.Gate) {
+	quanta := make([]uint64, len(p.Classes))
+	gates := make([]filters.Gate, len(p.Classes))
+	for k, c := range p.Classes {
+		quanta[k] = c.Quantum
+		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
+	}
+	return quanta, gates
 }
 
 // checker answers lanes' dispatchability question: the class is not gated for
@@ -203,7 +209,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
-		ID: a.ID, Ref: a.Ref, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
+		ID: a.ID, Ref: a.Ref, Token: a.Token, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
 		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1,
 	}
 	if a.HasDeadline {
@@ -219,12 +225,16 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	r.Cached = min(s.bestCached(a, r), r.ISL)
 	r.Cost = max(1, r.ISL-r.Cached)
 	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
-	if s.pol.Classes[r.Class].Queue == configs.WSPT {
-		r.Score = (1 + r.Jump) / float64(r.Cost)
-	} else {
-		r.Score = r.Jump - float64(r.Arrival)/1e9
-	}
+	r.Score = score(s.pol.Classes[r.Class].Queue, r)
 	return r
+}
+
+// score is r's order within a class of queue policy q (docs/design.md, Lanes).
+func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
+	if q == configs.WSPT {
+		return (1 + r.Jump) / float64(r.Cost)
+	}
+	return r.Jump - float64(r.Arrival)/1e9
 }
 
 // bestCached is the pinned worker's overlap when pinned, else the largest
