@@ -50,6 +50,11 @@ type Config struct {
 	DispatchTimeout time.Duration // how long a worker may take to answer; bounds shutdown
 	Tick            time.Duration // safety-net re-check and deadline resolution; default 25ms
 	Now             func() time.Time
+	// PolicyRevision is the policy bucket's revision the scheduler starts
+	// with (0: not from the bucket); PolicySource is "bucket", "file" or
+	// "flags" (PolicyView).
+	PolicyRevision uint64
+	PolicySource   string
 }
 
 // Deps are the adapters the actor drives.
@@ -76,6 +81,7 @@ type held struct {
 	worker   string
 	rank     int32
 	seq      uint64
+	rev      uint64           // the policy revision it was dispatched under
 	dead     bool             // being dead-lettered
 	form     letterForm       // the form of the dead letter being stored
 	err      *scheduler.Error // why, while dead
@@ -103,6 +109,7 @@ type Actor struct {
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
 	thresholds  chan thresholdReq
+	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
 	handBackReq chan chan int
@@ -119,12 +126,15 @@ type Actor struct {
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+	polRev      uint64               // the policy revision running (0: not from the bucket)
 	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
 	outSince    int64                // since when, Unix ns
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
 
 	view      atomic.Pointer[View]
+	polView   atomic.Pointer[PolicyView]
+	polMu     sync.Mutex // serialises writers of polView
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
@@ -159,6 +169,8 @@ func New(cfg Config, d Deps) *Actor {
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
 		thresholds:  make(chan thresholdReq),
+		policies:    make(chan policyReq),
+		polRev:      cfg.PolicyRevision,
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
 		handBackReq: make(chan chan int),
@@ -170,6 +182,14 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)
+	src := cfg.PolicySource
+	if src == "" {
+		src = "file"
+	}
+	a.polView.Store(&PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
+	if cfg.PolicyRevision > 0 {
+		d.Metrics.PolicyApplied(cfg.PolicyRevision)
+	}
 	if d.Consumer == nil {
 		d.Consumer = idle{}
 	}
@@ -327,6 +347,9 @@ func (a *Actor) Run(ctx context.Context) {
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
 			a.th.Store(&t)
+			close(req.done)
+		case req := <-a.policies:
+			a.applyPolicy(req)
 			close(req.done)
 		case <-a.conn:
 			a.sendPaused = false

@@ -17,6 +17,7 @@ type View struct {
 	InFlight  int                    `json:"in_flight"`
 	Classes   []scheduler.ClassStats `json:"classes"`
 	Workers   []WorkerView           `json:"workers"`
+	Policy    PolicyView             `json:"policy"`
 
 	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
 	// outage), which began at OutageSince.
@@ -61,6 +62,7 @@ func (a *Actor) publishView(now time.Time) {
 		v.NoLiveWorkers, v.OutageSince = true, &since
 	}
 	v.Classes = s.Stats(nil)
+	v.Policy = a.Policy()
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
 		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,
