@@ -65,9 +65,10 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, cfg Bucket
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
 
-// Name is how a revision is named in validation errors and logs:
-// "<bucket> revision <n>".
-func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s revision %d", s.bucket, rev) }
+// Name is how a revision is named in validation errors and logs, in the
+// place of a file name: "<bucket>@<revision>", so that a problem reads
+// "fairdispatch_policy@2:17: policy_classes[1].quantum: must be > 0".
+func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s@%d", s.bucket, rev) }
 
 // Seed puts yaml as the first revision when the key has none (create if
 // absent: it never overwrites). created is false when a revision existed;

@@ -325,9 +325,15 @@ func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
 		if got := p.metric("fairdispatch_policy_revision"); got != 1 {
 			t.Errorf("fairdispatch_policy_revision = %v, want 1", got)
 		}
-		if line := lpLine(p, "policy revision refused", `"revision":2`, "quantum"); line == "" {
+		line := lpLine(p, "policy revision refused", `"revision":2`, "quantum")
+		if line == "" {
 			t.Errorf("no log line of the refusal of revision 2")
 		}
+		_, body := p.get("/debug/queues")
+		if i := strings.Index(body, `"policy":`); i >= 0 {
+			body = body[i:]
+		}
+		t.Logf("refusal logged: %s\n/debug/queues: %s", line, body)
 	}
 
 	// The leader keeps serving under revision 1.
