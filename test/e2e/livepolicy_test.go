@@ -344,3 +344,29 @@ func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
 	lpPut(t, lpStore(t, js), fmt.Sprintf(frlFairPolicy, 128, 512))
 	lpWaitRevision(t, 3, p1, p2)
 }
+
+// TestLivePolicyUnderExamplePermissions: under configs/nats-accounts.conf the
+// dispatcher seeds and watches its policy bucket, and user policy_admin
+// changes the policy (put, history) and nothing else: the dispatcher applies
+// its revision; a request it publishes is refused.
+func TestLivePolicyUnderExamplePermissions(t *testing.T) {
+	n, p := permStart(t)
+	lpWaitRevision(t, 1, p)
+	nc, errs := secConnect(t, n.URL(), "policy_admin", permPolicySecret, "_INBOX_policy_admin")
+	js := jsOf(t, nc)
+	store := lpStore(t, js)
+	rev := lpPut(t, store, strings.Replace(permPolicy, "quantum: 512", "quantum: 64", 1))
+	lpWaitRevision(t, rev, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h, err := store.History(ctx); err != nil || len(h) != 2 {
+		t.Errorf("history as policy_admin: %d revisions, %v; want 2", len(h), err)
+	}
+	if _, err := permPublish(nc, "premium", "lp-perm-1", ""); err == nil {
+		t.Errorf("policy_admin published a request")
+	}
+	if line := lpLine(p, "policy watch failed"); line != "" {
+		t.Errorf("the dispatcher's watch failed under its permissions: %s", line)
+	}
+	t.Logf("asynchronous errors of policy_admin: %s", errs)
+}
