@@ -29,11 +29,11 @@ fmt:
 
 ## bench: the core benchmarks
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./drr/ ./lanes/ ./ingest/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./drr/ ./lanes/ ./ingest/ ./kvindex/
 
 FUZZTIME ?= 60s
 # package:target of every fuzz target; `go test -fuzz` takes one target at a time.
-FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport configs:FuzzParse admin:FuzzBusyThresholdBody
+FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport configs:FuzzParse admin:FuzzBusyThresholdBody kvindex:FuzzParseEvent
 
 ## fuzz: run each fuzz target for FUZZTIME (default 60s); findings land in each package's testdata/fuzz
 fuzz:

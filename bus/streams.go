@@ -16,12 +16,19 @@ import (
 // StreamConfig.DuplicateWindow is 0 (docs/config.md, Flags and environment, --duplicate-window).
 const DefaultDuplicateWindow = 2 * time.Minute
 
+// DefaultKVMaxAge is the max age of a new KV event stream when
+// StreamConfig.KVMaxAge is 0. It bounds the replay after a restart and the
+// stream's size; events older than it are gone, and a rank whose first
+// remaining event is not its instance's first is resynchronised
+// (docs/protocol.md, Resynchronisation).
+const DefaultKVMaxAge = time.Hour
+
 // ErrStreamConflict reports an existing stream whose configuration cannot be
 // changed into the wanted one (JetStream cannot change a stream's storage type
 // or move it to or from work-queue retention). The error names the stream.
 var ErrStreamConflict = errors.New("bus: stream conflict")
 
-// StreamConfig is what the dispatcher's two streams are made of (docs/protocol.md; docs/config.md, Flags and environment).
+// StreamConfig is what the dispatcher's three streams are made of (docs/protocol.md; docs/config.md, Flags and environment).
 type StreamConfig struct {
 	// Prefix is the subject prefix; "" means DefaultPrefix.
 	Prefix string
@@ -32,12 +39,16 @@ type StreamConfig struct {
 	// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values to drop
 	// duplicates; 0 means DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
+	// KVMaxAge is the max age of the KV event stream when it is created
+	// (an existing stream keeps its own); 0 means DefaultKVMaxAge.
+	KVMaxAge time.Duration
 }
 
 // EnsureStreams creates the prefix's request stream ("<Q>_REQ", subjects
-// "<prefix>.req.*", work-queue retention) and dead-letter stream ("<Q>_DLQ",
-// subjects "<prefix>.dlq.*", limits retention) when they are missing
-// (Subjects.ReqStream, Subjects.DLQStream), and otherwise updates them to the
+// "<prefix>.req.*", work-queue retention), dead-letter stream ("<Q>_DLQ",
+// subjects "<prefix>.dlq.*", limits retention) and KV event stream ("<Q>_KV",
+// subjects "<prefix>.kv.*", limits retention, max age KVMaxAge) when they are
+// missing (Subjects.ReqStream, Subjects.DLQStream, Subjects.KVStream), and otherwise updates them to the
 // configured replicas and duplicate window, keeping every other setting an
 // operator may have made (limits, max age, placement...). A stream that
 // already matches is left alone. An existing stream with another storage type
@@ -66,6 +77,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) 
 	if c.DuplicateWindow < 0 {
 		return fmt.Errorf("bus: ensure streams: negative duplicate window %s", c.DuplicateWindow)
 	}
+	if c.KVMaxAge == 0 {
+		c.KVMaxAge = DefaultKVMaxAge
+	}
+	if c.KVMaxAge < 0 {
+		return fmt.Errorf("bus: ensure streams: negative kv max age %s", c.KVMaxAge)
+	}
 	want := []jetstream.StreamConfig{
 		{
 			Name:       subj.ReqStream(),
@@ -79,6 +96,17 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) 
 			Name:       subj.DLQStream(),
 			Subjects:   []string{subj.DLQAll()},
 			Retention:  jetstream.LimitsPolicy,
+			Storage:    c.Storage,
+			Replicas:   c.Replicas,
+			Duplicates: c.DuplicateWindow,
+		},
+		{
+			// Limits retention: every dispatcher (a standby, a restarted
+			// one) reads it all, so no read may remove a message.
+			Name:       subj.KVStream(),
+			Subjects:   []string{subj.KVAll()},
+			Retention:  jetstream.LimitsPolicy,
+			MaxAge:     c.KVMaxAge,
 			Storage:    c.Storage,
 			Replicas:   c.Replicas,
 			Duplicates: c.DuplicateWindow,

@@ -32,6 +32,7 @@ func TestEnsureStreamsCreatesBoth(t *testing.T) {
 	}{
 		{ReqStream, []string{"dispatch.req.*"}, jetstream.WorkQueuePolicy},
 		{DLQStream, []string{"dispatch.dlq.*"}, jetstream.LimitsPolicy},
+		{"DISPATCH_KV", []string{"dispatch.kv.*"}, jetstream.LimitsPolicy},
 	} {
 		cfg := streamConfig(t, js, c.name)
 		if !slices.Equal(cfg.Subjects, c.subjects) {
@@ -191,6 +192,7 @@ func TestEnsureStreamsRejectsBadConfig(t *testing.T) {
 		{Prefix: "a+b"},
 		{Replicas: 7},
 		{DuplicateWindow: -time.Second},
+		{KVMaxAge: -time.Second},
 	} {
 		if err := EnsureStreams(ctxT(t), js, c); err == nil {
 			t.Errorf("EnsureStreams(%+v): got nil error", c)
@@ -212,5 +214,36 @@ func TestEnsureStreamsRightAfterRestart(t *testing.T) {
 	}
 	if got := streamConfig(t, js, DLQStream).Retention; got != jetstream.LimitsPolicy {
 		t.Errorf("DLQ retention: got %v", got)
+	}
+}
+
+// TestEnsureStreamsKVMaxAge: the KV event stream is created with the
+// configured max age (DefaultKVMaxAge by default), and an operator's own max
+// age on an existing stream is kept.
+func TestEnsureStreamsKVMaxAge(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamConfig(t, js, "DISPATCH_KV").MaxAge; got != DefaultKVMaxAge {
+		t.Fatalf("max age %v, want %v", got, DefaultKVMaxAge)
+	}
+	cfg := streamConfig(t, js, "DISPATCH_KV")
+	cfg.MaxAge = 10 * time.Minute
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{KVMaxAge: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamConfig(t, js, "DISPATCH_KV").MaxAge; got != 10*time.Minute {
+		t.Fatalf("max age %v after EnsureStreams, want the operator's 10m kept", got)
+	}
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{Prefix: "p", KVMaxAge: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamConfig(t, js, "P_KV"); got.MaxAge != 2*time.Hour || !slices.Equal(got.Subjects, []string{"p.kv.*"}) {
+		t.Fatalf("P_KV: max age %v subjects %v, want 2h and p.kv.*", got.MaxAge, got.Subjects)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fairdispatch/bus"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/kvindex"
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
@@ -68,6 +69,14 @@ type Deps struct {
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
 	Log         zerolog.Logger
+	// KV is the KV cache index the scheduler scores with (the one in its
+	// Config); the actor applies the workers' events to it. nil: none.
+	KV *kvindex.Index
+	// KVResync asks a worker to resynchronise a rank (bus.RequestKVResync);
+	// nil: never asked.
+	KVResync func(worker string, rank int32) error
+	// KVMetrics counts the index's events and records its size; nil: none.
+	KVMetrics *metrics.KV
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
@@ -108,6 +117,7 @@ type Actor struct {
 	results     *mailbox[bus.Result]
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
+	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
 	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
@@ -131,6 +141,10 @@ type Actor struct {
 	outSince    int64                // since when, Unix ns
 
 	ops opsLog // rate-limited operator warnings (opslog.go)
+
+	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
+	kvStale []kvindex.Rank // scratch
+	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
 	view      atomic.Pointer[View]
 	polView   atomic.Pointer[PolicyView]
@@ -168,6 +182,7 @@ func New(cfg Config, d Deps) *Actor {
 		results:     newMailbox[bus.Result](),
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
+		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
 		policies:    make(chan policyReq),
 		polRev:      cfg.PolicyRevision,
@@ -343,6 +358,11 @@ func (a *Actor) Run(ctx context.Context) {
 			for _, d := range a.dlq.take() {
 				a.deadLettered(d)
 			}
+		case <-a.kv.wake:
+			evs := a.kv.take()
+			for i := range evs {
+				a.applyKV(&evs[i])
+			}
 		case req := <-a.thresholds:
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
@@ -363,6 +383,7 @@ func (a *Actor) Run(ctx context.Context) {
 		case <-tick.C:
 			now := a.cfg.Now()
 			a.tick(now)
+			a.kvTick(now)
 			if now.Sub(lastView) >= time.Second {
 				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/request"
 	"fairdispatch/workers"
 )
@@ -39,8 +40,15 @@ type candidate struct {
 type Selector struct {
 	Scoring    Scoring
 	Thresholds Thresholds
-	rand       *rand.Rand
-	cands      []candidate
+	// KV is the KV cache index (docs/design.md, KV cache index); nil: none.
+	// With an index, a request carrying block hashes is scored by each rank's
+	// overlap computed at this moment, in place of Dispatch-Worker-Overlap.
+	KV *kvindex.Index
+
+	rand  *rand.Rand
+	cands []candidate
+	kv    kvindex.Overlaps // scratch: the overlaps of the request being placed
+	useKV bool
 }
 
 // NewSelector returns a selector drawing its randomness (ties, temperature) from src.
@@ -53,6 +61,10 @@ func NewSelector(s Scoring, t Thresholds, src *rand.Rand) *Selector {
 // then liveness, rank and taints, then overload.
 func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, request.Code) {
 	s.cands = s.cands[:0]
+	s.useKV = s.KV != nil && r.Route != nil && r.Route.Hashes != nil
+	if s.useKV {
+		s.KV.Overlap(r.Route.Hashes, &s.kv)
+	}
 	if r.Pin.Pinned() {
 		if !r.Allowed(r.Pin.Worker) {
 			return Choice{}, request.PinnedWorkerNotAllowed
@@ -113,6 +125,11 @@ func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 		if w.Full(&w.Ranks[i]) {
 			continue // at capacity: never a candidate
 		}
+		rank := int32(w.Start) + int32(i)
+		if s.useKV {
+			// The index's overlap is in blocks, weighted by tier.
+			credit = sc.OverlapCredit * s.kv.Of(w.ID, rank).Weighted
+		}
 		l := w.Ranks[i].Load()
 		prefill := (float64(l.ActivePrefillTokens)+isl)/sc.BlockSize - credit
 		if prefill < 0 {
@@ -120,7 +137,7 @@ func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 		}
 		cost := sc.PrefillScale*prefill + float64(l.ActiveDecodeBlocks) +
 			reqBlocks + sc.DecodeRequestWeight*float64(l.ActiveRequests)
-		s.cands = append(s.cands, candidate{w, int32(w.Start) + int32(i), cost * factor})
+		s.cands = append(s.cands, candidate{w, rank, cost * factor})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"fairdispatch/filters"
+	"fairdispatch/kvindex"
 	"fairdispatch/request"
 )
 
@@ -29,5 +30,44 @@ func TestSelectDoesNotAllocate(t *testing.T) {
 				t.Errorf("T=%v: Select allocs: got %v, want 0", temp, got)
 			}
 		}
+	}
+}
+
+// TestSelectWithKVDoesNotAllocate: scoring with the KV cache index (an
+// overlap query per Select, a lookup per rank) allocates nothing once warm,
+// with few hits (scanned) and many (looked up).
+func TestSelectWithKVDoesNotAllocate(t *testing.T) {
+	reg := registry(t, spec{id: "a", prefill: []uint64{0, 16}}, spec{id: "b", prefill: []uint64{16, 0, 5}})
+	x, err := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []uint64{1, 2, 3, 4}
+	for _, w := range []string{"a", "b", "c", "d", "e"} {
+		for rank := range int32(3) {
+			ev := &kvindex.Event{Instance: "i", ID: 1, Rank: rank}
+			ev.Stored[kvindex.Host] = prompt[:1+rank]
+			if _, err := x.Apply(w, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := newSelector(filters.DefaultScoring(), filters.Thresholds{}, 1)
+	s.KV = x
+	for _, hs := range [][]uint64{{1, 9}, prompt} { // 15 hits either way; then few
+		r := &request.Snapshot{ISL: 64, Route: &request.Route{Hashes: hs}}
+		s.Select(reg, r)
+		if got := testing.AllocsPerRun(100, func() { s.Select(reg, r) }); got != 0 {
+			t.Errorf("hashes %v: Select allocs: got %v, want 0", hs, got)
+		}
+	}
+	x.DropWorker("c")
+	x.DropWorker("d")
+	x.DropWorker("e")
+	x.DropWorker("b")
+	r := &request.Snapshot{ISL: 64, Route: &request.Route{Hashes: prompt}} // 3 hits: scanned
+	s.Select(reg, r)
+	if got := testing.AllocsPerRun(100, func() { s.Select(reg, r) }); got != 0 {
+		t.Errorf("few hits: Select allocs: got %v, want 0", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/request"
 )
 
@@ -25,11 +26,15 @@ const (
 	// Dispatch-Preferred-Taints. A longer list is malformed (bad_request).
 	MaxListItems = 256
 	// MaxValueBytes bounds the length in bytes of the value of Nats-Msg-Id and of
-	// each Dispatch-* header, surrounding whitespace included. A longer value is
+	// each Dispatch-* header but Dispatch-Block-Hashes, surrounding whitespace included. A longer value is
 	// malformed (bad_request). Every valid value of docs/protocol.md, Request headers fits easily: the
 	// longest, a 256-item overlap list, is under 37 KiB. The whole message, headers
 	// and body, is bounded by the NATS server's max_payload.
 	MaxValueBytes = 64 << 10
+	// MaxHashValueBytes bounds the value of Dispatch-Block-Hashes instead of
+	// MaxValueBytes: kvindex.MaxHashes hashes take 87,382 bytes, and the rest
+	// leaves room for the optional whitespace.
+	MaxHashValueBytes = 96 << 10
 )
 
 // Header names, spelt as in docs/protocol.md, Request headers. Dispatch-* names match case-insensitively.
@@ -47,6 +52,7 @@ const (
 	HeaderPreferred = "Dispatch-Preferred-Taints"
 	HeaderDeadline  = "Dispatch-Deadline-Ms"
 	HeaderReplyTo   = "Dispatch-Reply-To"
+	HeaderHashes    = "Dispatch-Block-Hashes"
 )
 
 // Slots of the Dispatch-* headers, in the order of the docs/protocol.md, Request headers table; Decode
@@ -64,6 +70,7 @@ const (
 	hPreferred
 	hDeadline
 	hReplyTo
+	hHashes
 	numHeaders
 )
 
@@ -71,6 +78,7 @@ const (
 var names = [numHeaders]string{
 	HeaderISL, HeaderCached, HeaderOverlap, HeaderStrict, HeaderPriority, HeaderWorker,
 	HeaderRank, HeaderAllowed, HeaderRequired, HeaderPreferred, HeaderDeadline, HeaderReplyTo,
+	HeaderHashes,
 }
 
 const dispatchPrefix = "Dispatch-"
@@ -92,6 +100,9 @@ type Headers struct {
 	DeadlineMs  uint64            // Dispatch-Deadline-Ms, milliseconds after publication, <= MaxDeadlineMs
 	HasDeadline bool              // Dispatch-Deadline-Ms is present (0 is a valid deadline)
 	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
+	// Hashes is Dispatch-Block-Hashes: the prompt's chained block hashes, 1 to
+	// kvindex.MaxHashes of them; nil when absent. Decoded into a new slice.
+	Hashes []uint64
 }
 
 // HeaderError names a malformed header (docs/protocol.md, Request headers: the request is rejected as
@@ -127,7 +138,7 @@ func cut(s string) string {
 // Matching: Nats-Msg-Id matches exactly (it is JetStream's own header). Dispatch-*
 // names match case-insensitively; Decode walks the keys once and classifies each
 // with an ASCII case fold, so the cost is O(number of keys + total value length)
-// and nothing is allocated unless a list header is present.
+// and nothing is allocated unless a list header or Dispatch-Block-Hashes is present.
 //
 // Repeats: a name with several values counts its first value. When the same header
 // arrives under differently-cased names (a nats.Header keeps the case as sent, and
@@ -149,7 +160,9 @@ func cut(s string) string {
 // Duplicate items inside one list are kept as sent.
 //
 // Bounds: a value of Nats-Msg-Id or of a Dispatch-* header longer than
-// MaxValueBytes, and a list header with more than MaxListItems items, are
+// MaxValueBytes (Dispatch-Block-Hashes: MaxHashValueBytes), a list header with
+// more than MaxListItems items, and a Dispatch-Block-Hashes of more than
+// kvindex.MaxHashes hashes, are
 // malformed; both are checked before anything is parsed or allocated, so a
 // hostile value costs at most one scan of its bytes. An oversized Nats-Msg-Id is
 // reported under that name and left out (MsgID is then "", and the default
@@ -201,7 +214,7 @@ func Decode(h nats.Header) (Headers, error) {
 	// An oversized value is reported in its slot's place in table order, and
 	// the slot is then treated as absent.
 	for i := range numHeaders {
-		if present&(1<<i) != 0 && len(vals[i]) > MaxValueBytes {
+		if present&(1<<i) != 0 && len(vals[i]) > maxValue(i) {
 			present &^= 1 << i
 			oversize |= 1 << i
 		}
@@ -209,7 +222,7 @@ func Decode(h nats.Header) (Headers, error) {
 	has := func(i int) bool { return present&(1<<i) != 0 }
 	big := func(i int) {
 		if oversize&(1<<i) != 0 {
-			note(headerErr(i, vals[i], tooLong))
+			note(headerErr(i, vals[i], longerThan(maxValue(i))))
 		}
 	}
 
@@ -319,10 +332,27 @@ func Decode(h nats.Header) (Headers, error) {
 			d.ReplyTo = v
 		}
 	}
+	big(hHashes)
+	if has(hHashes) {
+		hs, err := kvindex.DecodeHashes(nil, trim(vals[hHashes]))
+		if err != nil {
+			note(headerErr(hHashes, vals[hHashes], err.Error()))
+		} else {
+			d.Hashes = hs
+		}
+	}
 	if first != nil {
 		return d, first
 	}
 	return d, nil
+}
+
+// maxValue returns the bound on the value length of a slot's header.
+func maxValue(slot int) int {
+	if slot == hHashes {
+		return MaxHashValueBytes
+	}
+	return MaxValueBytes
 }
 
 // slotOf returns the slot of a Dispatch-* header name in any case, or -1.
@@ -505,9 +535,11 @@ func items(s string) int { return strings.Count(s, ",") + 1 }
 
 // The reasons of the size bounds.
 var (
-	tooLong = "is longer than " + strconv.Itoa(MaxValueBytes) + " bytes"
+	tooLong = longerThan(MaxValueBytes)
 	tooMany = "has more than " + strconv.Itoa(MaxListItems) + " items"
 )
+
+func longerThan(n int) string { return "is longer than " + strconv.Itoa(n) + " bytes" }
 
 // checkItems returns the reason when s has more than MaxListItems items, else
 // "". It runs before the list is allocated, so that a value of commas cannot

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/request"
 )
 
@@ -209,6 +210,21 @@ var decodeCases = []decodeCase{
 	{name: "reply empty", h: hdr(HeaderReplyTo, ""), wantErr: HeaderReplyTo},
 	{name: "reply case", h: hdr("dispatch-reply-to", "x.y"), want: with(func(d *Headers) { d.ReplyTo = "x.y" })},
 
+	// Dispatch-Block-Hashes: the vector of docs/protocol.md, Block hashes.
+	{name: "hashes", h: hdr(HeaderHashes, "wT_9PiW6dX6CFylZ_27bbA"), want: with(func(d *Headers) {
+		d.Hashes = []uint64{0x7e75ba253efd3fc1, 0x6cdb6eff59291782}
+	})},
+	{name: "hashes one, spaces, lower case", h: hdr("dispatch-block-hashes", " wT_9PiW6dX4\t"), want: with(func(d *Headers) {
+		d.Hashes = []uint64{0x7e75ba253efd3fc1}
+	})},
+	{name: "hashes empty", h: hdr(HeaderHashes, ""), wantErr: HeaderHashes},
+	{name: "hashes padded", h: hdr(HeaderHashes, "wT_9PiW6dX4="), wantErr: HeaderHashes},
+	{name: "hashes standard alphabet", h: hdr(HeaderHashes, "wT/9PiW6dX4"), wantErr: HeaderHashes},
+	{name: "hashes inner space", h: hdr(HeaderHashes, "wT_9P W6dX4"), wantErr: HeaderHashes},
+	{name: "hashes partial hash", h: hdr(HeaderHashes, "wT_9PiW6dX"), wantErr: HeaderHashes},
+	{name: "hashes trailing bits", h: hdr(HeaderHashes, "wT_9PiW6dX5"), wantErr: HeaderHashes},
+	{name: "hashes last in table order", h: hdr(HeaderHashes, "x", HeaderReplyTo, "a..b"), wantErr: HeaderReplyTo},
+
 	// Several headers; the first malformed one in table order is reported, and
 	// the others still decode.
 	{name: "typical", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "4096", HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
@@ -402,6 +418,9 @@ func checkBounds(t *testing.T, d Headers) {
 	if d.ReplyTo != "" && checkSubject(d.ReplyTo) != "" {
 		t.Fatalf("bad reply subject %q", d.ReplyTo)
 	}
+	if d.Hashes != nil && (len(d.Hashes) == 0 || len(d.Hashes) > kvindex.MaxHashes) {
+		t.Fatalf("%d hashes", len(d.Hashes))
+	}
 }
 
 // list returns n comma-separated copies of item.
@@ -449,6 +468,11 @@ func TestDecodeBounds(t *testing.T) {
 		// (3rd) before the allow-list (8th), and the others still decode.
 		{"order", hdr(HeaderAllowed, list("w", 300), HeaderOverlap, strings.Repeat("x", MaxValueBytes+1), HeaderReplyTo, "o.r"),
 			HeaderOverlap, "longer than", func(d Headers) bool { return d.ReplyTo == "o.r" && d.Overlap == nil && d.Allowed == nil }},
+		{"hashes at limit", hdr(HeaderHashes, "\t"+kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes))+" "), "", "",
+			func(d Headers) bool { return len(d.Hashes) == kvindex.MaxHashes }},
+		{"hashes over count", hdr(HeaderHashes, kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes+1))), HeaderHashes, "more than 8192 hashes",
+			func(d Headers) bool { return d.Hashes == nil }},
+		{"hashes over length", hdr(HeaderHashes, strings.Repeat("A", MaxHashValueBytes+1)), HeaderHashes, "longer than 98304 bytes", nil},
 		{"oversized worker leaves the pin off", hdr(HeaderWorker, strings.Repeat("w", MaxValueBytes+1), HeaderRank, "1"), HeaderWorker, "longer than",
 			func(d Headers) bool { return d.Pin == request.Target{Rank: request.AnyRank} }},
 	}

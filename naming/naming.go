@@ -77,7 +77,8 @@ func (n Names) ReqStream() string { return n.reqStream }
 // DLQStream returns "<Q>_DLQ", the limits stream of the dead letters on DLQAll.
 func (n Names) DLQStream() string { return n.dlqStream }
 
-// KVStream returns "<Q>_KV", the stream of the key-value records.
+// KVStream returns "<Q>_KV", the stream of the workers' KV cache events
+// (docs/protocol.md, KV cache events).
 func (n Names) KVStream() string { return n.kvStream }
 
 // Durable returns the dispatcher's durable consumer on ReqStream, Durable.
@@ -111,6 +112,17 @@ func (n Names) DLQ(class string) string { return n.prefix + ".dlq." + class }
 
 // DLQAll returns "<prefix>.dlq.*", the subjects of DLQStream.
 func (n Names) DLQAll() string { return n.prefix + ".dlq.*" }
+
+// KV returns "<prefix>.kv.<worker>", where a worker publishes its KV cache
+// events (docs/protocol.md, KV cache events).
+func (n Names) KV(worker string) string { return n.prefix + ".kv." + worker }
+
+// KVAll returns "<prefix>.kv.*", the subjects of KVStream.
+func (n Names) KVAll() string { return n.prefix + ".kv.*" }
+
+// KVSync returns "<prefix>.kvsync.<worker>", where the dispatcher asks a
+// worker to resynchronise a rank (docs/protocol.md, Resynchronisation).
+func (n Names) KVSync(worker string) string { return n.prefix + ".kvsync." + worker }
 
 // Done returns "<prefix>.done.<worker>", where the mock worker publishes its
 // completion records (a test and benchmark convention, not part of the protocol).

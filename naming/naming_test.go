@@ -55,6 +55,10 @@ func TestSubjects(t *testing.T) {
 		{n.DLQAll(), "dispatch.dlq.*"},
 		{n.Done("w1"), "dispatch.done.w1"},
 		{n.DoneAll(), "dispatch.done.*"},
+		{n.KV("w1"), "dispatch.kv.w1"},
+		{n.KVAll(), "dispatch.kv.*"},
+		{n.KVSync("w1"), "dispatch.kvsync.w1"},
+		{n.KVStream(), "DISPATCH_KV"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

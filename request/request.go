@@ -42,6 +42,9 @@ type Route struct {
 	Required  []string  // taints the worker must carry, every one
 	Preferred []Taint   // score weights
 	Overlap   []Overlap // per-worker cached tokens (Dispatch-Worker-Overlap)
+	// Hashes are the prompt's chained block hashes (Dispatch-Block-Hashes),
+	// for the overlap with the KV cache index; nil when not sent.
+	Hashes []uint64
 }
 
 // Snapshot is what the core knows of a request. Field sizes are chosen so that a
@@ -75,7 +78,7 @@ type Snapshot struct {
 	Score float64
 
 	Pin   Target
-	Route *Route // nil: no allow-list, taints or overlap
+	Route *Route // nil: no allow-list, taints, overlap or block hashes
 
 	// Charged is set once DRR has charged the request. A request handed back
 	// after a refused dispatch keeps its place and is not charged again.

@@ -8,6 +8,7 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/drr"
 	"fairdispatch/filters"
+	"fairdispatch/kvindex"
 	"fairdispatch/lanes"
 	"fairdispatch/request"
 	"fairdispatch/workers"
@@ -29,6 +30,10 @@ type Config struct {
 	// after the grace) may last before the queued requests fail as
 	// no_endpoints (docs/design.md, Fleet outage); 0 waits indefinitely.
 	NoWorkersTimeout int64
+	// KV is the KV cache index, owned by the caller, who applies the workers'
+	// events to it (docs/protocol.md, KV cache events); nil: none, and
+	// Dispatch-Block-Hashes is carried but not used.
+	KV *kvindex.Index
 }
 
 // Arrival is a request entering the dispatcher: its decoded headers and the
@@ -40,6 +45,7 @@ type Arrival struct {
 	ISL         uint64
 	Cached      uint64
 	Overlap     []request.Overlap // nil: Dispatch-Cached-Tokens stands
+	Hashes      []uint64          // Dispatch-Block-Hashes; nil when absent
 	Strict      uint32
 	Jump        float64
 	Pin         request.Target
@@ -97,6 +103,8 @@ type Scheduler struct {
 	gates   *filters.Gates
 	sel     *filters.Selector
 	dl      deadlines
+	kv      *kvindex.Index
+	kvOut   kvindex.Overlaps // scratch for admission's overlap
 
 	seq      uint64
 	graceEnd int64
@@ -116,6 +124,7 @@ func New(cfg Config, now int64) *Scheduler {
 	s.arb = drr.New(quanta)
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
+	s.sel.KV, s.kv = cfg.KV, cfg.KV
 	s.classes = make([]*lanes.Class, n)
 	s.queues = make([]drr.Queue, n)
 	for k := range s.classes {
@@ -215,8 +224,8 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	if a.HasDeadline {
 		r.Deadline = a.Published + int64(a.DeadlineMs)*1e6
 	}
-	if a.Allowed != nil || a.Required != nil || a.Preferred != nil || a.Overlap != nil {
-		rt := &request.Route{Allowed: a.Allowed, Required: a.Required, Preferred: a.Preferred, Overlap: a.Overlap}
+	if a.Allowed != nil || a.Required != nil || a.Preferred != nil || a.Overlap != nil || a.Hashes != nil {
+		rt := &request.Route{Allowed: a.Allowed, Required: a.Required, Preferred: a.Preferred, Overlap: a.Overlap, Hashes: a.Hashes}
 		if rt.Allowed != nil {
 			rt.Allowed = slices.Compact(slices.Sorted(slices.Values(rt.Allowed)))
 		}
@@ -241,6 +250,9 @@ func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
 // overlap among live workers passing the allow-list and taints, or
 // Dispatch-Cached-Tokens when no per-worker overlap is given.
 func (s *Scheduler) bestCached(a *Arrival, r *request.Snapshot) uint64 {
+	if s.kv != nil && a.Hashes != nil {
+		return s.kvCached(a, r)
+	}
 	if a.Overlap == nil {
 		return a.Cached
 	}
@@ -450,6 +462,12 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	s.expired = s.reg.Expire(now, s.expired[:0])
 	for _, w := range s.expired {
 		s.gates.Remove(w)
+		if s.kv != nil {
+			// Its cache state may be gone with it; if it comes back under
+			// the same instance, its next event shows a gap and it
+			// resynchronises (docs/protocol.md, Resynchronisation).
+			s.kv.DropWorker(w.ID)
+		}
 	}
 	if len(s.expired) > 0 && s.reg.Len() == 0 {
 		s.lostAt = now
@@ -577,3 +595,27 @@ func (s *Scheduler) Stats(dst []ClassStats) []ClassStats {
 
 // Overloaded reports whether worker w is overloaded under the thresholds in force.
 func (s *Scheduler) Overloaded(w *workers.Worker) bool { return s.sel.Thresholds.Overloaded(w) }
+
+// kvCached is admission's overlap from the KV cache index, which replaces
+// Dispatch-Worker-Overlap and Dispatch-Cached-Tokens when the request carries
+// block hashes (docs/protocol.md, Overlap): the best weighted overlap over the
+// eligible ranks (the pinned worker's, or its pinned rank's, when pinned),
+// converted to tokens with the scoring's block size.
+func (s *Scheduler) kvCached(a *Arrival, r *request.Snapshot) uint64 {
+	s.kv.Overlap(a.Hashes, &s.kvOut)
+	best := 0.0
+	for _, h := range s.kvOut.Hits {
+		switch {
+		case r.Pin.Pinned():
+			if h.Worker != r.Pin.Worker || (r.Pin.Rank != request.AnyRank && h.Rank != r.Pin.Rank) {
+				continue
+			}
+		default:
+			if w := s.reg.Get(h.Worker); w == nil || !w.HasRank(h.Rank) || !filters.Eligible(w, r) {
+				continue
+			}
+		}
+		best = max(best, h.Weighted)
+	}
+	return uint64(best * s.sel.Scoring.BlockSize)
+}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,6 +170,22 @@ func TestSnapshotBestCached(t *testing.T) {
 		if want := max(1, 400-c.want); d.Req.Cost != want {
 			t.Errorf("%s: cost = %d, want %d", c.name, d.Req.Cost, want)
 		}
+	}
+}
+
+// TestSnapshotCarriesHashes checks that Dispatch-Block-Hashes travels in the
+// optional Route, so that a request without hashes or constraints still has
+// no Route at all.
+func TestSnapshotCarriesHashes(t *testing.T) {
+	f := newFixture(t, twoClasses, filters.Thresholds{})
+	f.report("w1", 1<<30) // busy: the requests stay queued
+	hs := []uint64{7, 8}
+	d := f.arrive("premium", 400, func(a *Arrival) { a.Hashes = hs })
+	if d.Req.Route == nil || !slices.Equal(d.Req.Route.Hashes, hs) {
+		t.Fatalf("route = %+v, want hashes %v", d.Req.Route, hs)
+	}
+	if d := f.arrive("premium", 400); d.Req.Route != nil {
+		t.Fatalf("route = %+v without hashes or constraints, want nil", d.Req.Route)
 	}
 }
 

@@ -1,9 +1,10 @@
 // Package wire holds the JSON records that both sides of the dispatch protocol
 // encode or decode (docs/protocol.md): outcomes (the dispatcher writes them,
 // producers read them), load reports (workers write them, the dispatcher reads
-// them) and completion records (workers write them, load generators and tests
-// read them). Each record's JSON field names are written here once; a record
-// added later (KV cache events, for example) belongs here too.
+// them), completion records (workers write them, load generators and tests
+// read them), and KV cache events and resync requests (workers write the
+// events and read the requests, the dispatcher the other way round). Each
+// record's JSON field names are written here once.
 //
 // The package is pure: plain structs and encoding/json, no NATS, no clocks, so
 // the deterministic core may import it. Validation stays with the reader that

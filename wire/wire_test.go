@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/wire"
 	"fairdispatch/worker"
 	"fairdispatch/workers"
@@ -107,5 +108,35 @@ func TestCompletionRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, c) {
 		t.Errorf("round trip of %s:\ngot  %+v\nwant %+v", b, got, c)
+	}
+}
+
+// TestKVEventFieldNames: a KV event the index's encoder writes carries the
+// field names of docs/protocol.md, KV cache events, and decodes into the
+// record; the resync request body is {"dp_rank": r}.
+func TestKVEventFieldNames(t *testing.T) {
+	ev := kvindex.Event{Instance: "i1", ID: 3, Rank: 2, Cleared: 1 << kvindex.Disk}
+	ev.Stored[kvindex.Device] = []uint64{1}
+	ev.Removed[kvindex.Host] = []uint64{2}
+	b, err := kvindex.EncodeEvent(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"instance", "event_id", "dp_rank", "stored", "removed", "cleared"} {
+		if _, ok := fields[k]; !ok {
+			t.Errorf("%s: field %q missing", b, k)
+		}
+	}
+	var rec wire.KVEvent
+	if err := json.Unmarshal(b, &rec); err != nil || *rec.Instance != "i1" || *rec.EventID != 3 || *rec.DPRank != 2 ||
+		rec.Stored["device"] == "" || rec.Removed["host"] == "" || !reflect.DeepEqual(rec.Cleared, []string{"disk"}) {
+		t.Fatalf("decoded %+v, %v from %s", rec, err, b)
+	}
+	if b, _ := json.Marshal(wire.KVResync{Rank: 5}); string(b) != `{"dp_rank":5}` {
+		t.Fatalf("resync body %s", b)
 	}
 }

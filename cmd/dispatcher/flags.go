@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"fairdispatch/bus"
+	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 )
 
@@ -36,6 +38,10 @@ type settings struct {
 	instanceID                                                string
 	demo                                                      bool
 	demoPerClass                                              int
+	kvIndex                                                   bool
+	kvWeights                                                 string
+	kvMaxBlocks                                               int
+	kvMaxAge                                                  time.Duration
 }
 
 // optFloat is a float flag that may be unset.
@@ -92,7 +98,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
 	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
 	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
-	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of both streams (1 to 5)")
+	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of every stream (1 to 5)")
 	fs.StringVar(&s.httpAddr, "http-addr", "127.0.0.1:8080", "admin HTTP listen address")
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token guarding the admin write routes; empty: unguarded")
 	fs.Var(&s.decodeBlocks, "active-decode-blocks-threshold", "overload when kv_used or active_decode blocks exceed this fraction of total_kv_blocks (unset: off)")
@@ -102,7 +108,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.queuePolicy, "queue-policy", "fcfs", "without --policy-config: fcfs or wspt")
 	fs.DurationVar(&s.ackWait, "ack-wait", 30*time.Second, "request consumer ack wait")
 	fs.DurationVar(&s.dispatchTimeout, "dispatch-timeout", 2*time.Second, "how long a worker may take to accept or refuse")
-	fs.DurationVar(&s.dupWindow, "duplicate-window", 2*time.Minute, "JetStream duplicate window of both streams")
+	fs.DurationVar(&s.dupWindow, "duplicate-window", 2*time.Minute, "JetStream duplicate window of every stream")
 	fs.Float64Var(&s.blockSize, "block-size", 16, "tokens per KV block in worker scoring (> 0)")
 	fs.Float64Var(&s.temperature, "router-temperature", 0, "worker selection temperature (>= 0; 0: lowest cost)")
 	fs.Float64Var(&s.overlapCredit, "overlap-score-credit", 1, "credit per cached block in worker scoring")
@@ -110,6 +116,10 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.Float64Var(&s.decW, "decode-active-request-weight", 0, "weight of active requests in worker scoring")
 	fs.DurationVar(&s.grace, "startup-grace", 3*time.Second, "wait this long for load reports before dispatching or failing anything")
 	fs.DurationVar(&s.noWorkersTimeout, "no-workers-timeout", 0, "fail the held requests as no_endpoints once no worker has been live this long (0: hold them until a worker reports)")
+	fs.BoolVar(&s.kvIndex, "kv-index", false, "keep an index of the workers' KV caches from the <Q>_KV stream and score requests carrying Dispatch-Block-Hashes by it")
+	fs.StringVar(&s.kvWeights, "kv-tier-weights", "device=1,host=0.75,disk=0.5,shared=0.5", "with --kv-index: each cache tier's weight per block, in [0, 1]")
+	fs.IntVar(&s.kvMaxBlocks, "kv-max-blocks", kvindex.DefaultMaxBlocks, "with --kv-index: most (rank, block) pairs in the index (>= 1); past it the largest rank is dropped and resynchronised")
+	fs.DurationVar(&s.kvMaxAge, "kv-max-age", bus.DefaultKVMaxAge, "max age of the <Q>_KV stream when the dispatcher creates it (> 0)")
 	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
 	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
@@ -190,6 +200,15 @@ func (s *settings) validate() error {
 	}
 	if s.grace < 0 {
 		bad = append(bad, fmt.Sprintf("--startup-grace %v: want >= 0", s.grace))
+	}
+	if _, err := kvindex.ParseWeights(s.kvWeights); err != nil {
+		bad = append(bad, fmt.Sprintf("--kv-tier-weights %q: %v", s.kvWeights, err))
+	}
+	if s.kvMaxBlocks < 1 {
+		bad = append(bad, fmt.Sprintf("--kv-max-blocks %d: want >= 1", s.kvMaxBlocks))
+	}
+	if s.kvMaxAge <= 0 {
+		bad = append(bad, fmt.Sprintf("--kv-max-age %v: want > 0", s.kvMaxAge))
 	}
 	if s.noWorkersTimeout < 0 {
 		bad = append(bad, fmt.Sprintf("--no-workers-timeout %v: want >= 0", s.noWorkersTimeout))

@@ -25,6 +25,7 @@ import (
 	"fairdispatch/dispatcher"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/kvindex"
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
 	"fairdispatch/naming"
@@ -86,7 +87,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	if s.storage == "memory" {
 		storage = jetstream.MemoryStorage
 	}
-	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: storage, DuplicateWindow: s.dupWindow}); err != nil {
+	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: storage, DuplicateWindow: s.dupWindow, KVMaxAge: s.kvMaxAge}); err != nil {
 		return err
 	}
 
@@ -124,7 +125,20 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	}
 	m := metrics.New(reg, classNames)
 
+	var kv *kvindex.Index
+	var kvMetrics *metrics.KV
+	if s.kvIndex {
+		w, err := kvindex.ParseWeights(s.kvWeights) // validated with the other flags
+		if err != nil {
+			return err
+		}
+		if kv, err = kvindex.New(kvindex.Config{Weights: w, MaxBlocks: s.kvMaxBlocks}); err != nil {
+			return err
+		}
+		kvMetrics = metrics.NewKV(reg, dispatcher.KVTiers)
+	}
 	sched := scheduler.New(scheduler.Config{
+		KV:     kv,
 		Policy: pol,
 		Thresholds: filters.Thresholds{
 			DecodeBlocks: s.decodeBlocks.v, PrefillTokens: s.prefillTokens.v, PrefillFrac: s.prefillTokensFrac.v,
@@ -157,6 +171,9 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
 		Metrics: m, Log: log,
+		KV:        kv,
+		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
+		KVMetrics: kvMetrics,
 	})
 	act.Store(a)
 	if !nc.IsConnected() {
@@ -183,6 +200,15 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 	defer sub.Unsubscribe()
+	if kv != nil {
+		// Read <Q>_KV from its first message: this rebuilds the index after
+		// a restart (docs/protocol.md, Resynchronisation).
+		stopKV, err := bus.ConsumeKV(ctx, js, names.KVStream(), names.KVAll(), func(m bus.KVMessage) { a.KVEvent(m.Token, m.Data, m.Published) })
+		if err != nil {
+			return err
+		}
+		defer stopKV()
+	}
 
 	// Roles: with leader election (the default) this process pulls and
 	// dispatches only while it holds the lease; a standby keeps its registry

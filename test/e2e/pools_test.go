@@ -365,7 +365,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 	}
 	slices.Sort(streams)
 	want := []string{"KV_fairdispatch_llama_leader", "KV_fairdispatch_llama_policy", "KV_fairdispatch_qwen_leader", "KV_fairdispatch_qwen_policy",
-		"LLAMA_DLQ", "LLAMA_REQ", "QWEN_DLQ", "QWEN_REQ"}
+		"LLAMA_DLQ", "LLAMA_KV", "LLAMA_REQ", "QWEN_DLQ", "QWEN_KV", "QWEN_REQ"}
 	if !slices.Equal(streams, want) {
 		t.Errorf("streams of the account: got %v, want %v", streams, want)
 	}

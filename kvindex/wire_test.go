@@ -1,0 +1,127 @@
+package kvindex_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"fairdispatch/kvindex"
+)
+
+func TestEventRoundTrip(t *testing.T) {
+	in := kvindex.Event{Instance: "boot-7", ID: 42, Rank: 3, Cleared: 1<<kvindex.Host | 1<<kvindex.Shared}
+	in.Stored[kvindex.Device] = []uint64{1, 2, 3}
+	in.Stored[kvindex.Disk] = []uint64{^uint64(0)}
+	in.Removed[kvindex.Host] = []uint64{0}
+	b, err := kvindex.EncodeEvent(&in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kvindex.ParseEvent(b)
+	if err != nil || !reflect.DeepEqual(out, in) {
+		t.Fatalf("got %+v, %v; want %+v (body %s)", out, err, in, b)
+	}
+}
+
+// TestEventProtocolExample parses the example of docs/protocol.md, KV cache events.
+func TestEventProtocolExample(t *testing.T) {
+	body := `{"instance":"8f3c2a","event_id":17,"dp_rank":1,` +
+		`"stored":{"device":"wT_9PiW6dX6CFylZ_27bbA"},"removed":{"host":"wT_9PiW6dX4"},"cleared":["disk"]}`
+	ev, err := kvindex.ParseEvent([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kvindex.Event{Instance: "8f3c2a", ID: 17, Rank: 1, Cleared: 1 << kvindex.Disk}
+	want.Stored[kvindex.Device] = []uint64{0x7e75ba253efd3fc1, 0x6cdb6eff59291782}
+	want.Removed[kvindex.Host] = []uint64{0x7e75ba253efd3fc1}
+	if !reflect.DeepEqual(ev, want) {
+		t.Fatalf("got %+v, want %+v", ev, want)
+	}
+}
+
+func TestParseEventRejects(t *testing.T) {
+	long := strings.Repeat("i", kvindex.MaxInstanceLen+1)
+	many := kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes+1))
+	for _, c := range []struct{ body, field, reason string }{
+		{``, "", "is not a JSON object"},
+		{`[]`, "", "is not a JSON object"},
+		{`{"instance":"a","event_id":1}x`, "", "is not a JSON object"},
+		{`{"event_id":1}`, "instance", "is missing"},
+		{`{"instance":"","event_id":1}`, "instance", "1 to 64 bytes"},
+		{`{"instance":"` + long + `","event_id":1}`, "instance", "1 to 64 bytes"},
+		{`{"instance":"a"}`, "event_id", "is missing"},
+		{`{"instance":"a","event_id":0}`, "event_id", "at least 1"},
+		{`{"instance":"a","event_id":-1}`, "", "is not a JSON object"},
+		{`{"instance":"a","event_id":1,"dp_rank":65536}`, "dp_rank", "[0, 65535]"},
+		{`{"instance":"a","event_id":1,"dp_rank":-1}`, "dp_rank", "[0, 65535]"},
+		{`{"instance":"a","event_id":1,"cleared":["gpu"]}`, "cleared", "unknown tier"},
+		{`{"instance":"a","event_id":1,"cleared":["disk","disk"]}`, "cleared", "twice"},
+		{`{"instance":"a","event_id":1,"stored":{"Device":"AAAAAAAAAAA"}}`, "stored", "unknown tier"},
+		{`{"instance":"a","event_id":1,"stored":{"device":""}}`, "stored.device", "is empty"},
+		{`{"instance":"a","event_id":1,"removed":{"disk":"AAAAAAAAAAA="}}`, "removed.disk", "whole number"},
+		{`{"instance":"a","event_id":1,"removed":{"shared":"` + many + `"}}`, "removed.shared", "more than 8192"},
+		{`{"instance":"a","event_id":1,"stored":{"device":["AAAAAAAAAAA"]}}`, "", "is not a JSON object"},
+	} {
+		_, err := kvindex.ParseEvent([]byte(c.body))
+		var ee *kvindex.EventError
+		if !errors.As(err, &ee) || ee.Field != c.field || !strings.Contains(ee.Reason, c.reason) {
+			t.Errorf("%.80s: got %v, want field %q reason containing %q", c.body, err, c.field, c.reason)
+		}
+	}
+}
+
+// FuzzParseEvent feeds ParseEvent arbitrary bodies. It must not panic; an
+// error must be an *EventError; a nil error implies the bounds of
+// docs/protocol.md, KV cache events, that the index accepts the event, and
+// that encoding it and parsing it back gives the same event. More seeds are in
+// testdata/fuzz/FuzzParseEvent.
+func FuzzParseEvent(f *testing.F) {
+	for _, s := range []string{
+		`{"instance":"8f3c2a","event_id":17,"dp_rank":1,"stored":{"device":"wT_9PiW6dX6CFylZ_27bbA"},"removed":{"host":"wT_9PiW6dX4"},"cleared":["disk"]}`,
+		`{"instance":"a","event_id":1}`,
+		`{"instance":"a","event_id":1,"cleared":["device","host","disk","shared"]}`,
+		`{"instance":"a","event_id":18446744073709551615,"dp_rank":65535}`,
+		`{"instance":"a","event_id":1,"stored":{"gpu":"AAAAAAAAAAA"}}`,
+		`{"instance":"a","event_id":1,"stored":{"device":"AAAAAAAAAAB"}}`,
+		`{"INSTANCE":"a","Event_Id":2,"instance":"b"}`,
+		`{"instance":null,"event_id":1}`,
+		`null`, `{`, "\xff", ``,
+	} {
+		f.Add([]byte(s))
+	}
+	x, err := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 1 << 16})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ev, err := kvindex.ParseEvent(body)
+		if err != nil {
+			var ee *kvindex.EventError
+			if !errors.As(err, &ee) {
+				t.Fatalf("got %T %v, want *EventError", err, err)
+			}
+			return
+		}
+		if ev.Instance == "" || len(ev.Instance) > kvindex.MaxInstanceLen || ev.ID == 0 ||
+			ev.Rank < 0 || ev.Rank > kvindex.MaxRank || ev.Cleared&^kvindex.AllTiers != 0 {
+			t.Fatalf("accepted out of bounds: %+v", ev)
+		}
+		for tier := range kvindex.NumTiers {
+			if len(ev.Stored[tier]) > kvindex.MaxHashes || len(ev.Removed[tier]) > kvindex.MaxHashes {
+				t.Fatalf("accepted a list of more than %d hashes", kvindex.MaxHashes)
+			}
+		}
+		if _, err := x.Apply("w", &ev); err != nil {
+			t.Fatalf("the index refused a parsed event: %v", err)
+		}
+		b, err := kvindex.EncodeEvent(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := kvindex.ParseEvent(b)
+		if err != nil || !reflect.DeepEqual(again, ev) {
+			t.Fatalf("round trip: got %+v, %v; want %+v", again, err, ev)
+		}
+	})
+}
