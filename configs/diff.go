@@ -3,6 +3,7 @@ package configs
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -10,7 +11,8 @@ import (
 // as a live policy change applies it (docs/design.md, Live policy): one line
 // per change, in this order: the default family, the buckets, each class of
 // new in ring order that is added ("+ class NAME ...") or changed ("~ class
-// NAME: field old -> new, ..."), each class of old that is removed ("- class
+// NAME: field old -> new, ...", key weights summarised as "key_weights +A -R
+// ~C": keys added, removed, reweighted), each class of old that is removed ("- class
 // NAME ..."), and the ring order when the kept classes are reordered. It
 // returns nil when nothing changes. old may be nil (no policy yet): every
 // class is then added.
@@ -37,7 +39,7 @@ func Diff(old, new *Policy) []string {
 	for _, c := range new.Classes {
 		o, ok := byName(old, c.Name)
 		if !ok {
-			out = append(out, fmt.Sprintf("+ class %s (added): %s", c.Name, strings.Join(classFields(c), ", ")))
+			out = append(out, fmt.Sprintf("+ class %s (added): %s", c.Name, strings.Join(classFieldsAdded(c), ", ")))
 			continue
 		}
 		keptNew = append(keptNew, c.Name)
@@ -49,6 +51,9 @@ func Diff(old, new *Policy) []string {
 				_, nv, _ := strings.Cut(nf[i], " ")
 				ch = append(ch, fmt.Sprintf("%s %s -> %s", k, ov, nv))
 			}
+		}
+		if kw := keyWeightsDiff(o.KeyWeights, c.KeyWeights); kw != "" {
+			ch = append(ch, kw)
 		}
 		if len(ch) > 0 {
 			out = append(out, fmt.Sprintf("~ class %s: %s", c.Name, strings.Join(ch, ", ")))
@@ -76,7 +81,40 @@ func classFields(c Class) []string {
 		"busy_threshold " + uintOr(c.PrefillBusyThreshold), "busy_threshold_frac " + floatOr(c.PrefillBusyThresholdFrac),
 		"busy_worker_ratio " + floatOr(c.BusyWorkerRatio), "requests/worker " + uintOr(c.RequestLimit),
 		"raw_isl_tokens/worker " + uintOr(c.RawISLLimit), "cached_tokens/worker " + uintOr(c.CachedLimit),
+		"default_key_weight " + strconv.FormatFloat(c.DefaultKeyWeight, 'g', -1, 64),
+		"output_token_weight " + strconv.FormatFloat(c.OutputTokenWeight, 'g', -1, 64),
 	}
+}
+
+// classFieldsAdded is classFields plus the number of key weights, for a class
+// the new policy adds.
+func classFieldsAdded(c Class) []string {
+	return append(classFields(c), fmt.Sprintf("key_weights %d", len(c.KeyWeights)))
+}
+
+// keyWeightsDiff summarises how a class's key weights change: "key_weights
+// +A -R ~C" for keys added, removed and reweighted, or "" when none does.
+// O(keys).
+func keyWeightsDiff(old, new map[string]float64) string {
+	var added, removed, changed int
+	for k, w := range new {
+		ow, ok := old[k]
+		switch {
+		case !ok:
+			added++
+		case ow != w:
+			changed++
+		}
+	}
+	for k := range old {
+		if _, ok := new[k]; !ok {
+			removed++
+		}
+	}
+	if added+removed+changed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("key_weights +%d -%d ~%d", added, removed, changed)
 }
 
 func bucketsString(bs []Bucket) string {

@@ -68,6 +68,7 @@ type Deps struct {
 	Gate        PullGate // closed during a fleet outage; nil: none
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
+	Trace       Tracer // the traffic trace; nil: none
 	Log         zerolog.Logger
 	// KV is the KV cache index the scheduler scores with (the one in its
 	// Config); the actor applies the workers' events to it. nil: none.
@@ -117,6 +118,7 @@ type Actor struct {
 	results     *mailbox[bus.Result]
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
+	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
 	policies    chan policyReq
@@ -145,6 +147,9 @@ type Actor struct {
 	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
 	kvStale []kvindex.Rank // scratch
 	kvAsked time.Time      // when stale ranks were last asked to resynchronise
+
+	stats  []scheduler.ClassStats // scratch for publishView
+	served map[string]*served     // per class name, for the view (view.go)
 
 	view      atomic.Pointer[View]
 	polView   atomic.Pointer[PolicyView]
@@ -182,6 +187,7 @@ func New(cfg Config, d Deps) *Actor {
 		results:     newMailbox[bus.Result](),
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
+		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
 		policies:    make(chan policyReq),
@@ -193,6 +199,7 @@ func New(cfg Config, d Deps) *Actor {
 		hdr:         make(nats.Header, 16),
 		connected:   true,
 		conflictLog: make(map[string]time.Time),
+		served:      make(map[string]*served),
 		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()
@@ -210,6 +217,9 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	if a.d.Gate == nil {
 		a.d.Gate = noGate{}
+	}
+	if a.d.Trace == nil {
+		a.d.Trace = noTracer{}
 	}
 	a.cur = newTerm(d.Consumer)
 	a.term.Store(a.cur)
@@ -357,6 +367,10 @@ func (a *Actor) Run(ctx context.Context) {
 		case <-a.dlq.wake:
 			for _, d := range a.dlq.take() {
 				a.deadLettered(d)
+			}
+		case <-a.done.wake:
+			for _, d := range a.done.take() {
+				a.settle(d)
 			}
 		case <-a.kv.wake:
 			evs := a.kv.take()

@@ -30,6 +30,7 @@ func (a *Actor) reject(h *held, e *scheduler.Error) {
 	r := h.snap
 	h.dead, h.err = true, e
 	a.d.Metrics.Rejected(r.Class, e.Code)
+	a.traceReject(h, e.Code)
 	a.d.Keeper.Drop(r.Ref) // a dead letter is not kept alive: its publish is acknowledged in ms
 	a.storeDead(h)
 }

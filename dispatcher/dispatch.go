@@ -142,12 +142,14 @@ func (a *Actor) answer(res bus.Result) {
 	a.inFlight--
 	now := a.cfg.Now()
 	a.d.Metrics.Handshake(res.Outcome.String())
+	a.traceDispatch(now, h, res.Outcome.String())
 	if res.Outcome == bus.Accepted {
 		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap
 		delete(a.held, res.Token)
 		h.rel.Release(1)
 		a.d.Metrics.Dispatched(r.Class)
+		a.countServed(r.Class, r.Cost)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)

@@ -4,12 +4,12 @@ import "testing"
 
 func TestReconfigureKeepsDeficitsCursorAndCarryByClass(t *testing.T) {
 	a := New([]uint64{10, 20, 30})
-	a.deficit = []uint64{1, 2, 3}
+	a.deficit = []int64{1, 2, -3}
 	a.cursor, a.carry = 1, 2
 	// New ring: [old 2, new class, old 0]; old 1 is removed.
 	a.Reconfigure([]uint64{5, 6, 7}, []int{2, -1, 0})
-	if got := a.deficit; got[0] != 3 || got[1] != 0 || got[2] != 1 {
-		t.Errorf("deficits = %v, want [3 0 1]", got)
+	if got := a.deficit; got[0] != -3 || got[1] != 0 || got[2] != 1 {
+		t.Errorf("deficits = %v, want [-3 0 1] (a debt is kept too)", got)
 	}
 	// The cursor was on removed class 1: the next kept class is old 2, now 0.
 	if a.Cursor() != 0 || a.Carry() != 0 {

@@ -30,6 +30,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_pending_isl_tokens", "GAUGE", []string{"class"}},
 		{"fairdispatch_pending_cached_tokens", "GAUGE", []string{"class"}},
 		{"fairdispatch_drr_deficit", "GAUGE", []string{"class"}},
+		{"fairdispatch_fairness_keys", "GAUGE", []string{"class"}},
 		{"fairdispatch_dispatched_total", "COUNTER", []string{"class"}},
 		{"fairdispatch_rejected_total", "COUNTER", []string{"class", "reason"}},
 		{"fairdispatch_queue_wait_seconds", "HISTOGRAM", []string{"class"}},
@@ -55,6 +56,9 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_policy_revision", "GAUGE", nil},
 		{"fairdispatch_policy_refused_total", "COUNTER", nil},
 		{"fairdispatch_policy_applied_total", "COUNTER", nil},
+		{"fairdispatch_settlements_total", "COUNTER", []string{"outcome"}},
+		{"fairdispatch_settlement_correction_tokens_total", "COUNTER", []string{"direction"}},
+		{"fairdispatch_oldest_queued_seconds", "GAUGE", []string{"class"}},
 	}
 	for _, tt := range tests {
 		mf := mfs[tt.name]
@@ -414,5 +418,26 @@ func BenchmarkQueueWait(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.QueueWait(0, 0.042)
+	}
+}
+
+func TestSettlement(t *testing.T) {
+	m, reg := newTest(t)
+	m.Settlement("settled", 250)
+	m.Settlement("settled", -40)
+	m.Settlement("unknown", 0)
+	for _, tc := range []struct {
+		name, label, value string
+		want               float64
+	}{
+		{"fairdispatch_settlements_total", "outcome", "settled", 2},
+		{"fairdispatch_settlements_total", "outcome", "unknown", 1},
+		{"fairdispatch_settlements_total", "outcome", "foreign", 0},
+		{"fairdispatch_settlement_correction_tokens_total", "direction", "under", 250},
+		{"fairdispatch_settlement_correction_tokens_total", "direction", "over", 40},
+	} {
+		if got := value(t, reg, tc.name, tc.label, tc.value); got != tc.want {
+			t.Errorf("%s{%s=%q}: got %v, want %v", tc.name, tc.label, tc.value, got, tc.want)
+		}
 	}
 }

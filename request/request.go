@@ -80,6 +80,11 @@ type Snapshot struct {
 	Pin   Target
 	Route *Route // nil: no allow-list, taints, overlap or block hashes
 
+	// Key is the request's fairness key within its class (docs/protocol.md,
+	// Request headers: Dispatch-Fairness-Key); "" stands for the default key "_".
+	// Package lanes may rewrite it to "_overflow" when the class tracks too many keys.
+	Key string
+
 	// Charged is set once DRR has charged the request. A request handed back
 	// after a refused dispatch keeps its place and is not charged again.
 	Charged bool

@@ -37,7 +37,11 @@ type PolicyChange struct {
 //     queued in their new class as they are: not charged again (a request
 //     already charged stays charged), without a limit check, and keeping
 //     their deadline and pin;
-//   - a new class starts empty with a zero deficit.
+//   - a new class starts empty with a zero deficit;
+//   - key weights (the key level) change in place: a key of a kept class
+//     keeps the service it has received, and is charged with its new weight
+//     from now on; dispatches awaiting settlement keep their class, or, when
+//     it was removed, are owed nothing.
 //
 // Requests in flight at a worker are the caller's: it gives each of them its
 // new class with Reclass. Every blocked lane is re-checked, since the gates
@@ -80,18 +84,21 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 		}
 	}
 
-	classes := make([]*lanes.Class, len(p.Classes))
+	classes := make([]*lanes.Keyed, len(p.Classes))
 	queues := make([]drr.Queue, len(p.Classes))
-	for k, c := range p.Classes {
+	for k := range p.Classes {
+		c := &p.Classes[k]
 		f := from[k]
 		if f < 0 {
 			ch.Added = append(ch.Added, c.Name)
-			classes[k] = lanes.New(checker{s})
+			classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(c))
 		} else {
 			classes[k] = s.classes[f]
+			classes[k].SetKeyConfig(s.keyConfig(c))
 		}
 		queues[k] = classes[k]
 	}
+	s.settle.reclass(ch.To)
 	quanta, gates := classParams(p)
 	s.pol, s.classes, s.queues = p, classes, queues
 	s.arb.Reconfigure(quanta, from)

@@ -200,6 +200,39 @@ func BenchmarkSetPolicy(b *testing.B) {
 	}
 }
 
+// BenchmarkSetPolicyKeyWeights measures the apply path of a policy with
+// 100,000 key weights (docs/design.md, Live policy: at least 100,000 must
+// apply in under a second): parsing and validating the YAML and SetPolicy on
+// a scheduler holding 100,000 queued requests over 1,000 keys.
+func BenchmarkSetPolicyKeyWeights(b *testing.B) {
+	const keys = 100000
+	y := []byte(fmt.Sprintf(keyPolicy, ""))
+	y = y[:len(y)-1] // the closing brace and newline
+	y = y[:len(y)-1]
+	y = append(y, ", key_weights: {"...)
+	for i := range keys {
+		if i > 0 {
+			y = append(y, ", "...)
+		}
+		y = fmt.Appendf(y, "tenant-%06d: %d", i, 1+i%7)
+	}
+	y = append(y, "}}\n"...)
+	b.ReportMetric(float64(len(y)), "yaml-bytes")
+	for b.Loop() {
+		b.StopTimer()
+		s := New(Config{Policy: mustPolicy(b, fmt.Sprintf(keyPolicy, "")), Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1)), Grace: 1e9}, t0)
+		for i := range 100000 {
+			s.Arrive(t0, &Arrival{ID: "r", Token: "c", Key: fmt.Sprintf("tenant-%06d", i%1000), ISL: 512, Published: t0 + int64(i)})
+		}
+		b.StartTimer()
+		p, err := configs.Parse("bench.yaml", y)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.SetPolicy(t0, p)
+	}
+}
+
 // benchPolicy is a policy of n families over two buckets; the "b" variant
 // renames every small-bucket class (so that its requests move) and doubles
 // every quantum.
@@ -214,4 +247,76 @@ func benchPolicy(n int, variant string) []byte {
 		y = fmt.Appendf(y, "  - {name: f%d-large, policy_family: f%d, cache_bucket: large, quantum: %d, queue_policy: wspt, prefill_busy_threshold: 1000}\n", i, i, q)
 	}
 	return y
+}
+
+// keyPolicy is one class whose key weights are a parameter.
+const keyPolicy = `default_policy_family: c
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: c, policy_family: c, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000000000%s}
+`
+
+// splitKeys dispatches n requests and counts them per fairness key.
+func (f *fixture) splitKeys(n int) map[string]int {
+	f.t.Helper()
+	out := map[string]int{}
+	for range n {
+		d := f.s.Next(f.now)
+		f.wantKind(d, Dispatch)
+		out[d.Req.Key]++
+	}
+	return out
+}
+
+func TestSetPolicyChangesKeyWeightsInPlace(t *testing.T) {
+	f := graceFixture(t, fmt.Sprintf(keyPolicy, ""))
+	f.report("w1", 0)
+	for range 200 {
+		f.arrive("c", 512, func(a *Arrival) { a.Key = "a" })
+		f.arrive("c", 512, func(a *Arrival) { a.Key = "b" })
+	}
+	f.now += 2e9
+	if got := f.splitKeys(100); got["a"] < 48 || got["a"] > 52 {
+		t.Fatalf("split with equal weights = %v, want about 50:50", got)
+	}
+	f.s.SetPolicy(f.now, mustPolicy(t, fmt.Sprintf(keyPolicy, ", key_weights: {a: 4, b: 1}")))
+	if got := f.splitKeys(100); got["a"] < 76 || got["a"] > 84 {
+		t.Fatalf("split after key_weights a:4 b:1 = %v, want a about 80", got)
+	}
+}
+
+// A dispatch awaiting settlement whose class is removed is owed nothing: its
+// completion record settles without touching a class (before, it indexed the
+// old class list), and one of a kept class whose index moved settles there.
+func TestSetPolicySettlementsFollowTheClasses(t *testing.T) {
+	f := graceFixture(t, fmt.Sprintf(livePolicy, 512, 128))
+	f.report("w1", 0)
+	f.arrive("premium", 512)
+	f.arrive("regular", 512)
+	f.now += 2e9
+	first, second := f.s.Next(f.now), f.s.Next(f.now)
+	f.wantKind(first, Dispatch)
+	f.wantKind(second, Dispatch)
+	// premium removed; regular moves to index 1 behind a new class.
+	f.s.SetPolicy(f.now, mustPolicy(t, `default_policy_family: regular
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: gold, quantum: 64}
+  - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128, prefill_busy_threshold: 1000000000}
+`))
+	for _, d := range []Decision{first, second} {
+		res := f.s.Settle("w1", Completion{Seq: d.Seq, RequestID: d.Req.ID, PrefillTokens: 1000})
+		if res.Outcome != Settled {
+			t.Fatalf("settle of %s: %v, want settled", d.Req.ID, res.Outcome)
+		}
+		name := f.s.Policy().Classes[max(res.Class, 0)].Name
+		switch {
+		case d.Req.Token == "premium" && (res.Class != -1 || res.Correction != 0):
+			t.Errorf("premium's settlement: class %d correction %d, want -1 and 0 (its class is gone)", res.Class, res.Correction)
+		case d.Req.Token == "regular" && (name != "regular" || res.Correction != 1000-512):
+			t.Errorf("regular's settlement: class %s correction %d, want regular and 488", name, res.Correction)
+		}
+	}
 }

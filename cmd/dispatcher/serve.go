@@ -25,6 +25,7 @@ import (
 	"fairdispatch/dispatcher"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/kvindex"
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
@@ -124,6 +125,8 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		classNames[i] = c.Name
 	}
 	m := metrics.New(reg, classNames)
+	bv, brev, bgo := buildinfo.Read().Label()
+	metrics.RegisterBuildInfo(reg, bv, brev, bgo)
 
 	var kv *kvindex.Index
 	var kvMetrics *metrics.KV
@@ -149,6 +152,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		Rand:             rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 		MaxWorkers:       s.maxWorkers,
 		NoWorkersTimeout: int64(s.noWorkersTimeout),
+		MaxKeysPerClass:  s.maxKeysPerClass,
 	}, time.Now().UnixNano())
 
 	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
@@ -165,12 +169,17 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
+	rec, err := startRecorder(ctx, s, nc, js, names, reg, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rec.Close() }() // after the actor has stopped
 	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout,
 		PolicyRevision: polRev, PolicySource: polSource}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
-		Metrics: m, Log: log,
+		Metrics: m, Trace: tracer(rec), Log: log,
 		KV:        kv,
 		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
 		KVMetrics: kvMetrics,
@@ -200,6 +209,11 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 	defer sub.Unsubscribe()
+	doneSub, err := bus.SubscribeDone(nc, s.prefix, a.CompletionRecord)
+	if err != nil {
+		return err
+	}
+	defer doneSub.Unsubscribe()
 	if kv != nil {
 		// Read <Q>_KV from its first message: this rebuilds the index after
 		// a restart (docs/protocol.md, Resynchronisation).
@@ -265,6 +279,9 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		}()
 	}
 	a.Run(actorCtx)
+	if err := rec.Close(); err != nil {
+		log.Warn().Err(err).Msg("trace file not closed cleanly")
+	}
 	stopElect()
 	<-electDone
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
 )
@@ -81,7 +82,12 @@ func run() (int, error) {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "overall timeout of the run (0: none)")
 	flag.IntVar(&cfg.Window, "window", loadgen.DefaultWindow, "most publications awaiting acknowledgement")
 	flag.StringVar(&cfg.RunID, "run-id", "", "prefix of request ids (default random)")
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println("loadgen", buildinfo.Read())
+		return 0, nil
+	}
 	if flag.NArg() > 0 {
 		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
