@@ -169,7 +169,11 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
-	rec, err := startRecorder(ctx, s, nc, js, names, reg, log)
+	var running []byte // the bucket's policy YAML, when it runs
+	if polRev > 0 {
+		running = cur.YAML
+	}
+	rec, err := startRecorder(ctx, s, nc, js, names, reg, log, running)
 	if err != nil {
 		return err
 	}
