@@ -142,7 +142,8 @@ type Actor struct {
 	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
 	outSince    int64                // since when, Unix ns
 
-	ops opsLog // rate-limited operator warnings (opslog.go)
+	ops  opsLog   // rate-limited operator warnings (opslog.go)
+	rate rateMemo // the previous View's dispatch counts, for DispatchRate (view.go)
 
 	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
 	kvStale []kvindex.Rank // scratch

@@ -43,6 +43,16 @@ type ClassView struct {
 	DispatchedCost uint64 `json:"dispatched_cost"`
 	// Quantum is the class's DRR quantum in the policy in force: its weight.
 	Quantum uint64 `json:"quantum"`
+	// DispatchRate is Dispatched's rate per second over the interval since
+	// the previous View (about a second); 0 in the first View (fairctl
+	// queues shows it; docs/operations.md, Queues, workers and fairctl top).
+	DispatchRate float64 `json:"dispatch_rate"`
+}
+
+// rateMemo is what the actor keeps from one View to the next for DispatchRate.
+type rateMemo struct {
+	at   time.Time
+	prev map[string]uint64 // Dispatched per class name in the previous View
 }
 
 // served is what the dispatcher has served one class since it started.
@@ -113,6 +123,16 @@ func (a *Actor) publishView(now time.Time) {
 		if sv := a.served[c.Name]; sv != nil {
 			cv.Dispatched, cv.DispatchedCost = sv.requests, sv.cost
 		}
+		if el := now.Sub(a.rate.at).Seconds(); !a.rate.at.IsZero() && el > 0 {
+			cv.DispatchRate = float64(cv.Dispatched-min(cv.Dispatched, a.rate.prev[c.Name])) / el
+		}
+	}
+	a.rate.at = now
+	if a.rate.prev == nil {
+		a.rate.prev = make(map[string]uint64, len(a.served))
+	}
+	for name, sv := range a.served {
+		a.rate.prev[name] = sv.requests
 	}
 	// The oldest queued request per class: one pass over what the dispatcher
 	// holds (at most --max-held), once a second. The queues' heads would not
