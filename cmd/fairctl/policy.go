@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -222,10 +221,4 @@ type revisionOut struct {
 
 func revisionJSON(r policy.Revision) revisionOut {
 	return revisionOut{Revision: r.Revision, Created: r.Created.UTC(), Bytes: len(r.YAML), Deleted: r.Deleted, YAML: string(r.YAML)}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
