@@ -169,7 +169,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
-	var running []byte // the bucket's policy YAML, when it runs
+	var running []byte     // the bucket's policy YAML, when it runs
 	if polRev > 0 {
 		running = cur.YAML
 	}
