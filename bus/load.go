@@ -31,3 +31,26 @@ func SubscribeLoad(nc *nats.Conn, prefix string, fn func(token string, data []by
 	}
 	return sub, nil
 }
+
+// SubscribeDone subscribes to "<prefix>.done.*" (docs/protocol.md, Completion
+// records) and calls fn with each record's subject token (the worker id it was
+// published under, which NATS permissions can tie to the worker's credentials)
+// and raw body, on the subscription's one goroutine, in arrival order. fn must
+// not block for long. Parsing and settling the record is the caller's
+// business. Unsubscribe the returned subscription to stop.
+func SubscribeDone(nc *nats.Conn, prefix string, fn func(token string, data []byte)) (*nats.Subscription, error) {
+	subj, err := NewSubjects(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe done: %w", err)
+	}
+	if nc == nil || fn == nil {
+		return nil, errors.New("bus: subscribe done: nil connection or function")
+	}
+	sub, err := nc.Subscribe(subj.DoneAll(), func(m *nats.Msg) {
+		fn(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], m.Data)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe %s: %w", subj.DoneAll(), err)
+	}
+	return sub, nil
+}

@@ -2,6 +2,7 @@ package configs
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -70,6 +71,26 @@ func (p *Policy) Matrix() string {
 			i, c.Name, dash(c.Family), dash(c.Bucket), c.Queue, c.Quantum, queues,
 			uintOr(c.PrefillBusyThreshold), floatOr(c.PrefillBusyThresholdFrac), floatOr(c.BusyWorkerRatio),
 			uintOr(c.RequestLimit), uintOr(c.RawISLLimit), uintOr(c.CachedLimit))
+	}
+	tw.Flush()
+
+	b.WriteString("fairness keys per class (docs/config.md, key_weights):\n")
+	tw.Write([]byte("  class\tdefault_key_weight\toutput_token_weight\tkey_weights\n"))
+	for _, c := range p.Classes {
+		names := make([]string, 0, len(c.KeyWeights))
+		for k := range c.KeyWeights {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		weights := make([]string, len(names))
+		for i, k := range names {
+			weights[i] = k + "=" + strconv.FormatFloat(c.KeyWeights[k], 'g', -1, 64)
+		}
+		if len(weights) == 0 {
+			weights = []string{"-"}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Name, strconv.FormatFloat(c.DefaultKeyWeight, 'g', -1, 64),
+			strconv.FormatFloat(c.OutputTokenWeight, 'g', -1, 64), strings.Join(weights, ", "))
 	}
 	tw.Flush()
 	return b.String()

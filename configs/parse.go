@@ -31,13 +31,18 @@ const (
 	keyRequestLimit = "request_queue_limit_per_worker"
 	keyRawISLLimit  = "raw_isl_token_queue_limit_per_worker"
 	keyCachedLimit  = "cached_token_queue_limit_per_worker"
+
+	keyKeyWeights   = "key_weights"
+	keyDefKeyWeight = "default_key_weight"
+	keyOutputWeight = "output_token_weight"
 )
 
 var (
 	rootKeys   = []string{keyDefaultFamily, keyBuckets, keyClasses}
 	bucketKeys = []string{keyMinTokens, keyBucket}
 	classKeys  = []string{keyName, keyFamily, keyCacheBucket, keyQueuePolicy, keyQuantum,
-		keyThreshold, keyThresholdFr, keyRatio, keyRequestLimit, keyRawISLLimit, keyCachedLimit}
+		keyThreshold, keyThresholdFr, keyRatio, keyRequestLimit, keyRawISLLimit, keyCachedLimit,
+		keyKeyWeights, keyDefKeyWeight, keyOutputWeight}
 )
 
 // noPolicy is the message for a document that configures nothing.
@@ -338,7 +343,85 @@ func (w *walker) class(n *yaml.Node, path string) (rawClass, bool) {
 			}
 		}
 	}
+	c.DefaultKeyWeight = 1
+	if f, ok := fields[keyDefKeyWeight]; ok {
+		if v, ok := w.keyWeight(f.val, join(path, keyDefKeyWeight)); ok {
+			c.DefaultKeyWeight = v
+		}
+	}
+	if f, ok := fields[keyKeyWeights]; ok {
+		c.KeyWeights = w.keyWeights(f.val, join(path, keyKeyWeights))
+	}
+	if f, ok := fields[keyOutputWeight]; ok {
+		p := join(path, keyOutputWeight)
+		if v, ok := w.float(f.val, p); ok {
+			if v < 0 || v > MaxKeyWeight {
+				w.add(f.val.Line, p, "must be in [0, %v], got %v", float64(MaxKeyWeight), v)
+			}
+			c.OutputTokenWeight = v
+		}
+	}
 	return c, true
+}
+
+// keyWeight reads a fairness-key weight: a number in [MinKeyWeight, MaxKeyWeight].
+func (w *walker) keyWeight(n *yaml.Node, path string) (float64, bool) {
+	v, ok := w.float(n, path)
+	if !ok {
+		return 0, false
+	}
+	if v < MinKeyWeight || v > MaxKeyWeight {
+		w.add(n.Line, path, "must be in [%v, %v], got %v", MinKeyWeight, float64(MaxKeyWeight), v)
+		return 0, false
+	}
+	return v, true
+}
+
+// keyWeights reads key_weights: a mapping from fairness key
+// (docs/protocol.md, Request headers: 1 to 64 bytes of [A-Za-z0-9_.:@-]) to weight.
+func (w *walker) keyWeights(n *yaml.Node, path string) map[string]float64 {
+	line := n.Line
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		w.add(line, path, "must be a mapping from fairness key to weight, got %s", describe(n))
+		return nil
+	}
+	out := make(map[string]float64, len(n.Content)/2)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || !ValidKey(k.Value) {
+			w.add(k.Line, path, "keys must be fairness keys (1 to 64 bytes of [A-Za-z0-9_.:@-]), got %s", describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			w.add(k.Line, p, "duplicate key (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if wt, ok := w.keyWeight(v, p); ok {
+			out[k.Value] = wt
+		}
+	}
+	return out
+}
+
+// ValidKey reports whether s is a fairness key: 1 to 64 bytes of [A-Za-z0-9_.:@-]
+// (docs/protocol.md, Request headers: Dispatch-Fairness-Key).
+func ValidKey(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '_' || c == '.' || c == ':' || c == '@' || c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // crossCheck checks the rules that span classes, buckets and the default

@@ -51,7 +51,25 @@ type Class struct {
 	RequestLimit *uint64 // request_queue_limit_per_worker, in requests; nil: no limit
 	RawISLLimit  *uint64 // raw_isl_token_queue_limit_per_worker, in tokens; nil: no limit
 	CachedLimit  *uint64 // cached_token_queue_limit_per_worker, in tokens; nil: no limit
+
+	// KeyWeights maps a fairness key to its weight within the class, each in
+	// [MinKeyWeight, MaxKeyWeight]; nil: every key weighs DefaultKeyWeight
+	// (docs/design.md, Fairness keys).
+	KeyWeights map[string]float64
+	// DefaultKeyWeight is the weight of a key not in KeyWeights, in
+	// [MinKeyWeight, MaxKeyWeight]; default 1.
+	DefaultKeyWeight float64
+	// OutputTokenWeight weighs output tokens in a completion's actual cost:
+	// prefill_tokens + OutputTokenWeight * output_tokens (docs/design.md, Cost
+	// settlement); in [0, MaxKeyWeight], default 0.
+	OutputTokenWeight float64
 }
+
+// Bounds of a fairness-key weight.
+const (
+	MinKeyWeight = 0.01
+	MaxKeyWeight = 1000
+)
 
 // Queues reports whether the class queues (it has either prefill busy
 // threshold set; 0 counts as set). A class that does not queue dispatches a
@@ -131,7 +149,7 @@ func Default(queuePolicy string, queueThreshold *float64) (*Policy, error) {
 	if q != FCFS && q != WSPT {
 		return nil, fmt.Errorf("configs: --queue-policy: must be fcfs or wspt, got %q", queuePolicy)
 	}
-	c := Class{Name: "default", Queue: q, Quantum: 1}
+	c := Class{Name: "default", Queue: q, Quantum: 1, DefaultKeyWeight: 1}
 	if queueThreshold != nil {
 		v := *queueThreshold
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {

@@ -51,6 +51,11 @@ type Config struct {
 	DispatchTimeout time.Duration // how long a worker may take to answer; bounds shutdown
 	Tick            time.Duration // safety-net re-check and deadline resolution; default 25ms
 	Now             func() time.Time
+	// PolicyRevision is the policy bucket's revision the scheduler starts
+	// with (0: not from the bucket); PolicySource is "bucket", "file" or
+	// "flags" (PolicyView).
+	PolicyRevision uint64
+	PolicySource   string
 }
 
 // Deps are the adapters the actor drives.
@@ -63,6 +68,7 @@ type Deps struct {
 	Gate        PullGate // closed during a fleet outage; nil: none
 	Outcome     func(subject string, o bus.OutcomeMsg) error
 	Metrics     *metrics.Metrics
+	Trace       Tracer // the traffic trace; nil: none
 	Log         zerolog.Logger
 	// KV is the KV cache index the scheduler scores with (the one in its
 	// Config); the actor applies the workers' events to it. nil: none.
@@ -85,6 +91,7 @@ type held struct {
 	worker   string
 	rank     int32
 	seq      uint64
+	rev      uint64           // the policy revision it was dispatched under
 	dead     bool             // being dead-lettered
 	form     letterForm       // the form of the dead letter being stored
 	err      *scheduler.Error // why, while dead
@@ -111,8 +118,10 @@ type Actor struct {
 	results     *mailbox[bus.Result]
 	loads       *reportBox
 	dlq         *mailbox[dlqDone]
+	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
+	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
 	handBackReq chan chan int
@@ -129,16 +138,23 @@ type Actor struct {
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+	polRev      uint64               // the policy revision running (0: not from the bucket)
 	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
 	outSince    int64                // since when, Unix ns
 
-	ops opsLog // rate-limited operator warnings (opslog.go)
+	ops  opsLog   // rate-limited operator warnings (opslog.go)
+	rate rateMemo // the previous View's dispatch counts, for DispatchRate (view.go)
 
 	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
 	kvStale []kvindex.Rank // scratch
 	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
+	stats  []scheduler.ClassStats // scratch for publishView
+	served map[string]*served     // per class name, for the view (view.go)
+
 	view      atomic.Pointer[View]
+	polView   atomic.Pointer[PolicyView]
+	polMu     sync.Mutex // serialises writers of polView
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
@@ -172,8 +188,11 @@ func New(cfg Config, d Deps) *Actor {
 		results:     newMailbox[bus.Result](),
 		loads:       newReportBox(),
 		dlq:         newMailbox[dlqDone](),
+		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
+		policies:    make(chan policyReq),
+		polRev:      cfg.PolicyRevision,
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
 		handBackReq: make(chan chan int),
@@ -181,15 +200,27 @@ func New(cfg Config, d Deps) *Actor {
 		hdr:         make(nats.Header, 16),
 		connected:   true,
 		conflictLog: make(map[string]time.Time),
+		served:      make(map[string]*served),
 		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)
+	src := cfg.PolicySource
+	if src == "" {
+		src = "file"
+	}
+	a.polView.Store(&PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
+	if cfg.PolicyRevision > 0 {
+		d.Metrics.PolicyApplied(cfg.PolicyRevision)
+	}
 	if d.Consumer == nil {
 		d.Consumer = idle{}
 	}
 	if a.d.Gate == nil {
 		a.d.Gate = noGate{}
+	}
+	if a.d.Trace == nil {
+		a.d.Trace = noTracer{}
 	}
 	a.cur = newTerm(d.Consumer)
 	a.term.Store(a.cur)
@@ -338,6 +369,10 @@ func (a *Actor) Run(ctx context.Context) {
 			for _, d := range a.dlq.take() {
 				a.deadLettered(d)
 			}
+		case <-a.done.wake:
+			for _, d := range a.done.take() {
+				a.settle(d)
+			}
 		case <-a.kv.wake:
 			evs := a.kv.take()
 			for i := range evs {
@@ -347,6 +382,9 @@ func (a *Actor) Run(ctx context.Context) {
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
 			a.th.Store(&t)
+			close(req.done)
+		case req := <-a.policies:
+			a.applyPolicy(req)
 			close(req.done)
 		case <-a.conn:
 			a.sendPaused = false

@@ -291,6 +291,9 @@ policy_classes:
 	m := &fakeMsg{hdr: hdr, data: make([]byte, 128)}
 	last := &lastSend{}
 	f.a.d.Handshaker = last
+	if benchTracer != nil {
+		f.a.d.Trace = benchTracer
+	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		seq := uint64(i + 1)

@@ -52,9 +52,11 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap, Hashes: hd.Hashes,
 		Strict: hd.Strict, Jump: hd.Jump, Pin: hd.Pin, Allowed: hd.Allowed, Required: hd.Required,
 		Preferred: hd.Preferred, Published: dl.Published.UnixNano(), DeadlineMs: hd.DeadlineMs, HasDeadline: hd.HasDeadline,
+		Key: hd.Key,
 	}
 	d := a.d.Scheduler.Arrive(now.UnixNano(), &arr)
 	h.snap = d.Req
+	a.traceArrive(now, h)
 	if d.Kind == scheduler.Queued {
 		a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now) // only what waits needs keeping alive
 	}

@@ -30,6 +30,7 @@ func (a *Actor) reject(h *held, e *scheduler.Error) {
 	r := h.snap
 	h.dead, h.err = true, e
 	a.d.Metrics.Rejected(r.Class, e.Code)
+	a.traceReject(h, e.Code)
 	a.d.Keeper.Drop(r.Ref) // a dead letter is not kept alive: its publish is acknowledged in ms
 	a.storeDead(h)
 }
@@ -47,7 +48,7 @@ func (a *Actor) storeDead(h *held) {
 	}
 	err := a.d.DeadLetters.Publish(bus.DeadLetter{
 		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message,
-		Header: h.msg.Headers(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
+		Subject: h.msg.Subject(), Header: h.msg.Headers(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
 	}, func(err error) { a.dlq.put(dlqDone{seq, err}) })
 	if err != nil {
 		a.deadLetterFailed(h, err)

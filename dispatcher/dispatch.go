@@ -63,7 +63,7 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	for i, k := range ownHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
-	h.inFlight, h.worker, h.rank, h.seq = true, d.Worker, d.Rank, d.Seq
+	h.inFlight, h.worker, h.rank, h.seq, h.rev = true, d.Worker, d.Rank, d.Seq, a.polRev
 	a.inFlight++
 	if d.KVPrompt > 0 {
 		a.d.KVMetrics.Dispatch(d.KVPrompt, d.KVOverlap)
@@ -145,17 +145,20 @@ func (a *Actor) answer(res bus.Result) {
 	a.inFlight--
 	now := a.cfg.Now()
 	a.d.Metrics.Handshake(res.Outcome.String())
+	a.traceDispatch(now, h, res.Outcome.String())
 	if res.Outcome == bus.Accepted {
 		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap
 		delete(a.held, res.Token)
 		h.rel.Release(1)
 		a.d.Metrics.Dispatched(r.Class)
+		a.countServed(r.Class, r.Cost)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)
 			a.outcome(h.replyTo, bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusDispatched,
-				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: attempt(h.msg)})
+				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: attempt(h.msg),
+				PolicyRevision: h.rev})
 		}
 		return
 	}

@@ -8,9 +8,9 @@ import (
 
 // step is one Next call and the state it must leave.
 type step struct {
-	k        int      // class taken, -1 for none
-	id       int      // request taken (ignored when k is -1)
-	deficits []uint64 // every class's deficit afterwards
+	k        int     // class taken, -1 for none
+	id       int     // request taken (ignored when k is -1)
+	deficits []int64 // every class's deficit afterwards
 	cursor   int
 	carry    int
 }
@@ -46,15 +46,15 @@ func TestSeedBurst(t *testing.T) {
 	w.fakes[1].push(10, 3, 3)      // ids 10, 11
 	a := New([]uint64{10, 10})
 	runSteps(t, a, w, []step{
-		{k: 0, id: 0, deficits: []uint64{7, 0}, cursor: 1, carry: 0},
-		{k: 0, id: 1, deficits: []uint64{4, 0}, cursor: 1, carry: 0}, // carry, no quantum
-		{k: 0, id: 2, deficits: []uint64{1, 0}, cursor: 1, carry: 0},
+		{k: 0, id: 0, deficits: []int64{7, 0}, cursor: 1, carry: 0},
+		{k: 0, id: 1, deficits: []int64{4, 0}, cursor: 1, carry: 0}, // carry, no quantum
+		{k: 0, id: 2, deficits: []int64{1, 0}, cursor: 1, carry: 0},
 		// Next cost 3 > 1: the carry falls through, the scan starts at class 1.
-		{k: 1, id: 10, deficits: []uint64{1, 7}, cursor: 0, carry: 1},
-		{k: 1, id: 11, deficits: []uint64{1, 0}, cursor: 0, carry: -1}, // class 1 now empty
+		{k: 1, id: 10, deficits: []int64{1, 7}, cursor: 0, carry: 1},
+		{k: 1, id: 11, deficits: []int64{1, 0}, cursor: 0, carry: -1}, // class 1 now empty
 		// Class 0 had 1 left: one quantum makes 11, pays 3.
-		{k: 0, id: 3, deficits: []uint64{0, 0}, cursor: 1, carry: -1},
-		{k: -1, deficits: []uint64{0, 0}, cursor: 1, carry: -1},
+		{k: 0, id: 3, deficits: []int64{0, 0}, cursor: 1, carry: -1},
+		{k: -1, deficits: []int64{0, 0}, cursor: 1, carry: -1},
 	})
 }
 
@@ -68,12 +68,12 @@ func TestBulkCredit(t *testing.T) {
 	w.fakes[1].push(10, 9000, 9000)
 	a := New([]uint64{1000, 2000})
 	runSteps(t, a, w, []step{
-		{k: 1, id: 10, deficits: []uint64{5000, 1000}, cursor: 0, carry: 1},
+		{k: 1, id: 10, deficits: []int64{5000, 1000}, cursor: 0, carry: 1},
 		// Carry cannot pay 9000 from 1000. Scan: standard 5000+1000 < 7000,
 		// latency 1000+2000 < 9000. R = min(1, 3) = 1: standard 7000 pays.
-		{k: 0, id: 0, deficits: []uint64{0, 5000}, cursor: 1, carry: -1},
+		{k: 0, id: 0, deficits: []int64{0, 5000}, cursor: 1, carry: -1},
 		// Scan from latency: 5000+2000 < 9000, standard empty; R = 1: 9000 pays.
-		{k: 1, id: 11, deficits: []uint64{0, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 11, deficits: []int64{0, 0}, cursor: 0, carry: -1},
 	})
 }
 
@@ -133,9 +133,9 @@ func TestOversizedHead(t *testing.T) {
 	a := New([]uint64{4})
 	runSteps(t, a, w, []step{
 		// 4 from the scan, 25 rounds of bulk credit: 104, pays 101.
-		{k: 0, id: 0, deficits: []uint64{3}, cursor: 0, carry: 0},
-		{k: 0, id: 1, deficits: []uint64{0}, cursor: 0, carry: -1},
-		{k: -1, deficits: []uint64{0}, cursor: 0, carry: -1},
+		{k: 0, id: 0, deficits: []int64{3}, cursor: 0, carry: 0},
+		{k: 0, id: 1, deficits: []int64{0}, cursor: 0, carry: -1},
+		{k: -1, deficits: []int64{0}, cursor: 0, carry: -1},
 	})
 }
 
@@ -153,7 +153,7 @@ func TestBlockedDoesNotEarn(t *testing.T) {
 			if err != nil || k != -1 {
 				t.Fatalf("call %d: got class %d (%v), want nothing", i, k, err)
 			}
-			if got := deficits(a); !slices.Equal(got, []uint64{0, 0}) {
+			if got := deficits(a); !slices.Equal(got, []int64{0, 0}) {
 				t.Fatalf("call %d: got deficits %v, want [0 0]", i, got)
 			}
 		}
@@ -177,7 +177,7 @@ func TestBlockedDoesNotEarn(t *testing.T) {
 			}
 		}
 		w.fakes[0].blocked = false
-		runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []uint64{0, 0}, cursor: 1, carry: -1}})
+		runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{0, 0}, cursor: 1, carry: -1}})
 	})
 }
 
@@ -191,19 +191,19 @@ func TestEmptyResetsDeficit(t *testing.T) {
 	w.fakes[2].push(20, 1, 1)
 	a := New([]uint64{10, 10, 10})
 	runSteps(t, a, w, []step{
-		{k: 0, id: 0, deficits: []uint64{0, 0, 0}, cursor: 1, carry: -1}, // emptied: 8 dropped
-		{k: 1, id: 10, deficits: []uint64{0, 6, 0}, cursor: 2, carry: 1},
+		{k: 0, id: 0, deficits: []int64{0, 0, 0}, cursor: 1, carry: -1}, // emptied: 8 dropped
+		{k: 1, id: 10, deficits: []int64{0, 6, 0}, cursor: 2, carry: 1},
 	})
 	w.fakes[1].items = nil // expired while holding 6 and the carry
 	w.fakes[2].blocked = true
 	// Class 2 blocked, class 1 empty but not visited by step 1 (something is queued).
 	// The scan from 2 visits 2 (blocked), 0 (empty), 1 (empty: deficit 0). Nothing
 	// taken: the carry stays.
-	runSteps(t, a, w, []step{{k: -1, deficits: []uint64{0, 0, 0}, cursor: 2, carry: 1}})
+	runSteps(t, a, w, []step{{k: -1, deficits: []int64{0, 0, 0}, cursor: 2, carry: 1}})
 	w.fakes[2].blocked = false
 	runSteps(t, a, w, []step{
-		{k: 2, id: 20, deficits: []uint64{0, 0, 9}, cursor: 0, carry: 2},
-		{k: 2, id: 21, deficits: []uint64{0, 0, 0}, cursor: 0, carry: -1},
+		{k: 2, id: 20, deficits: []int64{0, 0, 9}, cursor: 0, carry: 2},
+		{k: 2, id: 21, deficits: []int64{0, 0, 0}, cursor: 0, carry: -1},
 	})
 }
 
@@ -213,9 +213,9 @@ func TestNothingQueuedKeepsDeficits(t *testing.T) {
 	w := newWorld(2)
 	w.fakes[0].push(0, 3, 3)
 	a := New([]uint64{10, 10})
-	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []uint64{7, 0}, cursor: 1, carry: 0}})
+	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{7, 0}, cursor: 1, carry: 0}})
 	w.fakes[0].items = nil // expired
-	runSteps(t, a, w, []step{{k: -1, deficits: []uint64{7, 0}, cursor: 1, carry: -1}})
+	runSteps(t, a, w, []step{{k: -1, deficits: []int64{7, 0}, cursor: 1, carry: -1}})
 }
 
 // TestTakeNothingKeepsCursorAndCarry: a call that takes nothing because everything
@@ -227,18 +227,18 @@ func TestTakeNothingKeepsCursorAndCarry(t *testing.T) {
 	w.fakes[2].push(20, 1)
 	a := New([]uint64{5, 5, 5})
 	a.cursor = 1
-	runSteps(t, a, w, []step{{k: 1, id: 10, deficits: []uint64{0, 3, 0}, cursor: 2, carry: 1}})
+	runSteps(t, a, w, []step{{k: 1, id: 10, deficits: []int64{0, 3, 0}, cursor: 2, carry: 1}})
 	for _, f := range w.fakes {
 		f.blocked = true
 	}
 	for range 3 {
-		runSteps(t, a, w, []step{{k: -1, deficits: []uint64{0, 3, 0}, cursor: 2, carry: 1}})
+		runSteps(t, a, w, []step{{k: -1, deficits: []int64{0, 3, 0}, cursor: 2, carry: 1}})
 	}
 	// Unblocked: the carry is served before the cursor's class.
 	for _, f := range w.fakes {
 		f.blocked = false
 	}
-	runSteps(t, a, w, []step{{k: 1, id: 11, deficits: []uint64{0, 0, 0}, cursor: 2, carry: -1}})
+	runSteps(t, a, w, []step{{k: 1, id: 11, deficits: []int64{0, 0, 0}, cursor: 2, carry: -1}})
 }
 
 // TestCarry covers the carry: it wins over the cursor when affordable, adds no
@@ -251,10 +251,10 @@ func TestCarry(t *testing.T) {
 		w.fakes[2].push(20, 1)
 		a := New([]uint64{3, 3, 3})
 		runSteps(t, a, w, []step{
-			{k: 0, id: 0, deficits: []uint64{2, 0, 0}, cursor: 1, carry: 0},
-			{k: 0, id: 1, deficits: []uint64{1, 0, 0}, cursor: 1, carry: 0},
-			{k: 0, id: 2, deficits: []uint64{0, 0, 0}, cursor: 1, carry: -1},
-			{k: 1, id: 10, deficits: []uint64{0, 0, 0}, cursor: 2, carry: -1},
+			{k: 0, id: 0, deficits: []int64{2, 0, 0}, cursor: 1, carry: 0},
+			{k: 0, id: 1, deficits: []int64{1, 0, 0}, cursor: 1, carry: 0},
+			{k: 0, id: 2, deficits: []int64{0, 0, 0}, cursor: 1, carry: -1},
+			{k: 1, id: 10, deficits: []int64{0, 0, 0}, cursor: 2, carry: -1},
 		})
 	})
 	t.Run("blocked carry falls through", func(t *testing.T) {
@@ -262,11 +262,11 @@ func TestCarry(t *testing.T) {
 		w.fakes[0].push(0, 1, 1)
 		w.fakes[1].push(10, 4, 4)
 		a := New([]uint64{3, 3})
-		runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []uint64{2, 0}, cursor: 1, carry: 0}})
+		runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{2, 0}, cursor: 1, carry: 0}})
 		w.fakes[0].blocked = true
 		runSteps(t, a, w, []step{
 			// Scan from 1: 0+3 < 4; class 0 blocked. R = 1: 6 pays 4.
-			{k: 1, id: 10, deficits: []uint64{2, 2}, cursor: 0, carry: 1},
+			{k: 1, id: 10, deficits: []int64{2, 2}, cursor: 0, carry: 1},
 		})
 	})
 	t.Run("unaffordable carry earns in the scan", func(t *testing.T) {
@@ -275,9 +275,9 @@ func TestCarry(t *testing.T) {
 		w.fakes[1].push(10, 9)
 		a := New([]uint64{3, 3})
 		runSteps(t, a, w, []step{
-			{k: 0, id: 0, deficits: []uint64{1, 0}, cursor: 1, carry: 0},
+			{k: 0, id: 0, deficits: []int64{1, 0}, cursor: 1, carry: 0},
 			// Carry 1 < 4. Scan from 1: 3 < 9; class 0: 1 < 4, 1+3 = 4 pays.
-			{k: 0, id: 1, deficits: []uint64{0, 3}, cursor: 1, carry: -1},
+			{k: 0, id: 1, deficits: []int64{0, 3}, cursor: 1, carry: -1},
 		})
 	})
 	t.Run("cost zero", func(t *testing.T) {
@@ -287,9 +287,9 @@ func TestCarry(t *testing.T) {
 		a := New([]uint64{3, 3})
 		// Affordable at deficit 0: no quantum is added, so no carry either.
 		runSteps(t, a, w, []step{
-			{k: 0, id: 0, deficits: []uint64{0, 0}, cursor: 1, carry: -1},
-			{k: 1, id: 10, deficits: []uint64{0, 0}, cursor: 0, carry: -1},
-			{k: 0, id: 1, deficits: []uint64{0, 0}, cursor: 1, carry: -1},
+			{k: 0, id: 0, deficits: []int64{0, 0}, cursor: 1, carry: -1},
+			{k: 1, id: 10, deficits: []int64{0, 0}, cursor: 0, carry: -1},
+			{k: 0, id: 1, deficits: []int64{0, 0}, cursor: 1, carry: -1},
 		})
 	})
 }
@@ -321,9 +321,9 @@ func TestCursorFairness(t *testing.T) {
 	w.fakes[0].push(0, 5)
 	w.fakes[2].push(0, 5)
 	w.fakes[0].blocked = true
-	runSteps(t, a, w, []step{{k: 2, id: 0, deficits: []uint64{0, 0, 0}, cursor: 0, carry: -1}})
+	runSteps(t, a, w, []step{{k: 2, id: 0, deficits: []int64{0, 0, 0}, cursor: 0, carry: -1}})
 	w.fakes[0].blocked = false
-	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []uint64{0, 0, 0}, cursor: 1, carry: -1}})
+	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{0, 0, 0}, cursor: 1, carry: -1}})
 }
 
 // TestFinalScanFromCursor: when bulk credit makes several classes affordable at
@@ -336,25 +336,26 @@ func TestFinalScanFromCursor(t *testing.T) {
 	a := New([]uint64{10, 10, 10})
 	a.cursor = 2
 	runSteps(t, a, w, []step{
-		{k: 2, id: 20, deficits: []uint64{100, 100, 0}, cursor: 0, carry: -1},
-		{k: 0, id: 0, deficits: []uint64{0, 100, 0}, cursor: 1, carry: -1},
-		{k: 1, id: 10, deficits: []uint64{0, 0, 0}, cursor: 2, carry: -1},
+		{k: 2, id: 20, deficits: []int64{100, 100, 0}, cursor: 0, carry: -1},
+		{k: 0, id: 0, deficits: []int64{0, 100, 0}, cursor: 1, carry: -1},
+		{k: 1, id: 10, deficits: []int64{0, 0, 0}, cursor: 2, carry: -1},
 	})
 }
 
-// TestHugeCostsSaturate: costs near the top of uint64, far beyond the 2^40 the
-// configuration allows, still dispatch and never wrap a deficit.
-func TestHugeCostsSaturate(t *testing.T) {
+// TestHugeCostsClamp: costs and quanta near the top of uint64, far beyond the
+// 2^40 the configuration allows, are read as 2^42, still dispatch and never wrap
+// a deficit.
+func TestHugeCostsClamp(t *testing.T) {
 	const q = 1<<63 + 1
 	w := newWorld(2)
 	w.fakes[0].push(0, math.MaxUint64, 5)
 	w.fakes[1].push(10, math.MaxUint64)
 	a := New([]uint64{q, q})
-	// Scan: 2^63+1 each, short of 2^64-1 by 2^63-2: R = 1, the add saturates.
+	// Both read as 2^42: one quantum pays one request.
 	runSteps(t, a, w, []step{
-		{k: 0, id: 0, deficits: []uint64{0, math.MaxUint64}, cursor: 1, carry: -1},
-		{k: 1, id: 10, deficits: []uint64{0, 0}, cursor: 0, carry: -1},
-		{k: 0, id: 1, deficits: []uint64{0, 0}, cursor: 1, carry: -1},
+		{k: 0, id: 0, deficits: []int64{0, 0}, cursor: 1, carry: -1},
+		{k: 1, id: 10, deficits: []int64{0, 0}, cursor: 0, carry: -1},
+		{k: 0, id: 1, deficits: []int64{0, 0}, cursor: 1, carry: -1},
 	})
 	if got := mulSat(1<<32, 1<<32); got != math.MaxUint64 {
 		t.Errorf("mulSat(2^32, 2^32): got %d, want %d", got, uint64(math.MaxUint64))
@@ -384,7 +385,7 @@ func TestNewCopiesQuanta(t *testing.T) {
 	w := newWorld(2)
 	w.fakes[0].push(0, 2)
 	// With quantum 1 the scan leaves deficit 1 < 2, then bulk credit 1 more.
-	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []uint64{0, 0}, cursor: 1, carry: -1}})
+	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{0, 0}, cursor: 1, carry: -1}})
 	if got := a.quanta[0]; got != 1 {
 		t.Errorf("got quantum %d, want 1", got)
 	}
@@ -444,4 +445,56 @@ func BenchmarkNextFake(b *testing.B) {
 	for b.Loop() {
 		a.Next(qs)
 	}
+}
+
+// TestChargeDebt: a settlement correction can put a class in debt, down to
+// MinDeficit; a class in debt earns quanta until it can pay (bulk credit counts
+// the debt), and keeps the debt, not credit, when it empties.
+func TestChargeDebt(t *testing.T) {
+	w := newWorld(2)
+	w.fakes[0].push(0, 10, 10)
+	w.fakes[1].push(10, 10, 10)
+	a := New([]uint64{10, 10})
+	a.Charge(0, 25) // class 0's last request really cost 25 more
+	runSteps(t, a, w, []step{
+		// Class 0 at -25 + 10 cannot pay; class 1 can. Then bulk credit: class 0
+		// needs ceil((10+15)/10) = 3 rounds, class 1 one: R = 1.
+		{k: 1, id: 10, deficits: []int64{-15, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 11, deficits: []int64{-5, 0}, cursor: 0, carry: -1},
+		{k: 0, id: 0, deficits: []int64{5, 0}, cursor: 1, carry: 0},
+	})
+	a.Charge(0, 1<<50)
+	if got := a.Deficit(0); got != MinDeficit {
+		t.Errorf("got deficit %d after a huge correction, want MinDeficit %d", got, int64(MinDeficit))
+	}
+	a.Charge(1, -(1 << 50))
+	if got := a.Deficit(1); got != maxDeficit {
+		t.Errorf("got deficit %d after a huge refund, want %d", got, int64(maxDeficit))
+	}
+}
+
+// TestDebtSurvivesEmpty: a class in debt that empties keeps the debt (not
+// credit), and pays it back once it is backlogged again.
+func TestDebtSurvivesEmpty(t *testing.T) {
+	w := newWorld(2)
+	w.fakes[0].push(0, 10)
+	a := New([]uint64{10, 10})
+	runSteps(t, a, w, []step{{k: 0, id: 0, deficits: []int64{0, 0}, cursor: 1, carry: -1}})
+	a.Charge(0, 30) // its request really cost 40
+	// Class 1 is served twice while class 0 is empty: the second scan visits the
+	// empty class 0, which keeps its debt.
+	w.fakes[1].push(10, 10, 10)
+	runSteps(t, a, w, []step{
+		{k: 1, id: 10, deficits: []int64{-30, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 11, deficits: []int64{-30, 0}, cursor: 0, carry: -1},
+	})
+	w.fakes[0].push(1, 10)
+	w.fakes[1].push(12, 10, 10, 10)
+	// Class 0 earns a quantum a round (-30 -> 10) while class 1 is served.
+	runSteps(t, a, w, []step{
+		{k: 1, id: 12, deficits: []int64{-20, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 13, deficits: []int64{-10, 0}, cursor: 0, carry: -1},
+		{k: 1, id: 14, deficits: []int64{0, 0}, cursor: 0, carry: -1},
+		{k: 0, id: 1, deficits: []int64{0, 0}, cursor: 1, carry: -1},
+	})
 }

@@ -170,3 +170,105 @@ func BenchmarkHeldBytes(b *testing.B) {
 	b.ReportMetric(held, "B/req")
 	runtime.KeepAlive(cls)
 }
+
+// BenchmarkArbiterKeys is BenchmarkArbiter with the key level (docs/design.md,
+// Fairness keys): C classes, each holding keys backlogged keys with perKey
+// shared requests each. One op is Arbiter.Next, Last on the class taken, and a
+// push of a fresh request under the key just served, so every key stays
+// backlogged and the steady state allocates nothing. impl=class runs the same
+// requests through lanes.Class (no key level: today's figures), impl=keyed
+// through lanes.Keyed; the goal is keyed within 2x of class.
+func BenchmarkArbiterKeys(b *testing.B) {
+	for _, impl := range []string{"class", "keyed"} {
+		for _, classes := range []int{1, 8} {
+			for _, keys := range []int{10, 10000} {
+				b.Run(fmt.Sprintf("impl=%s/classes=%d/keys=%d", impl, classes, keys), func(b *testing.B) {
+					benchKeys(b, impl == "keyed", classes, keys)
+				})
+			}
+		}
+	}
+}
+
+// keyedQueue is what benchKeys needs of a class.
+type keyedQueue interface {
+	drr.Queue
+	Push(*request.Snapshot)
+	Last() *request.Snapshot
+}
+
+func benchKeys(b *testing.B, keyed bool, nclass, nkeys int) {
+	const perKey = 2
+	cls := make([]keyedQueue, nclass)
+	qs := make([]drr.Queue, nclass)
+	quanta := make([]uint64, nclass)
+	for k := range cls {
+		if keyed {
+			cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
+		} else {
+			cls[k] = lanes.New(always{})
+		}
+		qs[k] = cls[k]
+		quanta[k] = benchQuantum
+	}
+	a := drr.New(quanta)
+	var seq uint64
+	fill := func(r *request.Snapshot) {
+		seq++
+		*r = request.Snapshot{
+			ID: r.ID, Class: r.Class, Key: r.Key,
+			ISL: benchQuantum, Cost: benchQuantum, Seq: seq, Score: -float64(seq) / 1000,
+			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
+		}
+	}
+	names := make([]string, nkeys)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%06d", i)
+	}
+	pool := make([]request.Snapshot, nclass*nkeys*perKey)
+	p := 0
+	for range perKey {
+		for i := range nkeys {
+			for k := range nclass {
+				r := &pool[p]
+				p++
+				r.ID, r.Class, r.Key = fmt.Sprintf("req-%016d", p), k, names[i]
+				fill(r)
+				cls[k].Push(r)
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		k, ok := a.Next(qs)
+		if !ok {
+			b.Fatal("nothing dispatched")
+		}
+		r := cls[k].Last()
+		fill(r)
+		cls[k].Push(r)
+	}
+}
+
+// BenchmarkKeyedSettle is one settlement: a correction to a backlogged key's
+// service among keys keys (docs/design.md, Cost settlement).
+func BenchmarkKeyedSettle(b *testing.B) {
+	for _, keys := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			c := lanes.NewKeyed(always{}, lanes.KeyConfig{})
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = fmt.Sprintf("tenant-%06d", i)
+				c.Push(&request.Snapshot{ID: names[i], Key: names[i], Cost: 1, Seq: uint64(i + 1), Index: -1, DeadlineIndex: -1})
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c.Settle(names[i], int64(i%7)-3)
+				if i++; i == keys {
+					i = 0
+				}
+			}
+		})
+	}
+}

@@ -69,23 +69,39 @@
 //   - Step 1 clears only the carry, as written; it does not zero deficits. An empty
 //     class can hold a deficit only when requests left it without the arbiter (a
 //     deadline expiry, say); the next ring scan that visits it while it is empty
-//     zeroes it.
+//     clears its credit (a debt stays: see Settlement and debt).
 //   - A call that takes nothing also leaves every deficit alone except that step 3
-//     zeroes the deficits of the empty classes it visits: that is step 3's rule, and
+//     clears the credit of the empty classes it visits: that is step 3's rule, and
 //     step 4's "change nothing" is read as "grant no bulk credit".
 //   - A candidate of cost 0 (for instance a request put back after it was already
 //     charged) is affordable with deficit 0 and is taken without earning a quantum.
 //   - Zero classes is allowed: Next then always returns nothing.
 //
+// # Settlement and debt
+//
+// [Arbiter.Charge] applies a completion's correction, actual minus charged cost
+// (docs/design.md, Cost settlement), to a class's deficit, which may then go
+// below zero, down to [MinDeficit] (-2^40). A class in debt is arbitrated as any
+// other: step 3 adds a quantum while deficit < cost, and step 4's
+// R = ceil((cost - deficit) / quantum) counts the debt, so the class earns quanta,
+// round by round, until it can pay; the others are not held up meanwhile. An
+// empty class loses its credit (deficit 0, as in the 1995 algorithm) but keeps
+// its debt (min(deficit, 0)): otherwise a class that empties between a dispatch
+// and its completion would never pay its corrections (docs/decisions.md).
+//
 // # Invariants
 //
-//   - 0 <= d_k, and d_k < c_k + q_k where c_k is the largest candidate cost class k
+//   - Without corrections: 0 <= d_k, and d_k < c_k + q_k where c_k is the largest candidate cost class k
 //     has been asked to pay: step 3 adds a quantum only when d_k < cost, and step 4
 //     gives each class R*q_k with R <= ceil((cost_k - d_k)/q_k), so
 //     d_k + R*q_k < cost_k + q_k. With costs and quanta up to 2^40 a deficit stays
 //     below 2^41; the additions still saturate rather than wrap for larger inputs.
-//   - A charge never underflows: a class is taken only when cost <= d_k.
-//   - A class that is empty after a take has d_k = 0; the carry, when set, names a
+//   - With corrections: MinDeficit <= d_k, and d_k < c_k + q_k plus the refunds
+//     (negative corrections) applied to it. Deficits are int64; costs and quanta
+//     above 2^42 are read as 2^42, so no sum wraps.
+//   - A charge never takes a deficit below cost - cost: a class is taken only
+//     when cost <= d_k.
+//   - A class that is empty after a take has d_k <= 0; the carry, when set, names a
 //     non-empty class with d_k > 0 at the time it was set.
 //   - A blocked class's deficit never grows.
 //   - The cursor is in [0, number of classes) (0 with no classes); it and the carry
@@ -96,7 +112,8 @@
 // [New] is O(C) for C classes. [Arbiter.Next] is O(C) arbiter work plus at most one
 // Empty call per class (and one more on the class taken, after Pop), at most one
 // Candidate call per class, and one Pop, whatever the costs and quanta; it does not
-// allocate. [Arbiter.Deficit], [Arbiter.Cursor] and [Arbiter.Carry] are O(1).
+// allocate. [Arbiter.Deficit], [Arbiter.Charge], [Arbiter.Cursor] and
+// [Arbiter.Carry] are O(1).
 //
 // # Concurrency
 //

@@ -110,8 +110,8 @@ func (w *world) next(a *Arbiter) (int, req, error) {
 }
 
 // deficits returns every class's deficit.
-func deficits(a *Arbiter) []uint64 {
-	d := make([]uint64, len(a.quanta))
+func deficits(a *Arbiter) []int64 {
+	d := make([]int64, len(a.quanta))
 	for k := range d {
 		d[k] = a.Deficit(k)
 	}

@@ -165,7 +165,7 @@ func TestArbiterOverLanesMatchesModel(t *testing.T) {
 			}
 			delete(queued, r)
 			for k := range n {
-				if arb.Deficit(k) != ref.deficit[k] {
+				if arb.Deficit(k) != int64(ref.deficit[k]) {
 					t.Fatalf("%s: class %d deficit %d, model %d", label, k, arb.Deficit(k), ref.deficit[k])
 				}
 			}

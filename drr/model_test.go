@@ -10,6 +10,9 @@ import (
 // refArbiter is a deliberately naive DRR arbiter, docs/design.md, DRR without the bulk credit:
 // when a ring scan takes nothing it grants virtual rounds one at a time (a quantum
 // to every dispatchable class, then a scan from the cursor) until somebody can pay.
+// Settlement corrections (docs/design.md, Cost settlement) move a deficit, down to
+// MinDeficit; a class in debt earns quanta round by round until it can pay, and
+// keeps its debt (not its credit) when it empties.
 // Deficits are int64 so that an underflow would show as a negative number. It
 // reads the fake classes directly and may look at them as often as it likes.
 type refArbiter struct {
@@ -49,7 +52,7 @@ func (r *refArbiter) next(fs []*fakeQueue) (int, req) {
 	for i := range n {
 		k := (r.cursor + i) % n
 		if len(fs[k].items) == 0 {
-			r.deficit[k] = 0
+			r.deficit[k] = min(r.deficit[k], 0) // credit goes, debt stays
 			continue
 		}
 		if !ready(k) {
@@ -90,7 +93,7 @@ func (r *refArbiter) take(fs []*fakeQueue, k int) (int, req) {
 	r.cursor = (k + 1) % len(fs)
 	switch {
 	case len(f.items) == 0:
-		r.deficit[k] = 0
+		r.deficit[k] = min(r.deficit[k], 0)
 		r.carry = -1
 	case r.deficit[k] > 0:
 		r.carry = k
@@ -122,6 +125,7 @@ func TestMatchesReference(t *testing.T) {
 		}
 
 		a, ref := New(quanta), newRef(quanta)
+		var refunds int64                 // settlement corrections that raised a deficit
 		w, rw := newWorld(n), newWorld(n) // the arbiter's classes, the reference's
 		nextID := 0
 		seen := map[int]int{} // request id -> times dispatched or expired
@@ -141,9 +145,9 @@ func TestMatchesReference(t *testing.T) {
 				if int64(d) != ref.deficit[j] {
 					t.Fatalf("%s: class %d: got deficit %d, reference %d", label, j, d, ref.deficit[j])
 				}
-				if d > maxCost+maxQuantum {
-					t.Fatalf("%s: class %d: deficit %d exceeds max cost %d + max quantum %d",
-						label, j, d, maxCost, maxQuantum)
+				if d > int64(maxCost+maxQuantum)+refunds || d < MinDeficit {
+					t.Fatalf("%s: class %d: deficit %d outside [%d, max cost %d + max quantum %d + refunds %d]",
+						label, j, d, int64(MinDeficit), maxCost, maxQuantum, refunds)
 				}
 			}
 			if a.Cursor() != ref.cursor || a.Carry() != ref.carry {
@@ -158,7 +162,15 @@ func TestMatchesReference(t *testing.T) {
 
 		steps := rapid.IntRange(0, 150).Draw(t, "steps")
 		for range steps {
-			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			switch rapid.IntRange(0, 10).Draw(t, "op") {
+			case 10: // a settlement correction: actual - charged
+				k := rapid.IntRange(0, n-1).Draw(t, "class")
+				delta := rapid.Int64Range(-300, 3000).Draw(t, "delta")
+				a.Charge(k, delta)
+				ref.deficit[k] = max(ref.deficit[k]-delta, MinDeficit)
+				if delta < 0 {
+					refunds -= delta
+				}
 			case 0, 1, 2: // enqueue
 				k := rapid.IntRange(0, n-1).Draw(t, "class")
 				c := drawCost(t)

@@ -21,6 +21,7 @@ const (
 	MaxRank       = 65535      // Dispatch-DP-Rank
 	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
 	MaxTokenLen   = 128        // bytes in a worker id or a taint
+	MaxKeyLen     = 64         // bytes in a Dispatch-Fairness-Key
 	// MaxListItems bounds the items of each list header: Dispatch-Worker-Overlap,
 	// Dispatch-Allowed-Workers, Dispatch-Required-Taints and
 	// Dispatch-Preferred-Taints. A longer list is malformed (bad_request).
@@ -52,6 +53,7 @@ const (
 	HeaderPreferred = "Dispatch-Preferred-Taints"
 	HeaderDeadline  = "Dispatch-Deadline-Ms"
 	HeaderReplyTo   = "Dispatch-Reply-To"
+	HeaderKey       = "Dispatch-Fairness-Key"
 	HeaderHashes    = "Dispatch-Block-Hashes"
 )
 
@@ -70,6 +72,7 @@ const (
 	hPreferred
 	hDeadline
 	hReplyTo
+	hKey
 	hHashes
 	numHeaders
 )
@@ -78,6 +81,7 @@ const (
 var names = [numHeaders]string{
 	HeaderISL, HeaderCached, HeaderOverlap, HeaderStrict, HeaderPriority, HeaderWorker,
 	HeaderRank, HeaderAllowed, HeaderRequired, HeaderPreferred, HeaderDeadline, HeaderReplyTo,
+	HeaderKey,
 	HeaderHashes,
 }
 
@@ -100,6 +104,7 @@ type Headers struct {
 	DeadlineMs  uint64            // Dispatch-Deadline-Ms, milliseconds after publication, <= MaxDeadlineMs
 	HasDeadline bool              // Dispatch-Deadline-Ms is present (0 is a valid deadline)
 	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
+	Key         string            // Dispatch-Fairness-Key: 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-]; "" when absent
 	// Hashes is Dispatch-Block-Hashes: the prompt's chained block hashes, 1 to
 	// kvindex.MaxHashes of them; nil when absent. Decoded into a new slice.
 	Hashes []uint64
@@ -332,6 +337,15 @@ func Decode(h nats.Header) (Headers, error) {
 			d.ReplyTo = v
 		}
 	}
+	big(hKey)
+	if has(hKey) {
+		v := trim(vals[hKey])
+		if r := checkKey(v); r != "" {
+			note(headerErr(hKey, vals[hKey], r))
+		} else {
+			d.Key = v
+		}
+	}
 	big(hHashes)
 	if has(hHashes) {
 		hs, err := kvindex.DecodeHashes(nil, trim(vals[hHashes]))
@@ -345,6 +359,23 @@ func Decode(h nats.Header) (Headers, error) {
 		return d, first
 	}
 	return d, nil
+}
+
+// checkKey returns "" when s is a fairness key (docs/protocol.md, Request
+// headers: 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-]), else the reason.
+func checkKey(s string) string {
+	switch {
+	case s == "":
+		return "is not a fairness key (empty)"
+	case len(s) > MaxKeyLen:
+		return "is not a fairness key (longer than " + strconv.Itoa(MaxKeyLen) + " bytes)"
+	}
+	for i := 0; i < len(s); i++ {
+		if !keyChars[s[i]] {
+			return "is not a fairness key (invalid character)"
+		}
+	}
+	return ""
 }
 
 // maxValue returns the bound on the value length of a slot's header.
@@ -470,6 +501,7 @@ func isRangeErr(err error) bool {
 var (
 	workerChars = charset("_-")
 	taintChars  = charset("_.:/-")
+	keyChars    = charset("_.:@-")
 )
 
 func charset(extra string) [256]bool {

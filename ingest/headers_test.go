@@ -61,6 +61,18 @@ var decodeCases = []decodeCase{
 	{name: "msg id other case ignored", h: hdr("nats-msg-id", "r1"), want: with(nil)},
 	{name: "msg id empty", h: hdr("Nats-Msg-Id", ""), want: with(nil)},
 
+	// Dispatch-Fairness-Key: 1 to 64 bytes of [A-Za-z0-9_.:@-].
+	{name: "key", h: hdr(HeaderKey, "tenant-7"), want: with(func(d *Headers) { d.Key = "tenant-7" })},
+	{name: "key every char", h: hdr("dispatch-fairness-key", " a.B:c@d-e_9 "), want: with(func(d *Headers) { d.Key = "a.B:c@d-e_9" })},
+	{name: "key at max", h: hdr(HeaderKey, strings.Repeat("k", 64)), want: with(func(d *Headers) { d.Key = strings.Repeat("k", 64) })},
+	{name: "key past max", h: hdr(HeaderKey, strings.Repeat("k", 65)), wantErr: HeaderKey},
+	{name: "key empty", h: hdr(HeaderKey, ""), wantErr: HeaderKey},
+	{name: "key blank", h: hdr(HeaderKey, "  "), wantErr: HeaderKey},
+	{name: "key slash", h: hdr(HeaderKey, "a/b"), wantErr: HeaderKey},
+	{name: "key space inside", h: hdr(HeaderKey, "a b"), wantErr: HeaderKey},
+	{name: "key non-ascii", h: hdr(HeaderKey, "t\u00e9"), wantErr: HeaderKey},
+	{name: "key repeated first counts", h: hdr(HeaderKey, "a", HeaderKey, "b"), want: with(func(d *Headers) { d.Key = "a" })},
+
 	// Dispatch-ISL-Tokens.
 	{name: "isl", h: hdr(HeaderISL, "4096"), want: with(func(d *Headers) { d.ISL = 4096 })},
 	{name: "isl zero", h: hdr(HeaderISL, "0"), want: with(nil)},
@@ -373,6 +385,9 @@ func checkBounds(t *testing.T, d Headers) {
 	}
 	if math.IsNaN(d.Jump) || d.Jump < 0 || d.Jump > MaxJump || math.Signbit(d.Jump) {
 		t.Fatalf("jump out of range: %v", d.Jump)
+	}
+	if d.Key != "" && checkKey(d.Key) != "" {
+		t.Fatalf("bad fairness key %q", d.Key)
 	}
 	if d.Pin.Rank < request.AnyRank || d.Pin.Rank > MaxRank {
 		t.Fatalf("rank out of range: %v", d.Pin.Rank)

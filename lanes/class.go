@@ -14,6 +14,7 @@ type lane struct {
 	q       queue
 	pos     int  // position in Class.ready, -1 when not indexed
 	blocked bool // in Class.blocked
+	owner   *key // the key whose lane it is, in a Keyed class; nil in a Class
 }
 
 // Class is one physical policy class's queue. It implements drr.Queue.

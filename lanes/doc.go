@@ -51,6 +51,79 @@
 // ([request.Snapshot.DRRCost]: 0 for a request already charged before a refused
 // dispatch handed it back); [Class.Pop] removes it and [Class.Last] returns it.
 //
+// # Fairness keys
+//
+// A [Keyed] class adds a level between the class and its requests
+// (docs/design.md, Fairness keys): class -> fairness key -> request. Each
+// request carries a key (Snapshot.Key; "" is [DefaultKey]); each key of the
+// class holds its own shared heap and its own pinned lanes, exactly as a Class
+// does. The DRR arbiter still picks the class; inside it, the key with the least
+// normalized service among the keys with a dispatchable request supplies the
+// candidate; inside the key, Before decides (strict tier, score, seq). So strict
+// priority orders a key's own requests only: no key can jump another.
+//
+// The algorithm is start-time fair queuing (P. Goyal, H. Vin and H. Cheng,
+// "Start-time Fair Queuing", SIGCOMM 1996) over keys instead of flows, with
+// service counted at dispatch, in DRR cost units, and corrected at completion:
+//
+//   - Each key k has a weight w_k ([KeyConfig]) and a normalized service v_k:
+//     the cost charged to it divided by w_k, plus settlement corrections
+//     ([Keyed.Settle]: (actual - charged) / w_k).
+//   - The class's virtual time V is the largest v at which a key was served.
+//     A key that becomes backlogged (its first queued request, or its first
+//     after it went idle) starts at max(v_k, V): idle time earns no credit. An
+//     idle key owed no settlement is forgotten; if it comes back it starts at V.
+//   - Candidate takes the key with the least (v, order) among the keys with a
+//     lane not known to be blocked (order: when the key last became backlogged);
+//     if it has a dispatchable request, that is the candidate; else the key
+//     leaves the key heap, keeping its v, and the next one is tried.
+//   - Pop charges the key cost / w_k (the DRR cost: 0 for a request handed back
+//     after a refused dispatch, already charged).
+//
+// Bound. Between two keys A and B that stay backlogged and dispatchable over
+// an interval, |S_A/w_A - S_B/w_B| <= 2*Cmax/min(w_A, w_B) plus the settlement
+// corrections applied meanwhile (S: cost served in the interval; Cmax: the
+// largest request cost). Proof sketch, without corrections: a key is served
+// only when its v is the least among the dispatchable keys, so at that moment
+// v_k <= V and, after the charge, v_k <= V + Cmax/w_k; V never decreases and
+// every dispatchable key has v >= V (it was >= the served one each time a key
+// was served, and a returning key starts at V). Hence at every moment
+// V <= v_A <= V + Cmax/w_A and the same for B, so |v_A - v_B| <= Cmax/min(w).
+// Over the interval S_A/w_A - S_B/w_B is the change of v_A - v_B (no lift
+// happens to a key that stays backlogged), so it is at most twice that. The
+// property test TestKeyedBound checks it on random weights and costs, and
+// TestClassFloodUnfair shows the same check failing on a Class.
+//
+// Blocked lanes keep their meaning: a key whose lanes are all blocked leaves
+// the key heap and keeps its standing (its v is not lifted when it returns;
+// docs/decisions.md, Fairness keys), so the bound covers it again once it has
+// caught up with V. Refused heads: a pinned lane moves to the blocked set of
+// its worker as in a Class; an unconstrained shared head refused (the class is
+// gated) puts its key in a gated list that one Checker call on any of them
+// reopens (the Checker must answer alike for every unconstrained, unpinned
+// request, as the class gate does); a constrained shared head (allow-list,
+// required taints) waits for the next Recheck of any worker.
+//
+// Memory is bounded by the keys backlogged or owed a settlement (a popped
+// request's key stays until [Keyed.Settle] or [Keyed.Release]); with
+// KeyConfig.MaxKeys keys tracked, new keys share [OverflowKey] (the request's
+// Key is rewritten). A key costs 112 bytes plus its map entry and 24-byte heap entry,
+// about 160 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
+// key heap (internal/iheap) holds entries that carry a copy of (v, order), so a sift reads
+// one array rather than the keys.
+//
+// Cost, for K keys with an open lane, n requests in a lane and L lanes of a key:
+//
+//   - [Keyed.Push], [Keyed.Remove], [Keyed.Pop]: O(log n + log L + log K).
+//   - [Keyed.Candidate]: one Checker call for the gated keys, then per key
+//     examined one call for its shared head plus one per pinned lane examined,
+//     and O(log K) for each key set aside; set-aside keys and lanes are paid for
+//     by the pushes and rechecks that brought them back. Reopening g gated keys
+//     costs O(g log K).
+//   - [Keyed.Settle], [Keyed.Release]: O(log K).
+//   - [Keyed.Recheck]: O((b + s) log K) for b blocked lanes of the worker and s
+//     keys with a constrained shared head refused.
+//
 // # Invariants
 //
 //   - Every queued request's Index is its position in its lane's heap; a request

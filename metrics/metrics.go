@@ -85,8 +85,10 @@ type ClassState struct {
 	ISLTokens uint64
 	// CachedTokens is the sum of their cached input tokens.
 	CachedTokens uint64
-	// Deficit is the class's DRR deficit, in cost units (uncached tokens).
-	Deficit uint64
+	// Deficit is the class's DRR deficit, in cost units (uncached tokens); negative while the class owes settlement corrections.
+	Deficit int64
+	// Keys is the number of fairness keys the class tracks.
+	Keys int
 }
 
 // Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];
@@ -99,12 +101,23 @@ type Metrics struct {
 	pendingISL      []prometheus.Gauge
 	pendingCached   []prometheus.Gauge
 	deficit         []prometheus.Gauge
+	keys            []prometheus.Gauge
 	dispatched      []prometheus.Counter
 	queueWait       []prometheus.Observer
 
 	// Per class including the unresolved one, index k+1 (0 is unresolved).
 	rejected    [][]prometheus.Counter // [k+1][index in request.Codes]
 	deadLetters []prometheus.Counter
+
+	// The vectors of the per-class series, for SetClasses.
+	pendingRequestsVec, pendingISLVec, pendingCachedVec, deficitVec *prometheus.GaugeVec
+	keysVec, oldestQueuedVec                                        *prometheus.GaugeVec
+	dispatchedVec, deadLettersVec                                   *prometheus.CounterVec
+	queueWaitVec                                                    *prometheus.HistogramVec
+
+	policyRevision prometheus.Gauge
+	policyRefused  prometheus.Counter
+	policyApplied  prometheus.Counter
 
 	rejectedVec    *prometheus.CounterVec
 	handshakes     []prometheus.Counter // index in outcomes
@@ -114,6 +127,8 @@ type Metrics struct {
 	sendFailed     *prometheus.CounterVec
 	dlqFailed      *prometheus.CounterVec
 	dlqRetries     prometheus.Counter
+	settlements    *prometheus.CounterVec
+	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
 	reported   *prometheus.GaugeVec
@@ -133,6 +148,8 @@ type Metrics struct {
 	mu      sync.Mutex          // guards workers and seen
 	workers map[string]struct{} // workers whose series exist
 	seen    map[string]struct{} // scratch for SetWorkers, kept to reuse its memory
+
+	oldestQueued []prometheus.Gauge // per class, index k
 }
 
 // New builds the collectors for the given classes (in policy order; a class's
@@ -160,7 +177,8 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	pendingRequests := classVec("pending_requests", "Requests queued, per policy class.")
 	pendingISL := classVec("pending_isl_tokens", "Raw input tokens of the queued requests, per policy class.")
 	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
-	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens).")
+	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens); negative while the class owes settlement corrections.")
+	keys := classVec("fairness_keys", "Fairness keys a policy class tracks: backlogged, or owed a settlement.")
 	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
 	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "queue_wait_seconds",
@@ -170,20 +188,14 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	deadLetters := counterVec("dead_letters_total", "Requests published to the DLQ, per policy class (class=\"\": unresolved).", "class")
 
 	m := &Metrics{
-		classes:         append([]string(nil), classes...),
-		pendingRequests: make([]prometheus.Gauge, len(classes)),
-		pendingISL:      make([]prometheus.Gauge, len(classes)),
-		pendingCached:   make([]prometheus.Gauge, len(classes)),
-		deficit:         make([]prometheus.Gauge, len(classes)),
-		dispatched:      make([]prometheus.Counter, len(classes)),
-		queueWait:       make([]prometheus.Observer, len(classes)),
-		rejected:        make([][]prometheus.Counter, len(classes)+1),
-		deadLetters:     make([]prometheus.Counter, len(classes)+1),
+		classes: append([]string(nil), classes...),
 		rejectedVec: counterVec("rejected_total",
 			"Requests rejected, per policy class (class=\"\": unresolved) and docs/protocol.md, Outcomes error code.", "class", "reason"),
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
+		settlements:    counterVec("settlements_total", "Completion records received, per outcome: settled (the correction applied), unknown, foreign, already_settled (ignored, docs/design.md, Cost settlement), invalid (did not parse), backlog (dropped: too many waiting).", "outcome"),
+		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
 		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
@@ -203,27 +215,20 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		workers:   map[string]struct{}{},
 		seen:      map[string]struct{}{},
 	}
+	m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec = pendingRequests, pendingISL, pendingCached, deficit
+	m.dispatchedVec, m.deadLettersVec, m.queueWaitVec = dispatched, deadLetters, queueWait
+	m.policyRevision = gauge("policy_revision",
+		"Revision of the policy bucket's key that this dispatcher runs (docs/design.md, Live policy); 0: the policy of --policy-config or the flags, not from the bucket.")
+	m.policyRefused = counter("policy_refused_total",
+		"Revisions of the policy bucket refused as invalid (the last good policy stays).")
+	m.policyApplied = counter("policy_applied_total",
+		"Revisions of the policy bucket applied.")
 	m.unknownToken = counter("unknown_class_tokens_total",
 		"Requests whose subject token names no explicit class and no policy family, resolved in the default family (docs/design.md, Class resolution).")
-	for k, c := range classes {
-		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
-		m.pendingISL[k] = pendingISL.WithLabelValues(c)
-		m.pendingCached[k] = pendingCached.WithLabelValues(c)
-		m.deficit[k] = deficit.WithLabelValues(c)
-		m.dispatched[k] = dispatched.WithLabelValues(c)
-		m.queueWait[k] = queueWait.WithLabelValues(c)
-	}
-	for slot := range m.rejected {
-		c := ""
-		if slot > 0 {
-			c = classes[slot-1]
-		}
-		m.rejected[slot] = make([]prometheus.Counter, len(request.Codes))
-		for i, code := range request.Codes {
-			m.rejected[slot][i] = m.rejectedVec.WithLabelValues(c, string(code))
-		}
-		m.deadLetters[slot] = deadLetters.WithLabelValues(c)
-	}
+	oldestQueued := classVec("oldest_queued_seconds",
+		"Age, from publication, of the oldest request of a policy class the dispatcher holds and no worker has accepted; 0 when none. Set about once a second.")
+	m.keysVec, m.oldestQueuedVec = keys, oldestQueued
+	m.bindClasses()
 	for _, o := range outcomes {
 		m.handshakes = append(m.handshakes, m.handshakesVec.WithLabelValues(o))
 	}
@@ -236,15 +241,86 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	for _, a := range dlqActions {
 		m.dlqFailed.WithLabelValues(a)
 	}
+	for _, o := range []string{"settled", "unknown", "foreign", "already_settled", "invalid", "backlog"} {
+		m.settlements.WithLabelValues(o)
+	}
+	m.correction.WithLabelValues("under")
+	m.correction.WithLabelValues("over")
 
 	if reg != nil {
-		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, dispatched, queueWait,
+		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
-		reg.MustRegister(m.unknownToken)
+		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
+		reg.MustRegister(m.settlements, m.correction)
+		reg.MustRegister(oldestQueued)
 	}
 	return m
 }
+
+// bindClasses builds the per-class series of m.classes.
+func (m *Metrics) bindClasses() {
+	n := len(m.classes)
+	m.pendingRequests, m.pendingISL = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.pendingCached, m.deficit = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.dispatched, m.queueWait = make([]prometheus.Counter, n), make([]prometheus.Observer, n)
+	m.keys, m.oldestQueued = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.rejected, m.deadLetters = make([][]prometheus.Counter, n+1), make([]prometheus.Counter, n+1)
+	for k, c := range m.classes {
+		m.pendingRequests[k] = m.pendingRequestsVec.WithLabelValues(c)
+		m.pendingISL[k] = m.pendingISLVec.WithLabelValues(c)
+		m.pendingCached[k] = m.pendingCachedVec.WithLabelValues(c)
+		m.deficit[k] = m.deficitVec.WithLabelValues(c)
+		m.keys[k] = m.keysVec.WithLabelValues(c)
+		m.oldestQueued[k] = m.oldestQueuedVec.WithLabelValues(c)
+		m.dispatched[k] = m.dispatchedVec.WithLabelValues(c)
+		m.queueWait[k] = m.queueWaitVec.WithLabelValues(c)
+	}
+	for slot := range m.rejected {
+		c := ""
+		if slot > 0 {
+			c = m.classes[slot-1]
+		}
+		m.rejected[slot] = make([]prometheus.Counter, len(request.Codes))
+		for i, code := range request.Codes {
+			m.rejected[slot][i] = m.rejectedVec.WithLabelValues(c, string(code))
+		}
+		m.deadLetters[slot] = m.deadLettersVec.WithLabelValues(c)
+	}
+}
+
+// SetClasses changes the class set after a policy change (docs/design.md,
+// Live policy): classes are the new policy's class names in its order, and
+// from then on a class's index there is its index in every per-class method.
+// The queue gauges of classes no longer in the policy are deleted; their
+// counters and histograms stay, so that their totals and rates remain
+// correct. Like the per-class methods, it must be called from the one
+// goroutine that owns the scheduler (the queue actor). O(classes).
+func (m *Metrics) SetClasses(classes []string) {
+	keep := make(map[string]bool, len(classes))
+	for _, c := range classes {
+		keep[c] = true
+	}
+	for _, c := range m.classes {
+		if !keep[c] {
+			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec} {
+				v.DeleteLabelValues(c)
+			}
+		}
+	}
+	m.classes = append([]string(nil), classes...)
+	m.bindClasses()
+}
+
+// PolicyApplied records that the policy of revision rev of the policy
+// bucket runs now.
+func (m *Metrics) PolicyApplied(rev uint64) {
+	m.policyRevision.Set(float64(rev))
+	m.policyApplied.Inc()
+}
+
+// PolicyRefused counts one revision of the policy bucket refused as invalid.
+func (m *Metrics) PolicyRefused() { m.policyRefused.Inc() }
 
 // Classes returns the class names given to New, in index order. The caller must
 // not modify the slice.
@@ -335,6 +411,18 @@ func (m *Metrics) SendFailed(fault string) { m.sendFailed.WithLabelValues(fault)
 // action one of the DLQ constants.
 func (m *Metrics) DeadLetterFailed(action string) { m.dlqFailed.WithLabelValues(action).Inc() }
 
+// Settlement counts one completion record by outcome (docs/design.md, Cost
+// settlement) and adds the correction it applied, in cost units.
+func (m *Metrics) Settlement(outcome string, correction int64) {
+	m.settlements.WithLabelValues(outcome).Inc()
+	switch {
+	case correction > 0:
+		m.correction.WithLabelValues("under").Add(float64(correction))
+	case correction < 0:
+		m.correction.WithLabelValues("over").Add(float64(-correction))
+	}
+}
+
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }
 
@@ -353,6 +441,15 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingISL[k].Set(float64(s.ISLTokens))
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
+	m.keys[k].Set(float64(s.Keys))
+}
+
+// SetOldestQueued sets the age, in seconds, of the oldest request of class k
+// not yet accepted. An index outside the classes is ignored.
+func (m *Metrics) SetOldestQueued(k int, seconds float64) {
+	if k >= 0 && k < len(m.oldestQueued) {
+		m.oldestQueued[k].Set(seconds)
+	}
 }
 
 // SetHeld sets the number of request messages the dispatcher holds.
@@ -385,4 +482,14 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// RegisterBuildInfo registers fairdispatch_build_info{version,revision,goversion},
+// always 1, on reg: which build runs, for dashboards and alerts to join on.
+func RegisterBuildInfo(reg prometheus.Registerer, version, revision, goversion string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+		Help: "Always 1; its labels say which build runs: version (module version), revision (VCS commit, +modified for a dirty tree) and goversion."},
+		[]string{"version", "revision", "goversion"})
+	g.WithLabelValues(version, revision, goversion).Set(1)
+	reg.MustRegister(g)
 }

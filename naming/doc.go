@@ -8,8 +8,8 @@
 // From a prefix P (one or more dot-separated tokens of [A-Za-z0-9_-]), with Q
 // the prefix upper-cased with '.' and '-' turned into '_', and q the lower-case Q:
 //
-//	subjects   P.req.<class>  P.load.<worker>  P.work.<worker>  P.dlq.<class>  P.done.<worker>
-//	streams    Q_REQ  Q_DLQ  Q_KV
+//	subjects   P.req.<class>  P.load.<worker>  P.work.<worker>  P.dlq.<class>  P.done.<worker>  P.trace
+//	streams    Q_REQ  Q_DLQ  Q_KV  Q_TRACE (only with --record-stream)
 //	durable    dispatcher (scoped by its stream)
 //	buckets    fairdispatch_leader, fairdispatch_policy       when q is "dispatch"
 //	           fairdispatch_q_leader, fairdispatch_q_policy   otherwise

@@ -28,6 +28,7 @@ type Names struct {
 	reqStream    string
 	dlqStream    string
 	kvStream     string
+	traceStream  string
 	leaderBucket string
 	policyBucket string
 }
@@ -50,12 +51,13 @@ func New(prefix string) (Names, error) {
 		dlqStream: upper + "_DLQ",
 		kvStream:  upper + "_KV",
 	}
+	n.traceStream = upper + "_TRACE"
 	if lower == DefaultPrefix {
 		n.leaderBucket, n.policyBucket = "fairdispatch_leader", "fairdispatch_policy"
 	} else {
 		n.leaderBucket, n.policyBucket = "fairdispatch_"+lower+"_leader", "fairdispatch_"+lower+"_policy"
 	}
-	for _, s := range []string{n.reqStream, n.dlqStream, n.kvStream} {
+	for _, s := range []string{n.reqStream, n.dlqStream, n.kvStream, n.traceStream} {
 		if why := badStream(s); why != "" {
 			return Names{}, fmt.Errorf("%w %q: stream name %q %s", ErrInvalidPrefix, prefix, s, why)
 		}
@@ -80,6 +82,14 @@ func (n Names) DLQStream() string { return n.dlqStream }
 // KVStream returns "<Q>_KV", the stream of the workers' KV cache events
 // (docs/protocol.md, KV cache events).
 func (n Names) KVStream() string { return n.kvStream }
+
+// TraceStream returns "<Q>_TRACE", the limits stream of the traffic trace
+// on Trace (docs/protocol.md, Trace records), created with --record-stream.
+func (n Names) TraceStream() string { return n.traceStream }
+
+// Trace returns "<prefix>.trace", where a recording dispatcher publishes its
+// trace records.
+func (n Names) Trace() string { return n.prefix + ".trace" }
 
 // Durable returns the dispatcher's durable consumer on ReqStream, Durable.
 func (n Names) Durable() string { return Durable }
@@ -124,8 +134,8 @@ func (n Names) KVAll() string { return n.prefix + ".kv.*" }
 // worker to resynchronise a rank (docs/protocol.md, Resynchronisation).
 func (n Names) KVSync(worker string) string { return n.prefix + ".kvsync." + worker }
 
-// Done returns "<prefix>.done.<worker>", where the mock worker publishes its
-// completion records (a test and benchmark convention, not part of the protocol).
+// Done returns "<prefix>.done.<worker>", where a worker publishes its
+// completion records (docs/protocol.md, Completion records).
 func (n Names) Done(worker string) string { return n.prefix + ".done." + worker }
 
 // DoneAll returns "<prefix>.done.*".

@@ -59,6 +59,11 @@ type Snapshot struct {
 
 	Class int // index of the physical class in the policy's class list
 
+	// Token is the subject's class token the class was resolved from; a
+	// policy change resolves it again when its class is removed
+	// (docs/design.md, Live policy).
+	Token string
+
 	ISL      uint64 // raw input sequence length, tokens
 	Cached   uint64 // best cached tokens, clamped to ISL
 	Cost     uint64 // max(1, ISL-Cached): the DRR and WSPT cost
@@ -74,6 +79,11 @@ type Snapshot struct {
 
 	Pin   Target
 	Route *Route // nil: no allow-list, taints, overlap or block hashes
+
+	// Key is the request's fairness key within its class (docs/protocol.md,
+	// Request headers: Dispatch-Fairness-Key); "" stands for the default key "_".
+	// Package lanes may rewrite it to "_overflow" when the class tracks too many keys.
+	Key string
 
 	// Charged is set once DRR has charged the request. A request handed back
 	// after a refused dispatch keeps its place and is not charged again.

@@ -30,11 +30,28 @@ type Config struct {
 	// after the grace) may last before the queued requests fail as
 	// no_endpoints (docs/design.md, Fleet outage); 0 waits indefinitely.
 	NoWorkersTimeout int64
+	// MaxKeysPerClass bounds the fairness keys a class tracks at once; beyond it
+	// new keys share the key _overflow (docs/design.md, Fairness keys). 0: 100000.
+	MaxKeysPerClass int
+	// SettleWindow is how long, in nanoseconds, a dispatch waits for its
+	// completion record before it is forgotten (docs/design.md, Cost
+	// settlement). 0: 10 minutes.
+	SettleWindow int64
+	// MaxUnsettled bounds the dispatches remembered for settlement; beyond it the
+	// oldest is forgotten. 0: 1,000,000.
+	MaxUnsettled int
 	// KV is the KV cache index, owned by the caller, who applies the workers'
 	// events to it (docs/protocol.md, KV cache events); nil: none, and
 	// Dispatch-Block-Hashes is carried but not used.
 	KV *kvindex.Index
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxKeysPerClass = 100000
+	DefaultSettleWindow    = int64(10 * 60 * 1e9)
+	DefaultMaxUnsettled    = 1000000
+)
 
 // Arrival is a request entering the dispatcher: its decoded headers and the
 // facts of its message. Slices are kept, not copied.
@@ -55,6 +72,7 @@ type Arrival struct {
 	Published   int64 // Unix nanoseconds
 	DeadlineMs  uint64
 	HasDeadline bool
+	Key         string // Dispatch-Fairness-Key; "" for the default key "_"
 }
 
 // Kind says what a Decision is.
@@ -100,7 +118,7 @@ func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 // concurrent use: one goroutine (the queue actor) owns it.
 type Scheduler struct {
 	pol     *configs.Policy
-	classes []*lanes.Class
+	classes []*lanes.Keyed
 	queues  []drr.Queue
 	arb     *drr.Arbiter
 	reg     *workers.Registry
@@ -117,30 +135,50 @@ type Scheduler struct {
 	// began at the later of lostAt and graceEnd.
 	lostAt     int64
 	outTimeout int64 // Config.NoWorkersTimeout
+
+	settle  settlements
+	maxKeys int // Config.MaxKeysPerClass, defaulted
 }
 
 // New returns a scheduler started at now (Unix nanoseconds).
 func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
 	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace, outTimeout: max(0, cfg.NoWorkersTimeout)}
-	s.reg.MaxWorkers = cfg.MaxWorkers
-	quanta := make([]uint64, n)
-	gates := make([]filters.Gate, n)
-	for k, c := range cfg.Policy.Classes {
-		quanta[k] = c.Quantum
-		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
+	s.settle.init(cfg)
+	maxKeys := cfg.MaxKeysPerClass
+	if maxKeys == 0 {
+		maxKeys = DefaultMaxKeysPerClass
 	}
+	s.maxKeys = maxKeys
+	s.reg.MaxWorkers = cfg.MaxWorkers
+	quanta, gates := classParams(cfg.Policy)
 	s.arb = drr.New(quanta)
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
 	s.sel.KV, s.kv = cfg.KV, cfg.KV
-	s.classes = make([]*lanes.Class, n)
+	s.classes = make([]*lanes.Keyed, n)
 	s.queues = make([]drr.Queue, n)
 	for k := range s.classes {
-		s.classes[k] = lanes.New(checker{s})
+		s.classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(&cfg.Policy.Classes[k]))
 		s.queues[k] = s.classes[k]
 	}
 	return s
+}
+
+// keyConfig is the key level's configuration of class c (docs/design.md, Fairness keys).
+func (s *Scheduler) keyConfig(c *configs.Class) lanes.KeyConfig {
+	return lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: s.maxKeys}
+}
+
+// classParams returns the DRR quanta and the gates of p's classes, in ring order.
+func classParams(p *configs.Policy) ([]uint64, []filters.Gate) {
+	quanta := make([]uint64, len(p.Classes))
+	gates := make([]filters.Gate, len(p.Classes))
+	for k, c := range p.Classes {
+		quanta[k] = c.Quantum
+		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
+	}
+	return quanta, gates
 }
 
 // checker answers lanes' dispatchability question: the class is not gated for
@@ -200,7 +238,11 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 		return Decision{Kind: Queued, Req: r}
 	}
 	if !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r)) {
-		return s.place(now, r)
+		d := s.place(now, r)
+		if d.Kind == Dispatch {
+			s.settle.record(now, d, 0, false, s.classes) // not arbitrated: nothing charged to correct
+		}
+		return d
 	}
 	if err := s.checkLimits(r.Class); err != nil {
 		return Decision{Kind: Reject, Req: r, Err: err}
@@ -216,8 +258,11 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
-		ID: a.ID, Ref: a.Ref, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
-		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1,
+		ID: a.ID, Ref: a.Ref, Token: a.Token, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
+		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1, Key: a.Key,
+	}
+	if r.Key == "" {
+		r.Key = lanes.DefaultKey
 	}
 	if a.HasDeadline {
 		r.Deadline = a.Published + int64(a.DeadlineMs)*1e6
@@ -232,12 +277,16 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	r.Cached = min(s.bestCached(a, r), r.ISL)
 	r.Cost = max(1, r.ISL-r.Cached)
 	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
-	if s.pol.Classes[r.Class].Queue == configs.WSPT {
-		r.Score = (1 + r.Jump) / float64(r.Cost)
-	} else {
-		r.Score = r.Jump - float64(r.Arrival)/1e9
-	}
+	r.Score = score(s.pol.Classes[r.Class].Queue, r)
 	return r
+}
+
+// score is r's order within a class of queue policy q (docs/design.md, Lanes).
+func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
+	if q == configs.WSPT {
+		return (1 + r.Jump) / float64(r.Cost)
+	}
+	return r.Jump - float64(r.Arrival)/1e9
 }
 
 // bestCached is the pinned worker's overlap when pinned, else the largest
@@ -314,7 +363,14 @@ func (s *Scheduler) Next(now int64) Decision {
 	r := s.classes[k].Last()
 	r.Charged = true
 	removeDeadline(&s.dl, r)
-	return s.place(now, r)
+	d := s.place(now, r)
+	switch d.Kind {
+	case Dispatch:
+		s.settle.record(now, d, r.Cost, true, s.classes)
+	case Reject:
+		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
+	}
+	return d
 }
 
 // place selects a worker for r and books it, or rejects r.
@@ -371,7 +427,10 @@ func (s *Scheduler) expire(now int64, r *request.Snapshot) Decision {
 // recorded (Refused), and the request waits in its lane with its place kept,
 // not charged again and without a limit check.
 func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64) {
-	s.Refused(now, id, seq)
+	s.refused(now, id, seq)
+	// The request is queued again, charged: its key stays owed, and the next
+	// dispatch's record takes over the settlement.
+	s.settle.forget(id, seq, false, s.classes)
 	r.Refused = true
 	r.Charged = true
 	s.enqueue(r)
@@ -381,6 +440,11 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 // did not answer it: the booking is released and the worker is excluded for a
 // time growing with its refusals in a row (docs/protocol.md, Refusals back off).
 func (s *Scheduler) Refused(now int64, id string, seq uint64) {
+	s.refused(now, id, seq)
+	s.settle.forget(id, seq, true, s.classes) // the request leaves: its key owes nothing
+}
+
+func (s *Scheduler) refused(now int64, id string, seq uint64) {
 	if w := s.reg.Get(id); w != nil {
 		s.reg.Unbook(w, seq)
 		s.reg.Refused(now, w, seq)
@@ -408,6 +472,7 @@ func (s *Scheduler) Accepted(id string) {
 // after a refusal: its place kept, not charged again, without a limit check.
 // Without requeue (the request itself cannot be sent) the caller rejects it.
 func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
+	s.settle.forget(id, seq, !requeue, s.classes)
 	if w := s.reg.Get(id); w != nil && s.reg.Unbook(w, seq) {
 		s.gates.Update(w)
 		for _, c := range s.classes {
@@ -480,6 +545,7 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 		clear(s.expired)
 		s.recheckAll()
 	}
+	s.settle.expire(now, s.classes)
 	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
 		r := s.dl[0]
 		removeDeadline(&s.dl, r)
@@ -558,6 +624,9 @@ func (s *Scheduler) recheckAll() {
 // Queued returns the number of requests queued in class k.
 func (s *Scheduler) Queued(k int) int { return s.classes[k].Len() }
 
+// Class returns class k's queue, for reading (keys and their service).
+func (s *Scheduler) Class(k int) *lanes.Keyed { return s.classes[k] }
+
 // satMul multiplies without wrapping.
 func satMul(a, b uint64) uint64 {
 	if a != 0 && b > ^uint64(0)/a {
@@ -572,20 +641,63 @@ type ClassStats struct {
 	Pending      int    `json:"pending_requests"`
 	ISLTokens    uint64 `json:"pending_isl_tokens"`
 	CachedTokens uint64 `json:"pending_cached_tokens"`
-	Deficit      uint64 `json:"deficit"`
-	PinnedLanes  int    `json:"pinned_lanes"`
-	BlockedLanes int    `json:"blocked_lanes"`
-	FreeRanks    int    `json:"free_ranks"`
+	Deficit      int64  `json:"deficit"`
+	Keys         int    `json:"fairness_keys"`
+	// TopKeys are the TopKeys keys with the most queued requests (docs/design.md,
+	// Fairness keys), most first.
+	TopKeys      []KeyStats `json:"top_keys,omitempty"`
+	PinnedLanes  int        `json:"pinned_lanes"`
+	BlockedLanes int        `json:"blocked_lanes"`
+	FreeRanks    int        `json:"free_ranks"`
 }
 
-// Stats appends every class's stats to dst, in ring order. O(C + pinned lanes).
+// TopKeys is how many keys per class ClassStats lists.
+const TopKeys = 10
+
+// KeyStats describes one fairness key of a class.
+type KeyStats struct {
+	Key    string  `json:"key"`
+	Queued int     `json:"queued_requests"`
+	Weight float64 `json:"weight"`
+	// Lead is the key's normalized service (cost served / weight, plus
+	// corrections) minus the class's virtual time, in cost units: above 0 the
+	// key is ahead and waits for the others, below 0 it is owed service.
+	Lead float64 `json:"lead"`
+}
+
+// topKeys returns class c's TopKeys keys with the most queued requests. O(K).
+func topKeys(c *lanes.Keyed) []KeyStats {
+	var top []KeyStats
+	vt := c.VirtualTime()
+	c.EachKey(func(name string, service, weight float64, queued int) bool {
+		if len(top) == TopKeys && queued <= top[len(top)-1].Queued {
+			return true
+		}
+		ks := KeyStats{Key: name, Queued: queued, Weight: weight, Lead: service - vt}
+		i := len(top)
+		if i < TopKeys {
+			top = append(top, ks)
+		} else {
+			i--
+		}
+		for ; i > 0 && (top[i-1].Queued < queued || top[i-1].Queued == queued && top[i-1].Key > name); i-- {
+			top[i] = top[i-1]
+		}
+		top[i] = ks
+		return true
+	})
+	return top
+}
+
+// Stats appends every class's stats to dst, in ring order. O(C + pinned lanes +
+// tracked keys).
 func (s *Scheduler) Stats(dst []ClassStats) []ClassStats {
 	for k, c := range s.classes {
 		isl, cached := c.Tokens()
 		pinned, blocked := c.Lanes()
 		dst = append(dst, ClassStats{
 			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
-			Deficit: s.arb.Deficit(k), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
+			Deficit: s.arb.Deficit(k), Keys: c.Keys(), TopKeys: topKeys(c), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
 		})
 	}
 	return dst

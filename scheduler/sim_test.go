@@ -99,6 +99,12 @@ func (w *simWorker) advance(now int64) (done []int) {
 // prompts, one output token, prefill_busy_threshold 1536, 320 requests per
 // class released at once in alternating order. It returns the completions in order.
 func premiumRegular(t testing.TB, premiumQ, regularQ int) []int {
+	return premiumRegularKeys(t, premiumQ, regularQ, 0)
+}
+
+// premiumRegularKeys is premiumRegular with the requests of each class spread
+// round robin over keys fairness keys (0: none given).
+func premiumRegularKeys(t testing.TB, premiumQ, regularQ, keys int) []int {
 	yaml := fmt.Sprintf(`default_policy_family: regular
 uncached_isl_buckets:
   - {min_tokens: 0, bucket: all}
@@ -126,6 +132,9 @@ policy_classes:
 	tokens := []string{"premium", "regular"}
 	for i := range 640 {
 		a := &Arrival{ID: fmt.Sprint("r", i), Token: tokens[i%2], ISL: 512, Published: now}
+		if keys > 0 {
+			a.Key = fmt.Sprint("k", i/2%keys)
+		}
 		dispatch(s.Arrive(now, a))
 		s.Report(now, w.report())
 	}
@@ -167,5 +176,14 @@ func TestPremiumRegularEqual(t *testing.T) {
 	order := premiumRegular(t, 512, 512)
 	if got := countPremium(order, 320); got < 150 || got > 170 {
 		t.Errorf("equal 512:512: premium in first 320 completions = %d, want 150..170", got)
+	}
+}
+
+// TestPremiumRegularWeightedKeys: the seed regression still holds with five
+// fairness keys in each class (docs/design.md, Fairness keys).
+func TestPremiumRegularWeightedKeys(t *testing.T) {
+	order := premiumRegularKeys(t, 512, 128, 5)
+	if got := countPremium(order, 320); got < 250 || got > 262 {
+		t.Errorf("weighted 512:128 with 5 keys per class: premium in first 320 completions = %d, want 250..262", got)
 	}
 }

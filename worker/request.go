@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
 )
 
 // Header names of the wire contract (docs/protocol.md, Request headers; docs/protocol.md, Dispatch handshake). Dispatch-* names match
@@ -26,6 +29,7 @@ const (
 	HeaderCachedTokens = "Dispatch-Cached-Tokens"
 	HeaderReplyTo      = "Dispatch-Reply-To"
 	HeaderStatus       = "Dispatch-Status"
+	HeaderFairnessKey  = "Dispatch-Fairness-Key"
 	// StatusBusy is the Dispatch-Status value of a refusal.
 	StatusBusy = "busy"
 )
@@ -74,6 +78,9 @@ type Request struct {
 	QueuedMs uint64
 	// ISL is Dispatch-ISL-Tokens, the raw input sequence length in tokens.
 	ISL uint64
+	// FairnessKey is Dispatch-Fairness-Key, forwarded from the producer; "" when
+	// it had none. It goes back in the completion record.
+	FairnessKey string
 	// Ack is Dispatch-Ack, the JetStream acknowledgement subject; "" when absent,
 	// in which case Done, Nak and Term send nothing.
 	Ack string
@@ -108,13 +115,14 @@ const (
 
 func parseRequest(m *nats.Msg, dpStart int, now time.Time) *Request {
 	r := &Request{
-		RequestID:  HeaderValue(m.Header, HeaderRequestID),
-		Class:      HeaderValue(m.Header, HeaderClass),
-		DPRank:     dpStart,
-		Ack:        HeaderValue(m.Header, HeaderAck),
-		Header:     m.Header,
-		Data:       m.Data,
-		ReceivedAt: now,
+		RequestID:   HeaderValue(m.Header, HeaderRequestID),
+		Class:       HeaderValue(m.Header, HeaderClass),
+		DPRank:      dpStart,
+		Ack:         HeaderValue(m.Header, HeaderAck),
+		FairnessKey: strings.TrimSpace(HeaderValue(m.Header, HeaderFairnessKey)),
+		Header:      m.Header,
+		Data:        m.Data,
+		ReceivedAt:  now,
 	}
 	num := func(name string, bits int) uint64 {
 		s := HeaderValue(m.Header, name)
@@ -149,6 +157,38 @@ const maxAckWaitMs = 30 * 24 * 3600 * 1000
 // Done sends +ACK: the request is finished and its JetStream message removed.
 // It returns ErrFinished when the request was already finished.
 func (r *Request) Done() error { return r.finish(ackAck, "ack") }
+
+// Completion returns the request's completion record (docs/protocol.md,
+// Completion records) for what it really cost: the uncached input tokens the
+// engine computed, the output tokens it generated, and whether it failed. The
+// times are the helper's: received and started at ReceivedAt, finished now;
+// set StartedAt and FinishedAt if the engine knows better.
+func (r *Request) Completion(prefillTokens, outputTokens uint64, failed bool) wire.Completion {
+	st := wire.StatusOK
+	if failed {
+		st = wire.StatusFailed
+	}
+	return wire.Completion{
+		RequestID: r.RequestID, Class: r.Class, WorkerID: r.w.cfg.ID, DPRank: r.DPRank, Seq: r.Seq,
+		QueuedMs: r.QueuedMs, ReceivedAt: r.ReceivedAt, StartedAt: r.ReceivedAt, FinishedAt: time.Now(),
+		FairnessKey: r.FairnessKey, PrefillTokens: prefillTokens, OutputTokens: outputTokens, Status: st,
+	}
+}
+
+// Complete publishes the request's completion record on
+// <prefix>.done.<worker_id> (core NATS), so that the dispatcher settles its cost
+// against the estimate it charged (docs/design.md, Cost settlement). Call it
+// after Done (or DoneConfirmed). It is optional: without it the estimate stands.
+func (r *Request) Complete(prefillTokens, outputTokens uint64, failed bool) error {
+	b, err := json.Marshal(r.Completion(prefillTokens, outputTokens, failed))
+	if err != nil {
+		return fmt.Errorf("worker: encode completion: %w", err)
+	}
+	if err := r.w.nc.Publish(r.w.doneSubj, b); err != nil {
+		return fmt.Errorf("worker: publish completion: %w", err)
+	}
+	return nil
+}
 
 // Nak sends -NAK: the request goes back to the dispatcher for redelivery at once.
 func (r *Request) Nak() error { return r.finish(ackNak, "nak") }

@@ -44,6 +44,7 @@ type Worker struct {
 	taints   []string
 	workSubj string
 	loadSubj string
+	doneSubj string
 
 	kick chan struct{} // cap 1: a report is wanted
 	// progressKick (cap 1) wakes progressLoop when an acceptance is due
@@ -100,6 +101,7 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		taints:       taints,
 		workSubj:     names.Work(cfg.ID),
 		loadSubj:     names.Load(cfg.ID),
+		doneSubj:     names.Done(cfg.ID),
 		kick:         make(chan struct{}, 1),
 		freshKick:    make(chan struct{}, 1),
 		progressKick: make(chan struct{}, 1),

@@ -15,6 +15,7 @@ import (
 	"fairdispatch/bus"
 	"fairdispatch/kvindex"
 	"fairdispatch/naming"
+	"fairdispatch/recorder"
 )
 
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
@@ -31,6 +32,7 @@ type settings struct {
 	noWorkersTimeout                                          time.Duration
 	blockSize, temperature, overlapCredit, prefillScale, decW float64
 	maxHeld, inFlight, maxWorkers                             int
+	maxKeysPerClass                                           int
 	logLevel, logFormat                                       string
 	checkConfig, healthProbe                                  string
 	election, pprof                                           bool
@@ -38,10 +40,15 @@ type settings struct {
 	instanceID                                                string
 	demo                                                      bool
 	demoPerClass                                              int
+	record                                                    string // --record FILE
+	recordStream                                              bool
+	recordStreamBytes                                         int64
+	recordBuffer                                              int
 	kvIndex                                                   bool
 	kvWeights                                                 string
 	kvMaxBlocks                                               int
 	kvMaxAge                                                  time.Duration
+	version                                                   bool
 }
 
 // optFloat is a float flag that may be unset.
@@ -123,6 +130,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
 	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
+	fs.IntVar(&s.maxKeysPerClass, "max-keys-per-class", 100000, "most fairness keys a class tracks at once (backlogged or owed a settlement); further new keys share the key _overflow")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
 	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader (fairdispatch_<prefix>_leader for another --subject-prefix)")
@@ -133,6 +141,11 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
+	fs.StringVar(&s.record, "record", "", "record the traffic trace (arrivals, dispatches, rejections; no bodies) to this file as JSON lines (docs/protocol.md, Trace records)")
+	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
+	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", recorder.DefaultStreamMaxBytes, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
+	fs.IntVar(&s.recordBuffer, "record-buffer", recorder.DefaultBuffer, "records buffered between the queue actor and the trace writer; beyond it records are dropped and counted")
+	fs.BoolVar(&s.version, "version", false, "print the version, VCS revision and time, and Go version, and exit (no environment variable)")
 	return fs
 }
 
@@ -155,7 +168,7 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+		if given[f.Name] || err != nil || noEnv[f.Name] {
 			return
 		}
 		name := EnvName(f.Name)
@@ -170,6 +183,11 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	}
 	return s, s.validate()
 }
+
+// noEnv are the flags without an environment variable: DISPATCHER_VERSION
+// might well be set to a version string in an image, which must not turn the
+// dispatcher into a version printer (or fail its start).
+var noEnv = map[string]bool{"version": true}
 
 // parseError is a command-line error the flag package has already printed.
 type parseError struct{ error }
@@ -233,6 +251,9 @@ func (s *settings) validate() error {
 	if s.inFlight < 0 || s.maxWorkers < 1 {
 		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
 	}
+	if s.maxKeysPerClass < 1 {
+		bad = append(bad, "--max-keys-per-class must be >= 1")
+	}
 	if s.leaseTTL < 200*time.Millisecond || s.leaseTTL > time.Minute {
 		bad = append(bad, fmt.Sprintf("--lease-ttl %v: want 200ms to 1m", s.leaseTTL))
 	}
@@ -241,6 +262,9 @@ func (s *settings) validate() error {
 	}
 	if _, err := naming.New(s.prefix); err != nil {
 		bad = append(bad, fmt.Sprintf("--subject-prefix: %v", err))
+	}
+	if s.recordBuffer < 1 || s.recordStreamBytes < 1 {
+		bad = append(bad, fmt.Sprintf("--record-buffer %d, --record-stream-max-bytes %d: want >= 1", s.recordBuffer, s.recordStreamBytes))
 	}
 	if s.logFormat != "console" && s.logFormat != "json" {
 		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))

@@ -61,6 +61,8 @@ func TestSettingsErrorsNameTheInput(t *testing.T) {
 		{[]string{"--log-format", "xml"}, nil, "--log-format"},
 		{[]string{"--no-workers-timeout", "-1s"}, nil, "--no-workers-timeout"},
 		{[]string{"extra"}, nil, "unexpected argument"},
+		{[]string{"--record-buffer", "0"}, nil, "--record-buffer 0"},
+		{nil, map[string]string{"DISPATCHER_RECORD_STREAM_MAX_BYTES": "-1"}, "--record-stream-max-bytes -1"},
 		{[]string{"--nats-inbox-prefix", "_INBOX.*"}, nil, "--nats-inbox-prefix"},
 		// A prefix that would make an invalid stream or bucket name is refused, naming both.
 		{[]string{"--subject-prefix", "a.*"}, nil, `--subject-prefix: naming: invalid subject prefix "a.*"`},

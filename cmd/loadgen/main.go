@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
 )
@@ -86,7 +87,12 @@ func run() (int, error) {
 	blockRange := flag.String("prefix-blocks", "2:64", "with --prefixes: MIN:MAX blocks of a prefix")
 	flag.IntVar(&cfg.Prefixes.SuffixBlocks, "suffix-blocks", 4, "with --prefixes: blocks of each request's own after its prefix")
 	flag.IntVar(&cfg.Prefixes.BlockSize, "block-size", loadgen.DefaultBlockSize, "with --prefixes: tokens per block (the workers' and the dispatcher's --block-size)")
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println("loadgen", buildinfo.Read())
+		return 0, nil
+	}
 	if flag.NArg() > 0 {
 		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}

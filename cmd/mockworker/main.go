@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/worker"
 	"fairdispatch/worker/mock"
 )
@@ -58,8 +59,14 @@ func run() error {
 	flag.IntVar(&cfg.KVCapacity, "kv-capacity", 0, "simulate a prefix cache of N device blocks per rank (LRU), fed by Dispatch-Block-Hashes, and publish its KV cache events; 0: none")
 	flag.IntVar(&cfg.KVHostCapacity, "kv-host-capacity", 0, "with --kv-capacity: a host tier of N blocks per rank receiving the blocks evicted from the device; 0: none")
 	flag.IntVar(&cfg.BlockSize, "block-size", mock.DefaultBlockSize, "KV block size in tokens (the producers' and the dispatcher's --block-size)")
+	flag.Float64Var(&cfg.CostFactor, "cost-factor", 1, "completion records report prefill_tokens = uncached tokens x this factor (0 < f <= 1000): a deliberate estimate error")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println("mockworker", buildinfo.Read())
+		return nil
+	}
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}

@@ -117,10 +117,18 @@ func (f frlFigures) String() string {
 // once the dispatcher holds the whole burst in its queues.
 func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures {
 	t.Helper()
+	f, _ := frlFairnessRun(t, premiumQuantum, regularQuantum)
+	return f
+}
+
+// frlFairnessRun is frlFairnessArm with extra dispatcher flags (later flags
+// win), also returning the dispatcher.
+func frlFairnessRun(t *testing.T, premiumQuantum, regularQuantum int, extra ...string) (frlFigures, *proc) {
+	t.Helper()
 	const perClass = 320
 	ns := startNATS(t)
 	policy := writePolicy(t, fmt.Sprintf(frlFairPolicy, premiumQuantum, regularQuantum))
-	p := startDispatcher(t, ns.URL(), "--policy-config", policy)
+	p := startDispatcher(t, ns.URL(), append([]string{"--policy-config", policy}, extra...)...)
 	nc := connect(t, ns.URL())
 
 	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
@@ -221,7 +229,7 @@ func frlFairnessArm(t *testing.T, premiumQuantum, regularQuantum int) frlFigures
 	t.Logf("handshakes accepted %v timeout %v late %v; redelivered %v",
 		p.metric("fairdispatch_handshakes_total", `outcome="accepted"`), p.metric("fairdispatch_handshakes_total", `outcome="timeout"`),
 		p.metric("fairdispatch_handshakes_total", `outcome="late"`), p.metric("fairdispatch_redelivered_messages_total"))
-	return f
+	return f, p
 }
 
 // TestFairnessWeightedVersusEqualQuanta reproduces the seed's regression with

@@ -34,6 +34,7 @@ const (
 	permW1Secret         = "worker-w1-example-secret"
 	permW2Secret         = "worker-w2-example-secret"
 	permMonitorSecret    = "monitor-example-secret"
+	permPolicySecret     = "policy-admin-example-secret"
 	// Pool qwen (TestPermissionsPoolsConfined).
 	permQwenDispatcherSecret = "dispatcher-qwen-example-secret"
 	permQwenProducerSecret   = "producer-qwen-example-secret"
@@ -43,7 +44,7 @@ const (
 // permSecrets maps each user of the example to its secret.
 var permSecrets = map[string]string{
 	"dispatcher": permDispatcherSecret, "producer_premium": permPremiumSecret, "producer_regular": permRegularSecret,
-	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret,
+	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret, "policy_admin": permPolicySecret,
 	"dispatcher_qwen": permQwenDispatcherSecret, "producer_qwen": permQwenProducerSecret, "worker_qwen_w1": permQwenW1Secret,
 }
 
@@ -204,7 +205,7 @@ func permPublishTo(nc *nats.Conn, subject, id, replyTo string) (uint64, error) {
 // report, accept and acknowledge, the dispatcher dispatches, and outcomes
 // reach the producers' own inboxes.
 func TestPermissionsExampleConfigServes(t *testing.T) {
-	n, p := permStart(t)
+	n, p := permStart(t, "--record-stream") // the example grants the trace stream too
 	for _, w := range []struct{ id, user, secret string }{{"w1", "worker_w1", permW1Secret}, {"w2", "worker_w2", permW2Secret}} {
 		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "")
 		startMock(t, nc, mock.Config{ID: w.id, TTL: 3 * time.Second})
@@ -244,6 +245,10 @@ func TestPermissionsExampleConfigServes(t *testing.T) {
 	if got := p.metric("fairdispatch_dispatched_total"); got != 3*each {
 		t.Fatalf("got %v dispatched, want %d", got, 3*each)
 	}
+	// The header, an arrival and an accepted dispatch per request.
+	waitFor(t, 20*time.Second, "the trace in DISPATCH_TRACE", func() bool {
+		return streamMsgs(t, js, "DISPATCH_TRACE") >= 1+2*3*each
+	})
 	if premErrs.String() != "" || regErrs.String() != "" {
 		t.Fatalf("producers got asynchronous errors:\n%s\n%s", premErrs, regErrs)
 	}
@@ -353,6 +358,26 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 			errs.has("Permissions Violation", `Publish to "dispatch.work.w2"`) &&
 			errs.has("Permissions Violation", `Publish to "dispatch.req.regular"`)
 	})
+
+	// Nor may w1 publish a completion record under w2's id; one under its own id
+	// for a dispatch it never got is counted as unknown and changes nothing
+	// (docs/design.md, Cost settlement).
+	if err := w1.Publish("dispatch.done.w2", []byte(`{"request_id":"r1","seq":1,"prefill_tokens":999999}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the completion permission violation", func() bool {
+		return errs.has("Permissions Violation", `Publish to "dispatch.done.w2"`)
+	})
+	unknown := p.metric("fairdispatch_settlements_total", `outcome="unknown"`)
+	if err := w1.Publish("dispatch.done.w1", []byte(`{"request_id":"r1","seq":1,"prefill_tokens":999999}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "w1's record for a dispatch it never got counted unknown", func() bool {
+		return p.metric("fairdispatch_settlements_total", `outcome="unknown"`) == unknown+1
+	})
+	if got := p.metric("fairdispatch_settlements_total", `outcome="settled"`); got != 0 {
+		t.Fatalf("got %v settled records, want 0", got)
+	}
 
 	// What remains: the acknowledgement subject names the stream sequence, not
 	// the worker, so w1 may publish an acknowledgement for any message. The

@@ -426,7 +426,7 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 				t.Errorf("done %s: %v", r.RequestID, err)
 				return
 			}
-			b, _ := json.Marshal(mock.Completion{RequestID: r.RequestID, Class: r.Class, WorkerID: "fickle", Seq: r.Seq})
+			b, _ := json.Marshal(r.Completion(r.Cost, 1, false))
 			_ = nc.Publish("dispatch.done.fickle", b)
 		}()
 		return true

@@ -15,7 +15,6 @@ import (
 
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
 )
 
 // The worker side of the protocol (docs/protocol.md, Load report: capacity;
@@ -85,7 +84,7 @@ func (f *wsFinisher) finish(r *worker.Request) {
 		f.t.Errorf("done %s: %v", r.RequestID, err)
 		return
 	}
-	b, _ := json.Marshal(mock.Completion{RequestID: r.RequestID, Class: r.Class, WorkerID: f.id, Seq: r.Seq})
+	b, _ := json.Marshal(r.Completion(r.Cost, 1, false))
 	_ = f.nc.Publish("dispatch.done."+f.id, b)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,12 @@ type Config struct {
 	// per rank: blocks evicted from the device move there (LRU) and count
 	// as cached. 0: none.
 	KVHostCapacity int
+	// CostFactor scales the prefill_tokens the completion record reports: the
+	// request's uncached tokens times CostFactor, so that tests can make the
+	// dispatcher's estimate wrong on purpose (docs/design.md, Cost settlement).
+	// Default 1 (exact), > 0, at most 1000. The simulation itself runs the
+	// uncached tokens.
+	CostFactor float64
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -129,7 +136,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DPSize == 0 {
 		c.DPSize = 1
 	}
+	if c.CostFactor == 0 {
+		c.CostFactor = 1
+	}
 	var errs []error
+	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
+		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
+	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d: want >= 1", c.MaxNumSeqs))
 	}
@@ -493,11 +506,10 @@ func (m *Worker) confirm(j *job) {
 // completion encodes j's completion record.
 func (m *Worker) completion(j *job) ([]byte, error) {
 	r := j.req
-	return json.Marshal(Completion{
-		RequestID: r.RequestID, Class: r.Class, WorkerID: m.cfg.ID, DPRank: j.rank,
-		Seq: r.Seq, QueuedMs: r.QueuedMs, ReceivedAt: j.receivedAt,
-		StartedAt: j.startedAt, FinishedAt: j.finishAt, CachedTokens: j.cached,
-	})
+	c := r.Completion(uint64(math.Round(float64(j.uncached)*m.cfg.CostFactor)), uint64(j.out), false)
+	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
+	c.CachedTokens = j.cached
+	return json.Marshal(c)
 }
 
 // publishCompletion publishes j's completion record.

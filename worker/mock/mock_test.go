@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ func publish(t *testing.T, nc *nats.Conn, n int, isl int) {
 		m := nats.NewMsg("dispatch.req.premium")
 		m.Header.Set(jetstream.MsgIDHeader, "r"+strconv.Itoa(i))
 		m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(isl))
+		m.Header.Set("Dispatch-Fairness-Key", "tenant-"+strconv.Itoa(i%3))
 		if _, err := js.PublishMsg(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +69,7 @@ func TestRequestsComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	m := startMock(t, nc, mock.Config{ID: "w1", OutputTokens: 2, DecodePerToken: time.Millisecond})
+	m := startMock(t, nc, mock.Config{ID: "w1", OutputTokens: 2, DecodePerToken: time.Millisecond, CostFactor: 2.5})
 	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
 	const n = 20
 	publish(t, nc, n, 512)
@@ -91,6 +93,11 @@ func TestRequestsComplete(t *testing.T) {
 			t.Errorf("completion %d: got %+v", i, c)
 		}
 		seen[c.RequestID] = true
+		// The record of docs/protocol.md, Completion records, with the cost
+		// mis-stated on purpose: 512 uncached tokens times 2.5.
+		if c.PrefillTokens != 1280 || c.OutputTokens != 2 || c.Status != "ok" || !strings.HasPrefix(c.FairnessKey, "tenant-") {
+			t.Errorf("completion %d: got record %+v, want prefill 1280, output 2, ok, a tenant key", i, c)
+		}
 		if c.StartedAt.Before(c.ReceivedAt) || c.FinishedAt.Before(c.StartedAt) {
 			t.Errorf("completion %d: times out of order: %+v", i, c)
 		}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// trimLines drops trailing blanks of every line and trailing empty lines.
+func trimLines(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " \t")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestOperationsSimOutput keeps docs/operations.md, Recording traffic and
+// fairctl sim, true: every console block there that runs fairctl sim is run
+// on testdata/ and must print what the block shows.
+func TestOperationsSimOutput(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(doc), "## Recording traffic and `fairctl sim`\n")
+	if !ok {
+		t.Fatal("docs/operations.md has no section Recording traffic and `fairctl sim`")
+	}
+	if i := strings.Index(sec, "\n## "); i >= 0 {
+		sec = sec[:i]
+	}
+	t.Chdir("testdata")
+	blocks := 0
+	for _, part := range strings.Split(sec, "```console\n")[1:] {
+		block, _, _ := strings.Cut(part, "```")
+		cmdLine, want, _ := strings.Cut(block, "\n")
+		if !strings.HasPrefix(cmdLine, "$ fairctl sim ") {
+			continue
+		}
+		blocks++
+		var out, errb bytes.Buffer
+		args := strings.Fields(strings.TrimPrefix(cmdLine, "$ fairctl "))
+		if code := run(context.Background(), args, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s", cmdLine, code, errb.String())
+		}
+		if got := trimLines(out.String()); got != trimLines(want) {
+			t.Errorf("%s prints\n%s\nbut docs/operations.md shows\n%s", cmdLine, got, trimLines(want))
+		}
+	}
+	if blocks < 2 {
+		t.Errorf("%d fairctl sim examples in the section, want 2 (trace and generated)", blocks)
+	}
+}
+
+// TestSimChartAndJSON: --chart writes a PNG, and --json (global or the
+// command's) prints the figures.
+func TestSimChartAndJSON(t *testing.T) {
+	png := filepath.Join(t.TempDir(), "c.png")
+	for _, args := range [][]string{
+		{"--json", "sim", "--policy", "testdata/flip.yaml", "--trace", "testdata/seed-burst.jsonl.gz", "--chart", png},
+		{"sim", "--json", "--policy", "testdata/flip.yaml", "--trace", "testdata/seed-burst.jsonl.gz"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errb.String())
+		}
+		for _, want := range []string{`"proposed": {`, `"current": {`, `"recorded": {`, `"name": "premium"`, `"wait_p99_ms"`} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%q: output lacks %s:\n%s", args, want, out.String())
+			}
+		}
+	}
+	b, err := os.ReadFile(png)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("--chart: %v, %d bytes, want a PNG", err, len(b))
+	}
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--trace", "testdata/seed-burst.jsonl.gz"}, "--policy is required"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml"}, "exactly one of --trace and --generate"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson"}, "--generate needs --workers"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "steady", "--workers", "1"}, "want poisson or bursty"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--mix", "premium"}, "--mix"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
+
+// TestSimWithoutBaseline: a trace without a header policy is simulated under
+// the proposal alone, and the table says why there is no comparison.
+func TestSimWithoutBaseline(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "t.jsonl")
+	body := `{"ev":"header","t":1,"format":"fairdispatch-trace","version":1}
+{"ev":"arrive","t":10,"id":"a","token":"premium","class":"default","published":10,"isl":512,"cost":512}
+{"ev":"dispatch","t":20,"id":"a","class":"default","cost":512,"worker":"w1","rank":0,"outcome":"accepted"}
+`
+	if err := os.WriteFile(trace, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "--policy", "testdata/flip.yaml", "--trace", trace}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"proposed weight", "give --baseline FILE", "no two classes were ever backlogged"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "current weight") {
+		t.Errorf("a current column without a current policy:\n%s", out.String())
+	}
+}

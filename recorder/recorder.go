@@ -1,0 +1,203 @@
+// Package recorder writes the dispatcher's traffic trace (docs/protocol.md,
+// Trace records): the queue actor hands it records without ever blocking,
+// and one writer goroutine encodes them as JSON lines to a file and/or
+// publishes them, one message each, to the trace stream.
+//
+// The queue actor appends to a bounded buffer; when the writer falls behind
+// and the buffer is full, the record is dropped and counted
+// (fairdispatch_trace_records_dropped_total), never waited for.
+package recorder
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"fairdispatch/wire"
+)
+
+// DefaultBuffer is the default capacity of the buffer between the queue actor
+// and the writer, in records.
+const DefaultBuffer = 65536
+
+// Sink receives encoded records, one JSON line each (without the newline),
+// from the writer goroutine only.
+type Sink interface {
+	Write(line []byte) error
+	// Flush is called when the buffer is empty, and Close at the end.
+	Flush() error
+	Close() error
+}
+
+// Counters are told about every record: written or dropped.
+type Counters interface {
+	TraceRecorded()
+	TraceDropped()
+}
+
+// Recorder buffers records and writes them to its sinks. Record is safe for
+// concurrent use and never blocks.
+type Recorder struct {
+	ch    chan wire.TraceRecord
+	sinks []Sink
+	cnt   Counters
+	log   zerolog.Logger
+	done  chan struct{}
+	once  sync.Once
+	err   error // of Close
+}
+
+// New writes the header (format, version and the policy's YAML text, "" for
+// a policy built from flags) to every sink, then starts the writer. buf is
+// the buffer's capacity in records (<= 0: DefaultBuffer). The caller closes
+// the recorder with Close, after the queue actor has stopped.
+func New(policyYAML string, now int64, buf int, cnt Counters, log zerolog.Logger, sinks ...Sink) (*Recorder, error) {
+	if buf <= 0 {
+		buf = DefaultBuffer
+	}
+	r := &Recorder{ch: make(chan wire.TraceRecord, buf), sinks: sinks, cnt: cnt,
+		log: log.With().Str("component", "recorder").Logger(), done: make(chan struct{})}
+	hdr := wire.TraceRecord{Event: wire.TraceHeader, T: now, Format: wire.TraceFormat, Version: wire.TraceVersion, Policy: policyYAML}
+	line, err := encode(hdr)
+	if err != nil {
+		return nil, fmt.Errorf("recorder: header: %w", err)
+	}
+	for _, s := range sinks {
+		if err := s.Write(line); err != nil {
+			return nil, fmt.Errorf("recorder: header: %w", err)
+		}
+		if err := s.Flush(); err != nil {
+			return nil, fmt.Errorf("recorder: header: %w", err)
+		}
+	}
+	go r.run()
+	return r, nil
+}
+
+// Record queues rec for writing, or drops and counts it if the buffer is full.
+// A nil Recorder records nothing.
+func (r *Recorder) Record(rec wire.TraceRecord) {
+	if r == nil {
+		return
+	}
+	select {
+	case r.ch <- rec:
+	default:
+		r.cnt.TraceDropped()
+	}
+}
+
+// Close writes what is buffered, closes the sinks and returns the errors of
+// closing them. Record must not be called after Close; Close may be called
+// again, and then returns the same.
+func (r *Recorder) Close() error {
+	if r == nil {
+		return nil
+	}
+	r.once.Do(func() {
+		close(r.ch)
+		<-r.done
+		var errs []error
+		for _, s := range r.sinks {
+			errs = append(errs, s.Close())
+		}
+		r.err = errors.Join(errs...)
+	})
+	return r.err
+}
+
+func (r *Recorder) run() {
+	defer close(r.done)
+	failed := make([]bool, len(r.sinks)) // log a sink's failure once, not per record
+	for rec := range r.ch {
+		line, err := encode(rec)
+		if err != nil {
+			r.cnt.TraceDropped()
+			continue
+		}
+		for i, s := range r.sinks {
+			if err := s.Write(line); err != nil && !failed[i] {
+				failed[i] = true
+				r.log.Error().Err(err).Msg("trace sink failed; later records to it may be lost")
+			}
+		}
+		r.cnt.TraceRecorded()
+		if len(r.ch) == 0 {
+			for _, s := range r.sinks {
+				_ = s.Flush()
+			}
+		}
+	}
+}
+
+func encode(rec wire.TraceRecord) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(rec); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// FileSink writes JSON lines to a file, buffered.
+type FileSink struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// OpenFile opens the trace file at path for appending, creating it if
+// needed: a restarted dispatcher adds a header and its records after the
+// earlier ones rather than losing them.
+func OpenFile(path string) (*FileSink, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	return &FileSink{f: f, w: bufio.NewWriterSize(f, 1<<16)}, nil
+}
+
+// Write implements Sink.
+func (s *FileSink) Write(line []byte) error {
+	if _, err := s.w.Write(line); err != nil {
+		return err
+	}
+	return s.w.WriteByte('\n')
+}
+
+// Flush implements Sink.
+func (s *FileSink) Flush() error { return s.w.Flush() }
+
+// Close implements Sink.
+func (s *FileSink) Close() error {
+	err := s.w.Flush()
+	return errors.Join(err, s.f.Close())
+}
+
+// Publisher publishes one message (nats.Conn.Publish).
+type Publisher interface {
+	Publish(subject string, data []byte) error
+}
+
+// StreamSink publishes each record as one core NATS message on the trace
+// stream's subject: no acknowledgement is awaited, so a slow or full stream
+// never holds the writer up (the stream's limits discard the oldest).
+type StreamSink struct {
+	P       Publisher
+	Subject string
+}
+
+// Write implements Sink.
+func (s StreamSink) Write(line []byte) error { return s.P.Publish(s.Subject, line) }
+
+// Flush implements Sink.
+func (s StreamSink) Flush() error { return nil }
+
+// Close implements Sink.
+func (s StreamSink) Close() error { return nil }

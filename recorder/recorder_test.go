@@ -1,0 +1,183 @@
+package recorder
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
+)
+
+type counts struct{ recorded, dropped atomic.Int64 }
+
+func (c *counts) TraceRecorded() { c.recorded.Add(1) }
+func (c *counts) TraceDropped()  { c.dropped.Add(1) }
+
+// blockingSink blocks every write after the header until release is closed.
+type blockingSink struct {
+	lines   [][]byte
+	release chan struct{}
+	header  bool
+}
+
+func (s *blockingSink) Write(line []byte) error {
+	if s.header {
+		<-s.release
+	}
+	s.header = true
+	s.lines = append(s.lines, append([]byte(nil), line...))
+	return nil
+}
+func (s *blockingSink) Flush() error { return nil }
+func (s *blockingSink) Close() error { return nil }
+
+// TestRecordNeverBlocks: with the writer stuck, Record returns at once and
+// the records beyond the buffer are dropped and counted; the buffered ones
+// are written once the writer moves again.
+func TestRecordNeverBlocks(t *testing.T) {
+	var c counts
+	sink := &blockingSink{release: make(chan struct{})}
+	r, err := New("", 1, 4, &c, zerolog.Nop(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 100 {
+			r.Record(wire.TraceRecord{Event: wire.TraceArrive, T: int64(i), ID: "r"})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Record blocked on a stuck writer")
+	}
+	// The writer holds one record, the buffer four: at least 95 dropped.
+	if d := c.dropped.Load(); d < 95 || d > 96 {
+		t.Errorf("dropped %d of 100 with a buffer of 4, want 95 or 96", d)
+	}
+	close(sink.release)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := int64(len(sink.lines) - 1); got != c.recorded.Load() || got+c.dropped.Load() != 100 {
+		t.Errorf("written %d, recorded %d, dropped %d: want written = recorded and written + dropped = 100", got, c.recorded.Load(), c.dropped.Load())
+	}
+}
+
+// TestFileSink: the file has the header (format, version, policy) and then
+// every record as one JSON line, complete once Close returns.
+func TestFileSink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counts
+	r, err := New("policy_classes: []\n", 42, 0, &c, zerolog.Nop(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank := 0
+	for i := range 1000 {
+		r.Record(wire.TraceRecord{Event: wire.TraceDispatch, T: int64(i), ID: "r", Class: "premium", Key: "_", Cost: 512, Worker: "w1", Rank: &rank, Outcome: "accepted"})
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	n := 0
+	for sc.Scan() {
+		var rec wire.TraceRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("line %d: %v", n+1, err)
+		}
+		if n == 0 {
+			if err := wire.CheckTraceHeader(rec); err != nil || rec.Policy != "policy_classes: []\n" || rec.T != 42 {
+				t.Fatalf("header %s: %v", sc.Bytes(), err)
+			}
+		} else if rec.T != int64(n-1) || rec.Worker != "w1" || rec.Rank == nil {
+			t.Fatalf("line %d: %s", n+1, sc.Bytes())
+		}
+		n++
+	}
+	if n != 1001 || c.recorded.Load() != 1000 || c.dropped.Load() != 0 {
+		t.Errorf("%d lines, recorded %d, dropped %d; want 1001, 1000, 0", n, c.recorded.Load(), c.dropped.Load())
+	}
+	// A restart appends a header and its records; it loses nothing.
+	f, err = OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err = New("policy_classes: []\n", 43, 0, &c, zerolog.Nop(), f); err != nil {
+		t.Fatal(err)
+	}
+	r.Record(wire.TraceRecord{Event: wire.TraceArrive, T: 5000, ID: "after"})
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 1003 || !strings.Contains(lines[1001], `"ev":"header"`) || !strings.Contains(lines[1002], `"id":"after"`) {
+		t.Errorf("after a restart: %d lines, want 1003 ending with a header and the new record", len(lines))
+	}
+}
+
+// TestStreamSink: with the trace stream ensured (size-limited, discarding
+// the oldest), the header and every record land in it, one message each.
+func TestStreamSink(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := EnsureStream(ctx, js, "DISPATCH_TRACE", "dispatch.trace", 1<<20, 1, jetstream.MemoryStorage); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureStream(ctx, js, "DISPATCH_TRACE", "dispatch.trace", 0, 1, jetstream.MemoryStorage); err != nil {
+		t.Fatalf("second EnsureStream: %v", err)
+	}
+	var c counts
+	r, err := New("", 1, 0, &c, zerolog.Nop(), StreamSink{P: nc, Subject: "dispatch.trace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		r.Record(wire.TraceRecord{Event: wire.TraceArrive, T: int64(i), ID: "r"})
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "DISPATCH_TRACE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 51
+	}, "51 messages (header + 50) in DISPATCH_TRACE")
+	info, _ := st.Info(ctx)
+	if info.Config.MaxBytes != 1<<20 || info.Config.Discard != jetstream.DiscardOld {
+		t.Errorf("stream limits %d %v, want 1 MiB, discard old", info.Config.MaxBytes, info.Config.Discard)
+	}
+}

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/worker/mock"
+)
+
+// keysPolicy is one class that queues once a rank's prefill passes 1536 tokens.
+const keysPolicy = `default_policy_family: c
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: c, policy_family: c, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1536, request_queue_limit_per_worker: 4096}
+`
+
+// keysArm runs ten tenants over NATS (docs/design.md, Fairness keys): "flood"
+// publishes 300 requests first, then nine others 30 each, all 512 tokens; the
+// whole backlog is queued at the dispatcher before one mock worker (four
+// sequences) starts taking work. With keys, each request carries its tenant in
+// Dispatch-Fairness-Key; without, none does. It returns how many of the first
+// 200 completions each tenant got.
+func keysArm(t *testing.T, withKeys bool) map[string]int {
+	t.Helper()
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, keysPolicy))
+	nc := connect(t, ns.URL())
+
+	var mu sync.Mutex
+	var order []string // tenants in completion order
+	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
+		var rec mock.Completion
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			t.Errorf("completion record %s: %v", m.Data, err)
+			return
+		}
+		mu.Lock()
+		order = append(order, rec.RequestID[:len(rec.RequestID)-5]) // "<tenant>-NNNN"
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
+		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Helper().SetDraining(true) // the backlog forms before anything is taken
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	waitFor(t, 10*time.Second, "the dispatcher to see w1 live and draining", func() bool {
+		v, ok := frlQueues(p)
+		i, live := v.worker("w1")
+		return ok && live && v.Workers[i].Draining
+	})
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := []string{"flood"}
+	for i := range 9 {
+		tenants = append(tenants, fmt.Sprint("t", i))
+	}
+	total := 0
+	for _, tn := range tenants {
+		n := 30
+		if tn == "flood" {
+			n = 300
+		}
+		for i := range n {
+			m := nats.NewMsg("dispatch.req.c")
+			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%04d", tn, i))
+			m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(512))
+			if withKeys {
+				m.Header.Set("Dispatch-Fairness-Key", tn)
+			}
+			if _, err := js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			total++
+		}
+	}
+	waitFor(t, 20*time.Second, "the whole backlog queued at the dispatcher", func() bool {
+		v, ok := frlQueues(p)
+		return ok && v.pendingTotal() == total
+	})
+	w.Helper().SetDraining(false)
+	waitFor(t, 60*time.Second, "200 completions", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= 200
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	got := map[string]int{}
+	for _, tn := range order[:200] {
+		got[tn]++
+	}
+	return got
+}
+
+// TestKeysFloodOverNATS is acceptance 1 end to end: while all ten tenants are
+// backlogged (the first 200 completions: each of the nine has 30), each gets
+// 10% +- 2%, the flooding one too. The negative control is the same run without
+// the header: one FCFS order, and the flood, published first, takes them all.
+func TestKeysFloodOverNATS(t *testing.T) {
+	with := keysArm(t, true)
+	t.Logf("first 200 completions with keys: %v", with)
+	for tn, n := range with {
+		if n < 16 || n > 24 {
+			t.Errorf("with keys: tenant %s got %d of the first 200, want 20 +- 4 (10%% +- 2%%)", tn, n)
+		}
+	}
+	if len(with) != 10 {
+		t.Errorf("with keys: %d tenants among the first 200, want 10", len(with))
+	}
+	without := keysArm(t, false)
+	t.Logf("first 200 completions without keys: %v", without)
+	if without["flood"] <= 24 {
+		t.Errorf("without keys: flood got %d of the first 200, want the fairness check (<= 24) to fail", without["flood"])
+	}
+}
