@@ -30,6 +30,11 @@ const (
 	// kvMaxRankOps bounds the hashes of one rank's changes waiting to be
 	// published: past it they are dropped and the rank is resynchronised.
 	kvMaxRankOps = 64 * kvindex.MaxHashes
+	// kvMinBackoff and kvMaxBackoff bound the wait before publishing again
+	// after a failed publish (no KV stream, no permission, no server), so
+	// that the resynchronisations it triggers do not spin.
+	kvMinBackoff = 100 * time.Millisecond
+	kvMaxBackoff = 5 * time.Second
 )
 
 // ErrKV is returned by the Cache methods when KV cache events are not enabled
@@ -95,11 +100,16 @@ type kvPublisher struct {
 	quit    chan struct{}
 	done    chan struct{}
 
-	mu      sync.Mutex
-	ranks   []kvRank // indexed by rank - DPStart
-	stats   KVStats
-	sub     *nats.Subscription
-	started bool
+	mu    sync.Mutex
+	ranks []kvRank // indexed by rank - DPStart
+	stats KVStats
+	// After a failed publish the next flush waits until retryAt; failWait
+	// doubles from kvMinBackoff to kvMaxBackoff while failures go on, and
+	// lastFail is the time of the last one.
+	retryAt, lastFail time.Time
+	failWait          time.Duration
+	sub               *nats.Subscription
+	started           bool
 }
 
 // EnableKVEvents makes the worker publish its engine's KV cache changes, told
@@ -362,8 +372,17 @@ func (p *kvPublisher) onResyncRequest(m *nats.Msg) {
 func (p *kvPublisher) failed(_ jetstream.JetStream, m *nats.Msg, err error) {
 	id := m.Header.Get(jetstream.MsgIDHeader)
 	parts := strings.Split(id, ".")
+	now := time.Now()
 	p.mu.Lock()
 	p.stats.Failed++
+	first := p.failWait == 0 || now.Sub(p.lastFail) > 2*kvMaxBackoff
+	if first {
+		p.failWait = kvMinBackoff
+	} else if now.After(p.retryAt) {
+		p.failWait = min(2*p.failWait, kvMaxBackoff)
+	}
+	p.lastFail, p.retryAt = now, now.Add(p.failWait)
+	wait := p.failWait
 	if len(parts) == 4 {
 		if rank, perr := strconv.Atoi(parts[2]); perr == nil {
 			if i := rank - p.w.cfg.DPStart; i >= 0 && i < len(p.ranks) {
@@ -372,12 +391,18 @@ func (p *kvPublisher) failed(_ jetstream.JetStream, m *nats.Msg, err error) {
 		}
 	}
 	p.mu.Unlock()
-	p.w.log.Warn().Err(err).Str("subject", m.Subject).Str("event", id).Msg("KV cache event not acknowledged; resynchronising the rank")
+	ev := p.w.log.Debug()
+	if first {
+		ev = p.w.log.Warn()
+	}
+	ev.Err(err).Str("subject", m.Subject).Str("event", id).Dur("retry_in", wait).
+		Msg("KV cache event not acknowledged; resynchronising the rank (later failures in a row are logged at debug)")
 	p.kickNow()
 }
 
-// loop publishes the gathered events every FlushInterval after a change,
-// and runs the resynchronisations wanted, until stop.
+// loop publishes the gathered events FlushInterval after a change (later
+// while backing off after a failed publish), and runs the
+// resynchronisations wanted, until stop.
 func (p *kvPublisher) loop() {
 	defer close(p.done)
 	t := time.NewTimer(time.Hour)
@@ -389,7 +414,10 @@ func (p *kvPublisher) loop() {
 			return
 		case <-p.kick:
 		}
-		t.Reset(p.cfg.FlushInterval)
+		p.mu.Lock()
+		wait := max(p.cfg.FlushInterval, time.Until(p.retryAt))
+		p.mu.Unlock()
+		t.Reset(wait)
 		select {
 		case <-p.quit:
 			p.flush()

@@ -273,3 +273,31 @@ func TestKVResyncOnRequest(t *testing.T) {
 		t.Fatalf("stats %+v: want 1 request, at least 2 resyncs (start, request), no failure", st)
 	}
 }
+
+// TestKVPublishRecovers: without a KV stream every publish fails; the
+// helper keeps resynchronising the rank (with a back-off), and once the
+// stream exists the resynchronisation reaches it and an index built from the
+// stream matches the engine.
+func TestKVPublishRecovers(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(nc, worker.Config{ID: "w1"}, worker.HandlerFunc(func(*worker.Request) bool { return false }), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	if err := w.EnableKVEvents(worker.KVConfig{Resync: e.resync}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e.store(t, 0, kvindex.Device, 1, 2, 3)
+	natstest.Eventually(t, 20*time.Second, func() bool { return w.KVStats().Failed >= 2 }, "failed publishes")
+	rd := readKV(t, js) // creates the stream
+	natstest.Eventually(t, 20*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches once the stream exists")
+}
