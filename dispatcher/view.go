@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"math"
 	"time"
 
 	"fairdispatch/metrics"
@@ -61,6 +62,7 @@ func (a *Actor) publishView(now time.Time) {
 		v.NoLiveWorkers, v.OutageSince = true, &since
 	}
 	v.Classes = s.Stats(nil)
+	s.KeyFairness(now.UnixNano(), v.Classes)
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
 		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,
@@ -81,6 +83,7 @@ func (a *Actor) publishView(now time.Time) {
 	m := a.d.Metrics
 	for k, c := range v.Classes {
 		m.SetClass(k, metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit, Keys: c.Keys})
+		m.SetKeyFairness(k, keyFairness(c.KeyFairness))
 	}
 	a.workerLoads = a.workerLoads[:0]
 	for _, w := range v.Workers {
@@ -94,4 +97,19 @@ func (a *Actor) publishView(now time.Time) {
 	m.SetWorkers(a.workerLoads)
 	m.SetHeld(v.Held)
 	m.SetGraceOver(!v.Grace)
+}
+
+// keyFairness converts a class's key fairness for the gauges: NaN for what was
+// not measured.
+func keyFairness(f *scheduler.KeyFairness) metrics.KeyFairness {
+	val := func(p *float64) float64 {
+		if p == nil {
+			return math.NaN()
+		}
+		return *p
+	}
+	if f == nil {
+		return metrics.KeyFairness{Jain: math.NaN(), MaxShareOverWeight: math.NaN(), MinShareOverWeight: math.NaN()}
+	}
+	return metrics.KeyFairness{Jain: val(f.Jain), MaxShareOverWeight: val(f.MaxShareOverWeight), MinShareOverWeight: val(f.MinShareOverWeight)}
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,6 +103,9 @@ type Metrics struct {
 	pendingCached   []prometheus.Gauge
 	deficit         []prometheus.Gauge
 	keys            []prometheus.Gauge
+	keyJain         []prometheus.Gauge
+	keyShareMax     []prometheus.Gauge
+	keyShareMin     []prometheus.Gauge
 	dispatched      []prometheus.Counter
 	queueWait       []prometheus.Observer
 
@@ -167,6 +171,9 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
 	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens); negative while the class owes settlement corrections.")
 	keys := classVec("fairness_keys", "Fairness keys a policy class tracks: backlogged, or owed a settlement.")
+	keyJain := classVec("key_fairness_jain", "Jain's fairness index over the normalized service of the keys backlogged throughout the last key fairness window (5 to 10 s), per policy class: 1 when every key got its weight's due; NaN with fewer than two such keys or no service.")
+	keyShareMax := classVec("key_share_max_over_weight", "Largest share of the service over the key's share of the weights, among the keys backlogged throughout the last key fairness window, per policy class (1: exactly its due); NaN when not measured.")
+	keyShareMin := classVec("key_share_min_over_weight", "Least share of the service over the key's share of the weights, among the keys backlogged throughout the last key fairness window, per policy class (0: a key starved); NaN when not measured.")
 	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
 	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "queue_wait_seconds",
@@ -182,6 +189,9 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		pendingCached:   make([]prometheus.Gauge, len(classes)),
 		deficit:         make([]prometheus.Gauge, len(classes)),
 		keys:            make([]prometheus.Gauge, len(classes)),
+		keyJain:         make([]prometheus.Gauge, len(classes)),
+		keyShareMax:     make([]prometheus.Gauge, len(classes)),
+		keyShareMin:     make([]prometheus.Gauge, len(classes)),
 		dispatched:      make([]prometheus.Counter, len(classes)),
 		queueWait:       make([]prometheus.Observer, len(classes)),
 		rejected:        make([][]prometheus.Counter, len(classes)+1),
@@ -220,6 +230,12 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		m.pendingCached[k] = pendingCached.WithLabelValues(c)
 		m.deficit[k] = deficit.WithLabelValues(c)
 		m.keys[k] = keys.WithLabelValues(c)
+		m.keyJain[k] = keyJain.WithLabelValues(c)
+		m.keyShareMax[k] = keyShareMax.WithLabelValues(c)
+		m.keyShareMin[k] = keyShareMin.WithLabelValues(c)
+		for _, g := range []prometheus.Gauge{m.keyJain[k], m.keyShareMax[k], m.keyShareMin[k]} {
+			g.Set(math.NaN()) // not measured yet
+		}
 		m.dispatched[k] = dispatched.WithLabelValues(c)
 		m.queueWait[k] = queueWait.WithLabelValues(c)
 	}
@@ -256,7 +272,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
-		reg.MustRegister(m.unknownToken, m.settlements, m.correction)
+		reg.MustRegister(m.unknownToken, m.settlements, m.correction, keyJain, keyShareMax, keyShareMin)
 	}
 	return m
 }
@@ -381,6 +397,23 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
 	m.keys[k].Set(float64(s.Keys))
+}
+
+// KeyFairness is a class's key fairness over the last window (docs/design.md,
+// Key fairness window); NaN fields were not measured.
+type KeyFairness struct {
+	Jain, MaxShareOverWeight, MinShareOverWeight float64
+}
+
+// SetKeyFairness sets the key fairness gauges of class k. An index outside the
+// classes is ignored. It does not allocate.
+func (m *Metrics) SetKeyFairness(k int, f KeyFairness) {
+	if k < 0 || k >= len(m.classes) {
+		return
+	}
+	m.keyJain[k].Set(f.Jain)
+	m.keyShareMax[k].Set(f.MaxShareOverWeight)
+	m.keyShareMin[k].Set(f.MinShareOverWeight)
 }
 
 // SetHeld sets the number of request messages the dispatcher holds.
