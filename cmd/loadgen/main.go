@@ -81,6 +81,7 @@ func run() (int, error) {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "overall timeout of the run (0: none)")
 	flag.IntVar(&cfg.Window, "window", loadgen.DefaultWindow, "most publications awaiting acknowledgement")
 	flag.StringVar(&cfg.RunID, "run-id", "", "prefix of request ids (default random)")
+	tenants := flag.String("tenants", "", "fairness keys and their parts of each class's requests, e.g. flood:10,a:1,b:1 (Dispatch-Fairness-Key; empty: none)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -90,6 +91,13 @@ func run() (int, error) {
 	}
 	cfg.Classes = classes
 	cfg.Order = loadgen.Order(*order)
+	if *tenants != "" {
+		ts, err := loadgen.ParseTenants(*tenants)
+		if err != nil {
+			return 1, fmt.Errorf("--tenants: %w", err)
+		}
+		cfg.Tenants = ts
+	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil {
 		return 1, fmt.Errorf("--log-level: %w", err)
@@ -102,6 +110,9 @@ func run() (int, error) {
 			fmt.Fprintf(&b, "\r%6.1fs published %d/%d completed", p.Elapsed.Seconds(), p.Published, p.Requests)
 			for _, cc := range classes {
 				fmt.Fprintf(&b, " %s=%d", cc.Class, p.Completed[cc.Class])
+			}
+			for _, tn := range cfg.Tenants {
+				fmt.Fprintf(&b, " %s=%d", tn.Key, p.CompletedByKey[tn.Key])
 			}
 			fmt.Fprintf(&b, " rejected %d   ", p.Rejected)
 			fmt.Fprint(os.Stderr, b.String())
@@ -134,6 +145,10 @@ func run() (int, error) {
 		fmt.Println(string(b))
 	} else {
 		fmt.Print(sum.String())
+		if len(cfg.Tenants) > 0 {
+			n := len(res.Completions) / 2
+			fmt.Printf("first %d completions by fairness key: %v\n", n, res.KeyShare(n))
+		}
 	}
 	if err != nil {
 		if errors.Is(err, loadgen.ErrIncomplete) {

@@ -16,6 +16,8 @@ type Completion struct {
 	RequestID string `json:"request_id"`
 	// Class is the class the request was published to.
 	Class string `json:"class"`
+	// Key is the fairness key loadgen sent (Config.Tenants); "" when none.
+	Key string `json:"fairness_key,omitempty"`
 	// PhysicalClass is the class named by the completion record (Dispatch-Class).
 	PhysicalClass string `json:"physical_class"`
 	// WorkerID and DPRank name where it ran.
@@ -105,6 +107,20 @@ func (r *Result) PrefixShare(k int) map[string]int {
 	}
 	for _, c := range r.Completions[:min(k, len(r.Completions))] {
 		out[c.Class]++
+	}
+	return out
+}
+
+// KeyShare returns how many of the first k completions came from each
+// fairness key; requests without a key count under "_".
+func (r *Result) KeyShare(k int) map[string]int {
+	out := map[string]int{}
+	for _, c := range r.Completions[:min(k, len(r.Completions))] {
+		key := c.Key
+		if key == "" {
+			key = "_"
+		}
+		out[key]++
 	}
 	return out
 }

@@ -1,0 +1,32 @@
+package loadgen
+
+import "testing"
+
+// TestTenantPicker: the smooth weighted round robin gives each tenant its
+// weight's part of every class's requests, evenly spread: a:3,b:1 gives b one
+// of every four, and each class has its own turn.
+func TestTenantPicker(t *testing.T) {
+	ts, err := ParseTenants("a:3,b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newTenantPicker(ts)
+	got := ""
+	for range 8 {
+		got += p.next("premium")
+	}
+	if got != "aabaaaba" {
+		t.Errorf("premium: got %q, want aabaaaba: b once in every four", got)
+	}
+	if k := p.next("regular"); k != "a" {
+		t.Errorf("regular's first: got %q, want a (its own turn)", k)
+	}
+	if k := newTenantPicker(nil).next("c"); k != "" {
+		t.Errorf("without tenants: got %q, want no key", k)
+	}
+	for _, bad := range []string{"a:0", "a:x", "", "a b:1", "a,"} {
+		if _, err := ParseTenants(bad); err == nil {
+			t.Errorf("ParseTenants(%q): no error", bad)
+		}
+	}
+}
