@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -343,5 +344,30 @@ func TestIngressSkewOverNATS(t *testing.T) {
 	}
 	if p := sh["premium/_"]; p < 0.77 || p > 0.83 {
 		t.Errorf("premium got %.3f of the cost, want 0.80 +- 0.03", p)
+	}
+}
+
+// TestKeysDemo runs the keys demo (make run DEMO=keys) on the dispatcher
+// binary and reads its summary: while all three tenants waited, the flooding
+// tenant (60% of the requests) got its weight's due, 20% +- 4%, as the quiet
+// one did, and vip (weight 3) 60% +- 4%.
+func TestKeysDemo(t *testing.T) {
+	ns := startNATS(t)
+	p := launch(t, ns.URL(), "--policy-config", "../../configs/policy-keys.yaml", "--demo", "--demo-scenario", "keys")
+	if err := p.wait(90 * time.Second); err != nil {
+		t.Fatalf("demo: %v\n%s", err, p.out.String())
+	}
+	out := p.out.String()
+	want := map[string]float64{"flood": 20, "vip": 60, "quiet": 20}
+	for key, due := range want {
+		re := regexp.MustCompile(`(?m)^  ` + key + `\s+\d+ \(\s*([0-9.]+)%\)`)
+		m := re.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no summary line for %s in:\n%s", key, out)
+		}
+		got, _ := strconv.ParseFloat(m[1], 64)
+		if got < due-4 || got > due+4 {
+			t.Errorf("%s: got %.1f%% of the completions while all waited, want %.0f%% +- 4", key, got, due)
+		}
 	}
 }
