@@ -70,20 +70,7 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 	if res == nil {
 		return err
 	}
-	// The completions while every tenant still had requests to complete.
-	left := map[string]int{}
-	for _, c := range res.Completions {
-		left[c.Key]++
-	}
-	got := map[string]int{}
-	window := 0
-	for _, c := range res.Completions {
-		got[c.Key]++
-		window++
-		if left[c.Key]--; left[c.Key] == 0 {
-			break
-		}
-	}
+	got, window := res.KeyShareBacklogged()
 	fmt.Fprintf(out, "Completed %d of %d. Of the first %d completions, while every tenant still had requests waiting:\n", len(res.Completions), n, window)
 	weight := func(key string) float64 {
 		if w, ok := class.KeyWeights[key]; ok {

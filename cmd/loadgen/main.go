@@ -146,8 +146,12 @@ func run() (int, error) {
 	} else {
 		fmt.Print(sum.String())
 		if len(cfg.Tenants) > 0 {
-			n := len(res.Completions) / 2
-			fmt.Printf("first %d completions by fairness key: %v\n", n, res.KeyShare(n))
+			by, n := res.KeyShareBacklogged()
+			fmt.Printf("the first %d completions, while every fairness key had requests left, by key:", n)
+			for _, tn := range cfg.Tenants {
+				fmt.Printf(" %s %d (%.1f%%)", tn.Key, by[tn.Key], 100*float64(by[tn.Key])/float64(max(n, 1)))
+			}
+			fmt.Println()
 		}
 	}
 	if err != nil {

@@ -87,6 +87,9 @@ type Result struct {
 	Duplicates int
 	// PerClass summarises each class.
 	PerClass map[string]ClassStats
+	// KeyRequests counts the requests published under each fairness key
+	// (Config.Tenants); nil without tenants.
+	KeyRequests map[string]int
 	// Elapsed runs from the first publication to the last request's end (or
 	// the timeout).
 	Elapsed time.Duration
@@ -111,18 +114,29 @@ func (r *Result) PrefixShare(k int) map[string]int {
 	return out
 }
 
-// KeyShare returns how many of the first k completions came from each
-// fairness key; requests without a key count under "_".
-func (r *Result) KeyShare(k int) map[string]int {
-	out := map[string]int{}
-	for _, c := range r.Completions[:min(k, len(r.Completions))] {
-		key := c.Key
-		if key == "" {
-			key = "_"
-		}
-		out[key]++
+// KeyShareBacklogged returns how many completions each fairness key got over
+// the completions made while every key still had a published request to
+// complete (up to and including the one that completes the first key's last),
+// and how many completions that is: the split fairness keys decide, as the
+// keys' backlogs allow (docs/design.md, Fairness keys).
+func (r *Result) KeyShareBacklogged() (map[string]int, int) {
+	left := make(map[string]int, len(r.KeyRequests))
+	for k, n := range r.KeyRequests {
+		left[k] = n
 	}
-	return out
+	out := map[string]int{}
+	n := 0
+	for _, c := range r.Completions {
+		if c.Key == "" {
+			continue
+		}
+		out[c.Key]++
+		n++
+		if left[c.Key]--; left[c.Key] == 0 {
+			break
+		}
+	}
+	return out, n
 }
 
 // percentiles returns the nearest-rank p50, p90 and p99 of ds (sorted in place).

@@ -454,7 +454,8 @@ func (r *run) result(elapsed time.Duration) *Result {
 		Completions: append([]Completion(nil), r.completions...),
 		Rejected:    append([]Outcome(nil), r.rejected...),
 		Duplicates:  r.dups, PerClass: map[string]ClassStats{}, Elapsed: elapsed,
-		Complete: r.ended == r.total,
+		KeyRequests: r.keyRequestsLocked(),
+		Complete:    r.ended == r.total,
 	}
 	secs := elapsed.Seconds()
 	var all []time.Duration
@@ -477,6 +478,21 @@ func (r *run) result(elapsed time.Duration) *Result {
 		res.Throughput = float64(len(res.Completions)) / secs
 	}
 	return res
+}
+
+// keyRequestsLocked counts the requests published under each fairness key;
+// nil without tenants. r.mu must be held.
+func (r *run) keyRequestsLocked() map[string]int {
+	if len(r.cfg.Tenants) == 0 {
+		return nil
+	}
+	out := map[string]int{}
+	for _, q := range r.reqs {
+		if q.key != "" {
+			out[q.key]++
+		}
+	}
+	return out
 }
 
 // tenantPicker assigns fairness keys to each class's requests in a smooth

@@ -30,3 +30,16 @@ func TestTenantPicker(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyShareBacklogged: the split is counted up to the completion of the
+// first key's last request.
+func TestKeyShareBacklogged(t *testing.T) {
+	r := &Result{KeyRequests: map[string]int{"a": 5, "b": 2}}
+	for _, k := range []string{"a", "b", "a", "", "b", "a", "a"} {
+		r.Completions = append(r.Completions, Completion{Key: k})
+	}
+	by, n := r.KeyShareBacklogged()
+	if n != 4 || by["a"] != 2 || by["b"] != 2 {
+		t.Errorf("got %v over %d, want a 2 and b 2 over 4 (b's last ends it; no key skipped)", by, n)
+	}
+}
