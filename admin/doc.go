@@ -15,11 +15,13 @@
 //	GET  /healthz          200 {"status":"ok"} while the process serves
 //	GET  /readyz           200 {"status":"ready"} or 503 {"status":"not ready","reason":...}
 //	GET  /debug/queues     200, Control.Queues() as JSON
+//	GET  /ui               200, the status page (ui.go, ui.html), which polls /debug/queues
 //
 // Every GET route also answers HEAD. Any other method gets 405 with an Allow
 // header; an unknown path gets 404. Every error body is {"error": "..."}, with a
 // message naming the problem, and every admin response is application/json
-// except /metrics.
+// except /metrics and /ui (text/html under a Content-Security-Policy that
+// admits only the page's own script and fetches from this server).
 //
 // # POST /busy_threshold
 //

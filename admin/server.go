@@ -137,6 +137,7 @@ func New(c Config, ctl Control, log zerolog.Logger) *Server {
 	mux.Handle("/healthz", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.healthz}))
 	mux.Handle("/readyz", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.readyz}))
 	mux.Handle("/debug/queues", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.debugQueues}))
+	mux.Handle("/ui", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.ui})) // read-only, like every GET (ui.go)
 	if c.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -32,6 +32,10 @@ const (
 	// headers left out of its dead letter because NATS cannot send their names,
 	// or "all" when every original header was left out (DeadLetter.Bare).
 	HeaderHeadersDropped = "Dispatch-Headers-Dropped"
+	// HeaderSubject is the subject the request was published to
+	// ("<prefix>.req.<token>"): where fairctl dlq replay republishes it
+	// (docs/protocol.md, Dead letters).
+	HeaderSubject = "Dispatch-Subject"
 )
 
 // Tuning of DeadLetterer.
@@ -62,6 +66,9 @@ type DeadLetter struct {
 	Code string
 	// Message is the human-readable error; it becomes Dispatch-Error-Message.
 	Message string
+	// Subject is the subject the request was published to; it becomes
+	// Dispatch-Subject when not empty.
+	Subject string
 	// Header is the request's original headers. They are copied, not kept,
 	// except those whose names start with "Nats-": they belong to NATS and
 	// would steer the DLQ publish (Nats-Expected-Stream, Nats-TTL...).
@@ -245,7 +252,7 @@ func letterBody(dl DeadLetter) []byte {
 // Dispatch-Headers-Dropped, so that a request is never refused by the DLQ for
 // a header its producer got past the server.
 func dlqHeader(dl DeadLetter) nats.Header {
-	ours := []string{HeaderError, HeaderErrorMessage, HeaderRequestID, HeaderClass, HeaderHeadersDropped, HeaderBodyDropped}
+	ours := []string{HeaderError, HeaderErrorMessage, HeaderRequestID, HeaderClass, HeaderHeadersDropped, HeaderBodyDropped, HeaderSubject}
 	h := make(nats.Header, len(dl.Header)+len(ours)+1)
 	var dropped []string
 	for k, v := range dl.Header {
@@ -278,6 +285,9 @@ func dlqHeader(dl DeadLetter) nats.Header {
 	h.Set(HeaderErrorMessage, headerValue(dl.Message))
 	h.Set(HeaderRequestID, headerValue(dl.RequestID))
 	h.Set(HeaderClass, dl.Class)
+	if dl.Subject != "" {
+		h.Set(HeaderSubject, headerValue(dl.Subject))
+	}
 	h.Set(HeaderMsgID, headerValue(dl.RequestID))
 	return h
 }

@@ -53,12 +53,14 @@ func sampleLetter() DeadLetter {
 		RequestID: "req-1",
 		Code:      "queue_full",
 		Message:   "policy class \"premium\" queue requests limit reached\n(current=2, limit=2)",
+		Subject:   "dispatch.req.prem",
 		Header: nats.Header{
 			"Nats-Msg-Id":          []string{"req-1"},
 			"Nats-Expected-Stream": []string{"DISPATCH_REQ"},
 			"Dispatch-ISL-Tokens":  []string{"100"},
 			"X-Multi":              []string{"a", "b"},
 			"dispatch-error":       []string{"spoofed"},
+			"dispatch-subject":     []string{"dispatch.req.spoofed"},
 		},
 		Body: []byte("the body"),
 	}
@@ -118,13 +120,14 @@ func TestDeadLetterStoredWithHeaders(t *testing.T) {
 		"Dispatch-Error-Message": {"policy class \"premium\" queue requests limit reached (current=2, limit=2)"},
 		"Dispatch-Request-Id":    {"req-1"},
 		"Dispatch-Class":         {"premium"},
+		"Dispatch-Subject":       {"dispatch.req.prem"},
 	}
 	for k, v := range want {
 		if got := m.Header.Values(k); !slices.Equal(got, v) {
 			t.Errorf("header %s: got %q, want %q", k, got, v)
 		}
 	}
-	for _, k := range []string{"Nats-Expected-Stream", "dispatch-error"} {
+	for _, k := range []string{"Nats-Expected-Stream", "dispatch-error", "dispatch-subject"} {
 		if _, ok := m.Header[k]; ok {
 			t.Errorf("header %s should not be copied", k)
 		}

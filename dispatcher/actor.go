@@ -134,11 +134,15 @@ type Actor struct {
 	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
 	outSince    int64                // since when, Unix ns
 
-	ops opsLog // rate-limited operator warnings (opslog.go)
+	ops  opsLog   // rate-limited operator warnings (opslog.go)
+	rate rateMemo // the previous View's dispatch counts, for DispatchRate (view.go)
 
 	kvDrops dropLimiter    // rate-limited warnings of dropped KV events
 	kvStale []kvindex.Rank // scratch
 	kvAsked time.Time      // when stale ranks were last asked to resynchronise
+
+	stats  []scheduler.ClassStats // scratch for publishView
+	served map[string]*served     // per class name, for the view (view.go)
 
 	view      atomic.Pointer[View]
 	th        atomic.Pointer[filters.Thresholds]
@@ -184,6 +188,7 @@ func New(cfg Config, d Deps) *Actor {
 		hdr:         make(nats.Header, 16),
 		connected:   true,
 		conflictLog: make(map[string]time.Time),
+		served:      make(map[string]*served),
 		ackWaitMs:   strconv.FormatInt(cfg.AckWait.Milliseconds(), 10),
 	}
 	t := d.Scheduler.Thresholds()

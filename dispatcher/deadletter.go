@@ -48,7 +48,7 @@ func (a *Actor) storeDead(h *held) {
 	}
 	err := a.d.DeadLetters.Publish(bus.DeadLetter{
 		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message,
-		Header: h.msg.Headers(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
+		Subject: h.msg.Subject(), Header: h.msg.Headers(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
 	}, func(err error) { a.dlq.put(dlqDone{seq, err}) })
 	if err != nil {
 		a.deadLetterFailed(h, err)

@@ -149,6 +149,7 @@ func (a *Actor) answer(res bus.Result) {
 		delete(a.held, res.Token)
 		h.rel.Release(1)
 		a.d.Metrics.Dispatched(r.Class)
+		a.countServed(r.Class, r.Cost)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)

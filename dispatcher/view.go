@@ -11,18 +11,67 @@ import (
 // View is the immutable snapshot of the actor's state that the admin API
 // serves at /debug/queues. The actor publishes a new one about every second.
 type View struct {
-	At        time.Time              `json:"at"`
-	Connected bool                   `json:"connected"`
-	Grace     bool                   `json:"startup_grace"`
-	Held      int                    `json:"held"`
-	InFlight  int                    `json:"in_flight"`
-	Classes   []scheduler.ClassStats `json:"classes"`
-	Workers   []WorkerView           `json:"workers"`
+	At        time.Time    `json:"at"`
+	Connected bool         `json:"connected"`
+	Grace     bool         `json:"startup_grace"`
+	Held      int          `json:"held"`
+	InFlight  int          `json:"in_flight"`
+	Classes   []ClassView  `json:"classes"`
+	Workers   []WorkerView `json:"workers"`
 
 	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
 	// outage), which began at OutageSince.
 	NoLiveWorkers bool       `json:"no_live_workers"`
 	OutageSince   *time.Time `json:"outage_since,omitempty"`
+}
+
+// ClassView is one class in a View: the scheduler's stats (whose JSON fields
+// it keeps at the top level), plus what only the actor knows. The status page
+// (/ui) derives service share against quantum share from Quantum and the
+// cumulative DispatchedCost (docs/operations.md, The status page).
+type ClassView struct {
+	scheduler.ClassStats
+	// OldestWaitMs is how long the oldest queued request of the class
+	// (waiting in a lane, not being sent) has waited since its publication, in
+	// milliseconds; 0 when none is queued.
+	OldestWaitMs int64 `json:"oldest_wait_ms"`
+	// Dispatched counts the class's requests accepted by a worker since this
+	// process started, and DispatchedCost the sum of their costs (uncached
+	// input tokens, what DRR charges). Both are kept per class name, so that
+	// they survive a policy change that renumbers the classes.
+	Dispatched     uint64 `json:"dispatched"`
+	DispatchedCost uint64 `json:"dispatched_cost"`
+	// Quantum is the class's DRR quantum in the policy in force: its weight.
+	Quantum uint64 `json:"quantum"`
+	// DispatchRate is Dispatched's rate per second over the interval since
+	// the previous View (about a second); 0 in the first View (fairctl
+	// queues shows it; docs/operations.md, Queues, workers and fairctl top).
+	DispatchRate float64 `json:"dispatch_rate"`
+}
+
+// rateMemo is what the actor keeps from one View to the next for DispatchRate.
+type rateMemo struct {
+	at   time.Time
+	prev map[string]uint64 // Dispatched per class name in the previous View
+}
+
+// served is what the dispatcher has served one class since it started.
+type served struct{ requests, cost uint64 }
+
+// countServed adds an accepted request of class k and cost to the class's
+// totals in the view.
+func (a *Actor) countServed(k int, cost uint64) {
+	if k < 0 {
+		return
+	}
+	name := a.className(k)
+	sv := a.served[name]
+	if sv == nil {
+		sv = &served{}
+		a.served[name] = sv
+	}
+	sv.requests++
+	sv.cost += cost
 }
 
 // WorkerView is one live worker in a View.
@@ -61,8 +110,45 @@ func (a *Actor) publishView(now time.Time) {
 		since := time.Unix(0, a.outSince)
 		v.NoLiveWorkers, v.OutageSince = true, &since
 	}
-	v.Classes = s.Stats(nil)
-	s.KeyFairness(now.UnixNano(), v.Classes)
+	a.stats = s.Stats(a.stats[:0])
+	s.KeyFairness(now.UnixNano(), a.stats)
+	v.Classes = make([]ClassView, len(a.stats))
+	pol := s.Policy()
+	for k, c := range a.stats {
+		cv := &v.Classes[k]
+		cv.ClassStats = c
+		if k < len(pol.Classes) {
+			cv.Quantum = pol.Classes[k].Quantum
+		}
+		if sv := a.served[c.Name]; sv != nil {
+			cv.Dispatched, cv.DispatchedCost = sv.requests, sv.cost
+		}
+		if el := now.Sub(a.rate.at).Seconds(); !a.rate.at.IsZero() && el > 0 {
+			cv.DispatchRate = float64(cv.Dispatched-min(cv.Dispatched, a.rate.prev[c.Name])) / el
+		}
+	}
+	a.rate.at = now
+	if a.rate.prev == nil {
+		a.rate.prev = make(map[string]uint64, len(a.served))
+	}
+	for name, sv := range a.served {
+		a.rate.prev[name] = sv.requests
+	}
+	// The oldest queued request per class: one pass over what the dispatcher
+	// holds (at most --max-held), once a second. The queues' heads would not
+	// do: under wspt or strict priority the head is not the oldest.
+	nowNs := now.UnixNano()
+	for _, h := range a.held {
+		if h.inFlight || h.dead || h.snap == nil || h.snap.Class < 0 || h.snap.Class >= len(v.Classes) {
+			continue
+		}
+		if ms := max(0, nowNs-h.snap.Arrival) / 1e6; ms > v.Classes[h.snap.Class].OldestWaitMs {
+			v.Classes[h.snap.Class].OldestWaitMs = ms
+		}
+	}
+	for k := range v.Classes {
+		a.d.Metrics.SetOldestQueued(k, float64(v.Classes[k].OldestWaitMs)/1e3)
+	}
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
 		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,

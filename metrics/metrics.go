@@ -142,6 +142,8 @@ type Metrics struct {
 	mu      sync.Mutex          // guards workers and seen
 	workers map[string]struct{} // workers whose series exist
 	seen    map[string]struct{} // scratch for SetWorkers, kept to reuse its memory
+
+	oldestQueued []prometheus.Gauge // per class, index k
 }
 
 // New builds the collectors for the given classes (in policy order; a class's
@@ -224,6 +226,12 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	}
 	m.unknownToken = counter("unknown_class_tokens_total",
 		"Requests whose subject token names no explicit class and no policy family, resolved in the default family (docs/design.md, Class resolution).")
+	oldestQueued := classVec("oldest_queued_seconds",
+		"Age, from publication, of the oldest request of a policy class the dispatcher holds and no worker has accepted; 0 when none. Set about once a second.")
+	m.oldestQueued = make([]prometheus.Gauge, len(classes))
+	for k, c := range classes {
+		m.oldestQueued[k] = oldestQueued.WithLabelValues(c)
+	}
 	for k, c := range classes {
 		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
 		m.pendingISL[k] = pendingISL.WithLabelValues(c)
@@ -273,6 +281,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.settlements, m.correction, keyJain, keyShareMax, keyShareMin)
+		reg.MustRegister(oldestQueued)
 	}
 	return m
 }
@@ -416,6 +425,14 @@ func (m *Metrics) SetKeyFairness(k int, f KeyFairness) {
 	m.keyShareMin[k].Set(f.MinShareOverWeight)
 }
 
+// SetOldestQueued sets the age, in seconds, of the oldest request of class k
+// not yet accepted. An index outside the classes is ignored.
+func (m *Metrics) SetOldestQueued(k int, seconds float64) {
+	if k >= 0 && k < len(m.oldestQueued) {
+		m.oldestQueued[k].Set(seconds)
+	}
+}
+
 // SetHeld sets the number of request messages the dispatcher holds.
 func (m *Metrics) SetHeld(n int) { m.held.Set(float64(n)) }
 
@@ -446,4 +463,14 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// RegisterBuildInfo registers fairdispatch_build_info{version,revision,goversion},
+// always 1, on reg: which build runs, for dashboards and alerts to join on.
+func RegisterBuildInfo(reg prometheus.Registerer, version, revision, goversion string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+		Help: "Always 1; its labels say which build runs: version (module version), revision (VCS commit, +modified for a dirty tree) and goversion."},
+		[]string{"version", "revision", "goversion"})
+	g.WithLabelValues(version, revision, goversion).Set(1)
+	reg.MustRegister(g)
 }

@@ -58,6 +58,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_unknown_class_tokens_total", "COUNTER", nil},
 		{"fairdispatch_settlements_total", "COUNTER", []string{"outcome"}},
 		{"fairdispatch_settlement_correction_tokens_total", "COUNTER", []string{"direction"}},
+		{"fairdispatch_oldest_queued_seconds", "GAUGE", []string{"class"}},
 	}
 	for _, tt := range tests {
 		mf := mfs[tt.name]

@@ -49,6 +49,7 @@ type settings struct {
 	kvWeights                                                 string
 	kvMaxBlocks                                               int
 	kvMaxAge                                                  time.Duration
+	version                                                   bool
 }
 
 // optFloat is a float flag that may be unset.
@@ -146,6 +147,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
 	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", recorder.DefaultStreamMaxBytes, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
 	fs.IntVar(&s.recordBuffer, "record-buffer", recorder.DefaultBuffer, "records buffered between the queue actor and the trace writer; beyond it records are dropped and counted")
+	fs.BoolVar(&s.version, "version", false, "print the version, VCS revision and time, and Go version, and exit (no environment variable)")
 	return fs
 }
 
@@ -168,7 +170,7 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+		if given[f.Name] || err != nil || noEnv[f.Name] {
 			return
 		}
 		name := EnvName(f.Name)
@@ -183,6 +185,11 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	}
 	return s, s.validate()
 }
+
+// noEnv are the flags without an environment variable: DISPATCHER_VERSION
+// might well be set to a version string in an image, which must not turn the
+// dispatcher into a version printer (or fail its start).
+var noEnv = map[string]bool{"version": true}
 
 // parseError is a command-line error the flag package has already printed.
 type parseError struct{ error }

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/configs"
+	"fairdispatch/internal/buildinfo"
 )
 
 func main() {
@@ -36,6 +37,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "dispatcher:", err)
 		}
 		return 2
+	}
+	if s.version {
+		fmt.Fprintln(stdout, "dispatcher", buildinfo.Read())
+		return 0
 	}
 	if s.checkConfig != "" {
 		pol, err := configs.Load(s.checkConfig)

@@ -24,6 +24,7 @@ import (
 	"fairdispatch/dispatcher"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/kvindex"
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
@@ -96,6 +97,8 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		classNames[i] = c.Name
 	}
 	m := metrics.New(reg, classNames)
+	bv, brev, bgo := buildinfo.Read().Label()
+	metrics.RegisterBuildInfo(reg, bv, brev, bgo)
 
 	var kv *kvindex.Index
 	var kvMetrics *metrics.KV

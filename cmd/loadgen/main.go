@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/worker"
 	"fairdispatch/worker/loadgen"
 )
@@ -82,7 +83,12 @@ func run() (int, error) {
 	flag.IntVar(&cfg.Window, "window", loadgen.DefaultWindow, "most publications awaiting acknowledgement")
 	flag.StringVar(&cfg.RunID, "run-id", "", "prefix of request ids (default random)")
 	tenants := flag.String("tenants", "", "fairness keys and their parts of each class's requests, e.g. flood:10,a:1,b:1 (Dispatch-Fairness-Key; empty: none)")
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println("loadgen", buildinfo.Read())
+		return 0, nil
+	}
 	if flag.NArg() > 0 {
 		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/buildinfo"
 	"fairdispatch/worker"
 	"fairdispatch/worker/mock"
 )
@@ -60,7 +61,12 @@ func run() error {
 	flag.BoolVar(&cfg.NoCompletions, "no-completions", false, "publish no completion records: the dispatcher's cost estimates stand uncorrected")
 	keyFactors := flag.String("key-cost-factors", "", "per fairness key cost factors overriding --cost-factor, e.g. tenant-a=10,_=1 (_: requests without a key)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println("mockworker", buildinfo.Read())
+		return nil
+	}
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}

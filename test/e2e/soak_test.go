@@ -119,7 +119,10 @@ func TestSoak(t *testing.T) {
 	done := map[string]int{}
 	for i := 0; ; i++ {
 		wait := 2*time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
-		if time.Since(start)+wait > *soakFor {
+		// Every kind is injected once, in the shuffled order, however long the
+		// first faults take on a loaded machine (a leader kill waits for the
+		// takeover); then faults are drawn at random while the soak lasts.
+		if i >= len(order) && time.Since(start)+wait > *soakFor {
 			break
 		}
 		time.Sleep(wait)
@@ -161,9 +164,6 @@ func TestSoak(t *testing.T) {
 		done[kind]++
 	}
 	t.Logf("faults injected over %v: %v; takeovers %v", time.Since(start).Round(time.Millisecond), done, takeovers)
-	if len(done) < len(kinds) && *soakFor >= 16*time.Second {
-		t.Errorf("only %d of the %d kinds of fault were injected", len(done), len(kinds))
-	}
 
 	time.Sleep(time.Until(start.Add(*soakFor))) // the publisher runs the whole soak
 	pub.halt()

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/naming"
+)
+
+func TestReplayID(t *testing.T) {
+	tests := []struct {
+		seq  uint64
+		id   string
+		want string
+	}{
+		{7, "r-1", "replay:7:r-1"},
+		{9, "replay:7:r-1", "replay:9:r-1"},                // dead-lettered again: not nested
+		{9, "replay:x:r-1", "replay:9:replay:x:r-1"},       // not a replay id
+		{3, "DISPATCH_REQ:12", "replay:3:DISPATCH_REQ:12"}, // an id the dispatcher made
+		{4, "replay:5:replay:6:r", "replay:4:replay:6:r"},  // one level unwrapped
+	}
+	for _, tt := range tests {
+		if got := replayID(tt.seq, tt.id); got != tt.want {
+			t.Errorf("replayID(%d, %q) = %q, want %q", tt.seq, tt.id, got, tt.want)
+		}
+	}
+}
+
+func TestReplayHeaderDropsTheDispatchers(t *testing.T) {
+	h := nats.Header{
+		"Dispatch-Error": {"queue_full"}, "Dispatch-Error-Message": {"m"}, "Dispatch-Request-Id": {"r-1"},
+		"Dispatch-Class": {"c"}, "Dispatch-Subject": {"dispatch.req.c"}, "Dispatch-Body-Dropped": {"9"},
+		"Dispatch-Headers-Dropped": {"all"}, "Nats-Msg-Id": {"r-1"}, "Nats-Sequence": {"4"},
+		"Dispatch-ISL-Tokens": {"10"}, "X-Multi": {"a", "b"},
+	}
+	got := replayHeader(h, "replay:4:r-1")
+	want := nats.Header{"Dispatch-ISL-Tokens": {"10"}, "X-Multi": {"a", "b"}, "Nats-Msg-Id": {"replay:4:r-1"}}
+	if len(got) != len(want) {
+		t.Fatalf("replayHeader = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			t.Errorf("header %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if h.Get("Nats-Msg-Id") != "r-1" {
+		t.Error("replayHeader modified its argument")
+	}
+}
+
+func TestReplayable(t *testing.T) {
+	names, err := naming.New("llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		l        letter
+		subj, no string
+	}{
+		{letter{RequestID: "r", Class: "premium", Subject: "llama.req.gold"}, "llama.req.gold", ""},
+		{letter{RequestID: "r", Class: "premium"}, "llama.req.premium", ""}, // before Dispatch-Subject
+		{letter{RequestID: "r", Class: "p", Subject: "other.req.gold"}, "", `subject "other.req.gold" is not a request subject of prefix "llama"`},
+		{letter{RequestID: "r", Class: "p", BodyDropped: true}, "", "body dropped"},
+		{letter{RequestID: "r", Class: "p", HeadersDropped: "all"}, "", "headers dropped"},
+		{letter{Class: "p"}, "", "no request id"},
+	}
+	for _, tt := range tests {
+		subj, why := replayable(names, tt.l)
+		if subj != tt.subj || why != tt.no {
+			t.Errorf("replayable(%+v) = %q, %q; want %q, %q", tt.l, subj, why, tt.subj, tt.no)
+		}
+	}
+}
+
+func TestLetterFilterSince(t *testing.T) {
+	now := time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC)
+	var f letterFilter
+	if err := f.resolve("90m", now); err != nil || !f.since.Equal(now.Add(-90*time.Minute)) {
+		t.Errorf("--since 90m: %v, %v", f.since, err)
+	}
+	if err := f.resolve("2026-01-01T00:00:00Z", now); err != nil || !f.since.Equal(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("--since RFC 3339: %v, %v", f.since, err)
+	}
+	for _, bad := range []string{"yesterday", "-1h"} {
+		if err := f.resolve(bad, now); err == nil {
+			t.Errorf("--since %q accepted", bad)
+		}
+	}
+	f = letterFilter{class: "a.b"}
+	if err := f.resolve("", now); err == nil {
+		t.Error("--class a.b accepted")
+	}
+}
+
+// lockedBuf is a bytes.Buffer safe for the progress goroutine and the test.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestProgressLine(t *testing.T) {
+	var w lockedBuf
+	p := startProgress(&w, "replayed", time.Millisecond) // not a terminal: a line every 10 ticks
+	p.setTotal(10)
+	p.add(3)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.String(), "replayed 3/10 (") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress line: %q", w.String())
+		}
+		time.Sleep(time.Millisecond) // poll
+	}
+	p.add(7)
+	p.stop()
+	p.stop() // idempotent
+	lines := strings.Split(strings.TrimSpace(w.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "replayed 10/10 (") || strings.Contains(w.String(), "\r") {
+		t.Errorf("last line %q, want the final count, and no carriage return off a terminal", last)
+	}
+
+	var quiet lockedBuf
+	q := startProgress(&quiet, "purged", time.Hour)
+	q.add(1)
+	q.stop()
+	if quiet.String() != "" {
+		t.Errorf("a run shorter than a tick printed %q", quiet.String())
+	}
+}

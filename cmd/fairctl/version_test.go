@@ -1,0 +1,22 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestVersionCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"version"}, &out, &errb); code != 0 {
+		t.Fatalf("fairctl version: exit %d, stderr %q", code, errb.String())
+	}
+	if s := out.String(); !strings.HasPrefix(s, "fairctl version ") || !strings.Contains(s, " revision ") || !strings.HasSuffix(s, runtime.Version()+"\n") {
+		t.Fatalf("fairctl version printed %q", s)
+	}
+	if code := run(context.Background(), []string{"version", "x"}, &out, &errb); code != 2 {
+		t.Fatalf("fairctl version x: exit %d, want 2", code)
+	}
+}
