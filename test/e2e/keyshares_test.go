@@ -280,7 +280,7 @@ func TestClassesSettlementOverNATS(t *testing.T) {
 		order, sizes := shareArm{
 			policy: sharesClassesPolicy, factors: factors, noCompletions: noCompletions,
 			publish: func(t *testing.T, url string) map[string]int {
-				return publishGroups(t, url, map[string]int{"premium/heavy": 100, "regular/light": 450})
+				return publishGroups(t, url, map[string]int{"premium/heavy": 200, "regular/light": 900})
 			},
 		}.run(t)
 		return backloggedShares(order, sizes, factors)
