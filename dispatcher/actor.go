@@ -51,6 +51,11 @@ type Config struct {
 	DispatchTimeout time.Duration // how long a worker may take to answer; bounds shutdown
 	Tick            time.Duration // safety-net re-check and deadline resolution; default 25ms
 	Now             func() time.Time
+	// PolicyRevision is the policy bucket's revision the scheduler starts
+	// with (0: not from the bucket); PolicySource is "bucket", "file" or
+	// "flags" (PolicyView).
+	PolicyRevision uint64
+	PolicySource   string
 }
 
 // Deps are the adapters the actor drives.
@@ -86,6 +91,7 @@ type held struct {
 	worker   string
 	rank     int32
 	seq      uint64
+	rev      uint64           // the policy revision it was dispatched under
 	dead     bool             // being dead-lettered
 	form     letterForm       // the form of the dead letter being stored
 	err      *scheduler.Error // why, while dead
@@ -115,6 +121,7 @@ type Actor struct {
 	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
+	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
 	handBackReq chan chan int
@@ -131,6 +138,7 @@ type Actor struct {
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+	polRev      uint64               // the policy revision running (0: not from the bucket)
 	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
 	outSince    int64                // since when, Unix ns
 
@@ -145,6 +153,8 @@ type Actor struct {
 	served map[string]*served     // per class name, for the view (view.go)
 
 	view      atomic.Pointer[View]
+	polView   atomic.Pointer[PolicyView]
+	polMu     sync.Mutex // serialises writers of polView
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
@@ -181,6 +191,8 @@ func New(cfg Config, d Deps) *Actor {
 		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
+		policies:    make(chan policyReq),
+		polRev:      cfg.PolicyRevision,
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
 		handBackReq: make(chan chan int),
@@ -193,6 +205,14 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)
+	src := cfg.PolicySource
+	if src == "" {
+		src = "file"
+	}
+	a.polView.Store(&PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
+	if cfg.PolicyRevision > 0 {
+		d.Metrics.PolicyApplied(cfg.PolicyRevision)
+	}
 	if d.Consumer == nil {
 		d.Consumer = idle{}
 	}
@@ -362,6 +382,9 @@ func (a *Actor) Run(ctx context.Context) {
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
 			a.th.Store(&t)
+			close(req.done)
+		case req := <-a.policies:
+			a.applyPolicy(req)
 			close(req.done)
 		case <-a.conn:
 			a.sendPaused = false

@@ -18,6 +18,7 @@ type View struct {
 	InFlight  int          `json:"in_flight"`
 	Classes   []ClassView  `json:"classes"`
 	Workers   []WorkerView `json:"workers"`
+	Policy    PolicyView   `json:"policy"`
 
 	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
 	// outage), which began at OutageSince.
@@ -110,6 +111,7 @@ func (a *Actor) publishView(now time.Time) {
 		since := time.Unix(0, a.outSince)
 		v.NoLiveWorkers, v.OutageSince = true, &since
 	}
+	v.Policy = a.Policy()
 	a.stats = s.Stats(a.stats[:0])
 	s.KeyFairness(now.UnixNano(), a.stats)
 	v.Classes = make([]ClassView, len(a.stats))

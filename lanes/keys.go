@@ -101,6 +101,20 @@ func NewKeyed(check Checker, cfg KeyConfig) *Keyed {
 	}
 }
 
+// SetKeyConfig changes the key weights (a live policy change, docs/design.md,
+// Live policy): every tracked key takes its new weight, which applies to the
+// service charged from now on; the service a key has received so far stays.
+// MaxKeys changes too, for keys tracked from now on. O(tracked keys).
+func (c *Keyed) SetKeyConfig(cfg KeyConfig) {
+	if cfg.Default == 0 {
+		cfg.Default = 1
+	}
+	c.cfg = cfg
+	for name, k := range c.byName {
+		k.weight = c.Weight(name)
+	}
+}
+
 // Len returns the number of queued requests.
 func (c *Keyed) Len() int { return c.n }
 

@@ -135,8 +135,9 @@ type Scheduler struct {
 	lostAt     int64
 	outTimeout int64 // Config.NoWorkersTimeout
 
-	settle settlements
-	keyWin keyWindow // the key fairness window (keyfair.go)
+	settle  settlements
+	maxKeys int       // Config.MaxKeysPerClass, defaulted
+	keyWin  keyWindow // the key fairness window (keyfair.go)
 }
 
 // New returns a scheduler started at now (Unix nanoseconds).
@@ -152,13 +153,9 @@ func New(cfg Config, now int64) *Scheduler {
 	if maxKeys == 0 {
 		maxKeys = DefaultMaxKeysPerClass
 	}
+	s.maxKeys = maxKeys
 	s.reg.MaxWorkers = cfg.MaxWorkers
-	quanta := make([]uint64, n)
-	gates := make([]filters.Gate, n)
-	for k, c := range cfg.Policy.Classes {
-		quanta[k] = c.Quantum
-		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
-	}
+	quanta, gates := classParams(cfg.Policy)
 	s.arb = drr.New(quanta)
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
@@ -166,11 +163,26 @@ func New(cfg Config, now int64) *Scheduler {
 	s.classes = make([]*lanes.Keyed, n)
 	s.queues = make([]drr.Queue, n)
 	for k := range s.classes {
-		c := &cfg.Policy.Classes[k]
-		s.classes[k] = lanes.NewKeyed(checker{s}, lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: maxKeys})
+		s.classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(&cfg.Policy.Classes[k]))
 		s.queues[k] = s.classes[k]
 	}
 	return s
+}
+
+// keyConfig is the key level's configuration of class c (docs/design.md, Fairness keys).
+func (s *Scheduler) keyConfig(c *configs.Class) lanes.KeyConfig {
+	return lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: s.maxKeys}
+}
+
+// classParams returns the DRR quanta and the gates of p's classes, in ring order.
+func classParams(p *configs.Policy) ([]uint64, []filters.Gate) {
+	quanta := make([]uint64, len(p.Classes))
+	gates := make([]filters.Gate, len(p.Classes))
+	for k, c := range p.Classes {
+		quanta[k] = c.Quantum
+		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
+	}
+	return quanta, gates
 }
 
 // checker answers lanes' dispatchability question: the class is not gated for
@@ -250,7 +262,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
-		ID: a.ID, Ref: a.Ref, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
+		ID: a.ID, Ref: a.Ref, Token: a.Token, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
 		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1, Key: a.Key,
 	}
 	if r.Key == "" {
@@ -269,12 +281,16 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	r.Cached = min(s.bestCached(a, r), r.ISL)
 	r.Cost = max(1, r.ISL-r.Cached)
 	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
-	if s.pol.Classes[r.Class].Queue == configs.WSPT {
-		r.Score = (1 + r.Jump) / float64(r.Cost)
-	} else {
-		r.Score = r.Jump - float64(r.Arrival)/1e9
-	}
+	r.Score = score(s.pol.Classes[r.Class].Queue, r)
 	return r
+}
+
+// score is r's order within a class of queue policy q (docs/design.md, Lanes).
+func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
+	if q == configs.WSPT {
+		return (1 + r.Jump) / float64(r.Cost)
+	}
+	return r.Jump - float64(r.Arrival)/1e9
 }
 
 // bestCached is the pinned worker's overlap when pinned, else the largest

@@ -34,6 +34,7 @@ const (
 	permW1Secret         = "worker-w1-example-secret"
 	permW2Secret         = "worker-w2-example-secret"
 	permMonitorSecret    = "monitor-example-secret"
+	permPolicySecret     = "policy-admin-example-secret"
 	// Pool qwen (TestPermissionsPoolsConfined).
 	permQwenDispatcherSecret = "dispatcher-qwen-example-secret"
 	permQwenProducerSecret   = "producer-qwen-example-secret"
@@ -43,7 +44,7 @@ const (
 // permSecrets maps each user of the example to its secret.
 var permSecrets = map[string]string{
 	"dispatcher": permDispatcherSecret, "producer_premium": permPremiumSecret, "producer_regular": permRegularSecret,
-	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret,
+	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret, "policy_admin": permPolicySecret,
 	"dispatcher_qwen": permQwenDispatcherSecret, "producer_qwen": permQwenProducerSecret, "worker_qwen_w1": permQwenW1Secret,
 }
 
