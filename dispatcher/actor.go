@@ -320,13 +320,33 @@ func (a *Actor) Thresholds() filters.Thresholds { return *a.th.Load() }
 // SetThresholds has the actor apply new busy thresholds and returns once it has.
 func (a *Actor) SetThresholds(ctx context.Context, t filters.Thresholds) error {
 	req := thresholdReq{t, make(chan struct{})}
+	return ask(ctx, a.thresholds, req, req.done)
+}
+
+// answerAll handles every handshake result waiting in the mailbox.
+func (a *Actor) answerAll() {
+	for _, r := range a.results.take() {
+		a.answer(r)
+	}
+}
+
+// deadLetteredAll handles every dead-letter completion waiting in the mailbox.
+func (a *Actor) deadLetteredAll() {
+	for _, d := range a.dlq.take() {
+		a.deadLettered(d)
+	}
+}
+
+// ask hands req to the actor's loop on ch and returns once the loop closed
+// done, or when ctx ends first.
+func ask[T any](ctx context.Context, ch chan<- T, req T, done <-chan struct{}) error {
 	select {
-	case a.thresholds <- req:
+	case ch <- req:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
-	case <-req.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -358,17 +378,13 @@ func (a *Actor) Run(ctx context.Context) {
 		case batch := <-deliveries:
 			a.admitBatch(batch)
 		case <-a.results.wake:
-			for _, r := range a.results.take() {
-				a.answer(r)
-			}
+			a.answerAll()
 		case <-a.loads.wake:
 			for _, rep := range a.loads.take() {
 				a.report(rep)
 			}
 		case <-a.dlq.wake:
-			for _, d := range a.dlq.take() {
-				a.deadLettered(d)
-			}
+			a.deadLetteredAll()
 		case <-a.done.wake:
 			for _, d := range a.done.take() {
 				a.settle(d)

@@ -46,17 +46,7 @@ type policyReq struct {
 // it runs (policy.Applier). p must be valid.
 func (a *Actor) ApplyPolicy(ctx context.Context, rev uint64, created time.Time, p *configs.Policy) error {
 	req := policyReq{rev, created, p, make(chan struct{})}
-	select {
-	case a.policies <- req:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-req.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ask(ctx, a.policies, req, req.done)
 }
 
 // RefusePolicy records that revision rev was refused as invalid (the caller

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,6 +103,9 @@ type Metrics struct {
 	pendingCached   []prometheus.Gauge
 	deficit         []prometheus.Gauge
 	keys            []prometheus.Gauge
+	keyJain         []prometheus.Gauge
+	keyShareMax     []prometheus.Gauge
+	keyShareMin     []prometheus.Gauge
 	dispatched      []prometheus.Counter
 	queueWait       []prometheus.Observer
 
@@ -112,6 +116,7 @@ type Metrics struct {
 	// The vectors of the per-class series, for SetClasses.
 	pendingRequestsVec, pendingISLVec, pendingCachedVec, deficitVec *prometheus.GaugeVec
 	keysVec, oldestQueuedVec                                        *prometheus.GaugeVec
+	keyJainVec, keyShareMaxVec, keyShareMinVec                      *prometheus.GaugeVec
 	dispatchedVec, deadLettersVec                                   *prometheus.CounterVec
 	queueWaitVec                                                    *prometheus.HistogramVec
 
@@ -179,6 +184,9 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
 	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens); negative while the class owes settlement corrections.")
 	keys := classVec("fairness_keys", "Fairness keys a policy class tracks: backlogged, or owed a settlement.")
+	keyJain := classVec("key_fairness_jain", "Jain's fairness index over the normalized service of the keys backlogged throughout the last key fairness window (5 to 10 s), per policy class: 1 when every key got its weight's due; NaN with fewer than two such keys or no service.")
+	keyShareMax := classVec("key_share_max_over_weight", "Largest share of the service over the key's share of the weights, among the keys backlogged throughout the last key fairness window, per policy class (1: exactly its due); NaN when not measured.")
+	keyShareMin := classVec("key_share_min_over_weight", "Least share of the service over the key's share of the weights, among the keys backlogged throughout the last key fairness window, per policy class (0: a key starved); NaN when not measured.")
 	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
 	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "queue_wait_seconds",
@@ -228,6 +236,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	oldestQueued := classVec("oldest_queued_seconds",
 		"Age, from publication, of the oldest request of a policy class the dispatcher holds and no worker has accepted; 0 when none. Set about once a second.")
 	m.keysVec, m.oldestQueuedVec = keys, oldestQueued
+	m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec = keyJain, keyShareMax, keyShareMin
 	m.bindClasses()
 	for _, o := range outcomes {
 		m.handshakes = append(m.handshakes, m.handshakesVec.WithLabelValues(o))
@@ -252,7 +261,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
-		reg.MustRegister(m.settlements, m.correction)
+		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
@@ -265,6 +274,7 @@ func (m *Metrics) bindClasses() {
 	m.pendingCached, m.deficit = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
 	m.dispatched, m.queueWait = make([]prometheus.Counter, n), make([]prometheus.Observer, n)
 	m.keys, m.oldestQueued = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.keyJain, m.keyShareMax, m.keyShareMin = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
 	m.rejected, m.deadLetters = make([][]prometheus.Counter, n+1), make([]prometheus.Counter, n+1)
 	for k, c := range m.classes {
 		m.pendingRequests[k] = m.pendingRequestsVec.WithLabelValues(c)
@@ -272,6 +282,12 @@ func (m *Metrics) bindClasses() {
 		m.pendingCached[k] = m.pendingCachedVec.WithLabelValues(c)
 		m.deficit[k] = m.deficitVec.WithLabelValues(c)
 		m.keys[k] = m.keysVec.WithLabelValues(c)
+		m.keyJain[k] = m.keyJainVec.WithLabelValues(c)
+		m.keyShareMax[k] = m.keyShareMaxVec.WithLabelValues(c)
+		m.keyShareMin[k] = m.keyShareMinVec.WithLabelValues(c)
+		for _, g := range []prometheus.Gauge{m.keyJain[k], m.keyShareMax[k], m.keyShareMin[k]} {
+			g.Set(math.NaN()) // not measured yet: the next snapshot sets them
+		}
 		m.oldestQueued[k] = m.oldestQueuedVec.WithLabelValues(c)
 		m.dispatched[k] = m.dispatchedVec.WithLabelValues(c)
 		m.queueWait[k] = m.queueWaitVec.WithLabelValues(c)
@@ -303,7 +319,8 @@ func (m *Metrics) SetClasses(classes []string) {
 	}
 	for _, c := range m.classes {
 		if !keep[c] {
-			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec} {
+			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec,
+				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec} {
 				v.DeleteLabelValues(c)
 			}
 		}
@@ -450,6 +467,23 @@ func (m *Metrics) SetOldestQueued(k int, seconds float64) {
 	if k >= 0 && k < len(m.oldestQueued) {
 		m.oldestQueued[k].Set(seconds)
 	}
+}
+
+// KeyFairness is a class's key fairness over the last window (docs/design.md,
+// Key fairness window); NaN fields were not measured.
+type KeyFairness struct {
+	Jain, MaxShareOverWeight, MinShareOverWeight float64
+}
+
+// SetKeyFairness sets the key fairness gauges of class k. An index outside the
+// classes is ignored. It does not allocate.
+func (m *Metrics) SetKeyFairness(k int, f KeyFairness) {
+	if k < 0 || k >= len(m.classes) {
+		return
+	}
+	m.keyJain[k].Set(f.Jain)
+	m.keyShareMax[k].Set(f.MaxShareOverWeight)
+	m.keyShareMin[k].Set(f.MinShareOverWeight)
 }
 
 // SetHeld sets the number of request messages the dispatcher holds.

@@ -40,6 +40,9 @@ type Config struct {
 	// MaxUnsettled bounds the dispatches remembered for settlement; beyond it the
 	// oldest is forgotten. 0: 1,000,000.
 	MaxUnsettled int
+	// KeyWindowStep is how often, in nanoseconds, the key fairness window
+	// takes a new mark (docs/design.md, Key fairness window). 0: 5 s.
+	KeyWindowStep int64
 	// KV is the KV cache index, owned by the caller, who applies the workers'
 	// events to it (docs/protocol.md, KV cache events); nil: none, and
 	// Dispatch-Block-Hashes is carried but not used.
@@ -137,7 +140,8 @@ type Scheduler struct {
 	outTimeout int64 // Config.NoWorkersTimeout
 
 	settle  settlements
-	maxKeys int // Config.MaxKeysPerClass, defaulted
+	maxKeys int       // Config.MaxKeysPerClass, defaulted
+	keyWin  keyWindow // the key fairness window (keyfair.go)
 }
 
 // New returns a scheduler started at now (Unix nanoseconds).
@@ -145,6 +149,10 @@ func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
 	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace, outTimeout: max(0, cfg.NoWorkersTimeout)}
 	s.settle.init(cfg)
+	s.keyWin.step = cfg.KeyWindowStep
+	if s.keyWin.step <= 0 {
+		s.keyWin.step = DefaultKeyWindowStep
+	}
 	maxKeys := cfg.MaxKeysPerClass
 	if maxKeys == 0 {
 		maxKeys = DefaultMaxKeysPerClass
@@ -645,10 +653,13 @@ type ClassStats struct {
 	Keys         int    `json:"fairness_keys"`
 	// TopKeys are the TopKeys keys with the most queued requests (docs/design.md,
 	// Fairness keys), most first.
-	TopKeys      []KeyStats `json:"top_keys,omitempty"`
-	PinnedLanes  int        `json:"pinned_lanes"`
-	BlockedLanes int        `json:"blocked_lanes"`
-	FreeRanks    int        `json:"free_ranks"`
+	TopKeys []KeyStats `json:"top_keys,omitempty"`
+	// KeyFairness is how fairly the keys were served over the last window; set
+	// by Scheduler.KeyFairness, nil from Stats alone.
+	KeyFairness  *KeyFairness `json:"key_fairness,omitempty"`
+	PinnedLanes  int          `json:"pinned_lanes"`
+	BlockedLanes int          `json:"blocked_lanes"`
+	FreeRanks    int          `json:"free_ranks"`
 }
 
 // TopKeys is how many keys per class ClassStats lists.
@@ -663,6 +674,13 @@ type KeyStats struct {
 	// corrections) minus the class's virtual time, in cost units: above 0 the
 	// key is ahead and waits for the others, below 0 it is owed service.
 	Lead float64 `json:"lead"`
+	// Share is the key's part of the service its class's measured keys got
+	// over the key fairness window, and WeightShare its weight's part of their
+	// weights (docs/design.md, Key fairness window): equal when the key got
+	// exactly its due. Absent when the key was not backlogged throughout the
+	// window, or nothing could be measured; set by Scheduler.KeyFairness.
+	Share       *float64 `json:"share,omitempty"`
+	WeightShare *float64 `json:"weight_share,omitempty"`
 }
 
 // topKeys returns class c's TopKeys keys with the most queued requests. O(K).

@@ -277,7 +277,13 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	if s.demo {
 		go func() {
 			defer cancelRun()
-			if err := runDemo(runCtx, nc, s, stdout, log); err != nil {
+			demo := runDemo
+			if s.demoScenario == "keys" {
+				demo = func(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log zerolog.Logger) error {
+					return runKeysDemo(ctx, nc, s, pol, out, log)
+				}
+			}
+			if err := demo(runCtx, nc, s, stdout, log); err != nil {
 				log.Error().Err(err).Msg("demo failed")
 			}
 		}()

@@ -87,6 +87,7 @@ func run() (int, error) {
 	blockRange := flag.String("prefix-blocks", "2:64", "with --prefixes: MIN:MAX blocks of a prefix")
 	flag.IntVar(&cfg.Prefixes.SuffixBlocks, "suffix-blocks", 4, "with --prefixes: blocks of each request's own after its prefix")
 	flag.IntVar(&cfg.Prefixes.BlockSize, "block-size", loadgen.DefaultBlockSize, "with --prefixes: tokens per block (the workers' and the dispatcher's --block-size)")
+	tenants := flag.String("tenants", "", "fairness keys and their parts of each class's requests, e.g. flood:10,a:1,b:1 (Dispatch-Fairness-Key; empty: none)")
 	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
 	if *version {
@@ -105,6 +106,13 @@ func run() (int, error) {
 	}
 	cfg.Classes = classes
 	cfg.Order = loadgen.Order(*order)
+	if *tenants != "" {
+		ts, err := loadgen.ParseTenants(*tenants)
+		if err != nil {
+			return 1, fmt.Errorf("--tenants: %w", err)
+		}
+		cfg.Tenants = ts
+	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil {
 		return 1, fmt.Errorf("--log-level: %w", err)
@@ -117,6 +125,9 @@ func run() (int, error) {
 			fmt.Fprintf(&b, "\r%6.1fs published %d/%d completed", p.Elapsed.Seconds(), p.Published, p.Requests)
 			for _, cc := range classes {
 				fmt.Fprintf(&b, " %s=%d", cc.Class, p.Completed[cc.Class])
+			}
+			for _, tn := range cfg.Tenants {
+				fmt.Fprintf(&b, " %s=%d", tn.Key, p.CompletedByKey[tn.Key])
 			}
 			fmt.Fprintf(&b, " rejected %d   ", p.Rejected)
 			fmt.Fprint(os.Stderr, b.String())
@@ -149,6 +160,14 @@ func run() (int, error) {
 		fmt.Println(string(b))
 	} else {
 		fmt.Print(sum.String())
+		if len(cfg.Tenants) > 0 {
+			by, n := res.KeyShareBacklogged()
+			fmt.Printf("the first %d completions, while every fairness key had requests left, by key:", n)
+			for _, tn := range cfg.Tenants {
+				fmt.Printf(" %s %d (%.1f%%)", tn.Key, by[tn.Key], 100*float64(by[tn.Key])/float64(max(n, 1)))
+			}
+			fmt.Println()
+		}
 	}
 	if err != nil {
 		if errors.Is(err, loadgen.ErrIncomplete) {

@@ -17,6 +17,8 @@ type Completion struct {
 	RequestID string `json:"request_id"`
 	// Class is the class the request was published to.
 	Class string `json:"class"`
+	// Key is the fairness key loadgen sent (Config.Tenants); "" when none.
+	Key string `json:"fairness_key,omitempty"`
 	// PhysicalClass is the class named by the completion record (Dispatch-Class).
 	PhysicalClass string `json:"physical_class"`
 	// WorkerID and DPRank name where it ran.
@@ -91,6 +93,9 @@ type Result struct {
 	Duplicates int
 	// PerClass summarises each class.
 	PerClass map[string]ClassStats
+	// KeyRequests counts the requests published under each fairness key
+	// (Config.Tenants); nil without tenants.
+	KeyRequests map[string]int
 	// Elapsed runs from the first publication to the last request's end (or
 	// the timeout).
 	Elapsed time.Duration
@@ -116,6 +121,31 @@ func (r *Result) PrefixShare(k int) map[string]int {
 		out[c.Class]++
 	}
 	return out
+}
+
+// KeyShareBacklogged returns how many completions each fairness key got over
+// the completions made while every key still had a published request to
+// complete (up to and including the one that completes the first key's last),
+// and how many completions that is: the split fairness keys decide, as the
+// keys' backlogs allow (docs/design.md, Fairness keys).
+func (r *Result) KeyShareBacklogged() (map[string]int, int) {
+	left := make(map[string]int, len(r.KeyRequests))
+	for k, n := range r.KeyRequests {
+		left[k] = n
+	}
+	out := map[string]int{}
+	n := 0
+	for _, c := range r.Completions {
+		if c.Key == "" {
+			continue
+		}
+		out[c.Key]++
+		n++
+		if left[c.Key]--; left[c.Key] == 0 {
+			break
+		}
+	}
+	return out, n
 }
 
 // percentiles returns the nearest-rank p50, p90 and p99 of ds (sorted in place).

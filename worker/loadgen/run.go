@@ -33,6 +33,9 @@ type Progress struct {
 	Published int
 	// Completed counts completions per class.
 	Completed map[string]int
+	// CompletedByKey counts completions per fairness key (Config.Tenants);
+	// empty without tenants.
+	CompletedByKey map[string]int
 	// Rejected counts rejections over all classes.
 	Rejected int
 	// Elapsed is the time since the first publication.
@@ -43,6 +46,7 @@ type Progress struct {
 type request struct {
 	class       string
 	isl         uint64
+	key         string // Dispatch-Fairness-Key; "" when none
 	publishedAt time.Time
 	ended       bool
 }
@@ -66,6 +70,7 @@ type run struct {
 	completions []Completion
 	rejected    []Outcome
 	perClass    map[string]*ClassStats
+	byKey       map[string]int // completions per fairness key
 	allEnded    chan struct{}
 }
 
@@ -93,6 +98,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		log:      log.With().Str("component", "loadgen").Str("run_id", cfg.RunID).Logger(),
 		reqs:     map[string]*request{},
 		perClass: map[string]*ClassStats{},
+		byKey:    map[string]int{},
 		allEnded: make(chan struct{}),
 	}
 	if cfg.Prefixes.N > 0 {
@@ -296,6 +302,7 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 		<-collected
 	}()
 
+	tenants := newTenantPicker(r.cfg.Tenants)
 	for n, class := range order(r.cfg) {
 		if r.cfg.Rate > 0 {
 			at := r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
@@ -314,8 +321,12 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 		}
 		id := r.cfg.RunID + "-" + strconv.Itoa(n)
 		m, isl := r.message(n, class, id, inbox)
+		key := tenants.next(class)
+		if key != "" {
+			m.Header.Set("Dispatch-Fairness-Key", key)
+		}
 		r.mu.Lock()
-		r.reqs[id] = &request{class: class, isl: isl, publishedAt: time.Now()}
+		r.reqs[id] = &request{class: class, isl: isl, key: key, publishedAt: time.Now()}
 		r.mu.Unlock()
 		fut, err := js.PublishMsgAsync(m)
 		if err != nil {
@@ -390,8 +401,11 @@ func (r *run) onCompletion(m *nats.Msg) {
 		r.dups++
 		return
 	}
+	if q.key != "" {
+		r.byKey[q.key]++
+	}
 	r.completions = append(r.completions, Completion{
-		RequestID: rec.RequestID, Class: q.class, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
+		RequestID: rec.RequestID, Class: q.class, Key: q.key, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
 		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		Latency: rec.FinishedAt.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
@@ -442,6 +456,10 @@ func (r *run) progress() Progress {
 	for c, st := range r.perClass {
 		p.Completed[c] = st.Completed
 	}
+	p.CompletedByKey = make(map[string]int, len(r.byKey))
+	for k, n := range r.byKey {
+		p.CompletedByKey[k] = n
+	}
 	return p
 }
 
@@ -453,7 +471,8 @@ func (r *run) result(elapsed time.Duration) *Result {
 		Completions: append([]Completion(nil), r.completions...),
 		Rejected:    append([]Outcome(nil), r.rejected...),
 		Duplicates:  r.dups, PerClass: map[string]ClassStats{}, Elapsed: elapsed,
-		Complete: r.ended == r.total,
+		KeyRequests: r.keyRequestsLocked(),
+		Complete:    r.ended == r.total,
 	}
 	secs := elapsed.Seconds()
 	var all []time.Duration
@@ -484,4 +503,57 @@ func (r *run) result(elapsed time.Duration) *Result {
 		res.Throughput = float64(len(res.Completions)) / secs
 	}
 	return res
+}
+
+// keyRequestsLocked counts the requests published under each fairness key;
+// nil without tenants. r.mu must be held.
+func (r *run) keyRequestsLocked() map[string]int {
+	if len(r.cfg.Tenants) == 0 {
+		return nil
+	}
+	out := map[string]int{}
+	for _, q := range r.reqs {
+		if q.key != "" {
+			out[q.key]++
+		}
+	}
+	return out
+}
+
+// tenantPicker assigns fairness keys to each class's requests in a smooth
+// weighted round robin (each step, every tenant earns its weight and the
+// richest, paying the total, is picked), so the mix is even at every scale.
+type tenantPicker struct {
+	tenants []Tenant
+	total   int
+	credit  map[string][]int // class -> credit per tenant
+}
+
+func newTenantPicker(ts []Tenant) *tenantPicker {
+	p := &tenantPicker{tenants: ts, credit: map[string][]int{}}
+	for _, t := range ts {
+		p.total += t.Weight
+	}
+	return p
+}
+
+// next returns the key of class's next request, "" without tenants.
+func (p *tenantPicker) next(class string) string {
+	if len(p.tenants) == 0 {
+		return ""
+	}
+	c := p.credit[class]
+	if c == nil {
+		c = make([]int, len(p.tenants))
+		p.credit[class] = c
+	}
+	best := 0
+	for i, t := range p.tenants {
+		c[i] += t.Weight
+		if c[i] > c[best] {
+			best = i
+		}
+	}
+	c[best] -= p.total
+	return p.tenants[best].Key
 }

@@ -109,6 +109,14 @@ type Config struct {
 	// Default 1 (exact), > 0, at most 1000. The simulation itself runs the
 	// uncached tokens.
 	CostFactor float64
+	// KeyCostFactors overrides CostFactor per fairness key (Dispatch-Fairness-Key;
+	// "_" for a request without one), each in (0, 1000], so that a test can
+	// mis-estimate one tenant's requests and not another's.
+	KeyCostFactors map[string]float64
+	// NoCompletions, when true, publishes no completion record: the worker
+	// leaves the dispatcher's estimates uncorrected (docs/design.md, Cost
+	// settlement), as a worker that does not implement records does.
+	NoCompletions bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -142,6 +150,11 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
 		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
+	}
+	for k, f := range c.KeyCostFactors {
+		if !(f > 0 && f <= 1000) {
+			errs = append(errs, fmt.Errorf("cost factor %v of key %q: want in (0, 1000]", f, k))
+		}
 	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d: want >= 1", c.MaxNumSeqs))
@@ -436,7 +449,9 @@ func (m *Worker) complete(j *job) {
 	m.mu.Lock()
 	m.stats.Completed++
 	m.mu.Unlock()
-	m.publishCompletion(j)
+	if !m.cfg.NoCompletions {
+		m.publishCompletion(j)
+	}
 }
 
 // ackLoop confirms the acknowledgements of queued jobs, oldest first, until
@@ -469,12 +484,15 @@ func (m *Worker) ackLoop() {
 // then went down (lost with it) is not the only one.
 func (m *Worker) confirm(j *job) {
 	r := j.req
-	b, err := m.completion(j)
-	if err != nil {
-		m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
+	var b []byte
+	if !m.cfg.NoCompletions {
+		var err error
+		if b, err = m.completion(j); err != nil {
+			m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.ackWait)
-	err = r.DoneConfirmedAfter(ctx, func(attempt int) {
+	err := r.DoneConfirmedAfter(ctx, func(attempt int) {
 		if attempt == 1 {
 			m.mu.Lock()
 			m.stats.Completed++
@@ -506,7 +524,15 @@ func (m *Worker) confirm(j *job) {
 // completion encodes j's completion record.
 func (m *Worker) completion(j *job) ([]byte, error) {
 	r := j.req
-	c := r.Completion(uint64(math.Round(float64(j.uncached)*m.cfg.CostFactor)), uint64(j.out), false)
+	f := m.cfg.CostFactor
+	key := r.FairnessKey
+	if key == "" {
+		key = "_"
+	}
+	if kf, ok := m.cfg.KeyCostFactors[key]; ok {
+		f = kf
+	}
+	c := r.Completion(uint64(math.Round(float64(j.uncached)*f)), uint64(j.out), false)
 	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
 	c.CachedTokens = j.cached
 	return json.Marshal(c)
