@@ -9,11 +9,11 @@ BENCHTIME ?= 1s
 .PHONY: run test vet fmt bench bench-e2e bench-quick build fuzz fuzz-short cover clean
 
 ## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone;
-## ARGS: more flags). It builds $(BIN)/dispatcher and execs it, so that a signal to make reaches the dispatcher
+## DEMO=keys: a flooding tenant against quiet ones in one class, on configs/policy-keys.yaml; ARGS: more flags). It builds $(BIN)/dispatcher and execs it, so that a signal to make reaches the dispatcher
 ## (`go run` does not pass SIGTERM on to its child, which then kept both ports after make was killed).
 run:
 	$(GO) build -o $(BIN)/dispatcher ./cmd/dispatcher
-	exec $(BIN)/dispatcher --policy-config configs/policy-classes.yaml --demo=$(DEMO) $(ARGS)
+	exec $(BIN)/dispatcher $(if $(filter keys,$(DEMO)),--policy-config configs/policy-keys.yaml --demo --demo-scenario keys,--policy-config configs/policy-classes.yaml --demo=$(DEMO)) $(ARGS)
 
 ## test: vet, gofmt check, every test under the race detector, then each fuzz target briefly
 test: vet fmt

@@ -51,6 +51,11 @@ type Config struct {
 	DispatchTimeout time.Duration // how long a worker may take to answer; bounds shutdown
 	Tick            time.Duration // safety-net re-check and deadline resolution; default 25ms
 	Now             func() time.Time
+	// PolicyRevision is the policy bucket's revision the scheduler starts
+	// with (0: not from the bucket); PolicySource is "bucket", "file" or
+	// "flags" (PolicyView).
+	PolicyRevision uint64
+	PolicySource   string
 }
 
 // Deps are the adapters the actor drives.
@@ -76,8 +81,8 @@ type Deps struct {
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
-// (Fields ordered by size: 112 bytes, not 128; one per held request,
-// docs/bench.md, Memory per held request.)
+// (Fields ordered by size: 120 bytes, allocated as 128, not 136 as 144;
+// one per held request, docs/bench.md, Memory per held request.)
 type held struct {
 	msg      jetstream.Msg
 	rel      Releaser // the consumer the message came from
@@ -86,6 +91,7 @@ type held struct {
 	replyTo  string
 	worker   string
 	seq      uint64
+	rev      uint64           // the policy revision it was dispatched under
 	err      *scheduler.Error // why, while dead
 	rank     int32
 	inFlight bool
@@ -117,6 +123,7 @@ type Actor struct {
 	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
 	thresholds  chan thresholdReq
+	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
 	role        chan struct{} // a role or term change; the state is in leading and term
 	handBackReq chan chan int
@@ -133,6 +140,7 @@ type Actor struct {
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value
+	polRev      uint64               // the policy revision running (0: not from the bucket)
 	out         bool                 // a fleet outage is running (docs/design.md, Fleet outage)
 	outSince    int64                // since when, Unix ns
 
@@ -147,6 +155,8 @@ type Actor struct {
 	served map[string]*served     // per class name, for the view (view.go)
 
 	view      atomic.Pointer[View]
+	polView   atomic.Pointer[PolicyView]
+	polMu     sync.Mutex // serialises writers of polView
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
 	grace     atomic.Bool
@@ -183,6 +193,8 @@ func New(cfg Config, d Deps) *Actor {
 		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
 		thresholds:  make(chan thresholdReq),
+		policies:    make(chan policyReq),
+		polRev:      cfg.PolicyRevision,
 		conn:        make(chan struct{}, 1),
 		role:        make(chan struct{}, 1),
 		handBackReq: make(chan chan int),
@@ -195,6 +207,14 @@ func New(cfg Config, d Deps) *Actor {
 	}
 	t := d.Scheduler.Thresholds()
 	a.th.Store(&t)
+	src := cfg.PolicySource
+	if src == "" {
+		src = "file"
+	}
+	a.polView.Store(&PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
+	if cfg.PolicyRevision > 0 {
+		d.Metrics.PolicyApplied(cfg.PolicyRevision)
+	}
 	if d.Consumer == nil {
 		d.Consumer = idle{}
 	}
@@ -302,13 +322,33 @@ func (a *Actor) Thresholds() filters.Thresholds { return *a.th.Load() }
 // SetThresholds has the actor apply new busy thresholds and returns once it has.
 func (a *Actor) SetThresholds(ctx context.Context, t filters.Thresholds) error {
 	req := thresholdReq{t, make(chan struct{})}
+	return ask(ctx, a.thresholds, req, req.done)
+}
+
+// answerAll handles every handshake result waiting in the mailbox.
+func (a *Actor) answerAll() {
+	for _, r := range a.results.take() {
+		a.answer(r)
+	}
+}
+
+// deadLetteredAll handles every dead-letter completion waiting in the mailbox.
+func (a *Actor) deadLetteredAll() {
+	for _, d := range a.dlq.take() {
+		a.deadLettered(d)
+	}
+}
+
+// ask hands req to the actor's loop on ch and returns once the loop closed
+// done, or when ctx ends first.
+func ask[T any](ctx context.Context, ch chan<- T, req T, done <-chan struct{}) error {
 	select {
-	case a.thresholds <- req:
+	case ch <- req:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
-	case <-req.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -340,17 +380,13 @@ func (a *Actor) Run(ctx context.Context) {
 		case batch := <-deliveries:
 			a.admitBatch(batch)
 		case <-a.results.wake:
-			for _, r := range a.results.take() {
-				a.answer(r)
-			}
+			a.answerAll()
 		case <-a.loads.wake:
 			for _, rep := range a.loads.take() {
 				a.report(rep)
 			}
 		case <-a.dlq.wake:
-			for _, d := range a.dlq.take() {
-				a.deadLettered(d)
-			}
+			a.deadLetteredAll()
 		case <-a.done.wake:
 			for _, d := range a.done.take() {
 				a.settle(d)
@@ -364,6 +400,9 @@ func (a *Actor) Run(ctx context.Context) {
 			a.d.Scheduler.SetThresholds(req.t)
 			t := req.t
 			a.th.Store(&t)
+			close(req.done)
+		case req := <-a.policies:
+			a.applyPolicy(req)
 			close(req.done)
 		case <-a.conn:
 			a.sendPaused = false

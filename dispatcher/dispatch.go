@@ -63,8 +63,11 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	for i, k := range ownHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
-	h.inFlight, h.worker, h.rank, h.seq = true, d.Worker, d.Rank, d.Seq
+	h.inFlight, h.worker, h.rank, h.seq, h.rev = true, d.Worker, d.Rank, d.Seq, a.polRev
 	a.inFlight++
+	if d.KVPrompt > 0 {
+		a.d.KVMetrics.Dispatch(d.KVPrompt, d.KVOverlap)
+	}
 	a.d.Keeper.Drop(r.Ref)
 	if err := a.d.Handshaker.Send(d.Worker, hdr, h.msg.Data(), r.Ref); err != nil {
 		a.sendFailed(now, h, d, err)
@@ -154,7 +157,8 @@ func (a *Actor) answer(res bus.Result) {
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)
 			a.outcome(h.replyTo, bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusDispatched,
-				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: attempt(h.msg)})
+				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: attempt(h.msg),
+				PolicyRevision: h.rev})
 		}
 		return
 	}

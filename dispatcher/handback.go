@@ -39,13 +39,9 @@ func (a *Actor) shutdown(drain context.Context) {
 	for a.inFlight > 0 || a.deadPending() {
 		select {
 		case <-a.results.wake:
-			for _, r := range a.results.take() {
-				a.answer(r)
-			}
+			a.answerAll()
 		case <-a.dlq.wake:
-			for _, d := range a.dlq.take() {
-				a.deadLettered(d)
-			}
+			a.deadLetteredAll()
 		case batch := <-a.cur.ch: // a consumer still running: hand back (not active)
 			a.admitBatch(batch)
 		case <-drain.Done():

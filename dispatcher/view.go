@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"math"
 	"time"
 
 	"fairdispatch/metrics"
@@ -17,6 +18,7 @@ type View struct {
 	InFlight  int          `json:"in_flight"`
 	Classes   []ClassView  `json:"classes"`
 	Workers   []WorkerView `json:"workers"`
+	Policy    PolicyView   `json:"policy"`
 
 	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
 	// outage), which began at OutageSince.
@@ -109,7 +111,9 @@ func (a *Actor) publishView(now time.Time) {
 		since := time.Unix(0, a.outSince)
 		v.NoLiveWorkers, v.OutageSince = true, &since
 	}
+	v.Policy = a.Policy()
 	a.stats = s.Stats(a.stats[:0])
+	s.KeyFairness(now.UnixNano(), a.stats)
 	v.Classes = make([]ClassView, len(a.stats))
 	pol := s.Policy()
 	for k, c := range a.stats {
@@ -167,6 +171,7 @@ func (a *Actor) publishView(now time.Time) {
 	m := a.d.Metrics
 	for k, c := range v.Classes {
 		m.SetClass(k, metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit, Keys: c.Keys})
+		m.SetKeyFairness(k, keyFairness(c.KeyFairness))
 	}
 	a.workerLoads = a.workerLoads[:0]
 	for _, w := range v.Workers {
@@ -180,4 +185,19 @@ func (a *Actor) publishView(now time.Time) {
 	m.SetWorkers(a.workerLoads)
 	m.SetHeld(v.Held)
 	m.SetGraceOver(!v.Grace)
+}
+
+// keyFairness converts a class's key fairness for the gauges: NaN for what was
+// not measured.
+func keyFairness(f *scheduler.KeyFairness) metrics.KeyFairness {
+	val := func(p *float64) float64 {
+		if p == nil {
+			return math.NaN()
+		}
+		return *p
+	}
+	if f == nil {
+		return metrics.KeyFairness{Jain: math.NaN(), MaxShareOverWeight: math.NaN(), MinShareOverWeight: math.NaN()}
+	}
+	return metrics.KeyFairness{Jain: val(f.Jain), MaxShareOverWeight: val(f.MaxShareOverWeight), MinShareOverWeight: val(f.MinShareOverWeight)}
 }

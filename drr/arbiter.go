@@ -228,6 +228,46 @@ func (a *Arbiter) take(qs []Queue, k int) int {
 	return k
 }
 
+// Reconfigure changes the classes between two Next calls (a policy change,
+// docs/design.md, Live policy): quanta are the new classes' quanta in their
+// ring order, and from[k] is new class k's index before the change, or -1 for
+// a class that is new. A class kept keeps its deficit; a new class starts at
+// 0. The carry stays on its class if it is kept; the cursor stays on its class
+// if it is kept, else moves to the first kept class after it in the old ring
+// order, else to 0. It panics on a zero quantum or when len(from) differs from
+// len(quanta). Cost: O(old + new classes); it allocates the new slices.
+func (a *Arbiter) Reconfigure(quanta []uint64, from []int) {
+	if len(from) != len(quanta) {
+		panic("drr: Reconfigure with len(from) != len(quanta)")
+	}
+	b := New(quanta)
+	old := len(a.quanta)
+	to := make([]int, old)
+	for i := range to {
+		to[i] = -1
+	}
+	for k, f := range from {
+		if f >= 0 && f < old {
+			b.deficit[k] = a.deficit[f]
+			to[f] = k
+		}
+	}
+	if a.carry != noCarry {
+		b.carry = to[a.carry]
+	}
+	for i := range old {
+		j := a.cursor + i
+		if j >= old {
+			j -= old
+		}
+		if to[j] >= 0 {
+			b.cursor = to[j]
+			break
+		}
+	}
+	*a = *b
+}
+
 // Deficit returns class k's deficit: credit, in cost units, earned and not yet
 // spent; negative while the class owes settlement corrections. It panics when k
 // is out of range.

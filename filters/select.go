@@ -125,6 +125,16 @@ func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, r
 	return s.pick(), ""
 }
 
+// KVOverlap returns the index's overlap of rank c in the last Select, and
+// whether the index scored that request (it carried block hashes and the
+// selector has an index). Call it before the index changes.
+func (s *Selector) KVOverlap(c Choice) (kvindex.Hit, bool) {
+	if !s.useKV || c.Worker == nil {
+		return kvindex.Hit{}, false
+	}
+	return s.kv.Of(c.Worker.ID, c.Rank), true
+}
+
 // addRanks scores every rank of w for r.
 func (s *Selector) addRanks(w *workers.Worker, r *request.Snapshot) {
 	sc := &s.Scoring

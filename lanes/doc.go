@@ -107,8 +107,8 @@
 // Memory is bounded by the keys backlogged or owed a settlement (a popped
 // request's key stays until [Keyed.Settle] or [Keyed.Release]); with
 // KeyConfig.MaxKeys keys tracked, new keys share [OverflowKey] (the request's
-// Key is rewritten). A key costs 112 bytes plus its map entry and 24-byte heap entry,
-// about 160 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
+// Key is rewritten). A key costs 128 bytes plus its map entry and 24-byte heap entry,
+// about 175 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
 // key heap (internal/iheap) holds entries that carry a copy of (v, order), so a sift reads
 // one array rather than the keys.
 //
@@ -123,6 +123,11 @@
 //   - [Keyed.Settle], [Keyed.Release]: O(log K).
 //   - [Keyed.Recheck]: O((b + s) log K) for b blocked lanes of the worker and s
 //     keys with a constrained shared head refused.
+//   - [Keyed.Mark], [Keyed.EachSince]: O(K). They measure the service each key
+//     gained over a window (docs/design.md, Key fairness window): Mark records
+//     every backlogged key's v in one of two slots; EachSince reports v minus
+//     that for the keys backlogged ever since (their order, taken when they
+//     became backlogged, is not after the mark's). Nothing is done per dispatch.
 //
 // # Invariants
 //

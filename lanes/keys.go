@@ -25,20 +25,21 @@ type KeyConfig struct {
 }
 
 // key is one fairness key of a class: its normalized service and its own lanes.
-// The struct is kept small (112 bytes on 64-bit platforms): it is the memory a
+// The struct is kept small (128 bytes on 64-bit platforms): it is the memory a
 // backlogged key costs beyond its requests (docs/design.md, Fairness keys).
 type key struct {
 	name   string
 	weight float64
-	v      float64 // normalized service: cost charged / weight, plus corrections
-	order  uint64  // tie-break among equal v: when the key last became backlogged
-	shared queue   // the key's unpinned requests
-	ready  index   // the key's pinned lanes not known to be blocked
-	pos    int32   // position in Keyed.keys, -1 when out of it
-	spos   int32   // position in Keyed.gated or Keyed.sblocked when sblock != 0
-	n      int32   // queued requests
-	owed   int32   // charged dispatches not yet settled or released
-	sblock uint8   // shared head: 0 unblocked, sGated or sBlocked
+	v      float64    // normalized service: cost charged / weight, plus corrections
+	order  uint64     // tie-break among equal v: when the key last became backlogged
+	shared queue      // the key's unpinned requests
+	ready  index      // the key's pinned lanes not known to be blocked
+	mark   [2]float64 // v when Keyed.Mark last ran on each slot, if backlogged then
+	pos    int32      // position in Keyed.keys, -1 when out of it
+	spos   int32      // position in Keyed.gated or Keyed.sblocked when sblock != 0
+	n      int32      // queued requests
+	owed   int32      // charged dispatches not yet settled or released
+	sblock uint8      // shared head: 0 unblocked, sGated or sBlocked
 }
 
 // Values of key.sblock.
@@ -74,6 +75,10 @@ type Keyed struct {
 
 	vnow  float64 // the class's virtual time: the largest v at which a key was served
 	order uint64
+	// markOrder is order when Mark last ran on each slot: a key backlogged
+	// now whose order is at most that has stayed backlogged since.
+	markOrder [2]uint64
+	marked    [2]bool
 
 	n           int
 	isl, cached uint64
@@ -93,6 +98,20 @@ func NewKeyed(check Checker, cfg KeyConfig) *Keyed {
 		byName:  make(map[string]*key),
 		pinned:  make(map[keyTarget]*lane),
 		blocked: make(map[string][]*lane),
+	}
+}
+
+// SetKeyConfig changes the key weights (a live policy change, docs/design.md,
+// Live policy): every tracked key takes its new weight, which applies to the
+// service charged from now on; the service a key has received so far stays.
+// MaxKeys changes too, for keys tracked from now on. O(tracked keys).
+func (c *Keyed) SetKeyConfig(cfg KeyConfig) {
+	if cfg.Default == 0 {
+		cfg.Default = 1
+	}
+	c.cfg = cfg
+	for name, k := range c.byName {
+		k.weight = c.Weight(name)
 	}
 }
 
@@ -476,6 +495,37 @@ func (c *Keyed) EachKey(fn func(name string, service, weight float64, queued int
 	for _, k := range c.byName {
 		if !fn(k.name, k.v, k.weight, int(k.n)) {
 			return
+		}
+	}
+}
+
+// Mark starts a measurement window on slot (0 or 1; docs/design.md, Key
+// fairness window): it records every backlogged key's normalized service, for
+// [Keyed.EachSince]. O(K) for K tracked keys; nothing on the dispatch path.
+func (c *Keyed) Mark(slot int) {
+	for _, k := range c.byName {
+		if k.n > 0 {
+			k.mark[slot] = k.v
+		}
+	}
+	c.markOrder[slot], c.marked[slot] = c.order, true
+}
+
+// EachSince calls fn, until fn returns false, for every key that has stayed
+// backlogged since the last Mark(slot): gained is its normalized service
+// gained since then (cost charged divided by its weight, plus settlement
+// corrections). A key that became backlogged after the mark, even again, is
+// left out: its service would count a lift to the virtual time, not service.
+// Nothing is called before the first Mark(slot). O(K).
+func (c *Keyed) EachSince(slot int, fn func(name string, gained, weight float64, queued int) bool) {
+	if !c.marked[slot] {
+		return
+	}
+	for _, k := range c.byName {
+		if k.n > 0 && k.order <= c.markOrder[slot] {
+			if !fn(k.name, k.v-k.mark[slot], k.weight, int(k.n)) {
+				return
+			}
 		}
 	}
 }

@@ -12,12 +12,15 @@ import "github.com/prometheus/client_golang/prometheus"
 //	fairdispatch_kv_event_lag_seconds             histogram  (publication to application)
 //	fairdispatch_kv_index_blocks                  gauge      tier ((rank, block) pairs)
 //	fairdispatch_kv_stale_ranks                   gauge
+//	fairdispatch_kv_prompt_blocks_total           counter    (blocks of the dispatches scored by the index)
+//	fairdispatch_kv_overlap_blocks_total          counter    (of which the chosen rank held, as a prefix)
 type KV struct {
 	applied, duplicate, dropped prometheus.Counter
 	blockOps                    prometheus.Counter
 	lag                         prometheus.Observer
 	blocks                      *prometheus.GaugeVec
 	stale                       prometheus.Gauge
+	promptBlocks, overlapBlocks prometheus.Counter
 }
 
 // KVLagBuckets are the buckets of fairdispatch_kv_event_lag_seconds: 1 ms to
@@ -40,6 +43,10 @@ func NewKV(reg prometheus.Registerer, tiers []string) *KV {
 			Help: "(rank, block) pairs in the KV cache index, per tier."}, []string{"tier"}),
 		stale: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "kv_stale_ranks",
 			Help: "Worker ranks whose KV index is stale (overlap 0) until they resynchronise."}),
+		promptBlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "kv_prompt_blocks_total",
+			Help: "Blocks (Dispatch-Block-Hashes) of the dispatches scored by the KV cache index."}),
+		overlapBlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "kv_overlap_blocks_total",
+			Help: "Blocks of those dispatches that the chosen rank held (its overlap, in blocks): over kv_prompt_blocks_total, the overlap hit rate."}),
 	}
 	lag := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "kv_event_lag_seconds",
 		Help: "Time from a KV cache event's publication to its application to the index.", Buckets: KVLagBuckets})
@@ -48,7 +55,7 @@ func NewKV(reg prometheus.Registerer, tiers []string) *KV {
 		k.blocks.WithLabelValues(t)
 	}
 	if reg != nil {
-		reg.MustRegister(events, k.blockOps, lag, k.blocks, k.stale)
+		reg.MustRegister(events, k.blockOps, lag, k.blocks, k.stale, k.promptBlocks, k.overlapBlocks)
 	}
 	return k
 }
@@ -83,4 +90,14 @@ func (k *KV) SetIndex(tiers []string, blocks []int, stale int) {
 		k.blocks.WithLabelValues(t).Set(float64(blocks[i]))
 	}
 	k.stale.Set(float64(stale))
+}
+
+// Dispatch counts one dispatch scored by the index: its prompt blocks and
+// the chosen rank's overlap in blocks.
+func (k *KV) Dispatch(promptBlocks, overlapBlocks int) {
+	if k == nil {
+		return
+	}
+	k.promptBlocks.Add(float64(promptBlocks))
+	k.overlapBlocks.Add(float64(overlapBlocks))
 }

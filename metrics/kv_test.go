@@ -21,6 +21,8 @@ func TestKV(t *testing.T) {
 	k.Event("duplicate", 3, 0)
 	k.Event("dropped", 0, 0)
 	k.SetIndex(tiers, []int{7, 2}, 1)
+	k.Dispatch(64, 40)
+	k.Dispatch(10, 0)
 	for _, c := range []struct {
 		name  string
 		pairs []string
@@ -33,6 +35,8 @@ func TestKV(t *testing.T) {
 		{"fairdispatch_kv_index_blocks", []string{"tier", "device"}, 7},
 		{"fairdispatch_kv_index_blocks", []string{"tier", "host"}, 2},
 		{"fairdispatch_kv_stale_ranks", nil, 1},
+		{"fairdispatch_kv_prompt_blocks_total", nil, 74},
+		{"fairdispatch_kv_overlap_blocks_total", nil, 40},
 	} {
 		if got := value(t, reg, c.name, c.pairs...); got != c.want {
 			t.Errorf("%s%v: got %v, want %v", c.name, c.pairs, got, c.want)

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,12 +103,26 @@ type Metrics struct {
 	pendingCached   []prometheus.Gauge
 	deficit         []prometheus.Gauge
 	keys            []prometheus.Gauge
+	keyJain         []prometheus.Gauge
+	keyShareMax     []prometheus.Gauge
+	keyShareMin     []prometheus.Gauge
 	dispatched      []prometheus.Counter
 	queueWait       []prometheus.Observer
 
 	// Per class including the unresolved one, index k+1 (0 is unresolved).
 	rejected    [][]prometheus.Counter // [k+1][index in request.Codes]
 	deadLetters []prometheus.Counter
+
+	// The vectors of the per-class series, for SetClasses.
+	pendingRequestsVec, pendingISLVec, pendingCachedVec, deficitVec *prometheus.GaugeVec
+	keysVec, oldestQueuedVec                                        *prometheus.GaugeVec
+	keyJainVec, keyShareMaxVec, keyShareMinVec                      *prometheus.GaugeVec
+	dispatchedVec, deadLettersVec                                   *prometheus.CounterVec
+	queueWaitVec                                                    *prometheus.HistogramVec
+
+	policyRevision prometheus.Gauge
+	policyRefused  prometheus.Counter
+	policyApplied  prometheus.Counter
 
 	rejectedVec    *prometheus.CounterVec
 	handshakes     []prometheus.Counter // index in outcomes
@@ -169,6 +184,9 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	pendingCached := classVec("pending_cached_tokens", "Cached input tokens of the queued requests, per policy class.")
 	deficit := classVec("drr_deficit", "DRR deficit per policy class, in cost units (uncached tokens); negative while the class owes settlement corrections.")
 	keys := classVec("fairness_keys", "Fairness keys a policy class tracks: backlogged, or owed a settlement.")
+	keyJain := classVec("key_fairness_jain", "Jain's fairness index over the normalized service of the keys backlogged throughout the last key fairness window (5 to 10 s), per policy class: 1 when every key got its weight's due; NaN with fewer than two such keys or no service.")
+	keyShareMax := classVec("key_share_max_over_weight", "Largest share of the service over the key's share of the weights, among the keys backlogged throughout the last key fairness window, per policy class (1: exactly its due); NaN when not measured.")
+	keyShareMin := classVec("key_share_min_over_weight", "Least share of the service over the key's share of the weights, among the keys backlogged throughout the last key fairness window, per policy class (0: a key starved); NaN when not measured.")
 	dispatched := counterVec("dispatched_total", "Requests accepted by a worker, per policy class.", "class")
 	queueWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "queue_wait_seconds",
@@ -178,16 +196,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	deadLetters := counterVec("dead_letters_total", "Requests published to the DLQ, per policy class (class=\"\": unresolved).", "class")
 
 	m := &Metrics{
-		classes:         append([]string(nil), classes...),
-		pendingRequests: make([]prometheus.Gauge, len(classes)),
-		pendingISL:      make([]prometheus.Gauge, len(classes)),
-		pendingCached:   make([]prometheus.Gauge, len(classes)),
-		deficit:         make([]prometheus.Gauge, len(classes)),
-		keys:            make([]prometheus.Gauge, len(classes)),
-		dispatched:      make([]prometheus.Counter, len(classes)),
-		queueWait:       make([]prometheus.Observer, len(classes)),
-		rejected:        make([][]prometheus.Counter, len(classes)+1),
-		deadLetters:     make([]prometheus.Counter, len(classes)+1),
+		classes: append([]string(nil), classes...),
 		rejectedVec: counterVec("rejected_total",
 			"Requests rejected, per policy class (class=\"\": unresolved) and docs/protocol.md, Outcomes error code.", "class", "reason"),
 		handshakesVec:  counterVec("handshakes_total", "Dispatch handshakes, per outcome.", "outcome"),
@@ -214,34 +223,21 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		workers:   map[string]struct{}{},
 		seen:      map[string]struct{}{},
 	}
+	m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec = pendingRequests, pendingISL, pendingCached, deficit
+	m.dispatchedVec, m.deadLettersVec, m.queueWaitVec = dispatched, deadLetters, queueWait
+	m.policyRevision = gauge("policy_revision",
+		"Revision of the policy bucket's key that this dispatcher runs (docs/design.md, Live policy); 0: the policy of --policy-config or the flags, not from the bucket.")
+	m.policyRefused = counter("policy_refused_total",
+		"Revisions of the policy bucket refused as invalid (the last good policy stays).")
+	m.policyApplied = counter("policy_applied_total",
+		"Revisions of the policy bucket applied.")
 	m.unknownToken = counter("unknown_class_tokens_total",
 		"Requests whose subject token names no explicit class and no policy family, resolved in the default family (docs/design.md, Class resolution).")
 	oldestQueued := classVec("oldest_queued_seconds",
 		"Age, from publication, of the oldest request of a policy class the dispatcher holds and no worker has accepted; 0 when none. Set about once a second.")
-	m.oldestQueued = make([]prometheus.Gauge, len(classes))
-	for k, c := range classes {
-		m.oldestQueued[k] = oldestQueued.WithLabelValues(c)
-	}
-	for k, c := range classes {
-		m.pendingRequests[k] = pendingRequests.WithLabelValues(c)
-		m.pendingISL[k] = pendingISL.WithLabelValues(c)
-		m.pendingCached[k] = pendingCached.WithLabelValues(c)
-		m.deficit[k] = deficit.WithLabelValues(c)
-		m.keys[k] = keys.WithLabelValues(c)
-		m.dispatched[k] = dispatched.WithLabelValues(c)
-		m.queueWait[k] = queueWait.WithLabelValues(c)
-	}
-	for slot := range m.rejected {
-		c := ""
-		if slot > 0 {
-			c = classes[slot-1]
-		}
-		m.rejected[slot] = make([]prometheus.Counter, len(request.Codes))
-		for i, code := range request.Codes {
-			m.rejected[slot][i] = m.rejectedVec.WithLabelValues(c, string(code))
-		}
-		m.deadLetters[slot] = deadLetters.WithLabelValues(c)
-	}
+	m.keysVec, m.oldestQueuedVec = keys, oldestQueued
+	m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec = keyJain, keyShareMax, keyShareMin
+	m.bindClasses()
 	for _, o := range outcomes {
 		m.handshakes = append(m.handshakes, m.handshakesVec.WithLabelValues(o))
 	}
@@ -264,11 +260,84 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
-		reg.MustRegister(m.unknownToken, m.settlements, m.correction)
+		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
+		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
 }
+
+// bindClasses builds the per-class series of m.classes.
+func (m *Metrics) bindClasses() {
+	n := len(m.classes)
+	m.pendingRequests, m.pendingISL = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.pendingCached, m.deficit = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.dispatched, m.queueWait = make([]prometheus.Counter, n), make([]prometheus.Observer, n)
+	m.keys, m.oldestQueued = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.keyJain, m.keyShareMax, m.keyShareMin = make([]prometheus.Gauge, n), make([]prometheus.Gauge, n), make([]prometheus.Gauge, n)
+	m.rejected, m.deadLetters = make([][]prometheus.Counter, n+1), make([]prometheus.Counter, n+1)
+	for k, c := range m.classes {
+		m.pendingRequests[k] = m.pendingRequestsVec.WithLabelValues(c)
+		m.pendingISL[k] = m.pendingISLVec.WithLabelValues(c)
+		m.pendingCached[k] = m.pendingCachedVec.WithLabelValues(c)
+		m.deficit[k] = m.deficitVec.WithLabelValues(c)
+		m.keys[k] = m.keysVec.WithLabelValues(c)
+		m.keyJain[k] = m.keyJainVec.WithLabelValues(c)
+		m.keyShareMax[k] = m.keyShareMaxVec.WithLabelValues(c)
+		m.keyShareMin[k] = m.keyShareMinVec.WithLabelValues(c)
+		for _, g := range []prometheus.Gauge{m.keyJain[k], m.keyShareMax[k], m.keyShareMin[k]} {
+			g.Set(math.NaN()) // not measured yet: the next snapshot sets them
+		}
+		m.oldestQueued[k] = m.oldestQueuedVec.WithLabelValues(c)
+		m.dispatched[k] = m.dispatchedVec.WithLabelValues(c)
+		m.queueWait[k] = m.queueWaitVec.WithLabelValues(c)
+	}
+	for slot := range m.rejected {
+		c := ""
+		if slot > 0 {
+			c = m.classes[slot-1]
+		}
+		m.rejected[slot] = make([]prometheus.Counter, len(request.Codes))
+		for i, code := range request.Codes {
+			m.rejected[slot][i] = m.rejectedVec.WithLabelValues(c, string(code))
+		}
+		m.deadLetters[slot] = m.deadLettersVec.WithLabelValues(c)
+	}
+}
+
+// SetClasses changes the class set after a policy change (docs/design.md,
+// Live policy): classes are the new policy's class names in its order, and
+// from then on a class's index there is its index in every per-class method.
+// The queue gauges of classes no longer in the policy are deleted; their
+// counters and histograms stay, so that their totals and rates remain
+// correct. Like the per-class methods, it must be called from the one
+// goroutine that owns the scheduler (the queue actor). O(classes).
+func (m *Metrics) SetClasses(classes []string) {
+	keep := make(map[string]bool, len(classes))
+	for _, c := range classes {
+		keep[c] = true
+	}
+	for _, c := range m.classes {
+		if !keep[c] {
+			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec,
+				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec} {
+				v.DeleteLabelValues(c)
+			}
+		}
+	}
+	m.classes = append([]string(nil), classes...)
+	m.bindClasses()
+}
+
+// PolicyApplied records that the policy of revision rev of the policy
+// bucket runs now.
+func (m *Metrics) PolicyApplied(rev uint64) {
+	m.policyRevision.Set(float64(rev))
+	m.policyApplied.Inc()
+}
+
+// PolicyRefused counts one revision of the policy bucket refused as invalid.
+func (m *Metrics) PolicyRefused() { m.policyRefused.Inc() }
 
 // Classes returns the class names given to New, in index order. The caller must
 // not modify the slice.
@@ -398,6 +467,23 @@ func (m *Metrics) SetOldestQueued(k int, seconds float64) {
 	if k >= 0 && k < len(m.oldestQueued) {
 		m.oldestQueued[k].Set(seconds)
 	}
+}
+
+// KeyFairness is a class's key fairness over the last window (docs/design.md,
+// Key fairness window); NaN fields were not measured.
+type KeyFairness struct {
+	Jain, MaxShareOverWeight, MinShareOverWeight float64
+}
+
+// SetKeyFairness sets the key fairness gauges of class k. An index outside the
+// classes is ignored. It does not allocate.
+func (m *Metrics) SetKeyFairness(k int, f KeyFairness) {
+	if k < 0 || k >= len(m.classes) {
+		return
+	}
+	m.keyJain[k].Set(f.Jain)
+	m.keyShareMax[k].Set(f.MaxShareOverWeight)
+	m.keyShareMin[k].Set(f.MinShareOverWeight)
 }
 
 // SetHeld sets the number of request messages the dispatcher holds.

@@ -31,6 +31,9 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_pending_cached_tokens", "GAUGE", []string{"class"}},
 		{"fairdispatch_drr_deficit", "GAUGE", []string{"class"}},
 		{"fairdispatch_fairness_keys", "GAUGE", []string{"class"}},
+		{"fairdispatch_key_fairness_jain", "GAUGE", []string{"class"}},
+		{"fairdispatch_key_share_max_over_weight", "GAUGE", []string{"class"}},
+		{"fairdispatch_key_share_min_over_weight", "GAUGE", []string{"class"}},
 		{"fairdispatch_dispatched_total", "COUNTER", []string{"class"}},
 		{"fairdispatch_rejected_total", "COUNTER", []string{"class", "reason"}},
 		{"fairdispatch_queue_wait_seconds", "HISTOGRAM", []string{"class"}},
@@ -53,6 +56,9 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_startup_grace_over", "GAUGE", nil},
 		{"fairdispatch_leader", "GAUGE", nil},
 		{"fairdispatch_unknown_class_tokens_total", "COUNTER", nil},
+		{"fairdispatch_policy_revision", "GAUGE", nil},
+		{"fairdispatch_policy_refused_total", "COUNTER", nil},
+		{"fairdispatch_policy_applied_total", "COUNTER", nil},
 		{"fairdispatch_settlements_total", "COUNTER", []string{"outcome"}},
 		{"fairdispatch_settlement_correction_tokens_total", "COUNTER", []string{"direction"}},
 		{"fairdispatch_oldest_queued_seconds", "GAUGE", []string{"class"}},
@@ -250,6 +256,48 @@ func TestGauges(t *testing.T) {
 	for _, tt := range tests {
 		if got := value(t, reg, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v: got %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+}
+
+func TestSetClassesFollowsThePolicy(t *testing.T) {
+	m, reg := newTest(t)
+	m.SetClass(0, ClassState{Requests: 5})
+	m.Dispatched(0)
+	m.SetClasses([]string{"gold", "regular"}) // premium removed, gold added at index 0
+	m.SetClass(0, ClassState{Requests: 7})
+	m.Dispatched(0)
+	m.Dispatched(1)
+	m.Rejected(0, request.QueueFull)
+	m.PolicyApplied(4)
+	m.PolicyRefused()
+	tests := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"fairdispatch_pending_requests", []string{"class", "gold"}, 7},
+		{"fairdispatch_dispatched_total", []string{"class", "gold"}, 1},
+		{"fairdispatch_dispatched_total", []string{"class", "premium"}, 1}, // a counter stays
+		{"fairdispatch_dispatched_total", []string{"class", "regular"}, 1},
+		{"fairdispatch_rejected_total", []string{"class", "gold", "reason", "queue_full"}, 1},
+		{"fairdispatch_policy_revision", nil, 4},
+		{"fairdispatch_policy_refused_total", nil, 1},
+		{"fairdispatch_policy_applied_total", nil, 1},
+	}
+	for _, tt := range tests {
+		if got := value(t, reg, tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v: got %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+	for _, mf := range gather(t, reg) {
+		if mf.GetName() != "fairdispatch_pending_requests" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			if s.GetLabel()[0].GetValue() == "premium" {
+				t.Errorf("the pending gauge of removed class premium is still exported")
+			}
 		}
 	}
 }

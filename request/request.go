@@ -59,6 +59,11 @@ type Snapshot struct {
 
 	Class int // index of the physical class in the policy's class list
 
+	// Token is the subject's class token the class was resolved from; a
+	// policy change resolves it again when its class is removed
+	// (docs/design.md, Live policy).
+	Token string
+
 	ISL      uint64 // raw input sequence length, tokens
 	Cached   uint64 // best cached tokens, clamped to ISL
 	Cost     uint64 // max(1, ISL-Cached): the DRR and WSPT cost

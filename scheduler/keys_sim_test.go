@@ -61,6 +61,10 @@ type keyedRun struct {
 	warmup   int  // dispatches not counted
 	// after, when set, is called after every dispatch with the dispatch count.
 	after func(n int, tenant string, est uint64)
+	// window is Config.KeyWindowStep; 0: the default.
+	window int64
+	// tick, when set, is called each time the virtual clock advances.
+	tick func(s *Scheduler, now int64)
 }
 
 // keyedResult is what a run served: per tenant, estimated (charged) and actual cost
@@ -87,7 +91,7 @@ func runKeyed(t testing.TB, run keyedRun) keyedResult {
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	var now int64 = 1e18
-	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
+	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2)), KeyWindowStep: run.window}, now)
 	w := &keyedWorker{id: "w1", slots: 4}
 	s.Report(now, w.report())
 	res := keyedResult{est: map[string]float64{}, actual: map[string]float64{}, classActual: map[int]float64{}}
@@ -170,6 +174,9 @@ func runKeyed(t testing.TB, run keyedRun) keyedResult {
 		}
 		w.running = kept
 		s.Report(now, w.report())
+		if run.tick != nil {
+			run.tick(s, now)
+		}
 	}
 	return res
 }

@@ -81,6 +81,17 @@ func TestKVFreshOverlapAtDispatch(t *testing.T) {
 	if got.Worker != "w2" {
 		t.Fatalf("dispatched to %s, want w2 (the only holder at dispatch)", got.Worker)
 	}
+	// The decision carries the overlap hit of the dispatch (for
+	// fairdispatch_kv_overlap_blocks_total): 8 of 8 blocks.
+	if got.KVPrompt != 8 || got.KVOverlap != 8 {
+		t.Fatalf("decision overlap %d of %d blocks, want 8 of 8", got.KVOverlap, got.KVPrompt)
+	}
+	// A request without hashes: nothing to count.
+	f.report("w1", 0)
+	f.report("w2", 0)
+	if d := f.arrive("premium", 400); d.Kind != Dispatch || d.KVPrompt != 0 || d.KVOverlap != 0 {
+		t.Fatalf("a request without hashes: kind %d, overlap %d of %d blocks; want a dispatch, 0 of 0", d.Kind, d.KVOverlap, d.KVPrompt)
+	}
 }
 
 // TestKVExpiredWorkerDropped: a worker whose load reports stop is dropped

@@ -40,6 +40,9 @@ type Config struct {
 	// MaxUnsettled bounds the dispatches remembered for settlement; beyond it the
 	// oldest is forgotten. 0: 1,000,000.
 	MaxUnsettled int
+	// KeyWindowStep is how often, in nanoseconds, the key fairness window
+	// takes a new mark (docs/design.md, Key fairness window). 0: 5 s.
+	KeyWindowStep int64
 	// KV is the KV cache index, owned by the caller, who applies the workers'
 	// events to it (docs/protocol.md, KV cache events); nil: none, and
 	// Dispatch-Block-Hashes is carried but not used.
@@ -94,6 +97,10 @@ type Decision struct {
 	Rank   int32
 	Seq    uint64
 	Err    *Error
+	// KVPrompt and KVOverlap, for a dispatch scored by the KV cache index:
+	// the request's blocks and the longest prefix of them the chosen rank
+	// holds (0 and 0 otherwise).
+	KVPrompt, KVOverlap int
 }
 
 // Error is why a request was rejected.
@@ -132,7 +139,9 @@ type Scheduler struct {
 	lostAt     int64
 	outTimeout int64 // Config.NoWorkersTimeout
 
-	settle settlements
+	settle  settlements
+	maxKeys int       // Config.MaxKeysPerClass, defaulted
+	keyWin  keyWindow // the key fairness window (keyfair.go)
 }
 
 // New returns a scheduler started at now (Unix nanoseconds).
@@ -140,17 +149,17 @@ func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
 	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace, outTimeout: max(0, cfg.NoWorkersTimeout)}
 	s.settle.init(cfg)
+	s.keyWin.step = cfg.KeyWindowStep
+	if s.keyWin.step <= 0 {
+		s.keyWin.step = DefaultKeyWindowStep
+	}
 	maxKeys := cfg.MaxKeysPerClass
 	if maxKeys == 0 {
 		maxKeys = DefaultMaxKeysPerClass
 	}
+	s.maxKeys = maxKeys
 	s.reg.MaxWorkers = cfg.MaxWorkers
-	quanta := make([]uint64, n)
-	gates := make([]filters.Gate, n)
-	for k, c := range cfg.Policy.Classes {
-		quanta[k] = c.Quantum
-		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
-	}
+	quanta, gates := classParams(cfg.Policy)
 	s.arb = drr.New(quanta)
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
@@ -158,11 +167,26 @@ func New(cfg Config, now int64) *Scheduler {
 	s.classes = make([]*lanes.Keyed, n)
 	s.queues = make([]drr.Queue, n)
 	for k := range s.classes {
-		c := &cfg.Policy.Classes[k]
-		s.classes[k] = lanes.NewKeyed(checker{s}, lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: maxKeys})
+		s.classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(&cfg.Policy.Classes[k]))
 		s.queues[k] = s.classes[k]
 	}
 	return s
+}
+
+// keyConfig is the key level's configuration of class c (docs/design.md, Fairness keys).
+func (s *Scheduler) keyConfig(c *configs.Class) lanes.KeyConfig {
+	return lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: s.maxKeys}
+}
+
+// classParams returns the DRR quanta and the gates of p's classes, in ring order.
+func classParams(p *configs.Policy) ([]uint64, []filters.Gate) {
+	quanta := make([]uint64, len(p.Classes))
+	gates := make([]filters.Gate, len(p.Classes))
+	for k, c := range p.Classes {
+		quanta[k] = c.Quantum
+		gates[k] = filters.Gate{Threshold: c.PrefillBusyThreshold, Frac: c.PrefillBusyThresholdFrac, Ratio: c.BusyWorkerRatio}
+	}
+	return quanta, gates
 }
 
 // checker answers lanes' dispatchability question: the class is not gated for
@@ -242,7 +266,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
-		ID: a.ID, Ref: a.Ref, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
+		ID: a.ID, Ref: a.Ref, Token: a.Token, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
 		Arrival: a.Published, Seq: s.seq, Pin: a.Pin, Index: -1, DeadlineIndex: -1, Key: a.Key,
 	}
 	if r.Key == "" {
@@ -261,12 +285,16 @@ func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
 	r.Cached = min(s.bestCached(a, r), r.ISL)
 	r.Cost = max(1, r.ISL-r.Cached)
 	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
-	if s.pol.Classes[r.Class].Queue == configs.WSPT {
-		r.Score = (1 + r.Jump) / float64(r.Cost)
-	} else {
-		r.Score = r.Jump - float64(r.Arrival)/1e9
-	}
+	r.Score = score(s.pol.Classes[r.Class].Queue, r)
 	return r
+}
+
+// score is r's order within a class of queue policy q (docs/design.md, Lanes).
+func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
+	if q == configs.WSPT {
+		return (1 + r.Jump) / float64(r.Cost)
+	}
+	return r.Jump - float64(r.Arrival)/1e9
 }
 
 // bestCached is the pinned worker's overlap when pinned, else the largest
@@ -359,9 +387,13 @@ func (s *Scheduler) place(now int64, r *request.Snapshot) Decision {
 	if code != "" {
 		return Decision{Kind: Reject, Req: r, Err: s.selectionError(code, r)}
 	}
-	seq := s.reg.Book(now, ch.Worker, ch.Rank, r.Cost)
+	d := Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank}
+	if hit, ok := s.sel.KVOverlap(ch); ok {
+		d.KVPrompt, d.KVOverlap = len(r.Route.Hashes), hit.Blocks
+	}
+	d.Seq = s.reg.Book(now, ch.Worker, ch.Rank, r.Cost)
 	s.gates.Update(ch.Worker)
-	return Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank, Seq: seq}
+	return d
 }
 
 func (s *Scheduler) selectionError(code request.Code, r *request.Snapshot) *Error {
@@ -621,10 +653,13 @@ type ClassStats struct {
 	Keys         int    `json:"fairness_keys"`
 	// TopKeys are the TopKeys keys with the most queued requests (docs/design.md,
 	// Fairness keys), most first.
-	TopKeys      []KeyStats `json:"top_keys,omitempty"`
-	PinnedLanes  int        `json:"pinned_lanes"`
-	BlockedLanes int        `json:"blocked_lanes"`
-	FreeRanks    int        `json:"free_ranks"`
+	TopKeys []KeyStats `json:"top_keys,omitempty"`
+	// KeyFairness is how fairly the keys were served over the last window; set
+	// by Scheduler.KeyFairness, nil from Stats alone.
+	KeyFairness  *KeyFairness `json:"key_fairness,omitempty"`
+	PinnedLanes  int          `json:"pinned_lanes"`
+	BlockedLanes int          `json:"blocked_lanes"`
+	FreeRanks    int          `json:"free_ranks"`
 }
 
 // TopKeys is how many keys per class ClassStats lists.
@@ -639,6 +674,13 @@ type KeyStats struct {
 	// corrections) minus the class's virtual time, in cost units: above 0 the
 	// key is ahead and waits for the others, below 0 it is owed service.
 	Lead float64 `json:"lead"`
+	// Share is the key's part of the service its class's measured keys got
+	// over the key fairness window, and WeightShare its weight's part of their
+	// weights (docs/design.md, Key fairness window): equal when the key got
+	// exactly its due. Absent when the key was not backlogged throughout the
+	// window, or nothing could be measured; set by Scheduler.KeyFairness.
+	Share       *float64 `json:"share,omitempty"`
+	WeightShare *float64 `json:"weight_share,omitempty"`
 }
 
 // topKeys returns class c's TopKeys keys with the most queued requests. O(K).

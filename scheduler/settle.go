@@ -150,6 +150,21 @@ func (st *settlements) record(now int64, d Decision, charged uint64, owes bool, 
 	st.fifo = append(st.fifo, rec)
 }
 
+// reclass follows a policy change: to maps an old class index to the new one,
+// or -1 for a removed class, whose dispatches are then owed no settlement
+// (the class and its keys are gone). O(remembered dispatches).
+func (st *settlements) reclass(to []int) {
+	for _, rec := range st.fifo[st.head:] {
+		if rec == nil || rec.class < 0 || rec.class >= len(to) {
+			continue
+		}
+		rec.class = to[rec.class]
+		if rec.class < 0 {
+			rec.owes = false
+		}
+	}
+}
+
 // forget forgets the dispatch (worker, seq): it never reached the worker, or was
 // refused. With release the request has left the scheduler, so its key is owed
 // nothing; without, the request waits again, still charged, and its next

@@ -27,6 +27,9 @@ type Completion struct {
 	OutputTokens uint64 `json:"output_tokens"`
 	// Status is how the request ended: StatusOK or StatusFailed ("" reads as ok).
 	Status string `json:"status,omitempty"`
+	// CachedTokens is the prompt tokens the worker found in its prefix
+	// cache (the mock worker with --kv-capacity); omitted when 0.
+	CachedTokens uint64 `json:"cached_tokens,omitempty"`
 }
 
 // The statuses of a completion record.

@@ -34,6 +34,10 @@ type Outcome struct {
 	// out. A second dispatched outcome for the same request after a redelivery
 	// has a higher attempt (docs/protocol.md, Outcomes).
 	Attempt uint64 `json:"attempt,omitempty"`
+	// PolicyRevision is the policy bucket's revision the request was
+	// dispatched under (dispatched only; docs/design.md, Live policy); 0 when
+	// the dispatcher runs a policy not from the bucket, and then left out.
+	PolicyRevision uint64 `json:"policy_revision,omitempty"`
 	// Error is the error code (rejected only), e.g. "queue_full".
 	Error string `json:"error,omitempty"`
 	// Message is the human-readable error (rejected only).

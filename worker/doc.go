@@ -76,6 +76,20 @@
 // same id reports a new instance, which makes the dispatcher drop the bookings
 // of its predecessor.
 //
+// # KV cache events
+//
+// An engine with a prefix cache calls [Worker.EnableKVEvents] before Start
+// and then tells the helper each change of a rank's caches:
+// [Worker.CacheStored], [Worker.CacheRemoved] and [Worker.CacheCleared], with
+// the chained block hashes of docs/protocol.md, Block hashes. The helper
+// gathers them into events numbered per rank, publishes them to the JetStream
+// subject <prefix>.kv.<id>, and resynchronises a rank (through
+// [KVConfig.Resync] and [Worker.CacheResync]) at start, when the dispatcher
+// asks on <prefix>.kvsync.<id>, and when an event was lost (docs/protocol.md,
+// Worker side: the Go helper and the mock worker). One goroutine publishes;
+// Stop publishes what is gathered and waits up to 5 s for JetStream's
+// acknowledgements.
+//
 // # Stopping
 //
 // [Worker.Stop] marks the worker draining, reports it, stops taking requests

@@ -70,6 +70,7 @@ type Worker struct {
 	stopping  bool
 	heldEmpty chan struct{} // closed when held empties while stopping
 	sub       *nats.Subscription
+	kv        *kvPublisher // KV cache events (kvcache.go); nil: not enabled
 }
 
 // New validates cfg, applies its defaults and returns a Worker that is not yet
@@ -133,6 +134,12 @@ func (w *Worker) Start() error {
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("worker: pending limits %s: %w", w.workSubj, err)
+	}
+	if w.kv != nil {
+		if err := w.kv.start(); err != nil {
+			_ = sub.Unsubscribe()
+			return err
+		}
 	}
 	w.sub = sub
 	w.started = true
@@ -466,6 +473,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	close(w.quit)
 	w.wg.Wait()
+	if kv := w.kvPub(); kv != nil {
+		kv.stop(5 * time.Second)
+	}
 	if _, err := w.publishReport(); err != nil {
 		w.log.Error().Err(err).Msg("last load report")
 	}

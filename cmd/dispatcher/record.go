@@ -21,14 +21,16 @@ import (
 // (docs/config.md, Recording), or returns nil when neither is given. With
 // --record-stream it creates the trace stream if absent (limits retention,
 // --record-stream-max-bytes, the oldest discarded); an existing one is left
-// as the operator configured it.
+// as the operator configured it. running is the YAML of the policy the
+// dispatcher starts with when it comes from the policy bucket (docs/design.md,
+// Live policy), nil otherwise: the trace header names the policy that runs.
 func startRecorder(ctx context.Context, s *settings, nc *nats.Conn, js jetstream.JetStream, names naming.Names,
-	reg prometheus.Registerer, log zerolog.Logger) (*recorder.Recorder, error) {
+	reg prometheus.Registerer, log zerolog.Logger, running []byte) (*recorder.Recorder, error) {
 	if s.record == "" && !s.recordStream {
 		return nil, nil
 	}
-	var policyYAML string
-	if s.policy != "" {
+	policyYAML := string(running)
+	if running == nil && s.policy != "" {
 		b, err := os.ReadFile(s.policy)
 		if err != nil {
 			return nil, fmt.Errorf("--record: policy file: %w", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
 	"fairdispatch/naming"
+	"fairdispatch/policy"
 	"fairdispatch/scheduler"
 )
 
@@ -90,6 +92,32 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		return err
 	}
 
+	// The live policy (docs/design.md, Live policy): the bucket's current
+	// revision runs when it is valid; the key is seeded from --policy-config
+	// when it has none.
+	store, err := policy.Open(ctx, js, names.PolicyBucket(), policy.BucketConfig{Replicas: s.replicas, Storage: storage})
+	if err != nil {
+		return err
+	}
+	var seed []byte
+	if s.policy != "" {
+		if seed, err = os.ReadFile(s.policy); err != nil {
+			return fmt.Errorf("--policy-config: %w", err)
+		}
+	}
+	pol, cur, refused, err := policy.Start(ctx, store, seed, pol, log)
+	if err != nil {
+		return err
+	}
+	polRev, polSource := cur.Revision, "bucket"
+	switch {
+	case refused != nil || cur.Revision == 0:
+		polRev, polSource = 0, "file"
+		if s.policy == "" {
+			polSource = "flags"
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	classNames := make([]string, len(pol.Classes))
@@ -141,12 +169,17 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		inFlight = 4 * s.maxHeld
 	}
 	gate := &ingest.Gate{} // closed by the actor while no worker is live
-	rec, err := startRecorder(ctx, s, nc, js, names, reg, log)
+	var running []byte     // the bucket's policy YAML, when it runs
+	if polRev > 0 {
+		running = cur.YAML
+	}
+	rec, err := startRecorder(ctx, s, nc, js, names, reg, log, running)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = rec.Close() }() // after the actor has stopped
-	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout}, dispatcher.Deps{
+	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout,
+		PolicyRevision: polRev, PolicySource: polSource}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
 		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
@@ -159,6 +192,14 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	if !nc.IsConnected() {
 		a.Connected(false)
 	}
+
+	if refused != nil {
+		log.Error().Str("component", "policy").Str("bucket", store.Bucket()).Uint64("revision", cur.Revision).Str("error", refused.Error()).
+			Str("running", polSource).Msg("policy revision refused: the last good policy stays")
+		a.RefusePolicy(cur.Revision, cur.Created, refused)
+	}
+	follower := &policy.Follower{Store: store, Applier: a, Log: log, Running: cur.Revision}
+	go follower.Run(ctx)
 
 	ctl := &control{a: a, nc: nc, names: names}
 	ctl.streamsOK.Store(true) // ensured just above
@@ -230,12 +271,19 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	}()
 	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
 		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).
-		Str("prefix", names.Prefix()).Str("stream", names.ReqStream()).Str("lease_bucket", names.LeaderBucket()).Msg("dispatcher running")
+		Str("prefix", names.Prefix()).Str("stream", names.ReqStream()).Str("lease_bucket", names.LeaderBucket()).
+		Str("policy_bucket", store.Bucket()).Uint64("policy_revision", polRev).Msg("dispatcher running")
 
 	if s.demo {
 		go func() {
 			defer cancelRun()
-			if err := runDemo(runCtx, nc, s, stdout, log); err != nil {
+			demo := runDemo
+			if s.demoScenario == "keys" {
+				demo = func(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log zerolog.Logger) error {
+					return runKeysDemo(ctx, nc, s, pol, out, log)
+				}
+			}
+			if err := demo(runCtx, nc, s, stdout, log); err != nil {
 				log.Error().Err(err).Msg("demo failed")
 			}
 		}()

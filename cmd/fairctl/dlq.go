@@ -63,6 +63,36 @@ type letterFilter struct {
 	since       time.Time
 }
 
+// filterFlags is the flag set of a dlq subcommand that selects letters
+// (ls, replay, purge): the filter flags, plus whatever the subcommand adds.
+type filterFlags struct {
+	*flag.FlagSet
+	f     letterFilter
+	since string
+}
+
+// newFilterFlags returns the flag set of subcommand name with the filter flags.
+func newFilterFlags(g *globals, name string) *filterFlags {
+	ff := &filterFlags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	ff.SetOutput(g.stderr)
+	ff.f.flags(ff.FlagSet, &ff.since)
+	return ff
+}
+
+// parse parses args, which take no positional argument, and resolves the filter.
+func (ff *filterFlags) parse(args []string) (letterFilter, error) {
+	if err := ff.Parse(args); err != nil {
+		return letterFilter{}, err
+	}
+	if ff.NArg() > 0 {
+		return letterFilter{}, usageError("%s: unexpected argument %q", ff.Name(), ff.Arg(0))
+	}
+	if err := ff.f.resolve(ff.since, time.Now()); err != nil {
+		return letterFilter{}, err
+	}
+	return ff.f, nil
+}
+
 // flags adds the filter flags to fs; parse with resolve after fs.Parse.
 func (f *letterFilter) flags(fs *flag.FlagSet, since *string) {
 	fs.StringVar(&f.class, "class", "", "only dead letters of this class (the last token of the DLQ subject)")
@@ -240,18 +270,8 @@ func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersO
 }
 
 func dlqLs(ctx context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("dlq ls", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	var f letterFilter
-	var since string
-	f.flags(fs, &since)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError("dlq ls: unexpected argument %q", fs.Arg(0))
-	}
-	if err := f.resolve(since, time.Now()); err != nil {
+	f, err := newFilterFlags(g, "dlq ls").parse(args)
+	if err != nil {
 		return err
 	}
 	d, err := g.dlq(ctx)
@@ -422,24 +442,15 @@ type replaySummary struct {
 }
 
 func dlqReplay(ctx context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("dlq replay", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	var f letterFilter
-	var since string
-	f.flags(fs, &since)
+	fs := newFilterFlags(g, "dlq replay")
 	yes := fs.Bool("yes", false, "act: without it, only print what would be replayed")
 	rate := fs.Float64("rate", 0, "at most this many dead letters replayed per second (0: no limit)")
-	if err := fs.Parse(args); err != nil {
+	f, err := fs.parse(args)
+	if err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError("dlq replay: unexpected argument %q", fs.Arg(0))
 	}
 	if *rate < 0 {
 		return usageError("dlq replay: --rate %v: want >= 0", *rate)
-	}
-	if err := f.resolve(since, time.Now()); err != nil {
-		return err
 	}
 	d, err := g.dlq(ctx)
 	if err != nil {
@@ -539,19 +550,10 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 }
 
 func dlqPurge(ctx context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("dlq purge", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	var f letterFilter
-	var since string
-	f.flags(fs, &since)
+	fs := newFilterFlags(g, "dlq purge")
 	yes := fs.Bool("yes", false, "act: without it, only count what would be deleted")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError("dlq purge: unexpected argument %q", fs.Arg(0))
-	}
-	if err := f.resolve(since, time.Now()); err != nil {
+	f, err := fs.parse(args)
+	if err != nil {
 		return err
 	}
 	d, err := g.dlq(ctx)

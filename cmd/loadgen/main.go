@@ -82,6 +82,12 @@ func run() (int, error) {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "overall timeout of the run (0: none)")
 	flag.IntVar(&cfg.Window, "window", loadgen.DefaultWindow, "most publications awaiting acknowledgement")
 	flag.StringVar(&cfg.RunID, "run-id", "", "prefix of request ids (default random)")
+	flag.IntVar(&cfg.Prefixes.N, "prefixes", 0, "a workload of N shared prompt prefixes with Dispatch-Block-Hashes (replaces --isl); 0: none")
+	flag.Float64Var(&cfg.Prefixes.Zipf, "zipf", 1.1, "with --prefixes: Zipf exponent of the prefixes' popularity (0: uniform)")
+	blockRange := flag.String("prefix-blocks", "2:64", "with --prefixes: MIN:MAX blocks of a prefix")
+	flag.IntVar(&cfg.Prefixes.SuffixBlocks, "suffix-blocks", 4, "with --prefixes: blocks of each request's own after its prefix")
+	flag.IntVar(&cfg.Prefixes.BlockSize, "block-size", loadgen.DefaultBlockSize, "with --prefixes: tokens per block (the workers' and the dispatcher's --block-size)")
+	tenants := flag.String("tenants", "", "fairness keys and their parts of each class's requests, e.g. flood:10,a:1,b:1 (Dispatch-Fairness-Key; empty: none)")
 	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
 	if *version {
@@ -94,8 +100,19 @@ func run() (int, error) {
 	if len(classes) == 0 {
 		return 1, errors.New("at least one --class name:count is required")
 	}
+	var err error
+	if cfg.Prefixes.MinBlocks, cfg.Prefixes.MaxBlocks, err = loadgen.ParseBlockRange(*blockRange); err != nil {
+		return 1, err
+	}
 	cfg.Classes = classes
 	cfg.Order = loadgen.Order(*order)
+	if *tenants != "" {
+		ts, err := loadgen.ParseTenants(*tenants)
+		if err != nil {
+			return 1, fmt.Errorf("--tenants: %w", err)
+		}
+		cfg.Tenants = ts
+	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil {
 		return 1, fmt.Errorf("--log-level: %w", err)
@@ -108,6 +125,9 @@ func run() (int, error) {
 			fmt.Fprintf(&b, "\r%6.1fs published %d/%d completed", p.Elapsed.Seconds(), p.Published, p.Requests)
 			for _, cc := range classes {
 				fmt.Fprintf(&b, " %s=%d", cc.Class, p.Completed[cc.Class])
+			}
+			for _, tn := range cfg.Tenants {
+				fmt.Fprintf(&b, " %s=%d", tn.Key, p.CompletedByKey[tn.Key])
 			}
 			fmt.Fprintf(&b, " rejected %d   ", p.Rejected)
 			fmt.Fprint(os.Stderr, b.String())
@@ -140,6 +160,14 @@ func run() (int, error) {
 		fmt.Println(string(b))
 	} else {
 		fmt.Print(sum.String())
+		if len(cfg.Tenants) > 0 {
+			by, n := res.KeyShareBacklogged()
+			fmt.Printf("the first %d completions, while every fairness key had requests left, by key:", n)
+			for _, tn := range cfg.Tenants {
+				fmt.Printf(" %s %d (%.1f%%)", tn.Key, by[tn.Key], 100*float64(by[tn.Key])/float64(max(n, 1)))
+			}
+			fmt.Println()
+		}
 	}
 	if err != nil {
 		if errors.Is(err, loadgen.ErrIncomplete) {

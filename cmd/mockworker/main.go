@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,7 +57,12 @@ func run() error {
 	flag.DurationVar(&cfg.TTL, "ttl", worker.DefaultTTL, "load report TTL (100ms to 600s)")
 	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "fallback ack wait for dispatches without Dispatch-Ack-Wait-Ms (older dispatchers); +WPI every third of it")
 	flag.Uint64Var(&cfg.MaxActiveRequests, "max-active-requests", 0, "reported max_active_requests per rank, running plus waiting (0: no capacity)")
+	flag.IntVar(&cfg.KVCapacity, "kv-capacity", 0, "simulate a prefix cache of N device blocks per rank (LRU), fed by Dispatch-Block-Hashes, and publish its KV cache events; 0: none")
+	flag.IntVar(&cfg.KVHostCapacity, "kv-host-capacity", 0, "with --kv-capacity: a host tier of N blocks per rank receiving the blocks evicted from the device; 0: none")
+	flag.IntVar(&cfg.BlockSize, "block-size", mock.DefaultBlockSize, "KV block size in tokens (the producers' and the dispatcher's --block-size)")
 	flag.Float64Var(&cfg.CostFactor, "cost-factor", 1, "completion records report prefill_tokens = uncached tokens x this factor (0 < f <= 1000): a deliberate estimate error")
+	flag.BoolVar(&cfg.NoCompletions, "no-completions", false, "publish no completion records: the dispatcher's cost estimates stand uncorrected")
+	keyFactors := flag.String("key-cost-factors", "", "per fairness key cost factors overriding --cost-factor, e.g. tenant-a=10,_=1 (_: requests without a key)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
 	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
@@ -79,6 +85,17 @@ func run() error {
 	}
 	if *taints != "" {
 		cfg.Taints = strings.Split(*taints, ",")
+	}
+	if *keyFactors != "" {
+		cfg.KeyCostFactors = map[string]float64{}
+		for _, kv := range strings.Split(*keyFactors, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			f, err := strconv.ParseFloat(v, 64)
+			if !ok || k == "" || err != nil {
+				return fmt.Errorf("--key-cost-factors %q: want key=factor,...", *keyFactors)
+			}
+			cfg.KeyCostFactors[k] = f
+		}
 	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil {

@@ -64,7 +64,7 @@ policy_classes:
 `
 
 // TestFairctlDLQReplay: requests rejected queue_full by a zero limit fill the
-// DLQ; after a restart with the limit raised, fairctl dlq replay --yes
+// DLQ; after the limit is raised (fairctl policy put) and a restart, fairctl dlq replay --yes
 // dispatches every one exactly once, even when the first replay is killed
 // (SIGKILL) mid-way and run again, and a replay of the emptied DLQ does
 // nothing (docs/operations.md, Dead letters).
@@ -146,7 +146,12 @@ func TestFairctlDLQReplay(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	p = startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, replayPolicyRaised))
+	// The limit is raised in the policy bucket (docs/operations.md, Live
+	// policy): the bucket's policy runs, not the file a dispatcher restarts with.
+	raised := writePolicy(t, replayPolicyRaised)
+	runFairctl(t, "--server", ns.URL(), "policy", "put", raised)
+	p = startDispatcher(t, ns.URL(), "--policy-config", raised)
+	lpWaitRevision(t, 2, p)
 	startMock(t, nc, mock.Config{ID: "w1", DPSize: 2, TotalKVBlocks: 1 << 16, MaxNumSeqs: 64, PrefillTokensPerSec: 1e7})
 	ecsWaitWorker(t, p, "w1")
 

@@ -34,6 +34,7 @@ const (
 	permW1Secret         = "worker-w1-example-secret"
 	permW2Secret         = "worker-w2-example-secret"
 	permMonitorSecret    = "monitor-example-secret"
+	permPolicySecret     = "policy-admin-example-secret"
 	// Pool qwen (TestPermissionsPoolsConfined).
 	permQwenDispatcherSecret = "dispatcher-qwen-example-secret"
 	permQwenProducerSecret   = "producer-qwen-example-secret"
@@ -43,7 +44,7 @@ const (
 // permSecrets maps each user of the example to its secret.
 var permSecrets = map[string]string{
 	"dispatcher": permDispatcherSecret, "producer_premium": permPremiumSecret, "producer_regular": permRegularSecret,
-	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret,
+	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret, "policy_admin": permPolicySecret,
 	"dispatcher_qwen": permQwenDispatcherSecret, "producer_qwen": permQwenProducerSecret, "worker_qwen_w1": permQwenW1Secret,
 }
 
@@ -396,6 +397,63 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 	})
 	if len(errs.String()) != before {
 		t.Fatalf("an acknowledgement was refused, which the example does not do: %s", errs.String()[before:])
+	}
+}
+
+// TestPermissionsKVEvents: under the example permissions, a dispatcher with
+// --kv-index consumes DISPATCH_KV and asks a worker to resynchronise, and a
+// mock worker with a prefix cache publishes its own KV events (JetStream
+// acknowledgements in its inbox) and receives its resynchronisation
+// requests; worker_w1 may not publish w2's KV events nor read w2's requests.
+func TestPermissionsKVEvents(t *testing.T) {
+	n, p := permStart(t, "--kv-index")
+	w1, errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
+	m := startMock(t, w1, mock.Config{ID: "w1", KVCapacity: 16})
+	waitFor(t, 20*time.Second, "w1's first KV event applied", func() bool {
+		return p.metric("fairdispatch_kv_events_total", `result="applied"`) >= 1
+	})
+
+	// A gap on w1's rank (an event of another instance, first id 5) makes
+	// the dispatcher ask w1 to resynchronise, which w1 receives.
+	js, err := jetstream.New(w1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "dispatch.kv.w1", []byte(`{"instance":"gap","event_id":5}`)); err != nil {
+		t.Fatalf("w1 publishing its own KV event: %v", err)
+	}
+	waitFor(t, 20*time.Second, "w1 asked to resynchronise", func() bool { return m.Helper().KVStats().Requests >= 1 })
+	// Its first event, the gap and its resynchronisation (one event: it holds nothing).
+	waitFor(t, 20*time.Second, "w1's resynchronisation applied", func() bool {
+		return p.metric("fairdispatch_kv_events_total", `result="applied"`) == 3
+	})
+
+	// w2's subjects are refused.
+	if _, err := w1.Subscribe("dispatch.kvsync.w2", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	applied := p.metric("fairdispatch_kv_events_total", `result="applied"`)
+	dropped := p.metric("fairdispatch_kv_events_total", `result="dropped"`)
+	if err := w1.Publish("dispatch.kv.w2", []byte(`{"instance":"forged","event_id":1,"stored":{"device":"wT_9PiW6dX4"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the KV permission violations", func() bool {
+		return errs.has("Permissions Violation", `Publish to "dispatch.kv.w2"`) &&
+			errs.has("Permissions Violation", `Subscription to "dispatch.kvsync.w2"`)
+	})
+	// Barrier: an invalid event of w1's own, dropped by the dispatcher.
+	// Events of one connection are stored in order, so once it is counted
+	// the forged one would have been applied had it got through.
+	if err := w1.Publish("dispatch.kv.w1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "w1's invalid event dropped", func() bool {
+		return p.metric("fairdispatch_kv_events_total", `result="dropped"`) == dropped+1
+	})
+	if got := p.metric("fairdispatch_kv_events_total", `result="applied"`); got != applied {
+		t.Fatalf("applied events went from %v to %v: the forged w2 event (or another) was applied", applied, got)
 	}
 }
 

@@ -60,6 +60,37 @@ func ParseClassCount(s string) (ClassCount, error) {
 	return ClassCount{Class: name, Count: n}, nil
 }
 
+// Tenant is a fairness key and its part of the requests.
+type Tenant struct {
+	// Key is sent as Dispatch-Fairness-Key: 1 to 64 bytes of [A-Za-z0-9_.:@-].
+	Key string
+	// Weight is the tenant's part of every class's requests, >= 1: with a:10
+	// and b:1, ten of every eleven requests are a's.
+	Weight int
+}
+
+var keyRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,64}$`)
+
+// ParseTenants parses "key:weight,key:weight,..." (a weight may be omitted: 1).
+func ParseTenants(s string) ([]Tenant, error) {
+	var out []Tenant
+	for _, part := range strings.Split(s, ",") {
+		key, w, ok := strings.Cut(part, ":")
+		n := 1
+		if ok {
+			var err error
+			if n, err = strconv.Atoi(w); err != nil || n < 1 {
+				return nil, fmt.Errorf("loadgen: tenant %q: weight must be an integer >= 1", part)
+			}
+		}
+		if !keyRE.MatchString(key) {
+			return nil, fmt.Errorf("loadgen: tenant %q: key must be 1 to 64 bytes of [A-Za-z0-9_.:@-]", part)
+		}
+		out = append(out, Tenant{Key: key, Weight: n})
+	}
+	return out, nil
+}
+
 // Config describes a workload.
 type Config struct {
 	// Prefix is the subject prefix, default "dispatch". The request stream
@@ -81,6 +112,10 @@ type Config struct {
 	Order Order
 	// Seed seeds OrderRandom; 0 uses the current time.
 	Seed uint64
+	// Tenants, when not empty, spread every class's requests over fairness
+	// keys (Dispatch-Fairness-Key) in proportion to their weights, in a smooth
+	// weighted round robin; empty sends no key.
+	Tenants []Tenant
 	// Pin, when not empty, is Dispatch-Worker of every request.
 	Pin string
 	// Priority is Dispatch-Priority (seconds of FCFS jump, 0 to 1e6); 0 omits it.
@@ -100,6 +135,9 @@ type Config struct {
 	// OnProgress, when set, is called every ProgressInterval and once at the
 	// end, from one goroutine.
 	OnProgress func(Progress)
+	// Prefixes, when Prefixes.N > 0, makes every request's prompt one of
+	// shared prefixes, with Dispatch-Block-Hashes (prefixes.go).
+	Prefixes Prefixes
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -140,6 +178,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
 		errs = append(errs, fmt.Errorf("rate %v: want >= 0", c.Rate))
 	}
+	seenKey := map[string]bool{}
+	for _, tn := range c.Tenants {
+		if !keyRE.MatchString(tn.Key) || tn.Weight < 1 || seenKey[tn.Key] {
+			errs = append(errs, fmt.Errorf("tenant %q:%d: want a distinct fairness key and a weight >= 1", tn.Key, tn.Weight))
+		}
+		seenKey[tn.Key] = true
+	}
 	if c.Pin != "" && !tokenRE.MatchString(c.Pin) {
 		errs = append(errs, fmt.Errorf("pin %q: want a worker id", c.Pin))
 	}
@@ -157,6 +202,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RunID != "" && !tokenRE.MatchString(c.RunID) {
 		errs = append(errs, fmt.Errorf("run id %q: want [A-Za-z0-9_-]+", c.RunID))
+	}
+	if err := c.Prefixes.withDefaults(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("loadgen: invalid config: %w", errors.Join(errs...))

@@ -27,6 +27,11 @@
 // finished_at, so it assumes the worker's clock agrees with this process's
 // (true in-process and on one machine).
 //
+// With Config.Prefixes every request's prompt is one of shared prefixes
+// (Zipf-distributed) plus blocks of its own, sent as Dispatch-Block-Hashes
+// ([Prefixes]); [Result.CacheHitRate] is the fleet's prefix cache hit rate
+// from the workers' completion records (cached_tokens).
+//
 // Run is safe to call concurrently with different configurations; a Result is
 // immutable once returned.
 package loadgen

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,8 @@ type Completion struct {
 	RequestID string `json:"request_id"`
 	// Class is the class the request was published to.
 	Class string `json:"class"`
+	// Key is the fairness key loadgen sent (Config.Tenants); "" when none.
+	Key string `json:"fairness_key,omitempty"`
 	// PhysicalClass is the class named by the completion record (Dispatch-Class).
 	PhysicalClass string `json:"physical_class"`
 	// WorkerID and DPRank name where it ran.
@@ -32,6 +35,11 @@ type Completion struct {
 	FinishedAt  time.Time `json:"finished_at"`
 	// Latency is FinishedAt - PublishedAt.
 	Latency time.Duration `json:"latency"`
+	// PromptTokens is the request's Dispatch-ISL-Tokens, and CachedTokens
+	// the prompt tokens the worker found in its prefix cache (the record's
+	// cached_tokens; 0 from workers without one).
+	PromptTokens uint64 `json:"prompt_tokens"`
+	CachedTokens uint64 `json:"cached_tokens"`
 }
 
 // Outcome is an outcome published on Dispatch-Reply-To (docs/protocol.md,
@@ -85,6 +93,9 @@ type Result struct {
 	Duplicates int
 	// PerClass summarises each class.
 	PerClass map[string]ClassStats
+	// KeyRequests counts the requests published under each fairness key
+	// (Config.Tenants); nil without tenants.
+	KeyRequests map[string]int
 	// Elapsed runs from the first publication to the last request's end (or
 	// the timeout).
 	Elapsed time.Duration
@@ -94,6 +105,9 @@ type Result struct {
 	P50, P90, P99 time.Duration
 	// Complete is true when every request completed, was rejected or failed to publish.
 	Complete bool
+	// CacheHitRate is the completions' cached tokens over their prompt
+	// tokens: the fleet's prefix cache hit rate as the workers measured it.
+	CacheHitRate float64
 }
 
 // PrefixShare returns how many of the first k completions came from each class
@@ -107,6 +121,31 @@ func (r *Result) PrefixShare(k int) map[string]int {
 		out[c.Class]++
 	}
 	return out
+}
+
+// KeyShareBacklogged returns how many completions each fairness key got over
+// the completions made while every key still had a published request to
+// complete (up to and including the one that completes the first key's last),
+// and how many completions that is: the split fairness keys decide, as the
+// keys' backlogs allow (docs/design.md, Fairness keys).
+func (r *Result) KeyShareBacklogged() (map[string]int, int) {
+	left := make(map[string]int, len(r.KeyRequests))
+	for k, n := range r.KeyRequests {
+		left[k] = n
+	}
+	out := map[string]int{}
+	n := 0
+	for _, c := range r.Completions {
+		if c.Key == "" {
+			continue
+		}
+		out[c.Key]++
+		n++
+		if left[c.Key]--; left[c.Key] == 0 {
+			break
+		}
+	}
+	return out, n
 }
 
 // percentiles returns the nearest-rank p50, p90 and p99 of ds (sorted in place).
@@ -141,6 +180,8 @@ type Summary struct {
 	PrefixK       int            `json:"prefix_k"`
 	PrefixShare   map[string]int `json:"prefix_share"`
 	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
+	CacheHitRate  float64        `json:"cache_hit_rate,omitempty"`
+	PerWorker     map[string]int `json:"completions_per_worker,omitempty"`
 }
 
 // ClassSummary is one class of a Summary.
@@ -168,6 +209,13 @@ func (r *Result) Summarize(firstClassCount int) Summary {
 		Complete: r.Complete, ElapsedMs: ms(r.Elapsed), Throughput: r.Throughput,
 		P50Ms: ms(r.P50), P90Ms: ms(r.P90), P99Ms: ms(r.P99),
 		PrefixK: firstClassCount, PrefixShare: r.PrefixShare(firstClassCount),
+		CacheHitRate: r.CacheHitRate,
+	}
+	if r.CacheHitRate > 0 {
+		s.PerWorker = map[string]int{}
+		for _, c := range r.Completions {
+			s.PerWorker[c.WorkerID]++
+		}
 	}
 	for _, c := range r.Classes {
 		st := r.PerClass[c]
@@ -201,6 +249,13 @@ func (s Summary) String() string {
 	}
 	for k, n := range s.RejectedBy {
 		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	}
+	if s.CacheHitRate > 0 {
+		fmt.Fprintf(&b, "prefix cache hit rate %.3f; completions per worker:", s.CacheHitRate)
+		for _, w := range slices.Sorted(maps.Keys(s.PerWorker)) {
+			fmt.Fprintf(&b, " %s %d", w, s.PerWorker[w])
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "first %d completions:", s.PrefixK)
 	for _, c := range s.Classes {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -32,6 +33,9 @@ type Progress struct {
 	Published int
 	// Completed counts completions per class.
 	Completed map[string]int
+	// CompletedByKey counts completions per fairness key (Config.Tenants);
+	// empty without tenants.
+	CompletedByKey map[string]int
 	// Rejected counts rejections over all classes.
 	Rejected int
 	// Elapsed is the time since the first publication.
@@ -41,6 +45,8 @@ type Progress struct {
 // request is the bookkeeping of one published request.
 type request struct {
 	class       string
+	isl         uint64
+	key         string // Dispatch-Fairness-Key; "" when none
 	publishedAt time.Time
 	ended       bool
 }
@@ -51,6 +57,8 @@ type run struct {
 	names naming.Names
 	log   zerolog.Logger
 	start time.Time
+	// prefixes draws the prompts of a prefix workload; nil: none.
+	prefixes *prefixGen
 
 	mu          sync.Mutex
 	reqs        map[string]*request
@@ -62,6 +70,7 @@ type run struct {
 	completions []Completion
 	rejected    []Outcome
 	perClass    map[string]*ClassStats
+	byKey       map[string]int // completions per fairness key
 	allEnded    chan struct{}
 }
 
@@ -89,7 +98,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		log:      log.With().Str("component", "loadgen").Str("run_id", cfg.RunID).Logger(),
 		reqs:     map[string]*request{},
 		perClass: map[string]*ClassStats{},
+		byKey:    map[string]int{},
 		allEnded: make(chan struct{}),
+	}
+	if cfg.Prefixes.N > 0 {
+		seed := cfg.Seed
+		if seed == 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+		r.prefixes = newPrefixGen(cfg.Prefixes, seed)
 	}
 	for _, cc := range cfg.Classes {
 		r.perClass[cc.Class] = &ClassStats{}
@@ -221,12 +238,18 @@ func order(cfg Config) []string {
 	return out
 }
 
-// message builds request n of class.
-func (r *run) message(n int, class, id, inbox string) *nats.Msg {
+// message builds request n of class; it returns its ISL too.
+func (r *run) message(n int, class, id, inbox string) (*nats.Msg, uint64) {
 	cfg := r.cfg
 	m := nats.NewMsg(r.names.Req(class))
 	m.Header.Set(jetstream.MsgIDHeader, id)
-	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(cfg.ISL, 10))
+	isl := cfg.ISL
+	if r.prefixes != nil {
+		hashes, _ := r.prefixes.next(n)
+		isl = uint64(len(hashes) * cfg.Prefixes.BlockSize)
+		m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(hashes))
+	}
+	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(isl, 10))
 	if cfg.Cached > 0 {
 		m.Header.Set("Dispatch-Cached-Tokens", strconv.FormatUint(cfg.Cached, 10))
 	}
@@ -247,7 +270,7 @@ func (r *run) message(n int, class, id, inbox string) *nats.Msg {
 		m.Header.Set("Dispatch-Deadline-Ms", strconv.FormatUint(cfg.DeadlineMs, 10))
 	}
 	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, cfg.RunID, n, class)
-	return m
+	return m, isl
 }
 
 // publishAll publishes every request, paced by Rate, with at most Window
@@ -279,6 +302,7 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 		<-collected
 	}()
 
+	tenants := newTenantPicker(r.cfg.Tenants)
 	for n, class := range order(r.cfg) {
 		if r.cfg.Rate > 0 {
 			at := r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
@@ -296,9 +320,13 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 			return
 		}
 		id := r.cfg.RunID + "-" + strconv.Itoa(n)
-		m := r.message(n, class, id, inbox)
+		m, isl := r.message(n, class, id, inbox)
+		key := tenants.next(class)
+		if key != "" {
+			m.Header.Set("Dispatch-Fairness-Key", key)
+		}
 		r.mu.Lock()
-		r.reqs[id] = &request{class: class, publishedAt: time.Now()}
+		r.reqs[id] = &request{class: class, isl: isl, key: key, publishedAt: time.Now()}
 		r.mu.Unlock()
 		fut, err := js.PublishMsgAsync(m)
 		if err != nil {
@@ -373,11 +401,14 @@ func (r *run) onCompletion(m *nats.Msg) {
 		r.dups++
 		return
 	}
+	if q.key != "" {
+		r.byKey[q.key]++
+	}
 	r.completions = append(r.completions, Completion{
-		RequestID: rec.RequestID, Class: q.class, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
+		RequestID: rec.RequestID, Class: q.class, Key: q.key, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
 		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
-		Latency: rec.FinishedAt.Sub(q.publishedAt),
+		Latency: rec.FinishedAt.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
 	})
 	r.perClass[q.class].Completed++
 	r.endLocked(q)
@@ -425,6 +456,10 @@ func (r *run) progress() Progress {
 	for c, st := range r.perClass {
 		p.Completed[c] = st.Completed
 	}
+	p.CompletedByKey = make(map[string]int, len(r.byKey))
+	for k, n := range r.byKey {
+		p.CompletedByKey[k] = n
+	}
 	return p
 }
 
@@ -436,7 +471,8 @@ func (r *run) result(elapsed time.Duration) *Result {
 		Completions: append([]Completion(nil), r.completions...),
 		Rejected:    append([]Outcome(nil), r.rejected...),
 		Duplicates:  r.dups, PerClass: map[string]ClassStats{}, Elapsed: elapsed,
-		Complete: r.ended == r.total,
+		KeyRequests: r.keyRequestsLocked(),
+		Complete:    r.ended == r.total,
 	}
 	secs := elapsed.Seconds()
 	var all []time.Duration
@@ -454,9 +490,70 @@ func (r *run) result(elapsed time.Duration) *Result {
 		}
 		res.PerClass[cc.Class] = st
 	}
+	var prompt, cached uint64
+	for _, c := range res.Completions {
+		prompt += c.PromptTokens
+		cached += min(c.CachedTokens, c.PromptTokens)
+	}
+	if prompt > 0 {
+		res.CacheHitRate = float64(cached) / float64(prompt)
+	}
 	res.P50, res.P90, res.P99 = percentiles(all)
 	if secs > 0 {
 		res.Throughput = float64(len(res.Completions)) / secs
 	}
 	return res
+}
+
+// keyRequestsLocked counts the requests published under each fairness key;
+// nil without tenants. r.mu must be held.
+func (r *run) keyRequestsLocked() map[string]int {
+	if len(r.cfg.Tenants) == 0 {
+		return nil
+	}
+	out := map[string]int{}
+	for _, q := range r.reqs {
+		if q.key != "" {
+			out[q.key]++
+		}
+	}
+	return out
+}
+
+// tenantPicker assigns fairness keys to each class's requests in a smooth
+// weighted round robin (each step, every tenant earns its weight and the
+// richest, paying the total, is picked), so the mix is even at every scale.
+type tenantPicker struct {
+	tenants []Tenant
+	total   int
+	credit  map[string][]int // class -> credit per tenant
+}
+
+func newTenantPicker(ts []Tenant) *tenantPicker {
+	p := &tenantPicker{tenants: ts, credit: map[string][]int{}}
+	for _, t := range ts {
+		p.total += t.Weight
+	}
+	return p
+}
+
+// next returns the key of class's next request, "" without tenants.
+func (p *tenantPicker) next(class string) string {
+	if len(p.tenants) == 0 {
+		return ""
+	}
+	c := p.credit[class]
+	if c == nil {
+		c = make([]int, len(p.tenants))
+		p.credit[class] = c
+	}
+	best := 0
+	for i, t := range p.tenants {
+		c[i] += t.Weight
+		if c[i] > c[best] {
+			best = i
+		}
+	}
+	c[best] -= p.total
+	return p.tenants[best].Key
 }

@@ -32,6 +32,17 @@
 // and not finished; kv_used_blocks sums ceil((isl + output)/BlockSize) over
 // running requests and active_decode_blocks the same over decoding ones.
 //
+// With Config.KVCapacity each rank has a simulated prefix cache
+// (prefixcache.go): an LRU device tier of KVCapacity blocks and an optional
+// LRU host tier of KVHostCapacity blocks receiving the device's evictions. A
+// request carrying Dispatch-Block-Hashes is looked up when accepted (the
+// longest prefix held in either tier is cached), its blocks are stored on the
+// device, and its uncached tokens are its ISL minus the cached prefix (in
+// place of Dispatch-Cost). The changes go out as KV cache events through the
+// helper, which the worker answers resynchronisation requests for under its
+// lock. [Worker.CacheStats] gives the hit rate; the completion record carries
+// cached_tokens.
+//
 // Time is simulated by events: when the simulator runs late, a slot freed at
 // time t starts its next request at t, not at the late wake-up, so the
 // simulated schedule does not drift.

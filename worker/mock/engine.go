@@ -20,6 +20,7 @@ type job struct {
 	id         string
 	rank       int
 	uncached   uint64
+	cached     uint64 // prompt tokens found in the rank's prefix cache
 	blocks     uint64 // KV blocks once running
 	out        int
 	phase      phase

@@ -92,12 +92,31 @@ type Config struct {
 	// around a server restart can be lost (written to the dying connection,
 	// or flushed on reconnect before JetStream is back).
 	ConfirmAcks bool
+	// KVCapacity, when > 0, gives each rank a simulated prefix cache of
+	// that many device blocks (LRU), fed by the requests'
+	// Dispatch-Block-Hashes, whose changes the worker publishes as KV cache
+	// events (docs/protocol.md, KV cache events; prefixcache.go). A request
+	// with hashes then prefills only the tokens its rank's cache lacks, and
+	// CacheStats and the completion record's cached_tokens tell the hits.
+	KVCapacity int
+	// KVHostCapacity, with KVCapacity, adds a host tier of that many blocks
+	// per rank: blocks evicted from the device move there (LRU) and count
+	// as cached. 0: none.
+	KVHostCapacity int
 	// CostFactor scales the prefill_tokens the completion record reports: the
 	// request's uncached tokens times CostFactor, so that tests can make the
 	// dispatcher's estimate wrong on purpose (docs/design.md, Cost settlement).
 	// Default 1 (exact), > 0, at most 1000. The simulation itself runs the
 	// uncached tokens.
 	CostFactor float64
+	// KeyCostFactors overrides CostFactor per fairness key (Dispatch-Fairness-Key;
+	// "_" for a request without one), each in (0, 1000], so that a test can
+	// mis-estimate one tenant's requests and not another's.
+	KeyCostFactors map[string]float64
+	// NoCompletions, when true, publishes no completion record: the worker
+	// leaves the dispatcher's estimates uncorrected (docs/design.md, Cost
+	// settlement), as a worker that does not implement records does.
+	NoCompletions bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -132,6 +151,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
 		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
 	}
+	for k, f := range c.KeyCostFactors {
+		if !(f > 0 && f <= 1000) {
+			errs = append(errs, fmt.Errorf("cost factor %v of key %q: want in (0, 1000]", f, k))
+		}
+	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d: want >= 1", c.MaxNumSeqs))
 	}
@@ -146,6 +170,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("block size %d: want >= 1", c.BlockSize))
+	}
+	if c.KVCapacity < 0 || c.KVHostCapacity < 0 || (c.KVHostCapacity > 0 && c.KVCapacity == 0) {
+		errs = append(errs, fmt.Errorf("kv capacity %d, host %d: want >= 0, a host tier only with a device one", c.KVCapacity, c.KVHostCapacity))
 	}
 	if c.RefuseWhenFull < 0 {
 		errs = append(errs, fmt.Errorf("refuse when full %d: want >= 0", c.RefuseWhenFull))
@@ -193,6 +220,10 @@ type Worker struct {
 	mu    sync.Mutex
 	eng   *engine
 	stats Stats
+	// caches are the ranks' prefix caches (nil without KVCapacity), and
+	// cacheStats their counters (prefixcache.go).
+	caches     []*prefixCache
+	cacheStats CacheStats
 
 	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
 	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
@@ -232,6 +263,14 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		return nil, fmt.Errorf("mock: %w", err)
 	}
 	m.ackWait = m.helper.Config().AckWait
+	if cfg.KVCapacity > 0 {
+		for range m.helper.Config().DPSize {
+			m.caches = append(m.caches, newPrefixCache(cfg.KVCapacity, cfg.KVHostCapacity))
+		}
+		if err := m.helper.EnableKVEvents(worker.KVConfig{Resync: m.resyncCache}); err != nil {
+			return nil, fmt.Errorf("mock: %w", err)
+		}
+	}
 	return m, nil
 }
 
@@ -321,7 +360,14 @@ func (m *Worker) offer(r *worker.Request) bool {
 	j.blocks = (tokens + uint64(out) + bs - 1) / bs
 
 	m.mu.Lock()
+	hashes, cached, hasHashes := m.cacheLookup(r)
+	if hasHashes {
+		j.uncached, j.cached = r.ISL-cached, cached
+	}
 	ok := m.eng.admit(time.Now(), j)
+	if ok && hasHashes {
+		m.cacheStore(r, hashes, cached)
+	}
 	if ok {
 		m.stats.Accepted++
 		m.setLoadLocked(j.rank)
@@ -403,7 +449,9 @@ func (m *Worker) complete(j *job) {
 	m.mu.Lock()
 	m.stats.Completed++
 	m.mu.Unlock()
-	m.publishCompletion(j)
+	if !m.cfg.NoCompletions {
+		m.publishCompletion(j)
+	}
 }
 
 // ackLoop confirms the acknowledgements of queued jobs, oldest first, until
@@ -436,12 +484,15 @@ func (m *Worker) ackLoop() {
 // then went down (lost with it) is not the only one.
 func (m *Worker) confirm(j *job) {
 	r := j.req
-	b, err := m.completion(j)
-	if err != nil {
-		m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
+	var b []byte
+	if !m.cfg.NoCompletions {
+		var err error
+		if b, err = m.completion(j); err != nil {
+			m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.ackWait)
-	err = r.DoneConfirmedAfter(ctx, func(attempt int) {
+	err := r.DoneConfirmedAfter(ctx, func(attempt int) {
 		if attempt == 1 {
 			m.mu.Lock()
 			m.stats.Completed++
@@ -473,8 +524,17 @@ func (m *Worker) confirm(j *job) {
 // completion encodes j's completion record.
 func (m *Worker) completion(j *job) ([]byte, error) {
 	r := j.req
-	c := r.Completion(uint64(math.Round(float64(j.uncached)*m.cfg.CostFactor)), uint64(j.out), false)
+	f := m.cfg.CostFactor
+	key := r.FairnessKey
+	if key == "" {
+		key = "_"
+	}
+	if kf, ok := m.cfg.KeyCostFactors[key]; ok {
+		f = kf
+	}
+	c := r.Completion(uint64(math.Round(float64(j.uncached)*f)), uint64(j.out), false)
 	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
+	c.CachedTokens = j.cached
 	return json.Marshal(c)
 }
 

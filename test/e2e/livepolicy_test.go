@@ -1,0 +1,372 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/naming"
+	"fairdispatch/policy"
+	"fairdispatch/worker/mock"
+)
+
+// Issue 12, live policy (docs/design.md, Live policy): a policy put in the
+// policy bucket runs on every dispatcher without a restart; an invalid one is
+// refused everywhere. Helpers carry the prefix lp.
+
+// lpOutcome is one "dispatched" outcome, in the order the test received it
+// (the order the leader handled the acceptances, within a worker's few
+// sequences of the dispatch order).
+type lpOutcome struct {
+	id, class string
+	rev       uint64
+	at        time.Time
+}
+
+// lpOutcomes collects the dispatched outcomes published on lp.outcome.>.
+type lpOutcomes struct {
+	mu   sync.Mutex
+	list []lpOutcome
+	ids  map[string]bool
+}
+
+func lpCollect(t *testing.T, nc *nats.Conn) *lpOutcomes {
+	t.Helper()
+	o := &lpOutcomes{ids: map[string]bool{}}
+	sub, err := nc.Subscribe("lp.outcome.>", func(m *nats.Msg) {
+		var v struct {
+			ID     string `json:"request_id"`
+			Status string `json:"status"`
+			Class  string `json:"policy_class"`
+			Rev    uint64 `json:"policy_revision"`
+		}
+		if json.Unmarshal(m.Data, &v) != nil || v.Status != "dispatched" {
+			return
+		}
+		o.mu.Lock()
+		o.list = append(o.list, lpOutcome{v.ID, v.Class, v.Rev, time.Now()})
+		o.ids[v.ID] = true
+		o.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return o
+}
+
+// count returns how many outcomes of revision rev received after since there are.
+func (o *lpOutcomes) count(rev uint64, since time.Time) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, x := range o.list {
+		if x.rev == rev && !x.at.Before(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// split counts the classes of the first n outcomes of revision rev received after since.
+func (o *lpOutcomes) split(rev uint64, since time.Time, n int) map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]int{}
+	for _, x := range o.list {
+		if n == 0 {
+			break
+		}
+		if x.rev == rev && !x.at.Before(since) {
+			out[x.class]++
+			n--
+		}
+	}
+	return out
+}
+
+func (o *lpOutcomes) distinct() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.ids)
+}
+
+// lpPolicyView is the policy part of /debug/queues.
+type lpPolicyView struct {
+	Policy struct {
+		Revision    uint64   `json:"revision"`
+		Source      string   `json:"source"`
+		Classes     []string `json:"classes"`
+		Refused     uint64   `json:"refused"`
+		LastRefused *struct {
+			Revision uint64 `json:"revision"`
+			Error    string `json:"error"`
+		} `json:"last_refused"`
+	} `json:"policy"`
+	Classes []struct {
+		Pending int `json:"pending_requests"`
+	} `json:"classes"`
+}
+
+func lpView(p *proc) (v lpPolicyView, ok bool) {
+	code, body := p.get("/debug/queues")
+	if code != 200 {
+		return v, false
+	}
+	return v, json.Unmarshal([]byte(body), &v) == nil
+}
+
+func lpWaitRevision(t *testing.T, rev uint64, ps ...*proc) {
+	t.Helper()
+	for _, p := range ps {
+		waitFor(t, 20*time.Second, fmt.Sprintf("a dispatcher to run policy revision %d", rev), func() bool {
+			v, ok := lpView(p)
+			return ok && v.Policy.Revision == rev && v.Policy.Source == "bucket"
+		})
+		if got := p.metric("fairdispatch_policy_revision"); got != float64(rev) {
+			t.Errorf("fairdispatch_policy_revision = %v, want %d", got, rev)
+		}
+	}
+}
+
+func lpStore(t *testing.T, js jetstream.JetStream) *policy.Store {
+	t.Helper()
+	names, _ := naming.New(naming.DefaultPrefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := policy.Open(ctx, js, names.PolicyBucket(), policy.BucketConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func lpPut(t *testing.T, s *policy.Store, yaml string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rev, _, err := s.Put(ctx, "test", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// lpPublish publishes n requests per class, alternately, of 512 tokens each,
+// with their outcomes on lp.outcome.<run>.
+func lpPublish(t *testing.T, js jetstream.JetStream, run string, n int, classes ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range n {
+		for _, c := range classes {
+			m := nats.NewMsg("dispatch.req." + c)
+			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("%s-%s-%d", run, c, i))
+			m.Header.Set("Dispatch-ISL-Tokens", "512")
+			m.Header.Set("Dispatch-Reply-To", "lp.outcome."+run)
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// lpLine returns the first log line of p containing every fragment, or "".
+func lpLine(p *proc, fragments ...string) string {
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(line, f)
+		}
+		if ok {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover: two dispatchers (a
+// leader and a standby) start with quanta premium 512 : regular 128, seeded
+// into the policy bucket as revision 1; 600 + 600 requests of one worker's
+// backlog are all queued in the leader, then released. Once 100 have been
+// dispatched under revision 1, quanta 128:512 are put (revision 2): among
+// the first 100 dispatches under revision 2 regular has about 80, where it
+// had about 20 under revision 1 (assertions: >= 70 and <= 30, DRR's 4:1 with
+// a few of slack for the worker's window). Nothing restarts; the standby
+// runs revision 2 too. The leader is SIGKILLed; the standby takes over and
+// dispatches under revision 2 (regular >= 70 of its first 100), then applies
+// revision 3 (512:128 again) while it runs (premium >= 70 of the first 100
+// under it). Every request is dispatched.
+func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
+	const perClass = 600
+	ns := startNATS(t)
+	url := ns.URL()
+	file := writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128))
+	p1 := startDispatcher(t, url, "--policy-config", file, "--instance-id", "d1")
+	p2 := launch(t, url, "--policy-config", file, "--instance-id", "d2")
+	haWaitStandby(t, p2)
+	lpWaitRevision(t, 1, p1, p2)
+
+	nc := connect(t, url)
+	js := jsOf(t, nc)
+	store := lpStore(t, js)
+	outs := lpCollect(t, nc)
+	w := startMock(t, nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 40000})
+	w.Helper().SetDraining(true)
+	waitFor(t, 10*time.Second, "both dispatchers to see w1", func() bool {
+		v1, ok1 := frlQueues(p1)
+		v2, ok2 := frlQueues(p2)
+		return ok1 && ok2 && v1.hasWorker("w1") && v2.hasWorker("w1")
+	})
+	lpPublish(t, js, "flip", perClass, "premium", "regular")
+	waitFor(t, 20*time.Second, "the whole burst queued in the leader", func() bool {
+		v, ok := frlQueues(p1)
+		return ok && v.pendingTotal() == 2*perClass
+	})
+	start := time.Time{}
+	w.Helper().SetDraining(false)
+
+	// Leader, revision 1 then 2.
+	waitFor(t, 30*time.Second, "100 dispatches under revision 1", func() bool { return outs.count(1, start) >= 100 })
+	put := time.Now()
+	if rev := lpPut(t, store, fmt.Sprintf(frlFairPolicy, 128, 512)); rev != 2 {
+		t.Fatalf("put revision %d, want 2", rev)
+	}
+	lpWaitRevision(t, 2, p1, p2)
+	waitFor(t, 30*time.Second, "100 dispatches under revision 2", func() bool { return outs.count(2, start) >= 100 })
+	before, after := outs.split(1, start, 100), outs.split(2, start, 100)
+	t.Logf("leader: first 100 under 512:128 %v; first 100 under 128:512 %v; %d dispatched under revision 1 after the put returned; %s",
+		before, after, outs.count(1, put), lpLine(p1, "policy applied", `"revision":2`))
+	if before["premium"] < 70 || after["regular"] < 70 {
+		t.Errorf("leader: premium %d of the first 100 under revision 1 (want >= 70), regular %d of the first 100 under revision 2 (want >= 70)",
+			before["premium"], after["regular"])
+	}
+	select {
+	case <-p1.done:
+		t.Fatalf("the leader stopped: %v", p1.err)
+	default:
+	}
+
+	// Failover: the standby already runs revision 2.
+	p1.kill()
+	led := haWaitLead(t, p2, 20*time.Second)
+	waitFor(t, 30*time.Second, "100 dispatches by the new leader under revision 2", func() bool { return outs.count(2, led) >= 100 })
+	took := outs.split(2, led, 100)
+	put3 := time.Now()
+	if rev := lpPut(t, store, fmt.Sprintf(frlFairPolicy, 512, 128)); rev != 3 {
+		t.Fatalf("put revision %d, want 3", rev)
+	}
+	lpWaitRevision(t, 3, p2)
+	waitFor(t, 30*time.Second, "100 dispatches under revision 3", func() bool { return outs.count(3, led) >= 100 })
+	back := outs.split(3, led, 100)
+	t.Logf("new leader: first 100 under 128:512 %v; first 100 under 512:128 again %v; %d under revision 2 after the put returned; %s",
+		took, back, outs.count(2, put3), lpLine(p2, "policy applied", `"revision":3`))
+	if took["regular"] < 70 || back["premium"] < 70 {
+		t.Errorf("new leader: regular %d of its first 100 under revision 2 (want >= 70), premium %d of the first 100 under revision 3 (want >= 70)",
+			took["regular"], back["premium"])
+	}
+	waitFor(t, 90*time.Second, "every request dispatched", func() bool { return outs.distinct() == 2*perClass })
+}
+
+// TestLivePolicyInvalidRevisionRefusedEverywhere: an invalid revision put
+// straight into the bucket (bypassing fairctl's validation) is refused by
+// the leader and the standby: each keeps running revision 1, logs the
+// refusal with the revision, counts it, and shows it in /debug/queues; the
+// leader keeps dispatching under revision 1. A valid revision after it is
+// applied by both.
+func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
+	ns := startNATS(t)
+	url := ns.URL()
+	file := writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128))
+	p1 := startDispatcher(t, url, "--policy-config", file, "--instance-id", "d1")
+	p2 := launch(t, url, "--policy-config", file, "--instance-id", "d2")
+	haWaitStandby(t, p2)
+	lpWaitRevision(t, 1, p1, p2)
+
+	nc := connect(t, url)
+	js := jsOf(t, nc)
+	outs := lpCollect(t, nc)
+	startMock(t, nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	kv, err := js.KeyValue(context.Background(), "fairdispatch_policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(fmt.Sprintf(frlFairPolicy, 512, 128), "quantum: 128", "quantum: 0", 1)
+	rev, err := kv.Put(context.Background(), policy.Key, []byte(bad))
+	if err != nil || rev != 2 {
+		t.Fatalf("put of the invalid revision: rev %d, %v; want 2", rev, err)
+	}
+	for _, p := range []*proc{p1, p2} {
+		waitFor(t, 20*time.Second, "the refusal in /debug/queues", func() bool {
+			v, ok := lpView(p)
+			return ok && v.Policy.Refused == 1 && v.Policy.LastRefused != nil
+		})
+		v, _ := lpView(p)
+		if v.Policy.Revision != 1 || v.Policy.LastRefused.Revision != 2 || !strings.Contains(v.Policy.LastRefused.Error, "policy_classes[1].quantum") {
+			t.Errorf("policy view %+v (last refused %+v), want revision 1 running and revision 2 refused for policy_classes[1].quantum",
+				v.Policy, *v.Policy.LastRefused)
+		}
+		if got := p.metric("fairdispatch_policy_refused_total"); got != 1 {
+			t.Errorf("fairdispatch_policy_refused_total = %v, want 1", got)
+		}
+		if got := p.metric("fairdispatch_policy_revision"); got != 1 {
+			t.Errorf("fairdispatch_policy_revision = %v, want 1", got)
+		}
+		line := lpLine(p, "policy revision refused", `"revision":2`, "quantum")
+		if line == "" {
+			t.Errorf("no log line of the refusal of revision 2")
+		}
+		_, body := p.get("/debug/queues")
+		if i := strings.Index(body, `"policy":`); i >= 0 {
+			body = body[i:]
+		}
+		t.Logf("refusal logged: %s\n/debug/queues: %s", line, body)
+	}
+
+	// The leader keeps serving under revision 1.
+	lpPublish(t, js, "after", 20, "premium", "regular")
+	waitFor(t, 30*time.Second, "40 dispatched after the refusal", func() bool { return outs.count(1, time.Time{}) == 40 })
+
+	// A valid revision after it runs everywhere.
+	lpPut(t, lpStore(t, js), fmt.Sprintf(frlFairPolicy, 128, 512))
+	lpWaitRevision(t, 3, p1, p2)
+}
+
+// TestLivePolicyUnderExamplePermissions: under configs/nats-accounts.conf the
+// dispatcher seeds and watches its policy bucket, and user policy_admin
+// changes the policy (put, history) and nothing else: the dispatcher applies
+// its revision; a request it publishes is refused.
+func TestLivePolicyUnderExamplePermissions(t *testing.T) {
+	n, p := permStart(t)
+	lpWaitRevision(t, 1, p)
+	nc, errs := secConnect(t, n.URL(), "policy_admin", permPolicySecret, "_INBOX_policy_admin")
+	js := jsOf(t, nc)
+	store := lpStore(t, js)
+	rev := lpPut(t, store, strings.Replace(permPolicy, "quantum: 512", "quantum: 64", 1))
+	lpWaitRevision(t, rev, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h, err := store.History(ctx); err != nil || len(h) != 2 {
+		t.Errorf("history as policy_admin: %d revisions, %v; want 2", len(h), err)
+	}
+	if _, err := permPublish(nc, "premium", "lp-perm-1", ""); err == nil {
+		t.Errorf("policy_admin published a request")
+	}
+	if line := lpLine(p, "policy watch failed"); line != "" {
+		t.Errorf("the dispatcher's watch failed under its permissions: %s", line)
+	}
+	t.Logf("asynchronous errors of policy_admin: %s", errs)
+}
