@@ -38,12 +38,16 @@ type burstResult struct {
 }
 
 // burstFair runs the burst through the dispatcher with configs/policy-classes.yaml
-// and one worker/mock engine.
-func (b *bench) burstFair() (res burstResult) {
+// and one worker/mock engine; with capacity > 0 the engine reports it as
+// max_active_requests (docs/protocol.md, Load report).
+func (b *bench) burstFair(capacity uint64) (res burstResult) {
 	res = burstResult{System: "fairdispatch"}
+	if capacity > 0 {
+		res.System = fmt.Sprintf("fairdispatch, max_active_requests %d", capacity)
+	}
 	fail := func(what string, err error) burstResult {
 		res.Error = fmt.Sprintf("%s: %v", what, err)
-		b.logf("burst fairdispatch: %s", res.Error)
+		b.logf("burst %s: %s", res.System, res.Error)
 		return res
 	}
 	policy, err := os.ReadFile(filepath.Join(b.modRoot, "configs", "policy-classes.yaml"))
@@ -63,7 +67,7 @@ func (b *bench) burstFair() (res burstResult) {
 		return fail("connect", err)
 	}
 	defer closeAll(conns)
-	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS}, zerolog.Nop())
+	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS, MaxActiveRequests: capacity}, zerolog.Nop())
 	if err != nil {
 		return fail("mock worker", err)
 	}

@@ -220,8 +220,10 @@ func run(args []string) error {
 		b.logf("burst: direct work queue")
 		direct := b.burstDirect()
 		b.logf("burst: fairdispatch")
-		fair := b.burstFair()
-		res.Bursts = []burstResult{direct, fair}
+		fair := b.burstFair(0)
+		b.logf("burst: fairdispatch, the worker declaring its capacity (max_active_requests)")
+		capped := b.burstFair(burstSeqs)
+		res.Bursts = []burstResult{direct, fair, capped}
 		chart := filepath.Join(opt.out, "bench-burst.png")
 		if err := burstChart(chart, fair, direct); err != nil {
 			b.logf("chart: %v", err)
