@@ -60,7 +60,8 @@ func (s *system) middlePid() int {
 }
 
 // resetStreams deletes the request and dead-letter streams, with their
-// consumers and messages, and creates them again as the dispatcher would.
+// consumers and messages, and the policy bucket, and creates the streams
+// again as the dispatcher would.
 func (b *bench) resetStreams() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -68,6 +69,11 @@ func (b *bench) resetStreams() error {
 		if err := b.js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("delete stream %s: %w", s, err)
 		}
+	}
+	// The policy bucket too: a dispatcher runs the bucket's revision over its
+	// --policy-config, so each one must start without the last one's policy.
+	if err := b.js.DeleteKeyValue(ctx, b.opt.names.PolicyBucket()); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("delete bucket %s: %w", b.opt.names.PolicyBucket(), err)
 	}
 	return bus.EnsureStreams(ctx, b.js, bus.StreamConfig{Prefix: b.opt.prefix})
 }
