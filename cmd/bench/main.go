@@ -98,8 +98,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 1000000; its --max-held is raised to match)")
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
-	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys (default all but the curves)")
-	fs.BoolVar(&o.curves, "curves", false, "also run the scale curves (ranks, queued, classes, keys); with --only, only those named there")
+	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all but the curves)")
+	fs.BoolVar(&o.curves, "curves", false, "also run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve; with --only, only those named there")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	if err := fs.Parse(args); err != nil {
@@ -212,6 +212,9 @@ func run(args []string) error {
 	if want("memory") {
 		m := b.memory()
 		res.Memory = &m
+	}
+	if (opt.curves && opt.only == "") || strings.Contains(","+opt.only+",", ",curves-idle,") {
+		res.Idle = b.idleCurve()
 	}
 	res.Curves = b.curves(func(part string) bool {
 		return opt.only != "" && strings.Contains(","+opt.only+",", ","+part+",")

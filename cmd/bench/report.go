@@ -22,6 +22,7 @@ type results struct {
 	Bursts        []burstResult `json:"bursts"`
 	ChartFile     string        `json:"chart,omitempty"`
 	Curves        []curve       `json:"curves,omitempty"`
+	Idle          []idlePoint   `json:"idle_capacity,omitempty"`
 	Stale         int64         `json:"stale_acceptances"`
 }
 
@@ -114,6 +115,17 @@ func (r *results) markdown() string {
 	}
 	if r.ChartFile != "" {
 		fmt.Fprintf(&b, "\nChart of the bursts' completions over time: %s\n", r.ChartFile)
+	}
+	if len(r.Idle) > 0 {
+		fmt.Fprintf(&b, "\nIdle capacity against service time (fairdispatch, configs/policy-classes.yaml, one mock engine of %d sequences, a backlog of one class; goal: under 5%% at 50 ms):\n\n", burstSeqs)
+		b.WriteString("| service ms | requests | seconds | idle share of the sequences' time |\n|---:|---:|---:|---:|\n")
+		for _, p := range r.Idle {
+			if p.Error != "" {
+				fmt.Fprintf(&b, "| %.0f | failed: %s | | |\n", p.ServiceMs, p.Error)
+				continue
+			}
+			fmt.Fprintf(&b, "| %.0f | %d | %.2f | %.1f%% |\n", p.ServiceMs, p.Requests, p.Seconds, 100*p.Idle)
+		}
 	}
 	for _, c := range r.Curves {
 		fmt.Fprintf(&b, "\nCurve against %s (fairdispatch behind one fleet process answering for every worker id; goal: the dispatcher's CPU per request grows at most %.1fx):\n\n", c.XLabel, curveGrowthGoal)
