@@ -440,9 +440,17 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	// rejected all_workers_overloaded (docs/decisions.md: an excluded worker is
 	// overloaded for selection). Only a refused request waits whatever its
 	// class's queueing; a new arrival does not.
+	// The worker finishes a request before the dispatcher may have read its
+	// acceptance (another connection, another goroutine), and the acceptance is
+	// what ends the worker's refusal back-off: wait for the dispatcher to have
+	// counted it before the next arrival, which would otherwise meet the only
+	// worker still excluded.
 	for i := 0; i < n; i++ {
 		res := frlRunLoad(t, nc, fmt.Sprintf("fickle%d", i), 1)
 		frlCheckAllOn(t, res, 1, "fickle")
+		waitFor(t, 20*time.Second, "the dispatcher to count the acceptance", func() bool {
+			return p.metric(frlHandshakes, `outcome="accepted"`) >= float64(i+1)
+		})
 	}
 	if got := offers.Load(); got != n*(refusals+1) {
 		t.Errorf("offers = %d, want %d (%d refusals and one acceptance per request)", got, n*(refusals+1), refusals)
