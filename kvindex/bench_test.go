@@ -89,12 +89,25 @@ func BenchmarkOverlap(b *testing.B) {
 	for _, own := range []int{0, 4096} {
 		for _, holders := range []int{1, 16, 64, 256} {
 			name := fmt.Sprintf("blocks=512/ranks=256/own=%d/holders=%d", own, holders)
-			b.Run(name, func(b *testing.B) { benchOverlap(b, 512, 256, own, holders) })
+			b.Run(name, func(b *testing.B) { benchOverlap(b, 512, 256, own, holders, false) })
 		}
 	}
 }
 
-func benchOverlap(b *testing.B, blocks, ranks, ownBlocks, holders int) {
+// BenchmarkOverlapWhole is BenchmarkOverlap with each of the `holders` ranks
+// holding the whole prompt (in the tier of its rank number modulo 4): with
+// holders=256 no prefix ends before the prompt does, the worst case of the
+// acceptance goal (docs/bench.md, KV cache index).
+func BenchmarkOverlapWhole(b *testing.B) {
+	for _, own := range []int{0, 4096} {
+		for _, holders := range []int{1, 16, 64, 256} {
+			name := fmt.Sprintf("blocks=512/ranks=256/own=%d/holders=%d", own, holders)
+			b.Run(name, func(b *testing.B) { benchOverlap(b, 512, 256, own, holders, true) })
+		}
+	}
+}
+
+func benchOverlap(b *testing.B, blocks, ranks, ownBlocks, holders int, whole bool) {
 	x := newIndex(b, 1<<24)
 	prompt := make([]uint64, blocks)
 	for i := range prompt {
@@ -116,6 +129,9 @@ func benchOverlap(b *testing.B, blocks, ranks, ownBlocks, holders int) {
 		}
 		if s < holders {
 			n := blocks * (s + 1) / holders
+			if whole {
+				n = blocks
+			}
 			e := ev(id, r, kvindex.Tier(s%int(kvindex.NumTiers)), prompt[:n]...)
 			if _, err := x.Apply(w, e); err != nil {
 				b.Fatal(err)

@@ -1,9 +1,11 @@
 package kvindex
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -153,11 +155,15 @@ type slot struct {
 // tier. The zero Index is not usable; build one with [New].
 type Index struct {
 	blocks    map[uint64][]uint32 // block hash -> holder entries, never empty
+	dense     map[uint64]dense    // block hash -> dense form, for many holders
 	slots     []slot
 	free      []int32
 	bySlot    map[slotKey]int32
 	workers   map[string]*worker
 	best      [1 << NumTiers]float64 // weight of a tier set: its largest weight
+	order     [NumTiers]Tier         // the tiers by decreasing weight
+	orderW    [NumTiers]float64      // their weights
+	bestOrd   [1 << NumTiers]float64 // weight of a set of tier classes (order indexes)
 	max       int
 	maxRanks  int
 	total     int
@@ -189,6 +195,7 @@ func New(c Config) (*Index, error) {
 	}
 	x := &Index{
 		blocks:   make(map[uint64][]uint32),
+		dense:    make(map[uint64]dense),
 		bySlot:   make(map[slotKey]int32),
 		workers:  make(map[string]*worker),
 		max:      c.MaxBlocks,
@@ -200,6 +207,22 @@ func New(c Config) (*Index, error) {
 				x.best[set] = c.Weights[t]
 			}
 		}
+	}
+	for t := range NumTiers {
+		x.order[t] = t
+	}
+	slices.SortStableFunc(x.order[:], func(a, b Tier) int { return cmp.Compare(c.Weights[b], c.Weights[a]) })
+	for k, t := range x.order {
+		x.orderW[k] = c.Weights[t]
+	}
+	for set := range x.bestOrd {
+		var ts Tiers
+		for k, t := range x.order {
+			if set&(1<<k) != 0 {
+				ts |= 1 << t
+			}
+		}
+		x.bestOrd[set] = x.best[ts]
 	}
 	return x, nil
 }
@@ -316,6 +339,9 @@ func (x *Index) store(s int32, h uint64, bit uint32, r *Result) bool {
 			if e&bit == 0 {
 				hs[i] = e | bit
 				x.addTier(s, bit, 1)
+				if d := x.denseFor(h, hs); d != nil {
+					x.denseSet(h, d, len(hs), s, bit)
+				}
 			}
 			return true
 		}
@@ -329,7 +355,13 @@ func (x *Index) store(s int32, h uint64, bit uint32, r *Result) bool {
 		}
 		hs = x.blocks[h] // the victim may have held h
 	}
-	x.blocks[h] = append(hs, uint32(s)<<slotShift|bit)
+	hs = append(hs, uint32(s)<<slotShift|bit)
+	x.blocks[h] = hs
+	if d := x.denseFor(h, hs); d != nil {
+		x.denseSet(h, d, len(hs), s, bit)
+	} else {
+		x.densify(h, hs)
+	}
 	sl := &x.slots[s]
 	sl.list = append(sl.list, h)
 	sl.held++
@@ -368,12 +400,19 @@ func (x *Index) drop(s int32, h uint64, bits uint32) bool {
 				x.addTier(s, 1<<t, -1)
 			}
 		}
+		d := x.denseFor(h, hs)
+		if d != nil {
+			x.denseBits(d, s, gone, false)
+		}
 		e &^= gone
 		if e&tierMask != 0 {
 			hs[i] = e
 			return false
 		}
 		last := len(hs) - 1
+		if d != nil && last < denseOff(d.words()) {
+			delete(x.dense, h)
+		}
 		hs[i] = hs[last]
 		if last == 0 {
 			delete(x.blocks, h)
@@ -579,9 +618,10 @@ type Overlaps struct {
 	// no particular order (deterministic for a given history of events).
 	Hits []Hit
 
-	acc     []prefix // per rank slot: the last query's prefixes
-	touched []int32  // the slots with a prefix in the last query
-	x       *Index   // the index of the last query
+	acc     []prefix    // per rank slot: the last query's prefixes
+	words   []denseWord // the dense walk's state, per 64 slots
+	touched []int32     // the slots with a prefix in the last query
+	x       *Index      // the index of the last query
 }
 
 // Best returns the hit with the largest Weighted, ties to the longer prefix,
@@ -635,8 +675,10 @@ func (o *Overlaps) lookup(workerID string, rank int32) Hit {
 // never appear.
 //
 // Cost: one map lookup per block up to the longest prefix of any rank, plus
-// one step per holder entry of those blocks; no allocation once out has seen
-// as many rank slots as the index has (out grows with the index, amortized).
+// one step per holder entry of those blocks, or per 64 rank slots for blocks
+// with a dense form (see "Dense blocks" in the package doc); no allocation
+// once out has seen as many rank slots as the index has (out grows with the
+// index, amortized).
 func (x *Index) Overlap(hashes []uint64, out *Overlaps) {
 	out.Hits = out.Hits[:0]
 	for _, s := range out.touched {
@@ -657,10 +699,15 @@ func (x *Index) Overlap(hashes []uint64, out *Overlaps) {
 		return
 	}
 	acc, best := out.acc, &x.best
-	for _, e := range hs {
-		s := e >> slotShift
-		acc[s] = prefix{1, best[e&tierMask]}
-		out.touched = append(out.touched, int32(s))
+	from := 1
+	if d := x.denseFor(hashes[0], hs); d != nil {
+		from = x.walkDense(hashes, d, out)
+	} else {
+		for _, e := range hs {
+			s := e >> slotShift
+			acc[s] = prefix{1, best[e&tierMask]}
+			out.touched = append(out.touched, int32(s))
+		}
 	}
 	// The lookups go in batches: lookups of different blocks do not depend on
 	// each other, so the processor overlaps their cache misses, which
@@ -669,7 +716,7 @@ func (x *Index) Overlap(hashes []uint64, out *Overlaps) {
 	const lookahead = 8
 	var batch [lookahead][]uint32
 walk:
-	for i := 1; i < len(hashes); i += lookahead {
+	for i := from; i < len(hashes); i += lookahead {
 		k := min(lookahead, len(hashes)-i)
 		for j := range k {
 			batch[j] = x.blocks[hashes[i+j]]
