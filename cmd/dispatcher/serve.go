@@ -105,6 +105,14 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 			return fmt.Errorf("--policy-config: %w", err)
 		}
 	}
+	if s.demo && seed != nil {
+		// A demo shows its own policy file: make it the bucket's revision, or
+		// a demo run on a data directory that an earlier run left would show
+		// that run's policy.
+		if err := demoPolicy(ctx, store, s.policy, seed); err != nil {
+			return err
+		}
+	}
 	pol, cur, refused, err := policy.Start(ctx, store, seed, pol, log)
 	if err != nil {
 		return err
@@ -423,4 +431,20 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 		}
 		c.streamsOK.Store(ok)
 	}
+}
+
+// demoPolicy puts the demo's policy file into the bucket as a new revision
+// when the bucket holds another one.
+func demoPolicy(ctx context.Context, store *policy.Store, name string, yaml []byte) error {
+	cur, err := store.Get(ctx)
+	if err == nil && !cur.Deleted && string(cur.YAML) == string(yaml) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, policy.ErrNoPolicy) {
+		return fmt.Errorf("--demo: %w", err)
+	}
+	if _, _, err := store.Put(ctx, name, yaml); err != nil {
+		return fmt.Errorf("--demo: %w", err)
+	}
+	return nil
 }
