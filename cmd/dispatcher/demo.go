@@ -38,12 +38,19 @@ func runDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log
 	fmt.Fprintf(out, "\ndemo: one mock worker (4 sequences), %d premium + %d regular requests of 512 tokens released together\n", n, n)
 	fmt.Fprintf(out, "      policy %s; requests wait out the %v start-up grace first\n\n", s.policy, s.grace)
 	res, err := loadgen.Run(ctx, nc, loadgen.Config{
-		Prefix:     s.prefix,
-		Classes:    []loadgen.ClassCount{{Class: "premium", Count: n}, {Class: "regular", Count: n}},
-		ISL:        512,
-		Order:      loadgen.OrderAlternating,
-		Timeout:    2 * time.Minute,
-		OnProgress: progress(out),
+		Prefix:  s.prefix,
+		Classes: []loadgen.ClassCount{{Class: "premium", Count: n}, {Class: "regular", Count: n}},
+		ISL:     512,
+		Order:   loadgen.OrderAlternating,
+		Timeout: 2 * time.Minute,
+		OnProgress: progress(out, func(b *strings.Builder, p loadgen.Progress) {
+			for _, c := range []string{"premium", "regular"} {
+				fmt.Fprintf(b, "  %s completed %4d", c, p.Completed[c])
+			}
+			if p.Rejected > 0 {
+				fmt.Fprintf(b, "  rejected %d", p.Rejected)
+			}
+		}),
 	}, quiet)
 	fmt.Fprintln(out)
 	if res == nil {
@@ -58,9 +65,10 @@ func runDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log
 	return err
 }
 
-// progress returns the demo's progress printer: one line overwritten in place
-// on a terminal, a new line about every second otherwise (make run | tee, CI).
-func progress(out io.Writer) func(loadgen.Progress) {
+// progress returns a demo's progress printer: one line overwritten in place
+// on a terminal, a new line about every second otherwise (make run | tee, CI);
+// columns writes the demo's own counts after the published count.
+func progress(out io.Writer, columns func(*strings.Builder, loadgen.Progress)) func(loadgen.Progress) {
 	tty := false
 	if f, ok := out.(*os.File); ok {
 		if st, err := f.Stat(); err == nil {
@@ -78,12 +86,7 @@ func progress(out io.Writer) func(loadgen.Progress) {
 			b.WriteString("\r")
 		}
 		fmt.Fprintf(&b, "%6.1fs  published %d/%d", p.Elapsed.Seconds(), p.Published, p.Requests)
-		for _, c := range []string{"premium", "regular"} {
-			fmt.Fprintf(&b, "  %s completed %4d", c, p.Completed[c])
-		}
-		if p.Rejected > 0 {
-			fmt.Fprintf(&b, "  rejected %d", p.Rejected)
-		}
+		columns(&b, p)
 		if !tty {
 			b.WriteString("\n")
 		}

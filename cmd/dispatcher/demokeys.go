@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -59,12 +58,16 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 		100*demoTenants[0].Weight/total, 100*demoTenants[1].Weight/total, 100*demoTenants[2].Weight/total)
 	fmt.Fprintf(out, "      to class %s of policy %s; requests wait out the %v start-up grace first\n\n", class.Name, s.policy, s.grace)
 	res, err := loadgen.Run(ctx, nc, loadgen.Config{
-		Prefix:     s.prefix,
-		Classes:    []loadgen.ClassCount{{Class: class.Name, Count: n}},
-		Tenants:    demoTenants,
-		ISL:        512,
-		Timeout:    2 * time.Minute,
-		OnProgress: keysProgress(out),
+		Prefix:  s.prefix,
+		Classes: []loadgen.ClassCount{{Class: class.Name, Count: n}},
+		Tenants: demoTenants,
+		ISL:     512,
+		Timeout: 2 * time.Minute,
+		OnProgress: progress(out, func(b *strings.Builder, p loadgen.Progress) {
+			for _, t := range demoTenants {
+				fmt.Fprintf(b, "  %s completed %4d", t.Key, p.CompletedByKey[t.Key])
+			}
+		}),
 	}, quiet)
 	fmt.Fprintln(out)
 	if res == nil {
@@ -93,34 +96,4 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 	fmt.Fprintln(out, "The flooding tenant does not crowd the others out: each backlogged key gets its weight's share")
 	fmt.Fprintln(out, "(see top_keys and key_fairness in /debug/queues, fairdispatch_key_fairness_jain in /metrics).")
 	return err
-}
-
-// keysProgress returns the keys demo's progress printer, as progress does for
-// classes.
-func keysProgress(out io.Writer) func(loadgen.Progress) {
-	tty := false
-	if f, ok := out.(*os.File); ok {
-		if st, err := f.Stat(); err == nil {
-			tty = st.Mode()&os.ModeCharDevice != 0
-		}
-	}
-	var last time.Duration = -time.Second
-	return func(p loadgen.Progress) {
-		if !tty && p.Elapsed-last < time.Second && p.Published < p.Requests {
-			return
-		}
-		last = p.Elapsed
-		var b strings.Builder
-		if tty {
-			b.WriteString("\r")
-		}
-		fmt.Fprintf(&b, "%6.1fs  published %d/%d", p.Elapsed.Seconds(), p.Published, p.Requests)
-		for _, t := range demoTenants {
-			fmt.Fprintf(&b, "  %s completed %4d", t.Key, p.CompletedByKey[t.Key])
-		}
-		if !tty {
-			b.WriteString("\n")
-		}
-		fmt.Fprint(out, b.String())
-	}
 }
