@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -69,7 +68,7 @@ func (e *ReportError) Error() string { return "load report " + string(e.Reason) 
 // workers may add their own. The error is a *ReportError.
 func ParseReport(token string, data []byte) (Report, error) {
 	var w wire.LoadReport
-	if err := json.Unmarshal(data, &w); err != nil {
+	if err := wire.DecodeLoadReport(data, &w); err != nil {
 		return Report{}, &ReportError{DropParse, err.Error()}
 	}
 	if w.WorkerID == nil {
