@@ -71,3 +71,41 @@ func TestSeenOnlyReportsCoalesce(t *testing.T) {
 		t.Fatalf("%d reports for 10 seen_seq-only changes in %v, want at most %d (one per %v)", n, time.Since(start), most, interval)
 	}
 }
+
+// TestFreedCapacityReportsAtOnce: a report whose news is a rise in load waits
+// out MinReportInterval, but one that frees capacity (fewer active requests
+// or prefill tokens than last reported) goes at once, even in the middle of
+// that wait. The interval is 200 s, so the fall's report arriving at all
+// before the deadline shows it did not wait, however slow the machine.
+func TestFreedCapacityReportsAtOnce(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
+	a := startWorker(t, nc, worker.Config{ID: "w1", TTL: worker.MaxTTL,
+		MinReportInterval: worker.MaxTTL / 3, SeenOnlyInterval: worker.MaxTTL / 3})
+	natstest.Eventually(t, 20*time.Second, func() bool { _, _, ok := rs.last(); return ok }, "first report")
+	for _, step := range []struct {
+		load worker.RankLoad
+		want bool // reported before the interval ends
+	}{
+		{worker.RankLoad{ActivePrefillTokens: 512, ActiveRequests: 1}, false},
+		{worker.RankLoad{ActivePrefillTokens: 1024, ActiveRequests: 2}, false},
+		{worker.RankLoad{ActivePrefillTokens: 0, ActiveRequests: 1}, true},
+	} {
+		if err := a.w.SetLoad(0, step.load); err != nil {
+			t.Fatal(err)
+		}
+		if step.want {
+			natstest.Eventually(t, 60*time.Second, func() bool {
+				r, _, _ := rs.last()
+				return len(r.Ranks) == 1 && r.Ranks[0].ActiveRequests == 1 && r.Ranks[0].ActivePrefillTokens == 0
+			}, "the report of the freed slot, long before MinReportInterval")
+		}
+	}
+	// The two rises went out together with the fall, or not at all: no
+	// report ever said 512 or 1024 tokens.
+	for _, r := range rs.all() {
+		if len(r.Ranks) == 1 && r.Ranks[0].ActivePrefillTokens != 0 {
+			t.Fatalf("a rise was reported before MinReportInterval: %+v", r.Ranks[0])
+		}
+	}
+}

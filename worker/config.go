@@ -17,7 +17,8 @@ const (
 	DefaultTTL = 3 * time.Second
 	// DefaultAckWait is the request stream's default ack wait (docs/config.md, Flags and environment).
 	DefaultAckWait = 30 * time.Second
-	// DefaultMinReportInterval is the shortest gap between two load reports.
+	// DefaultMinReportInterval is the shortest gap between two load reports
+	// but for those freeing capacity, which go at once.
 	DefaultMinReportInterval = 2 * time.Millisecond
 	// DefaultSeenOnlyInterval is how long a report whose only news is seen_seq may wait.
 	DefaultSeenOnlyInterval = 20 * time.Millisecond
@@ -78,7 +79,8 @@ type Config struct {
 	// else every AckWait/3. Must be at least 3ms.
 	AckWait time.Duration
 	// MinReportInterval is the shortest gap between two load reports (the
-	// coalescing window), default 2ms, at most TTL/3.
+	// coalescing window), default 2ms, at most TTL/3. A report freeing
+	// capacity does not wait for it.
 	MinReportInterval time.Duration
 	// SeenOnlyInterval is the coalescing window of a report whose only change
 	// since the last one is seen_seq (the load and draining flag are the same),

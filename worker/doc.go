@@ -47,7 +47,9 @@
 // The application tells the helper its per-rank load with [Worker.SetLoad] and
 // whether it drains with [Worker.SetDraining]. The helper publishes the JSON
 // report of docs/protocol.md, Load report ([Report]) on <prefix>.load.<id> whenever the load changes
-// (coalesced: at most one report every Config.MinReportInterval, default 2 ms)
+// (coalesced: at most one report every Config.MinReportInterval, default 2 ms,
+// except that a report freeing capacity, a rank's active requests or prefill
+// tokens below what was last reported or below their peak since, goes at once)
 // and at least every TTL/3. A report whose only news is seen_seq (the load and
 // the draining flag are as last reported) waits up to Config.SeenOnlyInterval,
 // default 20 ms: the dispatcher counts those dispatches through its bookings

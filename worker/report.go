@@ -124,6 +124,9 @@ func (w *Worker) SetLoad(rank int, l RankLoad) error {
 	w.mu.Lock()
 	changed := w.ranks[i] != l
 	w.ranks[i] = l
+	pk := &w.peak[i]
+	pk.ActivePrefillTokens = max(pk.ActivePrefillTokens, l.ActivePrefillTokens)
+	pk.ActiveRequests = max(pk.ActiveRequests, l.ActiveRequests)
 	w.mu.Unlock()
 	if changed {
 		w.kickReport()
@@ -209,7 +212,15 @@ func (w *Worker) publishReport() (bool, error) {
 		return false, fmt.Errorf("worker: publish report to %s: %w", w.loadSubj, err)
 	}
 	w.mu.Lock()
-	w.published = publishedState{ranks: append(w.published.ranks[:0], w.ranks...), draining: rep.Draining, seen: rep.SeenSeq, valid: true}
+	// What the report said (its snapshot), not the load of now, which may
+	// have moved since: a fall in between is news for the next report.
+	sent := w.published.ranks[:0]
+	for _, r := range rep.Ranks {
+		sent = append(sent, RankLoad{ActivePrefillTokens: r.ActivePrefillTokens, ActiveDecodeBlocks: r.ActiveDecodeBlocks,
+			KVUsedBlocks: r.KVUsedBlocks, ActiveRequests: r.ActiveRequests})
+	}
+	w.published = publishedState{ranks: sent, draining: rep.Draining, seen: rep.SeenSeq, valid: true}
+	copy(w.peak, w.ranks)
 	w.mu.Unlock()
 	return true, nil
 }
@@ -220,6 +231,31 @@ type publishedState struct {
 	draining bool
 	seen     uint64
 	valid    bool
+}
+
+// capacityFreed reports whether some rank's active prefill tokens or active
+// requests fell since the last published report: below what it said, or
+// below their peak since (a request accepted since then, which the dispatcher
+// counts as a booking until a report counts it, finished or finished its
+// prefill). Such a report skips MinReportInterval: the dispatcher sends a full
+// rank nothing until it hears, so the gap would leave the slot idle. Each fall
+// needs a new rise first, so that is at most two reports per request.
+func (w *Worker) capacityFreed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := &w.published
+	if !p.valid || w.offering || len(p.ranks) != len(w.ranks) {
+		return false
+	}
+	for i, l := range w.ranks {
+		was := p.ranks[i]
+		was.ActivePrefillTokens = max(was.ActivePrefillTokens, w.peak[i].ActivePrefillTokens)
+		was.ActiveRequests = max(was.ActiveRequests, w.peak[i].ActiveRequests)
+		if l.ActivePrefillTokens < was.ActivePrefillTokens || l.ActiveRequests < was.ActiveRequests {
+			return true
+		}
+	}
+	return false
 }
 
 // onlySeenMoved reports whether the only change since the last published

@@ -57,6 +57,7 @@ type Worker struct {
 	fresh     []freshReq
 	freshKick chan struct{}
 	published publishedState // the last report published
+	peak      []RankLoad     // per rank, the highest load since the last report (capacityFreed)
 	quit      chan struct{}  // closed by Stop to end the loops
 	wg        sync.WaitGroup
 
@@ -107,6 +108,7 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		progressKick: make(chan struct{}, 1),
 		quit:         make(chan struct{}),
 		ranks:        make([]RankLoad, cfg.DPSize),
+		peak:         make([]RankLoad, cfg.DPSize),
 		held:         map[*Request]struct{}{},
 		heldEmpty:    make(chan struct{}),
 	}
@@ -381,8 +383,8 @@ func (w *Worker) progressLoop() {
 }
 
 // reportLoop publishes a report on every kick, at most one per
-// MinReportInterval (one per SeenOnlyInterval when only seen_seq moved), and
-// at least every TTL/3.
+// MinReportInterval (one per SeenOnlyInterval when only seen_seq moved) unless
+// it frees capacity, and at least every TTL/3.
 func (w *Worker) reportLoop() {
 	defer w.wg.Done()
 	heartbeat := time.NewTimer(w.cfg.TTL / 3)
@@ -403,12 +405,14 @@ func (w *Worker) reportLoop() {
 		case <-heartbeat.C:
 			beat = true
 		}
-		if wait := w.cfg.MinReportInterval - time.Since(last); wait > 0 {
+		// A report that frees capacity goes at once (capacityFreed).
+		for wait := w.cfg.MinReportInterval - time.Since(last); wait > 0 && !w.capacityFreed(); wait = w.cfg.MinReportInterval - time.Since(last) {
 			gap.Reset(wait)
 			select {
 			case <-w.quit:
 				return
 			case <-gap.C:
+			case <-w.kick:
 			}
 		}
 		if !beat && w.onlySeenMoved() {

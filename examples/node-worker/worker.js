@@ -82,7 +82,8 @@ async function main() {
   const workSubj = `${prefix}.work.${id}`;
   const loadSubj = `${prefix}.load.${id}`;
 
-  // 7. Load reports: on every change (coalesced a few ms) and every ttl_ms / 3.
+  // 7. Load reports: on every change (coalesced a few ms, but at once when a
+  // request finishes) and every ttl_ms / 3.
   let reportTimer = null;
   function report() {
     const r = {
@@ -105,6 +106,13 @@ async function main() {
         report();
       }, 2);
     }
+  }
+  function reportNow() {
+    if (reportTimer !== null) {
+      clearTimeout(reportTimer);
+      reportTimer = null;
+    }
+    report();
   }
   const heartbeat = setInterval(report, Math.floor(ttlMs / 3));
 
@@ -130,7 +138,7 @@ async function main() {
         request_id: r.requestId, class: r.cls, worker_id: id, dp_rank: rank, seq: r.seq,
       })));
     }
-    reportSoon();
+    reportNow(); // a freed slot is reported at once: the dispatcher waits for it
   }
 
   // 2. Subscribe in a queue group named after the id: should a second process
