@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/spin"
 	"fairdispatch/worker/loadgen"
 	"fairdispatch/worker/mock"
 )
@@ -67,7 +68,7 @@ func (b *bench) burstFair(capacity uint64) (res burstResult) {
 		return fail("connect", err)
 	}
 	defer closeAll(conns)
-	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS, MaxActiveRequests: capacity}, zerolog.Nop())
+	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS, MaxActiveRequests: capacity, PreciseTimers: true}, zerolog.Nop())
 	if err != nil {
 		return fail("mock worker", err)
 	}
@@ -171,7 +172,7 @@ func (b *bench) burstDirect() (res burstResult) {
 	for range burstSeqs {
 		go func() {
 			for msg := range fifo {
-				time.Sleep(service)
+				spin.Until(time.Now().Add(service)) // as precise as the mock engine's PreciseTimers
 				_ = msg.Ack()
 				class := msg.Subject()[len(b.opt.names.Req("")):]
 				mu.Lock()

@@ -70,7 +70,7 @@ func (b *bench) idlePoint(svc time.Duration, n int) (p idlePoint) {
 	}
 	defer closeAll(conns)
 	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs,
-		PrefillTokensPerSec: burstISL / svc.Seconds()}, zerolog.Nop())
+		PrefillTokensPerSec: burstISL / svc.Seconds(), PreciseTimers: true}, zerolog.Nop())
 	if err != nil {
 		return fail("mock worker", err)
 	}

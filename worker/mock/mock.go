@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/spin"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 	"fairdispatch/worker"
@@ -92,6 +94,12 @@ type Config struct {
 	// around a server restart can be lost (written to the dying connection,
 	// or flushed on reconnect before JetStream is back).
 	ConfirmAcks bool
+	// PreciseTimers, when true, ends each simulated service time within
+	// microseconds rather than up to a millisecond late, as a Go timer in an
+	// idle process fires (internal/spin). It yields the CPU in a loop for up
+	// to 1.5 ms before each event, so it is for benchmarks that compare
+	// short service times (cmd/bench's seed burst and idle-capacity curve).
+	PreciseTimers bool
 	// KVCapacity, when > 0, gives each rank a simulated prefix cache of
 	// that many device blocks (LRU), fed by the requests'
 	// Dispatch-Block-Hashes, whose changes the worker publishes as KV cache
@@ -408,10 +416,26 @@ func (m *Worker) loop() {
 		for _, j := range done {
 			m.complete(j)
 		}
-		if ok {
-			timer.Reset(time.Until(next))
-		} else {
+		wait := time.Until(next)
+		if ok && m.cfg.PreciseTimers && wait <= spin.Window {
+			// The last stretch before an event: yield rather than sleep
+			// (package spin), still taking new arrivals and Stop.
+			select {
+			case <-m.quit:
+				return
+			case <-m.wake:
+			default:
+				runtime.Gosched()
+			}
+			continue
+		}
+		switch {
+		case !ok:
 			timer.Stop()
+		case m.cfg.PreciseTimers:
+			timer.Reset(wait - spin.Window)
+		default:
+			timer.Reset(wait)
 		}
 		select {
 		case <-m.quit:

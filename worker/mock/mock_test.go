@@ -195,6 +195,56 @@ func TestConfirmedAcksComplete(t *testing.T) {
 	}
 }
 
+// TestPreciseTimersComplete: with PreciseTimers the simulation loop yields
+// through the last stretch before each event instead of sleeping. Requests
+// arriving meanwhile are still taken (4 sequences, 20 requests of 2 ms, so
+// most arrive while it yields), every request completes, none is reported
+// before the time its record says it finished, and Stop ends the loop.
+func TestPreciseTimersComplete(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	type rec struct {
+		c  mock.Completion
+		at time.Time // when the record arrived
+	}
+	var mu sync.Mutex
+	var recs []rec
+	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
+		at := time.Now()
+		var c mock.Completion
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			t.Errorf("completion %s: %v", m.Data, err)
+		}
+		mu.Lock()
+		recs = append(recs, rec{c, at})
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	m := startMock(t, nc, mock.Config{ID: "w1", PreciseTimers: true, PrefillTokensPerSec: 256000})
+	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
+	const n = 20
+	publish(t, nc, n, 512)
+	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == n }, "%d completions", n)
+	mu.Lock()
+	for _, r := range recs {
+		if r.at.Before(r.c.FinishedAt) || r.c.FinishedAt.Sub(r.c.StartedAt) != 2*time.Millisecond {
+			t.Errorf("%s: started %v, finished %v, reported %v: want 2ms of service, reported after it",
+				r.c.RequestID, r.c.StartedAt, r.c.FinishedAt, r.at)
+		}
+	}
+	mu.Unlock()
+	if got := m.Stats(); got.Completed != n {
+		t.Errorf("stats: got %+v, want %d completed", got, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := m.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
 // TestUnansweredAck: JetStream never answers the acknowledgement (the
 // Dispatch-Ack subject has no responder): the worker publishes the completion
 // records, retries the acks and gives up after AckWait, counting ack
