@@ -51,7 +51,7 @@ fuzz:
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 
-## bench-e2e: bare pipe vs direct work queue vs fairdispatch, one run, embedded NATS (about 2 minutes)
+## bench-e2e: bare pipe vs direct work queue vs fairdispatch, with the scale curves, one run, embedded NATS (about 2 minutes)
 bench-e2e:
 	$(GO) run ./cmd/bench --requests 200000 --json
 

@@ -27,6 +27,10 @@ type tracker struct {
 	base  time.Time
 	pubAt []int64 // ns since base, set before publication
 	accAt []int64 // ns since base of the first acceptance, 0 = none yet
+	// sentMs is, per request, its Dispatch-Queued-Ms + 1 (the dispatcher's
+	// milliseconds from publication to its send) when a fairdispatch worker
+	// accepted it; 0 = unknown.
+	sentMs []int64
 
 	count  atomic.Int64
 	dups   atomic.Int64
@@ -44,7 +48,7 @@ var (
 // newTracker makes the tracker of a run of n requests and makes it current.
 func newTracker(n int) *tracker {
 	t := &tracker{tag: runTag.Add(1), n: n, base: time.Now(),
-		pubAt: make([]int64, n), accAt: make([]int64, n), done: make(chan struct{})}
+		pubAt: make([]int64, n), accAt: make([]int64, n), sentMs: make([]int64, n), done: make(chan struct{})}
 	if n == 0 {
 		close(t.done)
 	}
@@ -64,7 +68,11 @@ func (t *tracker) body(i, size int) []byte {
 
 // accepted is called by every worker of every system for every request it
 // accepts, with the request's body.
-func accepted(body []byte) {
+func accepted(body []byte) { acceptedAfter(body, -1) }
+
+// acceptedAfter is accepted for a request the dispatcher sent queuedMs after
+// its publication (Dispatch-Queued-Ms; -1 when unknown).
+func acceptedAfter(body []byte, queuedMs int64) {
 	t := current.Load()
 	if t == nil || len(body) < bodyHeader || binary.LittleEndian.Uint32(body) != t.tag {
 		stale.Add(1)
@@ -79,6 +87,9 @@ func accepted(body []byte) {
 	if !atomic.CompareAndSwapInt64(&t.accAt[i], 0, now) {
 		t.dups.Add(1)
 		return
+	}
+	if queuedMs >= 0 {
+		atomic.StoreInt64(&t.sentMs[i], queuedMs+1)
 	}
 	prev := t.last.Swap(now)
 	for g := now - prev; g > 0; {
@@ -115,12 +126,30 @@ type runStats struct {
 	MaxMs      float64 `json:"max_ms"`
 	MaxGapMs   float64 `json:"longest_gap_ms"` // longest time without an acceptance, from the first publication
 	PubErrors  int64   `json:"publish_errors"`
+	// Tail splits the requests at or above p99 where the dispatcher says when
+	// it sent them (fairdispatch only): nil otherwise.
+	Tail *tailSplit `json:"p99_tail,omitempty"`
+}
+
+// tailSplit is where the slowest 1% of a run's requests spent their time:
+// from publication to the dispatcher's send (JetStream's delivery to the
+// dispatcher and its queue, by Dispatch-Queued-Ms, whole milliseconds), and
+// from the send to the worker's acceptance (the handshake's trip).
+type tailSplit struct {
+	Requests      int     `json:"requests"`
+	BeforeSendMs  float64 `json:"before_send_ms"` // median over the tail
+	AfterSendMs   float64 `json:"after_send_ms"`  // median over the tail
+	BeforeShare   float64 `json:"before_send_share"`
+	AllBeforeMs   float64 `json:"all_before_send_ms"` // median over every request, for comparison
+	AllAfterMs    float64 `json:"all_after_send_ms"`
+	SlowestBefore float64 `json:"slowest_before_send_ms"`
 }
 
 func (t *tracker) stats() runStats {
 	s := runStats{Requests: t.n, Accepted: int(t.count.Load()), Duplicates: int(t.dups.Load()),
 		MaxGapMs: ms(t.maxGap.Load())}
 	var lat []int64
+	var split []splitRec
 	var first, last int64 = -1, 0
 	for i := range t.n {
 		p, a := atomic.LoadInt64(&t.pubAt[i]), atomic.LoadInt64(&t.accAt[i])
@@ -130,8 +159,12 @@ func (t *tracker) stats() runStats {
 		if a > 0 {
 			last = max(last, a)
 			lat = append(lat, a-p)
+			if sent := atomic.LoadInt64(&t.sentMs[i]); sent > 0 {
+				split = append(split, splitRec{a - p, (sent - 1) * 1e6})
+			}
 		}
 	}
+	s.Tail = tailOf(split)
 	if first >= 0 && last > first {
 		s.Seconds = float64(last-first) / 1e9
 		s.Rate = float64(s.Accepted) / s.Seconds
@@ -151,6 +184,41 @@ func (t *tracker) stats() runStats {
 }
 
 func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+// splitRec is one request's latency and its part before the dispatcher's send.
+type splitRec struct{ lat, before int64 }
+
+// tailOf splits the requests at or above the 99th percentile of latency; nil
+// when fewer than 100 requests carry the dispatcher's time.
+func tailOf(recs []splitRec) *tailSplit {
+	if len(recs) < 100 {
+		return nil
+	}
+	slices.SortFunc(recs, func(a, b splitRec) int { return int(a.lat - b.lat) })
+	median := func(rs []splitRec, f func(splitRec) int64) float64 {
+		v := make([]int64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return ms(v[len(v)/2])
+	}
+	before := func(r splitRec) int64 { return min(r.before, r.lat) }
+	after := func(r splitRec) int64 { return r.lat - min(r.before, r.lat) }
+	tail := recs[len(recs)*99/100:]
+	ts := &tailSplit{Requests: len(tail), BeforeSendMs: median(tail, before), AfterSendMs: median(tail, after),
+		AllBeforeMs: median(recs, before), AllAfterMs: median(recs, after)}
+	var b, total int64
+	for _, r := range tail {
+		b += before(r)
+		total += r.lat
+		ts.SlowestBefore = max(ts.SlowestBefore, ms(before(r)))
+	}
+	if total > 0 {
+		ts.BeforeShare = float64(b) / float64(total)
+	}
+	return ts
+}
 
 // publisher publishes requests to JetStream asynchronously, with at most
 // window publications awaiting their acknowledgement; a failed publication

@@ -88,7 +88,7 @@ func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.IntVar(&o.requests, "requests", 200000, "requests per throughput run (latency runs use half)")
-	fs.BoolVar(&o.quick, "quick", false, "small runs (20,000 requests, 20,000 held): finishes in under 40 s")
+	fs.BoolVar(&o.quick, "quick", false, "small runs (20,000 requests, 20,000 held, the curves' small points): finishes in under a minute")
 	fs.BoolVar(&o.json, "json", false, "also write bench.json and print the JSON on stdout")
 	fs.StringVar(&o.out, "out", "./bench-out", "directory for bench.md, bench.json and bench-burst.png")
 	fs.IntVar(&o.workers, "workers", 64, "workers behind the bare pipe and fairdispatch")
@@ -98,8 +98,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 1000000; its --max-held is raised to match)")
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
-	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all but the curves)")
-	fs.BoolVar(&o.curves, "curves", false, "also run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve; with --only, only those named there")
+	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all)")
+	fs.BoolVar(&o.curves, "curves", true, "run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve too; --curves=false skips them; with --only, only those named there run")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	if err := fs.Parse(args); err != nil {
@@ -161,7 +161,7 @@ func run(args []string) error {
 	}
 
 	b.dispatcherBin = opt.dispatcherBin
-	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst") || opt.curves || strings.Contains(opt.only, "curves-")) {
+	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
 		b.dispatcherBin = filepath.Join(b.tmp, "dispatcher")
 		b.logf("building ./cmd/dispatcher")
 		cmd := exec.Command("go", "build", "-o", b.dispatcherBin, "./cmd/dispatcher")

@@ -87,6 +87,13 @@ func (r *results) markdown() string {
 		if s.System == sysFair && s.Error == "" {
 			fmt.Fprintf(&b, "fairdispatch's workers published %.2f messages per request (answer, +ACK, and %.0f load reports/s in all).\n",
 				s.WorkerMsgsPerRequest, s.LoadReportsPerSecond)
+			if t := s.Latency.Tail; t != nil {
+				fmt.Fprintf(&b, "\nWhere fairdispatch's latency tail went (latency run; the %d requests at or above p99, split by `Dispatch-Queued-Ms`, "+
+					"the dispatcher's milliseconds from publication to its send): median %.0f ms before the send and %.1f ms after it "+
+					"(every request: %.0f and %.1f); %.0f%% of the tail's time was before the send, the slowest %.0f ms. "+
+					"Before the send is JetStream's delivery to the dispatcher and its queue; after is the handshake's trip and the worker's turn.\n",
+					t.Requests, t.BeforeSendMs, t.AfterSendMs, t.AllBeforeMs, t.AllAfterMs, 100*t.BeforeShare, t.SlowestBefore)
+			}
 		}
 	}
 	if m := r.Memory; m != nil {

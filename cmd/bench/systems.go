@@ -343,7 +343,7 @@ func (b *bench) startFair() (*system, []*nats.Conn, error) {
 		return nil, nil, err
 	}
 	h := worker.HandlerFunc(func(r *worker.Request) bool {
-		accepted(r.Data)
+		acceptedAfter(r.Data, int64(r.QueuedMs))
 		if err := r.Done(); err != nil {
 			b.logf("fairdispatch worker ack: %v", err)
 		}
