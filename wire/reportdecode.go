@@ -62,80 +62,41 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 		}
 		switch string(key) {
 		case "worker_id":
-			if s.null() {
-				w.WorkerID = nil
-				break
+			var v []byte
+			if v, ok = s.stringPtr(&w.WorkerID); ok && v != nil {
+				p := scalars()
+				p.workerID = string(v)
+				w.WorkerID = &p.workerID
 			}
-			v, ok := s.plainString()
-			if !ok {
-				return false
-			}
-			p := scalars()
-			p.workerID = string(v)
-			w.WorkerID = &p.workerID
 		case "data_parallel_start_rank":
-			if !s.uint32Ptr(&w.DPStart, &scalars().dpStart) {
-				return false
-			}
+			ok = s.uint32Ptr(&w.DPStart, &scalars().dpStart)
 		case "data_parallel_size":
-			if !s.uint32Ptr(&w.DPSize, &scalars().dpSize) {
-				return false
-			}
+			ok = s.uint32Ptr(&w.DPSize, &scalars().dpSize)
 		case "max_num_batched_tokens":
-			if !s.uint64Ptr(&w.MaxBatched, &scalars().maxBatched) {
-				return false
-			}
+			ok = s.uint64Ptr(&w.MaxBatched, &scalars().maxBatched)
 		case "max_active_requests":
-			if !s.uint64Ptr(&w.MaxActive, &scalars().maxActive) {
-				return false
-			}
+			ok = s.uint64Ptr(&w.MaxActive, &scalars().maxActive)
 		case "ttl_ms":
-			if !s.uint64Ptr(&w.TTLms, &scalars().ttl) {
-				return false
-			}
+			ok = s.uint64Ptr(&w.TTLms, &scalars().ttl)
 		case "seen_seq":
-			if !s.uint64Ptr(&w.SeenSeq, &scalars().seen) {
-				return false
-			}
+			ok = s.uint64Ptr(&w.SeenSeq, &scalars().seen)
 		case "total_kv_blocks":
-			if !s.uint64Value(&w.TotalKV) {
-				return false
-			}
+			ok = s.uint64Value(&w.TotalKV)
 		case "draining":
-			if s.null() {
-				break
-			}
-			switch {
-			case s.literal("true"):
-				w.Draining = true
-			case s.literal("false"):
-				w.Draining = false
-			default:
-				return false
-			}
+			ok = s.boolValue(&w.Draining)
 		case "instance":
-			if s.null() {
-				break
-			}
-			v, ok := s.plainString()
-			if !ok {
-				return false
-			}
-			w.Instance = string(v)
+			ok = s.stringValue(&w.Instance)
 		case "taints":
-			if sawTaints || !s.taints(&w.Taints) {
-				return false
-			}
+			ok = !sawTaints && s.taints(&w.Taints)
 			sawTaints = true
 		case "ranks":
-			if sawRanks || !s.ranks(&w.Ranks) {
-				return false
-			}
+			ok = !sawRanks && s.ranks(&w.Ranks)
 			sawRanks = true
 		default:
-			if foldsTo(key, reportFields) || !s.skip(0) {
-				return false
-			}
+			ok = !foldsTo(key, reportFields) && s.skip(0)
+		}
+		if !ok {
+			return false
 		}
 		if s.take(',') {
 			continue
@@ -387,6 +348,40 @@ func (s *scanner) uint32Ptr(dst **uint32, store *uint32) bool {
 	v, ok := s.uint(32)
 	*store, *dst = uint32(v), store
 	return ok
+}
+
+// stringPtr reads a plain string for a *string field: it returns its bytes,
+// or nil and sets *dst to nil for null (the caller points *dst at a copy).
+func (s *scanner) stringPtr(dst **string) ([]byte, bool) {
+	if s.null() {
+		*dst = nil
+		return nil, true
+	}
+	return s.plainString()
+}
+
+// stringValue reads a plain string into *dst, or leaves it for null.
+func (s *scanner) stringValue(dst *string) bool {
+	if s.null() {
+		return true
+	}
+	v, ok := s.plainString()
+	*dst = string(v)
+	return ok
+}
+
+// boolValue reads true or false into *dst, or leaves it for null.
+func (s *scanner) boolValue(dst *bool) bool {
+	switch {
+	case s.null():
+	case s.literal("true"):
+		*dst = true
+	case s.literal("false"):
+		*dst = false
+	default:
+		return false
+	}
+	return true
 }
 
 // maxSkipDepth bounds the nesting of an unknown field's value that skip

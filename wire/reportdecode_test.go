@@ -19,7 +19,7 @@ var reportBodies = []string{
 		`"kv_used_blocks":500,"active_requests":4},{"dp_rank":4}]}`,
 	" \t\n{ \"worker_id\" : \"w1\" , \"ranks\" : [ ] , \"taints\" : [ ] } \r\n",
 	`{}`, `null`, `[]`, `{`, `}`, ``, `{"worker_id":"w1"}x`, `{"worker_id":"w1",}`, `{,}`,
-	`{"worker_id":null}`, `{"worker_id":"w1","worker_id":"w2"}`, `{"worker_id":"w1","worker_id":null}`,
+	`{"worker_id":null}`, `{"worker_id":""}`, `{"instance":""}`, `{"worker_id":"w1","worker_id":"w2"}`, `{"worker_id":"w1","worker_id":null}`,
 	`{"WORKER_ID":"w1"}`, `{"Worker_Id":"w1","worker_id":"w2"}`, `{"worker_id":"w1","RANKS":[{"DP_RANK":3}]}`,
 	`{"worker_id":"w\u0031"}`, `{"worker_id":"w\"1"}`, "{\"worker_id\":\"w\xff\"}", "{\"worker_id\":\"w\x7f\"}",
 	"{\"worker_id\":\"w\x01\"}", `{"worker_\u0069d":"w1"}`,
