@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -51,39 +52,13 @@ func (b *bench) burstFair(capacity uint64) (res burstResult) {
 		b.logf("burst %s: %s", res.System, res.Error)
 		return res
 	}
-	policy, err := os.ReadFile(filepath.Join(b.modRoot, "configs", "policy-classes.yaml"))
+	loadConn, stop, err := b.mockBehindDispatcher("burst", mock.Config{MaxNumSeqs: burstSeqs,
+		PrefillTokensPerSec: b.opt.burstTPS, MaxActiveRequests: capacity})
 	if err != nil {
-		return fail("policy", err)
+		return fail("set-up", err)
 	}
-	if err := b.resetStreams(); err != nil {
-		return fail("reset streams", err)
-	}
-	s, err := b.startDispatcher("burst", string(policy))
-	if err != nil {
-		return fail("start dispatcher", err)
-	}
-	defer s.stop()
-	conns, err := b.connect("bench-burst", 2)
-	if err != nil {
-		return fail("connect", err)
-	}
-	defer closeAll(conns)
-	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs, PrefillTokensPerSec: b.opt.burstTPS, MaxActiveRequests: capacity, PreciseTimers: true}, zerolog.Nop())
-	if err != nil {
-		return fail("mock worker", err)
-	}
-	if err := m.Start(); err != nil {
-		return fail("mock worker", err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = m.Stop(ctx)
-	}()
-	if _, err := s.waitQueues(20*time.Second, "mock worker live", func(q queues) bool { return len(q.Workers) == 1 }); err != nil {
-		return fail("worker", err)
-	}
-	r, err := loadgen.Run(context.Background(), conns[1], loadgen.Config{
+	defer stop()
+	r, err := loadgen.Run(context.Background(), loadConn, loadgen.Config{
 		Prefix:  b.opt.prefix,
 		Classes: []loadgen.ClassCount{{Class: "premium", Count: burstPerClass}, {Class: "regular", Count: burstPerClass}},
 		ISL:     burstISL, Order: loadgen.OrderAlternating, Timeout: 2 * time.Minute,
@@ -112,6 +87,51 @@ func (b *bench) burstFair(capacity uint64) (res burstResult) {
 		return fail("loadgen", err)
 	}
 	return res
+}
+
+// mockBehindDispatcher starts a dispatcher (named name) on
+// configs/policy-classes.yaml with fresh streams and one mock engine, "mock-1",
+// with cfg's simulation and PreciseTimers, and waits until the engine is live.
+// It returns a connection for the load generator and a stop function.
+func (b *bench) mockBehindDispatcher(name string, cfg mock.Config) (*nats.Conn, func(), error) {
+	policy, err := os.ReadFile(filepath.Join(b.modRoot, "configs", "policy-classes.yaml"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy: %w", err)
+	}
+	if err := b.resetStreams(); err != nil {
+		return nil, nil, fmt.Errorf("reset streams: %w", err)
+	}
+	s, err := b.startDispatcher(name, string(policy))
+	if err != nil {
+		return nil, nil, fmt.Errorf("start dispatcher: %w", err)
+	}
+	conns, err := b.connect("bench-"+name, 2)
+	if err != nil {
+		s.stop()
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	cfg.ID, cfg.Prefix, cfg.PreciseTimers = "mock-1", b.opt.prefix, true
+	m, err := mock.New(conns[0], cfg, zerolog.Nop())
+	if err == nil {
+		err = m.Start()
+	}
+	if err != nil {
+		closeAll(conns)
+		s.stop()
+		return nil, nil, fmt.Errorf("mock worker: %w", err)
+	}
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = m.Stop(ctx)
+		closeAll(conns)
+		s.stop()
+	}
+	if _, err := s.waitQueues(20*time.Second, "mock worker live", func(q queues) bool { return len(q.Workers) == 1 }); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("worker: %w", err)
+	}
+	return conns[1], stop, nil
 }
 
 // burstDirect runs the burst through the direct work queue: one consumer

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -52,40 +50,13 @@ func (b *bench) idlePoint(svc time.Duration, n int) (p idlePoint) {
 		p.Error = fmt.Sprintf("%s: %v", what, err)
 		return p
 	}
-	policy, err := os.ReadFile(filepath.Join(b.modRoot, "configs", "policy-classes.yaml"))
+	loadConn, stop, err := b.mockBehindDispatcher("idle", mock.Config{MaxNumSeqs: burstSeqs,
+		PrefillTokensPerSec: burstISL / svc.Seconds()})
 	if err != nil {
-		return fail("policy", err)
+		return fail("set-up", err)
 	}
-	if err := b.resetStreams(); err != nil {
-		return fail("reset streams", err)
-	}
-	s, err := b.startDispatcher("idle", string(policy))
-	if err != nil {
-		return fail("start dispatcher", err)
-	}
-	defer s.stop()
-	conns, err := b.connect("bench-idle", 2)
-	if err != nil {
-		return fail("connect", err)
-	}
-	defer closeAll(conns)
-	m, err := mock.New(conns[0], mock.Config{ID: "mock-1", Prefix: b.opt.prefix, MaxNumSeqs: burstSeqs,
-		PrefillTokensPerSec: burstISL / svc.Seconds(), PreciseTimers: true}, zerolog.Nop())
-	if err != nil {
-		return fail("mock worker", err)
-	}
-	if err := m.Start(); err != nil {
-		return fail("mock worker", err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = m.Stop(ctx)
-	}()
-	if _, err := s.waitQueues(20*time.Second, "mock worker live", func(q queues) bool { return len(q.Workers) == 1 }); err != nil {
-		return fail("worker", err)
-	}
-	r, err := loadgen.Run(context.Background(), conns[1], loadgen.Config{
+	defer stop()
+	r, err := loadgen.Run(context.Background(), loadConn, loadgen.Config{
 		Prefix: b.opt.prefix, Classes: []loadgen.ClassCount{{Class: "premium", Count: n}},
 		ISL: burstISL, Timeout: 2 * time.Minute,
 	}, zerolog.Nop())
