@@ -150,6 +150,12 @@ type memResult struct {
 	HeapIdle    float64 `json:"heap_inuse_idle_bytes"`
 	HeapHeld    float64 `json:"heap_inuse_held_bytes"`
 	HeapPerReq  float64 `json:"heap_inuse_bytes_per_request_beyond_body"`
+	// Live* are the Go heap in use right after a forced collection: what the
+	// held requests themselves keep, without the garbage that RSS and the
+	// heap in use carry until the next collection (GOGC: up to as much again).
+	LiveIdle    float64 `json:"heap_live_idle_bytes"`
+	LiveHeld    float64 `json:"heap_live_held_bytes"`
+	LivePerReq  float64 `json:"heap_live_bytes_per_request_beyond_body"`
 	FillSeconds float64 `json:"fill_seconds"`
 	// StopSeconds is how long the dispatcher took to stop on SIGTERM while
 	// holding them (15: it was killed).
@@ -211,6 +217,10 @@ func (b *bench) memory() (res memResult) {
 		return fail("rss", err)
 	}
 	res.HeapIdle, _ = metric(s.admin, "go_memstats_heap_inuse_bytes")
+	if err := fetch("http://"+s.admin+"/debug/pprof/heap?gc=1", os.DevNull); err != nil { // a collection
+		return fail("collect", err)
+	}
+	res.LiveIdle, _ = metric(s.admin, "go_memstats_heap_inuse_bytes")
 
 	b.logf("memory: holding %d requests of 1 KiB", b.opt.hold)
 	start := time.Now()
@@ -236,13 +246,16 @@ func (b *bench) memory() (res memResult) {
 	} else {
 		res.HeapProfile = "heap-held.pprof"
 	}
+	res.LiveHeld, _ = metric(s.admin, "go_memstats_heap_inuse_bytes") // the profile collected first
 	if a := t.count.Load(); a > 0 {
 		return fail("hold", fmt.Errorf("%d requests were dispatched though every worker is busy", a))
 	}
 	n := float64(b.opt.hold)
 	res.PerRequest = float64(res.RSSHeld-res.RSSIdle)/n - 1024
 	res.HeapPerReq = (res.HeapHeld-res.HeapIdle)/n - 1024
-	b.logf("memory: RSS %d -> %d bytes, %.0f bytes per held request beyond the body", res.RSSIdle, res.RSSHeld, res.PerRequest)
+	res.LivePerReq = (res.LiveHeld-res.LiveIdle)/n - 1024
+	b.logf("memory: RSS %d -> %d bytes, %.0f bytes per held request beyond the body (live heap %.0f)",
+		res.RSSIdle, res.RSSHeld, res.PerRequest, res.LivePerReq)
 	return res
 }
 

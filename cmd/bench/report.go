@@ -100,9 +100,11 @@ func (r *results) markdown() string {
 		if m.Error != "" {
 			fmt.Fprintf(&b, "\n**memory test failed:** %s\n", m.Error)
 		} else {
-			fmt.Fprintf(&b, "\nfairdispatch holding %d queued requests of %d-byte bodies: VmRSS %.1f MiB idle, %.1f MiB held: "+
-				"**%.0f bytes per held request beyond the body** (Go heap in use: %.0f bytes per request beyond the body; filled in %.1f s).\n",
-				m.Held, m.BodyBytes, float64(m.RSSIdle)/(1<<20), float64(m.RSSHeld)/(1<<20), m.PerRequest, m.HeapPerReq, m.FillSeconds)
+			fmt.Fprintf(&b, "\nfairdispatch holding %d queued requests of %d-byte bodies, per held request beyond the body: "+
+				"**%.0f bytes of live heap** (heap in use after a collection: %.1f MiB idle, %.1f MiB held); "+
+				"VmRSS %.0f bytes (%.1f MiB idle, %.1f MiB held) and heap in use %.0f bytes before that collection; filled in %.1f s.\n",
+				m.Held, m.BodyBytes, m.LivePerReq, m.LiveIdle/(1<<20), m.LiveHeld/(1<<20),
+				m.PerRequest, float64(m.RSSIdle)/(1<<20), float64(m.RSSHeld)/(1<<20), m.HeapPerReq, m.FillSeconds)
 			if m.StopSeconds > 0 {
 				fmt.Fprintf(&b, "It then took %.1f s to stop on SIGTERM (the bench kills it at 15 s).\n", m.StopSeconds)
 			}
