@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
@@ -21,7 +19,7 @@ import (
 	"fairdispatch/workers"
 )
 
-// fakeMsg is a JetStream message that records what was done to it.
+// fakeMsg is the Acker of one JetStream message: it records what was done to it.
 type fakeMsg struct {
 	mu     sync.Mutex
 	hdr    nats.Header
@@ -31,20 +29,21 @@ type fakeMsg struct {
 	nd     uint64 // NumDelivered; 0 reads as 1
 }
 
-func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.stream}, NumDelivered: max(m.nd, 1)}, nil
+// delivery returns m's delivery on subject dispatch.req.<token>, decoded as
+// the consumer decodes one.
+func (m *fakeMsg) delivery(token string, published time.Time) ingest.Delivery {
+	d := ingest.Delivery{
+		Msg:       ingest.NewMsg("dispatch.req."+token, "$JS.ACK.test", m.hdr, m.data, m),
+		StreamSeq: m.stream, NumDelivered: max(m.nd, 1), Published: published, Token: token,
+	}
+	d.Headers, d.Err = d.Msg.Decode()
+	return d
 }
-func (m *fakeMsg) Data() []byte                     { return m.data }
-func (m *fakeMsg) Headers() nats.Header             { return m.hdr }
-func (m *fakeMsg) Subject() string                  { return "dispatch.req.premium" }
-func (m *fakeMsg) Reply() string                    { return "$JS.ACK.test" }
-func (m *fakeMsg) Ack() error                       { return m.did("+ACK") }
-func (m *fakeMsg) DoubleAck(context.Context) error  { return m.did("+ACK") }
-func (m *fakeMsg) Nak() error                       { return m.did("-NAK") }
-func (m *fakeMsg) NakWithDelay(time.Duration) error { return m.did("-NAK delay") }
-func (m *fakeMsg) InProgress() error                { return m.did("+WPI") }
-func (m *fakeMsg) Term() error                      { return m.did("+TERM") }
-func (m *fakeMsg) TermWithReason(string) error      { return m.did("+TERM") }
+
+func (m *fakeMsg) Ack(string) error                         { return m.did("+ACK") }
+func (m *fakeMsg) Nak(string) error                         { return m.did("-NAK") }
+func (m *fakeMsg) NakWithDelay(string, time.Duration) error { return m.did("-NAK delay") }
+func (m *fakeMsg) InProgress(string) error                  { return m.did("+WPI") }
 func (m *fakeMsg) did(a string) error {
 	m.mu.Lock()
 	m.acks = append(m.acks, a)
@@ -155,8 +154,7 @@ func (f *fixture) report(id string, prefill uint64) {
 
 func (f *fixture) deliver(seq uint64, token string, hdr nats.Header) *fakeMsg {
 	m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: seq}
-	d := ingest.Delivery{Msg: m, StreamSeq: seq, Published: f.now, Token: token}
-	d.Headers, d.Err = ingest.Decode(hdr)
+	d := m.delivery(token, f.now)
 	f.a.admit(f.now, &d)
 	f.a.drain()
 	return m
@@ -289,6 +287,7 @@ policy_classes:
 	}
 	hdr := nats.Header{"Dispatch-ISL-Tokens": {"512"}, "Nats-Msg-Id": {"req-0000000001"}}
 	m := &fakeMsg{hdr: hdr, data: make([]byte, 128)}
+	base := m.delivery("a", f.now)
 	last := &lastSend{}
 	f.a.d.Handshaker = last
 	if benchTracer != nil {
@@ -297,8 +296,9 @@ policy_classes:
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		seq := uint64(i + 1)
-		d := ingest.Delivery{Msg: m, StreamSeq: seq, Published: f.now, Token: "a"}
-		d.Headers, _ = ingest.Decode(hdr)
+		d := base
+		d.StreamSeq = seq
+		d.Headers, _ = d.Msg.Decode()
 		f.a.admit(f.now, &d)
 		f.a.answer(bus.Result{Token: last.token, Worker: last.worker, Outcome: bus.Accepted})
 		if i%256 == 255 { // the workers report (without seen_seq: counting every dispatch so far)

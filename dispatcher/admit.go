@@ -15,8 +15,7 @@ import (
 func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if h := a.held[dl.StreamSeq]; h != nil {
 		// A redelivery of a request we hold: keep one copy, with the new handle.
-		h.msg = dl.Msg
-		a.d.Keeper.Replace(dl.StreamSeq, dl.Msg)
+		h.msg, h.attempt = dl.Msg, deliveryCount(dl)
 		a.cur.rel.Release(1)
 		a.d.Metrics.Redelivered()
 		return
@@ -30,7 +29,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if id == "" {
 		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
 	}
-	h := &held{msg: dl.Msg, rel: a.cur.rel, token: dl.Token, replyTo: dl.Headers.ReplyTo}
+	h := &held{msg: dl.Msg, rel: a.cur.rel, replyTo: dl.Headers.ReplyTo, attempt: deliveryCount(dl)}
 	a.held[dl.StreamSeq] = h
 	if msg := a.malformed(dl); msg != "" {
 		if dl.Err == nil {
@@ -39,7 +38,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
 		h.err = &scheduler.Error{Code: request.BadRequest, Message: msg}
 		if a.d.Scheduler.InGrace(now.UnixNano()) {
-			a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now)
+			a.d.Keeper.Hold(dl.StreamSeq, &h.msg, now)
 			a.parked = append(a.parked, h) // nothing is failed during the grace (docs/design.md, Delivery guarantees)
 			return
 		}
@@ -58,7 +57,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	h.snap = d.Req
 	a.traceArrive(now, h)
 	if d.Kind == scheduler.Queued {
-		a.d.Keeper.Hold(dl.StreamSeq, dl.Msg, now) // only what waits needs keeping alive
+		a.d.Keeper.Hold(dl.StreamSeq, &h.msg, now) // only what waits needs keeping alive
 	}
 	a.decide(now, h, d)
 }

@@ -7,14 +7,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
-	"fairdispatch/ingest"
 )
 
 // deliverAttempt is deliver for the nd-th delivery of the message.
 func (f *fixture) deliverAttempt(seq, nd uint64, token string, hdr nats.Header) *fakeMsg {
 	m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: seq, nd: nd}
-	d := ingest.Delivery{Msg: m, StreamSeq: seq, NumDelivered: nd, Published: f.now, Token: token}
-	d.Headers, d.Err = ingest.Decode(hdr)
+	d := m.delivery(token, f.now)
 	f.a.admit(f.now, &d)
 	f.a.drain()
 	return m

@@ -40,7 +40,7 @@ func (a *Actor) reject(h *held, e *scheduler.Error) {
 // once is handled as one that failed.
 func (a *Actor) storeDead(h *held) {
 	r, seq := h.snap, h.snap.Ref
-	class := h.token // the subject token when no class could be resolved
+	class := h.token() // the subject token when no class could be resolved
 	if r.Class >= 0 {
 		class = a.className(r.Class)
 	} else if !bus.ValidToken(class) {
@@ -48,7 +48,7 @@ func (a *Actor) storeDead(h *held) {
 	}
 	err := a.d.DeadLetters.Publish(bus.DeadLetter{
 		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message,
-		Subject: h.msg.Subject(), Header: h.msg.Headers(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
+		Subject: h.msg.Subject(), Header: h.msg.Header(), Body: h.msg.Data(), DropBody: h.form >= formBodiless, Bare: h.form >= formBare,
 	}, func(err error) { a.dlq.put(dlqDone{seq, err}) })
 	if err != nil {
 		a.deadLetterFailed(h, err)
@@ -72,7 +72,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
-		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: attempt(h.msg)}
+		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: uint64(h.attempt)}
 		if r.Class >= 0 {
 			o.PolicyClass = a.className(r.Class)
 		}

@@ -47,16 +47,11 @@ var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-
 
 func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
-	src := h.msg.Headers()
 	hdr := a.hdr // reused: Send encodes it before returning
 	clear(hdr)
-	for k, v := range src {
-		if !isOwnHeader(k) {
-			hdr[k] = v
-		}
-	}
-	// One backing array for the eight values: one allocation, not eight.
-	v := make([]string, len(ownHeaders))
+	// One backing array for every value: one allocation, not one per header.
+	v := make([]string, h.msg.HeaderValues()+len(ownHeaders))
+	v = h.msg.CopyHeaders(hdr, isOwnHeader, v)
 	v[0], v[1], v[2] = r.ID, a.className(r.Class), strconv.Itoa(int(d.Rank))
 	v[3], v[4] = strconv.FormatUint(d.Seq, 10), strconv.FormatUint(r.Cost, 10)
 	v[5], v[6], v[7] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply(), a.ackWaitMs
@@ -119,7 +114,7 @@ func (a *Actor) sendFailed(now time.Time, h *held, d scheduler.Decision, err err
 		if err := h.msg.InProgress(); err == nil { // as in answer: the Keeper's clock is the server's
 			a.d.Metrics.ProgressAck()
 		}
-		a.d.Keeper.Hold(r.Ref, h.msg, now)
+		a.d.Keeper.Hold(r.Ref, &h.msg, now)
 	}
 }
 
@@ -157,7 +152,7 @@ func (a *Actor) answer(res bus.Result) {
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)
 			a.outcome(h.replyTo, bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusDispatched,
-				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: attempt(h.msg),
+				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: uint64(h.attempt),
 				PolicyRevision: h.rev})
 		}
 		return
@@ -176,5 +171,5 @@ func (a *Actor) answer(res bus.Result) {
 	if err := h.msg.InProgress(); err == nil {
 		a.d.Metrics.ProgressAck()
 	}
-	a.d.Keeper.Hold(res.Token, h.msg, now)
+	a.d.Keeper.Hold(res.Token, &h.msg, now)
 }

@@ -24,8 +24,7 @@ func batchOf(seqs ...uint64) ([]ingest.Delivery, []*fakeMsg) {
 	for _, s := range seqs {
 		hdr := nats.Header{"Dispatch-ISL-Tokens": {"100"}}
 		m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: s}
-		d := ingest.Delivery{Msg: m, StreamSeq: s, Published: time.Now(), Token: "premium"}
-		d.Headers, d.Err = ingest.Decode(hdr)
+		d := m.delivery("premium", time.Now())
 		b = append(b, d)
 		ms = append(ms, m)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
-	"fairdispatch/ingest"
 )
 
 // TestViewServedCostAndQuantum: the view's classes carry the quantum,
@@ -64,8 +63,7 @@ func BenchmarkPublishViewHeld(b *testing.B) {
 	hdr := nats.Header{"Dispatch-ISL-Tokens": {"512"}}
 	for i := range 100000 {
 		m := &fakeMsg{hdr: hdr, stream: uint64(i + 1)}
-		d := ingest.Delivery{Msg: m, StreamSeq: uint64(i + 1), Published: f.now.Add(time.Duration(i)), Token: "premium"}
-		d.Headers, _ = ingest.Decode(hdr)
+		d := m.delivery("premium", f.now.Add(time.Duration(i)))
 		f.a.admit(f.now, &d)
 	}
 	if q := f.a.d.Scheduler.Queued(0); q != 100000 {

@@ -43,8 +43,8 @@ type Config struct {
 	// Gate, when not nil, stops Run from pulling while it is closed (a fleet
 	// outage, docs/design.md, Fleet outage); nil pulls always.
 	Gate *Gate
-	// HandBacks, when set, wraps every message pulled so that its Nak (every
-	// hand-back) is confirmed by the server and counted (HandBacks.Wait).
+	// HandBacks, when set, sends every hand-back (a delivery's Msg.Nak) so that
+	// the server confirms it, and counts it (HandBacks.Wait).
 	HandBacks *HandBacks
 }
 
@@ -82,7 +82,7 @@ func (c Config) validate() error {
 
 // Delivery is one request message handed to the actor.
 type Delivery struct {
-	Msg          jetstream.Msg
+	Msg          Msg
 	StreamSeq    uint64    // stream sequence: identifies the request across redeliveries
 	NumDelivered uint64    // 1 on first delivery
 	Published    time.Time // JetStream publication timestamp (docs/design.md, Snapshot arrival)
@@ -109,7 +109,15 @@ type Consumer struct {
 	stop    chan struct{} // closed by Stop
 	stopped sync.Once
 	running atomic.Bool
+
+	acks     natsAcker
+	subjects map[string]string // interned request subjects (Run's goroutine only)
 }
+
+// maxInterned bounds the request subjects a Consumer interns: one per class
+// token in use, so far more than any policy has; beyond it, subjects are kept
+// as received.
+const maxInterned = 4096
 
 // NewConsumer creates or updates the durable pull consumer c.Durable on stream
 // c.Stream: explicit ack, AckWait c.AckWait, MaxAckPending c.MaxHeld+c.InFlight,
@@ -131,6 +139,9 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, c Config, log zero
 		log:  log.With().Str("component", "ingest").Logger(),
 		room: make(chan struct{}, 1),
 		stop: make(chan struct{}),
+		acks: natsAcker{nc: js.Conn(), hb: c.HandBacks},
+
+		subjects: make(map[string]string),
 	}
 	if err := cs.ensure(ctx); err != nil {
 		return nil, err
@@ -330,19 +341,28 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 		c.log.Error().Err(err).Str("subject", m.Subject()).Msg("message without JetStream metadata")
 		return Delivery{}, false
 	}
+	subject := c.intern(m.Subject())
 	d := Delivery{
-		Msg:          c.cfg.HandBacks.Wrap(m),
+		Msg:          Msg{subject: subject, reply: m.Reply(), hdr: pack(m.Headers()), data: m.Data(), acks: c.acks},
 		StreamSeq:    md.Sequence.Stream,
 		NumDelivered: md.NumDelivered,
 		Published:    md.Timestamp,
-		Token:        lastToken(m.Subject()),
+		Token:        lastToken(subject),
 	}
-	h, err := Decode(m.Headers())
-	d.Headers = h
-	if err != nil {
-		d.Err = err
-	}
+	d.Headers, d.Err = d.Msg.Decode()
 	return d, true
+}
+
+// intern returns the interned copy of subject: every request of a class
+// shares one string instead of one each.
+func (c *Consumer) intern(subject string) string {
+	if s, ok := c.subjects[subject]; ok {
+		return s
+	}
+	if len(c.subjects) < maxInterned {
+		c.subjects[subject] = subject
+	}
+	return subject
 }
 
 // lastToken returns the last dot-separated token of subject.

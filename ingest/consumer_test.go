@@ -280,7 +280,7 @@ func TestKeeperPreventsRedelivery(t *testing.T) {
 	held := time.Now()
 	for _, d := range r.take(t, 2) {
 		if d.StreamSeq == kept {
-			k.Hold(d.StreamSeq, d.Msg, held)
+			k.Hold(d.StreamSeq, &d.Msg, held)
 		}
 	}
 
@@ -330,7 +330,7 @@ func TestKeeperNakAllRedeliversAtOnce(t *testing.T) {
 	r := start(t, e, cfg)
 	k := NewKeeper(cfg.AckWait, zerolog.Nop())
 	d := r.take(t, 1)[0]
-	k.Hold(d.StreamSeq, d.Msg, time.Now())
+	k.Hold(d.StreamSeq, &d.Msg, time.Now())
 	if n := k.NakAll(); n != 1 {
 		t.Fatalf("got %d NAKs, want 1", n)
 	}

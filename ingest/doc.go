@@ -37,8 +37,8 @@
 // Every Delivery handed out counts as held until the actor calls Release for it,
 // exactly once, when it leaves the dispatcher: accepted by a worker,
 // dead-lettered, handed back (NAK), or found to be a redelivery of a request
-// already held (Keeper.Replace reports true; release it at once, the request is
-// not queued twice). Malformed deliveries count too.
+// already held (replace its Msg where it lies and release it at once: the
+// request is not queued twice). Malformed deliveries count too.
 //
 // # Keeping and shutdown
 //

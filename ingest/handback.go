@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // nakNow is the hand-back acknowledgement: a NAK with a delay of 1 ns. A plain
@@ -19,7 +18,7 @@ import (
 // (docs/decisions.md, Operations: hand-back is confirmed).
 var nakNow = []byte(`-NAK {"delay":1}`)
 
-// HandBacks sends the hand-back NAKs of the messages it wraps with a reply
+// HandBacks sends hand-back NAKs with a reply
 // subject, so that the server confirms each once it has processed it, and
 // counts the confirmations: Wait returns once every NAK sent is confirmed.
 // A HandBacks is safe for concurrent use.
@@ -49,15 +48,6 @@ func NewHandBacks(nc *nats.Conn) (*HandBacks, error) {
 	return h, nil
 }
 
-// Wrap returns m with Nak replaced by the confirmed hand-back. A nil
-// HandBacks returns m unchanged.
-func (h *HandBacks) Wrap(m jetstream.Msg) jetstream.Msg {
-	if h == nil {
-		return m
-	}
-	return handBackMsg{Msg: m, h: h}
-}
-
 // Sent returns how many hand-back NAKs were sent.
 func (h *HandBacks) Sent() uint64 { return h.sent.Load() }
 
@@ -77,10 +67,12 @@ func (h *HandBacks) Wait(ctx context.Context) (uint64, error) {
 	}
 }
 
-func (h *HandBacks) nak(m jetstream.Msg) error {
-	reply := m.Reply()
+// Nak hands back the message whose acknowledgement subject is reply, for
+// redelivery at once (nakNow), with a reply subject so that the server
+// confirms it.
+func (h *HandBacks) Nak(reply string) error {
 	if reply == "" {
-		return jetstream.ErrMsgNoReply
+		return errNoReply
 	}
 	if err := h.nc.PublishRequest(reply, h.inbox, nakNow); err != nil {
 		return fmt.Errorf("ingest: hand back: %w", err)
@@ -88,12 +80,3 @@ func (h *HandBacks) nak(m jetstream.Msg) error {
 	h.sent.Add(1)
 	return nil
 }
-
-// handBackMsg is a message whose Nak is the confirmed hand-back.
-type handBackMsg struct {
-	jetstream.Msg
-	h *HandBacks
-}
-
-// Nak hands the message back for immediate redelivery (nakNow), confirmed.
-func (m handBackMsg) Nak() error { return m.h.nak(m.Msg) }

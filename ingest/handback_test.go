@@ -48,7 +48,7 @@ func TestHandBackSurvivesServerRestart(t *testing.T) {
 	}
 	got := 0
 	for m := range batch.Messages() {
-		if err := hb.Wrap(m).Nak(); err != nil {
+		if err := hb.Nak(m.Reply()); err != nil {
 			t.Fatal(err)
 		}
 		got++

@@ -173,43 +173,60 @@ func cut(s string) string {
 // reported under that name and left out (MsgID is then "", and the default
 // request id applies).
 func Decode(h nats.Header) (Headers, error) {
-	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
-	if len(h) == 0 {
-		return d, nil
+	var s scan
+	for k, v := range h {
+		if len(v) > 0 {
+			s.add(k, v[0])
+		}
 	}
+	return s.decode()
+}
+
+// scan collects the headers Decode looks at, each name with its first value,
+// in any order: Nats-Msg-Id, and the value of each Dispatch-* slot under the
+// name that sorts first.
+type scan struct {
+	msgID    string
+	hasMsgID bool
+	keys     [numHeaders]string
+	vals     [numHeaders]string
+	present  uint32
+}
+
+func (s *scan) add(k, v string) {
+	if k == HeaderMsgID {
+		s.msgID, s.hasMsgID = v, true
+		return
+	}
+	i := slotOf(k)
+	if i < 0 {
+		return
+	}
+	if s.present&(1<<i) != 0 && k >= s.keys[i] {
+		return
+	}
+	s.present |= 1 << i
+	s.keys[i], s.vals[i] = k, v
+}
+
+// decode parses what s collected (see Decode).
+func (s *scan) decode() (Headers, error) {
+	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
 	var first *HeaderError
 	note := func(e *HeaderError) {
 		if first == nil {
 			first = e
 		}
 	}
-	if v := h[HeaderMsgID]; len(v) > 0 {
-		if len(v[0]) > MaxValueBytes {
-			note(&HeaderError{Header: HeaderMsgID, Value: cut(v[0]), Reason: tooLong})
+	if s.hasMsgID {
+		if len(s.msgID) > MaxValueBytes {
+			note(&HeaderError{Header: HeaderMsgID, Value: cut(s.msgID), Reason: tooLong})
 		} else {
-			d.MsgID = v[0]
+			d.MsgID = s.msgID
 		}
 	}
-	var (
-		keys     [numHeaders]string
-		vals     [numHeaders]string
-		present  uint32
-		oversize uint32
-	)
-	for k, v := range h {
-		if len(v) == 0 {
-			continue
-		}
-		i := slotOf(k)
-		if i < 0 {
-			continue
-		}
-		if present&(1<<i) != 0 && k >= keys[i] {
-			continue
-		}
-		present |= 1 << i
-		keys[i], vals[i] = k, v[0]
-	}
+	present, vals := s.present, &s.vals
+	var oversize uint32
 	if present == 0 {
 		if first != nil {
 			return d, first

@@ -3,7 +3,6 @@ package ingest
 import (
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -29,7 +28,7 @@ type Keeper struct {
 }
 
 type kept struct {
-	msg jetstream.Msg
+	msg *Msg
 	gen uint64
 }
 
@@ -67,37 +66,26 @@ func (k *Keeper) Len() int { return len(k.held) }
 
 // Hold starts keeping message m of stream sequence seq, received (or last
 // acknowledged) at now. Holding a sequence already held replaces its message and
-// restarts its clock.
-func (k *Keeper) Hold(seq uint64, m jetstream.Msg, now time.Time) {
+// restarts its clock. The Keeper keeps the pointer: a redelivery of a held
+// request replaces the message where it lies (docs/design.md, Delivery
+// guarantees: the request is not queued twice), and the Keeper acknowledges
+// the new one from then on.
+func (k *Keeper) Hold(seq uint64, m *Msg, now time.Time) {
 	k.gen++
 	k.held[seq] = kept{msg: m, gen: k.gen}
 	k.push(stamp{seq: seq, gen: k.gen, at: now.UnixNano()})
 	k.compact()
 }
 
-// Replace swaps in m, a redelivered message of the held sequence seq (docs/design.md, Delivery guarantees:
-// the request is not queued twice), and reports whether seq was held. The clock is
-// not restarted, so the next progress acknowledgement may come up to half an ack
-// wait early, which is harmless. Not held: nothing changes.
-func (k *Keeper) Replace(seq uint64, m jetstream.Msg) bool {
-	e, ok := k.held[seq]
-	if !ok {
-		return false
-	}
-	e.msg = m
-	k.held[seq] = e
-	return true
-}
-
 // Msg returns the current message of the held sequence seq.
-func (k *Keeper) Msg(seq uint64) (jetstream.Msg, bool) {
+func (k *Keeper) Msg(seq uint64) (*Msg, bool) {
 	e, ok := k.held[seq]
 	return e.msg, ok
 }
 
 // Drop stops keeping seq, when its request leaves the dispatcher, and returns its
 // message (for the final acknowledgement by whoever owns it next).
-func (k *Keeper) Drop(seq uint64) (jetstream.Msg, bool) {
+func (k *Keeper) Drop(seq uint64) (*Msg, bool) {
 	e, ok := k.held[seq]
 	if !ok {
 		return nil, false

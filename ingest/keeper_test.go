@@ -1,38 +1,35 @@
 package ingest
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
-// fakeMsg counts the acknowledgements sent for it; log, if set, records NAK order.
+// fakeMsg is the Acker of one message: it counts the acknowledgements sent
+// for it; log, if set, records NAK order.
 type fakeMsg struct {
 	seq      uint64
 	progress int
 	naks     int
 	fail     bool
 	log      *[]uint64
+	m        Msg
 }
 
-var _ jetstream.Msg = (*fakeMsg)(nil)
+var _ Acker = (*fakeMsg)(nil)
 
-func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, errors.New("fake") }
-func (m *fakeMsg) Data() []byte                              { return nil }
-func (m *fakeMsg) Headers() nats.Header                      { return nil }
-func (m *fakeMsg) Subject() string                           { return "dispatch.req.x" }
-func (m *fakeMsg) Reply() string                             { return "" }
-func (m *fakeMsg) Ack() error                                { return nil }
-func (m *fakeMsg) DoubleAck(context.Context) error           { return nil }
-func (m *fakeMsg) NakWithDelay(time.Duration) error          { return nil }
-func (m *fakeMsg) Term() error                               { return nil }
-func (m *fakeMsg) TermWithReason(string) error               { return nil }
-func (m *fakeMsg) Nak() error {
+// msg returns the message f acknowledges (the same one each time).
+func (m *fakeMsg) msg() *Msg {
+	m.m.acks = m
+	return &m.m
+}
+
+func (m *fakeMsg) Ack(string) error                         { return nil }
+func (m *fakeMsg) NakWithDelay(string, time.Duration) error { return nil }
+func (m *fakeMsg) Nak(string) error {
 	if m.fail {
 		return errors.New("fake failure")
 	}
@@ -42,7 +39,7 @@ func (m *fakeMsg) Nak() error {
 	}
 	return nil
 }
-func (m *fakeMsg) InProgress() error {
+func (m *fakeMsg) InProgress(string) error {
 	if m.fail {
 		return errors.New("fake failure")
 	}
@@ -57,9 +54,9 @@ func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) 
 func TestKeeperTick(t *testing.T) {
 	k := NewKeeper(10*time.Second, zerolog.Nop()) // half: 5 s
 	a, b, c := &fakeMsg{seq: 1}, &fakeMsg{seq: 2}, &fakeMsg{seq: 3}
-	k.Hold(1, a, at(0))
-	k.Hold(2, b, at(1000))
-	k.Hold(3, c, at(4000))
+	k.Hold(1, a.msg(), at(0))
+	k.Hold(2, b.msg(), at(1000))
+	k.Hold(3, c.msg(), at(4000))
 
 	steps := []struct {
 		now      int // ms
@@ -88,19 +85,17 @@ func TestKeeperTick(t *testing.T) {
 func TestKeeperDropReplaceRehold(t *testing.T) {
 	k := NewKeeper(10*time.Second, zerolog.Nop())
 	a, a2, b := &fakeMsg{seq: 1}, &fakeMsg{seq: 1}, &fakeMsg{seq: 2}
-	k.Hold(1, a, at(0))
-	k.Hold(2, b, at(0))
+	held := a.msg()
+	k.Hold(1, held, at(0))
+	k.Hold(2, b.msg(), at(0))
 
-	if !k.Replace(1, a2) {
-		t.Fatalf("got Replace(1) false, want true")
-	}
-	if k.Replace(3, &fakeMsg{}) {
-		t.Fatalf("got Replace(3) true for a sequence not held, want false")
-	}
-	if m, ok := k.Msg(1); !ok || m != a2 {
+	// A redelivery replaces the message in its holder's place: the Keeper
+	// keeps a pointer to it and acknowledges the new one.
+	*held = *a2.msg()
+	if m, ok := k.Msg(1); !ok || m != held || m.acks != a2 {
 		t.Fatalf("got Msg(1) %v %v, want the replacement", m, ok)
 	}
-	if m, ok := k.Drop(2); !ok || m != b {
+	if m, ok := k.Drop(2); !ok || m != b.msg() {
 		t.Fatalf("got Drop(2) %v %v, want b", m, ok)
 	}
 	if _, ok := k.Drop(2); ok {
@@ -113,7 +108,7 @@ func TestKeeperDropReplaceRehold(t *testing.T) {
 	// Dropped and held again later (handed back and redelivered): the old stamp
 	// must not trigger an early acknowledgement.
 	c := &fakeMsg{seq: 2}
-	k.Hold(2, c, at(7000))
+	k.Hold(2, c.msg(), at(7000))
 	if got := k.Tick(at(9999)); got != 0 || c.progress != 0 {
 		t.Fatalf("got %d sent, c %d, want nothing before 12000", got, c.progress)
 	}
@@ -131,7 +126,7 @@ func TestKeeperNakAll(t *testing.T) {
 	ms := map[uint64]*fakeMsg{}
 	for _, seq := range []uint64{5, 3, 9, 1} {
 		ms[seq] = &fakeMsg{seq: seq, log: &order}
-		k.Hold(seq, ms[seq], at(int(seq)))
+		k.Hold(seq, ms[seq].msg(), at(int(seq)))
 	}
 	k.Drop(9)
 	if got := k.NakAll(); got != 3 {
@@ -150,8 +145,8 @@ func TestKeeperNakAll(t *testing.T) {
 
 func TestKeeperFailedAcksNotCounted(t *testing.T) {
 	k := NewKeeper(time.Second, zerolog.Nop())
-	k.Hold(1, &fakeMsg{fail: true}, at(0))
-	k.Hold(2, &fakeMsg{}, at(0))
+	k.Hold(1, (&fakeMsg{fail: true}).msg(), at(0))
+	k.Hold(2, (&fakeMsg{}).msg(), at(0))
 	if got := k.Tick(at(500)); got != 1 {
 		t.Fatalf("got %d sent, want 1", got)
 	}
@@ -164,11 +159,11 @@ func TestKeeperFailedAcksNotCounted(t *testing.T) {
 // and checks that the FIFO stays proportional to what is held.
 func TestKeeperBoundedMemory(t *testing.T) {
 	k := NewKeeper(time.Hour, zerolog.Nop())
-	k.Hold(0, &fakeMsg{}, at(0))
+	k.Hold(0, (&fakeMsg{}).msg(), at(0))
 	m := &fakeMsg{}
 	for i := uint64(1); i <= 100_000; i++ {
-		k.Hold(i, m, at(1))
-		k.Hold(i, m, at(1)) // re-held: one stale stamp more
+		k.Hold(i, m.msg(), at(1))
+		k.Hold(i, m.msg(), at(1)) // re-held: one stale stamp more
 		k.Drop(i)
 		k.Tick(at(2))
 	}
@@ -191,7 +186,7 @@ func BenchmarkKeeper(b *testing.B) {
 	for b.Loop() {
 		i++
 		now := t0.Add(time.Duration(i) * time.Microsecond)
-		k.Hold(i, m, now)
+		k.Hold(i, m.msg(), now)
 		if i > 10_000 {
 			k.Drop(i - 10_000)
 		}

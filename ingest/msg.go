@@ -1,0 +1,264 @@
+package ingest
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Msg is a request message as the dispatcher holds it: its subject, its
+// JetStream acknowledgement subject (the reply), its headers packed into one
+// string, its body, and the Acker that acknowledges it.
+//
+// The NATS client's message keeps its headers as a map of slices, one string
+// per name and per value: about 400 bytes for the two or three headers of a
+// typical request, plus the client's message struct and the jetstream wrapper.
+// A Msg keeps the same headers in one string of about their wire size, and the
+// decoded Headers and the request snapshot refer to substrings of it, so a
+// held request costs one small allocation for its headers instead of a dozen
+// (docs/bench.md, Memory per held request). The Msg is a value, embedded in
+// whatever holds it.
+type Msg struct {
+	subject string
+	reply   string
+	hdr     string // packed; see pack
+	data    []byte
+	acks    Acker
+}
+
+// Acker sends the acknowledgements of JetStream messages, given their reply
+// subjects (docs/protocol.md, After accepting). The consumer's Acker publishes
+// them on its connection; tests record them.
+type Acker interface {
+	Ack(reply string) error                               // +ACK: done
+	Nak(reply string) error                               // the hand-back: redeliver at once
+	NakWithDelay(reply string, delay time.Duration) error // -NAK {"delay": ns}
+	InProgress(reply string) error                        // +WPI: restart the ack wait
+}
+
+// ErrNoAcker is returned by the acknowledgements of a Msg without an Acker.
+var ErrNoAcker = errors.New("ingest: message has no acker")
+
+// NewMsg returns the Msg of a message with these subject, reply, headers and
+// body, acknowledged through acks. h is packed (copied); data is kept as is.
+func NewMsg(subject, reply string, h nats.Header, data []byte, acks Acker) Msg {
+	return Msg{subject: subject, reply: reply, hdr: pack(h), data: data, acks: acks}
+}
+
+// Subject returns the subject the message was published to.
+func (m *Msg) Subject() string { return m.subject }
+
+// Reply returns the message's JetStream acknowledgement subject.
+func (m *Msg) Reply() string { return m.reply }
+
+// Data returns the message body.
+func (m *Msg) Data() []byte { return m.data }
+
+// Ack acknowledges the message (+ACK).
+func (m *Msg) Ack() error { return m.ack(Acker.Ack) }
+
+// Nak hands the message back for redelivery at once.
+func (m *Msg) Nak() error { return m.ack(Acker.Nak) }
+
+// InProgress restarts the message's ack wait (+WPI).
+func (m *Msg) InProgress() error { return m.ack(Acker.InProgress) }
+
+// NakWithDelay hands the message back for redelivery after delay.
+func (m *Msg) NakWithDelay(delay time.Duration) error {
+	if m.acks == nil {
+		return ErrNoAcker
+	}
+	return m.acks.NakWithDelay(m.reply, delay)
+}
+
+func (m *Msg) ack(f func(Acker, string) error) error {
+	if m.acks == nil {
+		return ErrNoAcker
+	}
+	return f(m.acks, m.reply)
+}
+
+// Header returns the headers as a new map (for a dead letter or a test, not
+// for the dispatch path: see CopyHeaders).
+func (m *Msg) Header() nats.Header {
+	if m.hdr == "" {
+		return nil
+	}
+	r := packed{m.hdr}
+	r.num()
+	h := make(nats.Header)
+	for r.more() {
+		k, vs := r.str(), make([]string, r.num())
+		for i := range vs {
+			vs[i] = r.str()
+		}
+		h[k] = vs
+	}
+	return h
+}
+
+// HeaderValues returns how many header values the message has (a name with
+// two values counts twice): the room CopyHeaders needs.
+func (m *Msg) HeaderValues() int {
+	r := packed{m.hdr}
+	return r.num()
+}
+
+// CopyHeaders sets in dst every header of the message whose name skip does
+// not report, each to a slice of vals (which must have room for
+// HeaderValues()), and returns what is left of vals. With a reused dst it
+// allocates nothing: vals is the caller's.
+func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string) []string {
+	r := packed{m.hdr}
+	r.num()
+	for r.more() {
+		k, c := r.str(), r.num()
+		for i := range c {
+			vals[i] = r.str()
+		}
+		if !skip(k) {
+			dst[k] = vals[:c:c]
+			vals = vals[c:]
+		}
+	}
+	return vals
+}
+
+// Decode decodes the message's request headers as Decode does its map; the
+// strings of the result are substrings of the packed headers.
+func (m *Msg) Decode() (Headers, error) {
+	var s scan
+	r := packed{m.hdr}
+	r.num()
+	for r.more() {
+		k, c := r.str(), r.num()
+		if c == 0 {
+			continue
+		}
+		s.add(k, r.str())
+		for range c - 1 {
+			r.str()
+		}
+	}
+	return s.decode()
+}
+
+// pack packs h into one string: the number of values, then for each name its
+// length and bytes, its number of values, and each value's length and bytes,
+// every number a uvarint. A nats.Header has no order, so neither has the
+// packed form.
+func pack(h nats.Header) string {
+	if len(h) == 0 {
+		return ""
+	}
+	n, size := 0, 0
+	for k, vs := range h {
+		n += len(vs)
+		size += 2*binaryLen(uint64(len(k))) + len(k)
+		for _, v := range vs {
+			size += binaryLen(uint64(len(v))) + len(v)
+		}
+	}
+	b := make([]byte, 0, size+binaryLen(uint64(n)))
+	b = appendUvarint(b, uint64(n))
+	for k, vs := range h {
+		b = appendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = appendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return string(b)
+}
+
+func appendUvarint(b []byte, x uint64) []byte {
+	for x >= 0x80 {
+		b = append(b, byte(x)|0x80)
+		x >>= 7
+	}
+	return append(b, byte(x))
+}
+
+// binaryLen returns the length of x as a uvarint (over-estimating a name's
+// value count is harmless: it only sizes the buffer).
+func binaryLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// packed reads a packed header string. It trusts its input: pack wrote it.
+type packed struct{ s string }
+
+func (r *packed) more() bool { return len(r.s) > 0 }
+
+func (r *packed) num() int {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(r.s); i++ {
+		c := r.s[i]
+		x |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			r.s = r.s[i+1:]
+			return int(x)
+		}
+		shift += 7
+	}
+	r.s = ""
+	return int(x)
+}
+
+func (r *packed) str() string {
+	n := r.num()
+	v := r.s[:n]
+	r.s = r.s[n:]
+	return v
+}
+
+// natsAcker acknowledges on a NATS connection, with hand-backs through
+// HandBacks when there is one (confirmed by the server) and a plain -NAK when
+// there is none. Its acknowledgements are those of the jetstream package's
+// messages, byte for byte.
+type natsAcker struct {
+	nc *nats.Conn
+	hb *HandBacks
+}
+
+var (
+	ackAck      = []byte("+ACK")
+	ackNak      = []byte("-NAK")
+	ackProgress = []byte("+WPI")
+)
+
+func (a natsAcker) Ack(reply string) error        { return a.publish(reply, ackAck) }
+func (a natsAcker) InProgress(reply string) error { return a.publish(reply, ackProgress) }
+
+func (a natsAcker) Nak(reply string) error {
+	if a.hb != nil {
+		return a.hb.Nak(reply)
+	}
+	return a.publish(reply, ackNak)
+}
+
+func (a natsAcker) NakWithDelay(reply string, delay time.Duration) error {
+	if delay <= 0 {
+		return a.publish(reply, ackNak)
+	}
+	return a.publish(reply, []byte(`-NAK {"delay": `+strconv.FormatInt(delay.Nanoseconds(), 10)+`}`))
+}
+
+func (a natsAcker) publish(reply string, body []byte) error {
+	if reply == "" {
+		return errNoReply
+	}
+	return a.nc.Publish(reply, body)
+}
+
+var errNoReply = errors.New("ingest: message has no reply subject")
