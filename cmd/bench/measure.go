@@ -110,9 +110,21 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 	b.logf("%s: throughput run, %d requests", name, b.opt.requests)
 	m0 := outMsgs(conns)
 	c0 := sampleCPU(b.server.pid(), s.middlePid())
+	profiled := make(chan struct{}) // closed once the profile (if any) is saved
+	if name == sysFair && b.opt.profileHop {
+		go func() {
+			defer close(profiled)
+			if err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, "cpu-hop.pprof")); err != nil {
+				b.logf("%s: profile: %v", name, err)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
 	t, err := b.one(b.opt.requests, 0, subjects, 512, b.opt.body)
 	c1 := sampleCPU(b.server.pid(), s.middlePid())
 	m1 := outMsgs(conns)
+	<-profiled
 	res.Throughput = t.stats()
 	res.Throughput.PubErrors = b.pub.errs.Load()
 	if err != nil {
@@ -142,14 +154,14 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 
 // memResult is the dispatcher's memory while holding queued requests.
 type memResult struct {
-	Held        int     `json:"held"`
-	BodyBytes   int     `json:"body_bytes"`
-	RSSIdle     int64   `json:"rss_idle_bytes"`
-	RSSHeld     int64   `json:"rss_held_bytes"`
-	PerRequest  float64 `json:"rss_bytes_per_request_beyond_body"`
-	HeapIdle    float64 `json:"heap_inuse_idle_bytes"`
-	HeapHeld    float64 `json:"heap_inuse_held_bytes"`
-	HeapPerReq  float64 `json:"heap_inuse_bytes_per_request_beyond_body"`
+	Held       int     `json:"held"`
+	BodyBytes  int     `json:"body_bytes"`
+	RSSIdle    int64   `json:"rss_idle_bytes"`
+	RSSHeld    int64   `json:"rss_held_bytes"`
+	PerRequest float64 `json:"rss_bytes_per_request_beyond_body"`
+	HeapIdle   float64 `json:"heap_inuse_idle_bytes"`
+	HeapHeld   float64 `json:"heap_inuse_held_bytes"`
+	HeapPerReq float64 `json:"heap_inuse_bytes_per_request_beyond_body"`
 	// Live* are the Go heap in use right after a forced collection: what the
 	// held requests themselves keep, without the garbage that RSS and the
 	// heap in use carry until the next collection (GOGC: up to as much again).

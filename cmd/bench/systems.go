@@ -338,7 +338,11 @@ func (b *bench) startFair() (*system, []*nats.Conn, error) {
 	if err := b.resetStreams(); err != nil {
 		return nil, nil, err
 	}
-	s, err := b.startDispatcher("throughput", throughputPolicy)
+	var extra []string
+	if b.opt.profileHop {
+		extra = append(extra, "--pprof")
+	}
+	s, err := b.startDispatcher("throughput", throughputPolicy, extra...)
 	if err != nil {
 		return nil, nil, err
 	}
