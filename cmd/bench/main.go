@@ -101,7 +101,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
 	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all)")
 	fs.BoolVar(&o.curves, "curves", true, "run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve too; --curves=false skips them; with --only, only those named there run")
-	fs.BoolVar(&o.profileHop, "profile-hop", false, "save a 3-second CPU profile of the dispatcher in fairdispatch's throughput run (cpu-hop.pprof; profiling costs the hop about 1%)")
+	fs.BoolVar(&o.profileHop, "profile-hop", false, "save 3-second CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), in fairdispatch's throughput run; profiling costs the hop about 1%")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	if err := fs.Parse(args); err != nil {

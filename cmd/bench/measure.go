@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -112,8 +113,10 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 	c0 := sampleCPU(b.server.pid(), s.middlePid())
 	profiled := make(chan struct{}) // closed once the profile (if any) is saved
 	if name == sysFair && b.opt.profileHop {
+		stopBench := b.profileSelf("cpu-hop-bench.pprof") // the workers and the publisher
 		go func() {
 			defer close(profiled)
+			defer stopBench()
 			if err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, "cpu-hop.pprof")); err != nil {
 				b.logf("%s: profile: %v", name, err)
 			}
@@ -269,6 +272,25 @@ func (b *bench) memory() (res memResult) {
 	b.logf("memory: RSS %d -> %d bytes, %.0f bytes per held request beyond the body (live heap %.0f)",
 		res.RSSIdle, res.RSSHeld, res.PerRequest, res.LivePerReq)
 	return res
+}
+
+// profileSelf starts a CPU profile of the bench process into file in the
+// output directory, and returns what stops it.
+func (b *bench) profileSelf(file string) func() {
+	f, err := os.Create(filepath.Join(b.opt.out, file))
+	if err != nil {
+		b.logf("profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.logf("profile: %v", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // fetch saves the body of an HTTP GET of url to file.
