@@ -21,7 +21,8 @@ import (
 )
 
 // Handshaker sends a dispatched request to a worker (bus.Handshaker). Send
-// must not keep hdr once it returns: the actor reuses it for the next dispatch.
+// must not keep hdr, nor its value slices, once it returns: the actor reuses
+// both for the next dispatch.
 type Handshaker interface {
 	Send(worker string, hdr nats.Header, body []byte, token uint64) error
 }
@@ -135,6 +136,7 @@ type Actor struct {
 	stopping    bool
 	tickDecs    []scheduler.Decision
 	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
+	hdrVals     []string    // the backing array of hdr's values, reused likewise
 	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances

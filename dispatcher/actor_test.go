@@ -98,7 +98,7 @@ func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {
 func cloneHeader(h nats.Header) nats.Header {
 	c := make(nats.Header, len(h))
 	for k, v := range h {
-		c[k] = v
+		c[k] = append([]string(nil), v...)
 	}
 	return c
 }

@@ -49,9 +49,13 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
 	hdr := a.hdr // reused: Send encodes it before returning
 	clear(hdr)
-	// One backing array for every value: one allocation, not one per header.
-	v := make([]string, h.msg.HeaderValues()+len(ownHeaders))
-	v = h.msg.CopyHeaders(hdr, isOwnHeader, v)
+	// One backing array for every value, reused too: the map's values are
+	// slices of it.
+	n := h.msg.HeaderValues() + len(ownHeaders)
+	if cap(a.hdrVals) < n {
+		a.hdrVals = make([]string, n)
+	}
+	v := h.msg.CopyHeaders(hdr, isOwnHeader, a.hdrVals[:n])
 	v[0], v[1], v[2] = r.ID, a.className(r.Class), strconv.Itoa(int(d.Rank))
 	v[3], v[4] = strconv.FormatUint(d.Seq, 10), strconv.FormatUint(r.Cost, 10)
 	v[5], v[6], v[7] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply(), a.ackWaitMs
