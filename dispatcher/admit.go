@@ -38,7 +38,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
 		h.err = &scheduler.Error{Code: request.BadRequest, Message: msg}
 		if a.d.Scheduler.InGrace(now.UnixNano()) {
-			a.d.Keeper.Hold(dl.StreamSeq, &h.msg, now)
+			a.wait(h, dl.StreamSeq, now)
 			a.parked = append(a.parked, h) // nothing is failed during the grace (docs/design.md, Delivery guarantees)
 			return
 		}
@@ -57,9 +57,16 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	h.snap = d.Req
 	a.traceArrive(now, h)
 	if d.Kind == scheduler.Queued {
-		a.d.Keeper.Hold(dl.StreamSeq, &h.msg, now) // only what waits needs keeping alive
+		a.wait(h, dl.StreamSeq, now) // only what waits needs keeping alive
 	}
 	a.decide(now, h, d)
+}
+
+// wait keeps h's message alive while the request waits in the dispatcher,
+// and moves its body out of the client's receive buffer (ingest.Msg.OwnBody).
+func (a *Actor) wait(h *held, seq uint64, now time.Time) {
+	h.msg.OwnBody()
+	a.d.Keeper.Hold(seq, &h.msg, now)
 }
 
 // malformed returns why a delivery is a bad_request, or "": a malformed header

@@ -118,7 +118,7 @@ func (a *Actor) sendFailed(now time.Time, h *held, d scheduler.Decision, err err
 		if err := h.msg.InProgress(); err == nil { // as in answer: the Keeper's clock is the server's
 			a.d.Metrics.ProgressAck()
 		}
-		a.d.Keeper.Hold(r.Ref, &h.msg, now)
+		a.wait(h, r.Ref, now)
 	}
 }
 
@@ -175,5 +175,5 @@ func (a *Actor) answer(res bus.Result) {
 	if err := h.msg.InProgress(); err == nil {
 		a.d.Metrics.ProgressAck()
 	}
-	a.d.Keeper.Hold(res.Token, &h.msg, now)
+	a.wait(h, res.Token, now)
 }

@@ -343,7 +343,7 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 	}
 	subject := c.intern(m.Subject())
 	d := Delivery{
-		Msg:          Msg{subject: subject, reply: m.Reply(), hdr: pack(m.Headers()), data: ownBody(m.Data()), acks: c.acks},
+		Msg:          Msg{subject: subject, reply: m.Reply(), hdr: pack(m.Headers()), data: m.Data(), acks: c.acks},
 		StreamSeq:    md.Sequence.Stream,
 		NumDelivered: md.NumDelivered,
 		Published:    md.Timestamp,
@@ -351,23 +351,6 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 	}
 	d.Headers, d.Err = d.Msg.Decode()
 	return d, true
-}
-
-// maxCopiedBody bounds the bodies ownBody copies.
-const maxCopiedBody = 32 << 10
-
-// ownBody returns body in an allocation of its own when it is small. The NATS
-// client receives headers and body into one buffer and slices the body out
-// of it, so a held body keeps the raw header block (now packed apart, in the
-// Msg) alive in front of it, and its size rounds up with theirs: about 130
-// bytes per 1 KiB request (docs/bench.md, Memory per held request). A copy of
-// up to 32 KiB costs well under a microsecond; beyond that the header block is
-// under half a percent of the buffer and the body is kept as received.
-func ownBody(body []byte) []byte {
-	if len(body) == 0 || len(body) > maxCopiedBody {
-		return body
-	}
-	return append(make([]byte, 0, len(body)), body...)
 }
 
 // intern returns the interned copy of subject: every request of a class

@@ -156,3 +156,28 @@ func TestMsgAcknowledgementsOnTheWire(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestMsgOwnBody: a body up to maxCopiedBody moves to an allocation of its
+// own (the receive buffer around it can go), a larger one stays where it is.
+func TestMsgOwnBody(t *testing.T) {
+	buf := make([]byte, 100+maxCopiedBody+1)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	small := Msg{data: buf[100:200]}
+	small.OwnBody()
+	if &small.data[0] == &buf[100] || cap(small.data) != 100 || string(small.data) != string(buf[100:200]) {
+		t.Fatalf("small body: same array %v, cap %d, equal %v; want a copy of its own",
+			&small.data[0] == &buf[100], cap(small.data), string(small.data) == string(buf[100:200]))
+	}
+	large := Msg{data: buf[100:]}
+	large.OwnBody()
+	if &large.data[0] != &buf[100] {
+		t.Fatal("a body over maxCopiedBody was copied")
+	}
+	var empty Msg
+	empty.OwnBody()
+	if empty.data != nil {
+		t.Fatal("an empty body grew an allocation")
+	}
+}
