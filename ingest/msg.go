@@ -3,6 +3,7 @@ package ingest
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -144,8 +145,12 @@ func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string
 	return vals
 }
 
-// Decode decodes the message's request headers as Decode does its map; the
-// strings of the result are substrings of the packed headers.
+// Decode decodes the message's request headers as Decode does its map. The
+// strings of the result are substrings of the packed headers, except MsgID
+// and Key, which are copies: they outlive the request (the scheduler keeps
+// them for cost settlement for up to its settlement window, and a fairness
+// key while it is tracked), and a substring would keep the whole packed
+// headers alive with them, Dispatch-Block-Hashes (up to 96 KiB) included.
 func (m *Msg) Decode() (Headers, error) {
 	var s scan
 	r := packed{m.hdr}
@@ -160,7 +165,9 @@ func (m *Msg) Decode() (Headers, error) {
 			r.str()
 		}
 	}
-	return s.decode()
+	d, err := s.decode()
+	d.MsgID, d.Key = strings.Clone(d.MsgID), strings.Clone(d.Key)
+	return d, err
 }
 
 // pack packs h into one string: the number of values, then for each name its

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"pgregory.net/rapid"
@@ -179,5 +180,32 @@ func TestMsgOwnBody(t *testing.T) {
 	empty.OwnBody()
 	if empty.data != nil {
 		t.Fatal("an empty body grew an allocation")
+	}
+}
+
+// TestMsgDecodeCopiesWhatOutlivesTheRequest: the request id and the fairness
+// key, which the scheduler keeps after the request is gone, do not point into
+// the packed headers (they would keep them alive, block hashes and all); the
+// rest of the decoded headers do.
+func TestMsgDecodeCopiesWhatOutlivesTheRequest(t *testing.T) {
+	m := NewMsg("dispatch.req.c", "", nats.Header{"Nats-Msg-Id": {"r1"}, HeaderKey: {"tenant-a"},
+		HeaderReplyTo: {"out.r1"}, HeaderHashes: {strings.Repeat("0123456789abcdef", 64)}}, nil, nil)
+	d, err := m.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := func(s string) bool {
+		return s != "" && strings.Contains(m.hdr, s) &&
+			uintptr(unsafe.Pointer(unsafe.StringData(s))) >= uintptr(unsafe.Pointer(unsafe.StringData(m.hdr))) &&
+			uintptr(unsafe.Pointer(unsafe.StringData(s))) < uintptr(unsafe.Pointer(unsafe.StringData(m.hdr)))+uintptr(len(m.hdr))
+	}
+	if d.MsgID != "r1" || within(d.MsgID) {
+		t.Errorf("MsgID %q: points into the packed headers %v, want a copy", d.MsgID, within(d.MsgID))
+	}
+	if d.Key != "tenant-a" || within(d.Key) {
+		t.Errorf("Key %q: points into the packed headers %v, want a copy", d.Key, within(d.Key))
+	}
+	if !within(d.ReplyTo) {
+		t.Errorf("ReplyTo %q was copied; it lives no longer than the request", d.ReplyTo)
 	}
 }
