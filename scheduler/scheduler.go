@@ -148,7 +148,7 @@ type Scheduler struct {
 func New(cfg Config, now int64) *Scheduler {
 	n := len(cfg.Policy.Classes)
 	s := &Scheduler{pol: cfg.Policy, reg: workers.New(), graceEnd: now + cfg.Grace, outTimeout: max(0, cfg.NoWorkersTimeout)}
-	s.settle.init(cfg)
+	s.settle.init(cfg, s.releaseKey)
 	s.keyWin.step = cfg.KeyWindowStep
 	if s.keyWin.step <= 0 {
 		s.keyWin.step = DefaultKeyWindowStep
@@ -248,7 +248,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 	if !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r)) {
 		d := s.place(now, r)
 		if d.Kind == Dispatch {
-			s.settle.record(now, d, 0, false, s.classes) // not arbitrated: nothing charged to correct
+			s.settle.record(now, d, 0, false) // not arbitrated: nothing charged to correct
 		}
 		return d
 	}
@@ -374,7 +374,7 @@ func (s *Scheduler) Next(now int64) Decision {
 	d := s.place(now, r)
 	switch d.Kind {
 	case Dispatch:
-		s.settle.record(now, d, r.Cost, true, s.classes)
+		s.settle.record(now, d, r.Cost, true)
 	case Reject:
 		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
 	}
@@ -438,7 +438,7 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 	s.refused(now, id, seq)
 	// The request is queued again, charged: its key stays owed, and the next
 	// dispatch's record takes over the settlement.
-	s.settle.forget(id, seq, false, s.classes)
+	s.settle.forget(id, seq, false)
 	r.Refused = true
 	r.Charged = true
 	s.enqueue(r)
@@ -449,7 +449,7 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 // time growing with its refusals in a row (docs/protocol.md, Refusals back off).
 func (s *Scheduler) Refused(now int64, id string, seq uint64) {
 	s.refused(now, id, seq)
-	s.settle.forget(id, seq, true, s.classes) // the request leaves: its key owes nothing
+	s.settle.forget(id, seq, true) // the request leaves: its key owes nothing
 }
 
 func (s *Scheduler) refused(now int64, id string, seq uint64) {
@@ -480,7 +480,7 @@ func (s *Scheduler) Accepted(id string) {
 // after a refusal: its place kept, not charged again, without a limit check.
 // Without requeue (the request itself cannot be sent) the caller rejects it.
 func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
-	s.settle.forget(id, seq, !requeue, s.classes)
+	s.settle.forget(id, seq, !requeue)
 	if w := s.reg.Get(id); w != nil && s.reg.Unbook(w, seq) {
 		s.gates.Update(w)
 		for _, c := range s.classes {
@@ -553,7 +553,7 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 		clear(s.expired)
 		s.recheckAll()
 	}
-	s.settle.expire(now, s.classes)
+	s.settle.expire(now)
 	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
 		r := s.dl[0]
 		removeDeadline(&s.dl, r)

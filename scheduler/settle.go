@@ -2,8 +2,7 @@ package scheduler
 
 import (
 	"math"
-
-	"fairdispatch/lanes"
+	"sort"
 )
 
 // Completion is a worker's completion record as the core reads it
@@ -67,7 +66,7 @@ type SettleResult struct {
 // below zero). A record for an unknown, foreign or already settled dispatch
 // changes nothing; the result says which. O(log K) for K keys of the class.
 func (s *Scheduler) Settle(worker string, c Completion) SettleResult {
-	rec := s.settle.byKey[recKey{worker, c.Seq}]
+	rec := s.settle.find(worker, c.Seq)
 	switch {
 	case rec == nil:
 		return SettleResult{Outcome: Unknown}
@@ -92,17 +91,44 @@ func (s *Scheduler) Settle(worker string, c Completion) SettleResult {
 
 // Unsettled returns the number of dispatches remembered for settlement,
 // settled or not, within the settlement window.
-func (s *Scheduler) Unsettled() int { return len(s.settle.byKey) }
+func (s *Scheduler) Unsettled() int { return s.settle.live }
 
-// recKey names one dispatch: the worker and its Dispatch-Seq.
-type recKey struct {
+// releaseKey tells class c that key k is owed no settlement for one dispatch
+// (settlements.release).
+func (s *Scheduler) releaseKey(c int, k string) { s.classes[c].Release(k) }
+
+// settlements remembers recent dispatches for settlement, for at most window
+// nanoseconds and max dispatches: per worker in sequence order, to find one,
+// and all of them in dispatch order, to forget the oldest.
+//
+// A worker's dispatch sequence only grows (the registry numbers each worker's
+// dispatches, docs/protocol.md, Load report), so each worker's log is sorted
+// by sequence and a record is found by binary search: no map of every
+// dispatch, no allocation per dispatch, and far fewer objects for the garbage
+// collector to visit. The one exception, a worker whose numbering started over
+// (it expired and the registry no longer remembered its next sequence), gets
+// a new log, and its earlier dispatches are forgotten, their keys released as
+// at expiry: a completion record could no longer tell them from the new ones.
+type settlements struct {
+	logs    map[string]*seqLog // each worker's current log
+	fifo    []*seqLog          // one entry per record, in dispatch order: fifo[head:]
+	head    int
+	live    int // records neither forgotten nor expired
+	window  int64
+	max     int
+	release func(class int, key string) // the key is owed no settlement (Scheduler.releaseKey)
+}
+
+// seqLog is one worker's dispatches, by growing sequence: recs[head:].
+type seqLog struct {
 	worker string
-	seq    uint64
+	recs   []dispatchRec
+	head   int
 }
 
 // dispatchRec is one dispatch remembered for settlement.
 type dispatchRec struct {
-	recKey
+	seq     uint64
 	id      string
 	key     string
 	class   int
@@ -110,22 +136,12 @@ type dispatchRec struct {
 	at      int64  // dispatch time
 	owes    bool   // arbitrated: the key is owed this settlement
 	settled bool
-	dropped bool // handed back: no longer in byKey
+	dropped bool // forgotten: handed back, unsent, or its worker's numbering started over
 }
 
-// settlements remembers recent dispatches, by (worker, seq) and in dispatch
-// order, for at most window nanoseconds and max entries.
-type settlements struct {
-	byKey  map[recKey]*dispatchRec
-	fifo   []*dispatchRec // dispatch order; fifo[head:] are live or dropped
-	head   int
-	window int64
-	max    int
-}
-
-func (st *settlements) init(cfg Config) {
-	st.byKey = make(map[recKey]*dispatchRec)
-	st.window, st.max = cfg.SettleWindow, cfg.MaxUnsettled
+func (st *settlements) init(cfg Config, release func(class int, key string)) {
+	st.logs = make(map[string]*seqLog)
+	st.window, st.max, st.release = cfg.SettleWindow, cfg.MaxUnsettled, release
 	if st.window == 0 {
 		st.window = DefaultSettleWindow
 	}
@@ -134,33 +150,86 @@ func (st *settlements) init(cfg Config) {
 	}
 }
 
+// find returns the remembered, not forgotten, dispatch seq of worker, or nil.
+// The pointer is good until the next record or expire.
+func (st *settlements) find(worker string, seq uint64) *dispatchRec {
+	l := st.logs[worker]
+	if l == nil {
+		return nil
+	}
+	recs := l.recs[l.head:]
+	if len(recs) == 0 || seq < recs[0].seq {
+		return nil
+	}
+	// A worker's sequence grows by one per dispatch, so the record is
+	// usually at its offset from the first; a jump (the registry moved the
+	// sequence on past a worker's seen_seq) needs the search.
+	i := seq - recs[0].seq
+	if i >= uint64(len(recs)) || recs[i].seq != seq {
+		j := sort.Search(len(recs), func(j int) bool { return recs[j].seq >= seq })
+		if j == len(recs) || recs[j].seq != seq {
+			return nil
+		}
+		i = uint64(j)
+	}
+	if recs[i].dropped {
+		return nil
+	}
+	return &recs[i]
+}
+
 // record remembers dispatch d; charged is what arbitration charged (owes: it
 // went through the class's queue and its key is owed a settlement).
-func (st *settlements) record(now int64, d Decision, charged uint64, owes bool, classes []*lanes.Keyed) {
-	k := recKey{d.Worker, d.Seq}
-	if old := st.byKey[k]; old != nil {
-		// A restarted worker's sequence reused: the newer dispatch counts.
-		old.dropped = true
-		if old.owes && !old.settled {
-			classes[old.class].Release(old.key)
-		}
+func (st *settlements) record(now int64, d Decision, charged uint64, owes bool) {
+	l := st.logs[d.Worker]
+	if l != nil && len(l.recs) > l.head && l.recs[len(l.recs)-1].seq >= d.Seq {
+		st.dropAll(l) // the worker's numbering started over
+		l = nil
 	}
-	rec := &dispatchRec{recKey: k, id: d.Req.ID, key: d.Req.Key, class: d.Req.Class, charged: charged, at: now, owes: owes}
-	st.byKey[k] = rec
-	st.fifo = append(st.fifo, rec)
+	if l == nil {
+		l = &seqLog{worker: d.Worker}
+		st.logs[d.Worker] = l
+	}
+	l.recs = append(l.recs, dispatchRec{seq: d.Seq, id: d.Req.ID, key: d.Req.Key, class: d.Req.Class,
+		charged: charged, at: now, owes: owes})
+	st.fifo = append(st.fifo, l)
+	st.live++
+}
+
+// dropAll forgets every record of l, releasing the keys still owed.
+func (st *settlements) dropAll(l *seqLog) {
+	for i := l.head; i < len(l.recs); i++ {
+		st.drop(&l.recs[i], true)
+	}
+}
+
+// drop forgets rec; with release, its key is owed nothing any more.
+func (st *settlements) drop(rec *dispatchRec, release bool) {
+	if rec.dropped {
+		return
+	}
+	rec.dropped = true
+	st.live--
+	if release && rec.owes && !rec.settled {
+		st.release(rec.class, rec.key)
+	}
 }
 
 // reclass follows a policy change: to maps an old class index to the new one,
 // or -1 for a removed class, whose dispatches are then owed no settlement
-// (the class and its keys are gone). O(remembered dispatches).
+// (the class and its keys are gone). O(remembered dispatches). Logs no longer
+// current hold only forgotten records, which are left as they are.
 func (st *settlements) reclass(to []int) {
-	for _, rec := range st.fifo[st.head:] {
-		if rec == nil || rec.class < 0 || rec.class >= len(to) {
-			continue
-		}
-		rec.class = to[rec.class]
-		if rec.class < 0 {
-			rec.owes = false
+	for _, l := range st.logs {
+		for i := l.head; i < len(l.recs); i++ {
+			rec := &l.recs[i]
+			if rec.dropped || rec.class < 0 || rec.class >= len(to) {
+				continue
+			}
+			rec.class = to[rec.class]
+			if rec.class < 0 {
+				rec.owes = false
+			}
 		}
 	}
 }
@@ -169,37 +238,37 @@ func (st *settlements) reclass(to []int) {
 // refused. With release the request has left the scheduler, so its key is owed
 // nothing; without, the request waits again, still charged, and its next
 // dispatch's record takes over.
-func (st *settlements) forget(worker string, seq uint64, release bool, classes []*lanes.Keyed) {
-	k := recKey{worker, seq}
-	rec := st.byKey[k]
-	if rec == nil {
-		return
-	}
-	rec.dropped = true
-	delete(st.byKey, k)
-	if release && rec.owes && !rec.settled {
-		classes[rec.class].Release(rec.key)
+func (st *settlements) forget(worker string, seq uint64, release bool) {
+	if rec := st.find(worker, seq); rec != nil {
+		st.drop(rec, release)
 	}
 }
 
 // expire forgets dispatches older than the window, or beyond max, releasing
-// the keys still owed their settlement. Amortized O(1) per dispatch.
-func (st *settlements) expire(now int64, classes []*lanes.Keyed) {
+// the keys still owed their settlement. Amortized O(1) per dispatch: a
+// dispatch's record is always the oldest of its worker's log when its turn
+// comes.
+func (st *settlements) expire(now int64) {
 	for st.head < len(st.fifo) {
-		rec := st.fifo[st.head]
-		if now-rec.at < st.window && len(st.fifo)-st.head <= st.max {
+		l := st.fifo[st.head]
+		if now-l.recs[l.head].at < st.window && len(st.fifo)-st.head <= st.max {
 			break
 		}
 		st.fifo[st.head] = nil
 		st.head++
-		if rec.dropped {
-			continue
-		}
-		if st.byKey[rec.recKey] == rec {
-			delete(st.byKey, rec.recKey)
-		}
-		if rec.owes && !rec.settled {
-			classes[rec.class].Release(rec.key)
+		st.drop(&l.recs[l.head], true)
+		l.recs[l.head] = dispatchRec{} // let its strings go
+		l.head++
+		switch {
+		case l.head == len(l.recs):
+			l.recs, l.head = l.recs[:0], 0
+			if st.logs[l.worker] == l {
+				delete(st.logs, l.worker)
+			}
+		case l.head > 1024 && l.head*2 > len(l.recs):
+			n := copy(l.recs, l.recs[l.head:])
+			clear(l.recs[n:])
+			l.recs, l.head = l.recs[:n], 0
 		}
 	}
 	if st.head > 1024 && st.head*2 > len(st.fifo) {
