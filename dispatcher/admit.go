@@ -16,6 +16,7 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if h := a.held[dl.StreamSeq]; h != nil {
 		// A redelivery of a request we hold: keep one copy, with the new handle.
 		h.msg, h.attempt = dl.Msg, deliveryCount(dl)
+		h.msg.OwnBody() // rare: not worth knowing whether it waits
 		a.cur.rel.Release(1)
 		a.d.Metrics.Redelivered()
 		return
