@@ -34,7 +34,7 @@ type fakeMsg struct {
 func (m *fakeMsg) delivery(token string, published time.Time) ingest.Delivery {
 	d := ingest.Delivery{
 		Msg:       ingest.NewMsg("dispatch.req."+token, "$JS.ACK.test", m.hdr, m.data, m),
-		StreamSeq: m.stream, NumDelivered: max(m.nd, 1), Published: published, Token: token,
+		StreamSeq: m.stream, NumDelivered: max(m.nd, 1), Published: published,
 	}
 	d.Headers, d.Err = d.Msg.Decode()
 	return d

@@ -46,10 +46,11 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		a.reject(h, h.err)
 		return
 	}
-	a.noteToken(dl.Token)
+	token := dl.Msg.Token()
+	a.noteToken(token)
 	hd := &dl.Headers
 	arr := scheduler.Arrival{
-		ID: id, Ref: dl.StreamSeq, Token: dl.Token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap, Hashes: hd.Hashes,
+		ID: id, Ref: dl.StreamSeq, Token: token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap, Hashes: hd.Hashes,
 		Strict: hd.Strict, Jump: hd.Jump, Pin: hd.Pin, Allowed: hd.Allowed, Required: hd.Required,
 		Preferred: hd.Preferred, Published: dl.Published.UnixNano(), DeadlineMs: hd.DeadlineMs, HasDeadline: hd.HasDeadline,
 		Key: hd.Key,

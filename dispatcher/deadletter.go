@@ -40,7 +40,7 @@ func (a *Actor) reject(h *held, e *scheduler.Error) {
 // once is handled as one that failed.
 func (a *Actor) storeDead(h *held) {
 	r, seq := h.snap, h.snap.Ref
-	class := h.token() // the subject token when no class could be resolved
+	class := h.msg.Token() // the subject token when no class could be resolved
 	if r.Class >= 0 {
 		class = a.className(r.Class)
 	} else if !bus.ValidToken(class) {

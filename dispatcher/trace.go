@@ -29,7 +29,7 @@ func traceKey(r *request.Snapshot) string {
 // traceArrive records a request taken in with its snapshot built.
 func (a *Actor) traceArrive(now time.Time, h *held) {
 	r := h.snap
-	a.d.Trace.Record(wire.TraceRecord{Event: wire.TraceArrive, T: now.UnixNano(), ID: r.ID, Token: h.token(),
+	a.d.Trace.Record(wire.TraceRecord{Event: wire.TraceArrive, T: now.UnixNano(), ID: r.ID, Token: h.msg.Token(),
 		Class: a.className(r.Class), Key: traceKey(r), Published: r.Arrival, ISL: r.ISL, Cached: r.Cached, Cost: r.Cost})
 }
 

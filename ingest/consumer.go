@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +85,6 @@ type Delivery struct {
 	StreamSeq    uint64    // stream sequence: identifies the request across redeliveries
 	NumDelivered uint64    // 1 on first delivery
 	Published    time.Time // JetStream publication timestamp (docs/design.md, Snapshot arrival)
-	Token        string    // the subject's last token: the class token (docs/design.md, Class resolution)
 	Headers      Headers
 	// Err is the *HeaderError of a malformed header (docs/protocol.md, Request headers: bad_request), or nil.
 	// Headers is then partially filled: every header that did decode, in
@@ -347,7 +345,6 @@ func (c *Consumer) decode(m jetstream.Msg) (Delivery, bool) {
 		StreamSeq:    md.Sequence.Stream,
 		NumDelivered: md.NumDelivered,
 		Published:    md.Timestamp,
-		Token:        lastToken(subject),
 	}
 	d.Headers, d.Err = d.Msg.Decode()
 	return d, true
@@ -363,9 +360,4 @@ func (c *Consumer) intern(subject string) string {
 		c.subjects[subject] = subject
 	}
 	return subject
-}
-
-// lastToken returns the last dot-separated token of subject.
-func lastToken(subject string) string {
-	return subject[strings.LastIndexByte(subject, '.')+1:]
 }

@@ -150,8 +150,8 @@ func TestRunDelivers(t *testing.T) {
 			t.Fatalf("delivery %d: got stream seq %d, want stream order", i, d.StreamSeq)
 		}
 		k := int(d.StreamSeq - 1)
-		if want := fmt.Sprintf("class%d", k%3); d.Token != want {
-			t.Fatalf("%s: got token %q, want %q", id, d.Token, want)
+		if want := fmt.Sprintf("class%d", k%3); d.Msg.Token() != want {
+			t.Fatalf("%s: got token %q, want %q", id, d.Msg.Token(), want)
 		}
 		if d.Headers.ISL != uint64(100+k) || d.Headers.ReplyTo != "out."+id {
 			t.Fatalf("%s: got headers %+v", id, d.Headers)
@@ -242,8 +242,8 @@ func TestRunStopsAtMaxHeld(t *testing.T) {
 
 	// A message published to the idle consumer arrives at once.
 	seq := e.publish(t, "late", nil)
-	if d := r.take(t, 1)[0]; d.StreamSeq != seq || d.Token != "late" {
-		t.Fatalf("got seq %d token %q, want %d late", d.StreamSeq, d.Token, seq)
+	if d := r.take(t, 1)[0]; d.StreamSeq != seq || d.Msg.Token() != "late" {
+		t.Fatalf("got seq %d token %q, want %d late", d.StreamSeq, d.Msg.Token(), seq)
 	}
 }
 

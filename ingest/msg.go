@@ -51,6 +51,10 @@ func NewMsg(subject, reply string, h nats.Header, data []byte, acks Acker) Msg {
 // Subject returns the subject the message was published to.
 func (m *Msg) Subject() string { return m.subject }
 
+// Token returns the last token of the subject: the class token
+// (docs/design.md, Class resolution).
+func (m *Msg) Token() string { return m.subject[strings.LastIndexByte(m.subject, '.')+1:] }
+
 // Reply returns the message's JetStream acknowledgement subject.
 func (m *Msg) Reply() string { return m.reply }
 
@@ -105,8 +109,7 @@ func (m *Msg) Header() nats.Header {
 	if m.hdr == "" {
 		return nil
 	}
-	r := packed{m.hdr}
-	r.num()
+	r := m.entries()
 	h := make(nats.Header)
 	for r.more() {
 		k, vs := r.str(), make([]string, r.num())
@@ -130,8 +133,7 @@ func (m *Msg) HeaderValues() int {
 // HeaderValues()), and returns what is left of vals. With a reused dst it
 // allocates nothing: vals is the caller's.
 func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string) []string {
-	r := packed{m.hdr}
-	r.num()
+	r := m.entries()
 	for r.more() {
 		k, c := r.str(), r.num()
 		for i := range c {
@@ -153,8 +155,7 @@ func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string
 // headers alive with them, Dispatch-Block-Hashes (up to 96 KiB) included.
 func (m *Msg) Decode() (Headers, error) {
 	var s scan
-	r := packed{m.hdr}
-	r.num()
+	r := m.entries()
 	for r.more() {
 		k, c := r.str(), r.num()
 		if c == 0 {
@@ -221,6 +222,14 @@ func binaryLen(x uint64) int {
 
 // packed reads a packed header string. It trusts its input: pack wrote it.
 type packed struct{ s string }
+
+// entries returns a reader at the first name of the packed headers, past
+// their value count.
+func (m *Msg) entries() packed {
+	r := packed{m.hdr}
+	r.num()
+	return r
+}
 
 func (r *packed) more() bool { return len(r.s) > 0 }
 
