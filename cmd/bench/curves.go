@@ -273,19 +273,31 @@ func (b *bench) curvePoint(name string, x int) (p curvePoint) {
 // background, into cpu-curve-<name>-<x>.pprof; the channel closes when done.
 // In --quick it does nothing.
 func (b *bench) profile(s *system, p *curvePoint, name string) chan struct{} {
-	done := make(chan struct{})
 	if b.opt.quick { // quick stays quick: no profiles
+		done := make(chan struct{})
 		close(done)
 		return done
 	}
 	file := fmt.Sprintf("cpu-curve-%s-%d.pprof", name, p.X)
+	return b.dispatcherProfile(s, file, func(saved bool) {
+		if saved {
+			p.Profile = file
+		}
+	})
+}
+
+// dispatcherProfile fetches a 3-second CPU profile of s's dispatcher in the
+// background, into file in the output directory, then calls after with
+// whether it was saved; the channel closes when done.
+func (b *bench) dispatcherProfile(s *system, file string, after func(saved bool)) chan struct{} {
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, file)); err != nil {
-			b.logf("curve %s %d: profile: %v", name, p.X, err)
-			return
+		err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, file))
+		if err != nil {
+			b.logf("profile %s: %v", file, err)
 		}
-		p.Profile = file
+		after(err == nil)
 	}()
 	return done
 }

@@ -111,23 +111,17 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 	b.logf("%s: throughput run, %d requests", name, b.opt.requests)
 	m0 := outMsgs(conns)
 	c0 := sampleCPU(b.server.pid(), s.middlePid())
-	profiled := make(chan struct{}) // closed once the profile (if any) is saved
+	var profiled chan struct{} // closed once the profiles are saved; nil: none
 	if name == sysFair && b.opt.profileHop {
 		stopBench := b.profileSelf("cpu-hop-bench.pprof") // the workers and the publisher
-		go func() {
-			defer close(profiled)
-			defer stopBench()
-			if err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, "cpu-hop.pprof")); err != nil {
-				b.logf("%s: profile: %v", name, err)
-			}
-		}()
-	} else {
-		close(profiled)
+		profiled = b.dispatcherProfile(s, "cpu-hop.pprof", func(bool) { stopBench() })
 	}
 	t, err := b.one(b.opt.requests, 0, subjects, 512, b.opt.body)
 	c1 := sampleCPU(b.server.pid(), s.middlePid())
 	m1 := outMsgs(conns)
-	<-profiled
+	if profiled != nil {
+		<-profiled
+	}
 	res.Throughput = t.stats()
 	res.Throughput.PubErrors = b.pub.errs.Load()
 	if err != nil {
