@@ -18,6 +18,9 @@ type LoadReport struct {
 	Instance   string     `json:"instance"`
 	SeenSeq    *uint64    `json:"seen_seq"`
 	Ranks      []RankLoad `json:"ranks"`
+	// CompactDispatch is the highest version of the compact dispatch form
+	// (CompactDispatch) the worker reads; 0: it reads the header form only.
+	CompactDispatch uint64 `json:"compact_dispatch,omitempty"`
 }
 
 // RankLoad is the load of one data-parallel rank in a LoadReport.

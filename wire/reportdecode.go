@@ -82,6 +82,8 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 			ok = s.uint64Ptr(&w.SeenSeq, &scalars().seen)
 		case "total_kv_blocks":
 			ok = s.uint64Value(&w.TotalKV)
+		case "compact_dispatch":
+			ok = s.uint64Value(&w.CompactDispatch)
 		case "draining":
 			ok = s.boolValue(&w.Draining)
 		case "instance":
@@ -107,7 +109,7 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 
 var reportFields = []string{"worker_id", "data_parallel_start_rank", "data_parallel_size",
 	"max_num_batched_tokens", "total_kv_blocks", "max_active_requests", "taints", "draining",
-	"ttl_ms", "instance", "seen_seq", "ranks"}
+	"ttl_ms", "instance", "seen_seq", "ranks", "compact_dispatch"}
 
 var rankFields = []string{"dp_rank", "active_prefill_tokens", "active_decode_blocks",
 	"kv_used_blocks", "active_requests"}

@@ -16,7 +16,9 @@ var reportBodies = []string{
 	`{"worker_id":"w1","data_parallel_start_rank":4,"data_parallel_size":2,"max_num_batched_tokens":8192,` +
 		`"total_kv_blocks":16384,"taints":["h200","zone-a"],"draining":true,"ttl_ms":1500,"instance":"8f3c2a",` +
 		`"seen_seq":1234,"ranks":[{"dp_rank":5,"active_prefill_tokens":1024,"active_decode_blocks":310,` +
-		`"kv_used_blocks":500,"active_requests":4},{"dp_rank":4}]}`,
+		`"kv_used_blocks":500,"active_requests":4},{"dp_rank":4}],"compact_dispatch":1}`,
+	`{"compact_dispatch":0}`, `{"compact_dispatch":7}`, `{"compact_dispatch":-1}`, `{"compact_dispatch":null}`,
+	`{"compact_dispatch":1,"compact_dispatch":null}`, `{"Compact_Dispatch":1}`,
 	" \t\n{ \"worker_id\" : \"w1\" , \"ranks\" : [ ] , \"taints\" : [ ] } \r\n",
 	`{}`, `null`, `[]`, `{`, `}`, ``, `{"worker_id":"w1"}x`, `{"worker_id":"w1",}`, `{,}`,
 	`{"worker_id":null}`, `{"worker_id":""}`, `{"instance":""}`, `{"worker_id":"w1","worker_id":"w2"}`, `{"worker_id":"w1","worker_id":null}`,
