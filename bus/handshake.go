@@ -181,8 +181,10 @@ func NewHandshaker(nc *nats.Conn, prefix string, timeout time.Duration, deliver 
 
 // Send publishes body with hdr to "<prefix>.work.<worker>" as a request whose
 // answer will be delivered with token. It does not wait for the answer and
-// does not block on the network (NATS buffers the publish). hdr is not kept
-// after Send returns. Send fails with ErrNotConnected while the connection is
+// does not block on the network (NATS buffers the publish). Neither hdr nor
+// body is kept after Send returns (NATS copies them into its buffer). hdr is
+// nil for the compact dispatch form, whose frame is body (docs/protocol.md,
+// Compact dispatch form). Send fails with ErrNotConnected while the connection is
 // down, ErrDuplicateToken when token is already in flight, ErrClosed after
 // Close, ErrInvalidSubject for a worker id that is not a subject token, or the
 // publish error; then deliver is not called for it. Every error wraps its fault

@@ -21,8 +21,9 @@ import (
 )
 
 // Handshaker sends a dispatched request to a worker (bus.Handshaker). Send
-// must not keep hdr, nor its value slices, once it returns: the actor reuses
-// both for the next dispatch.
+// must not keep hdr, nor its value slices, nor body once it returns: the
+// actor reuses them for the next dispatch. A nil hdr is the compact form: body
+// is the frame.
 type Handshaker interface {
 	Send(worker string, hdr nats.Header, body []byte, token uint64) error
 }
@@ -137,6 +138,7 @@ type Actor struct {
 	tickDecs    []scheduler.Decision
 	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
 	hdrVals     []string    // the backing array of hdr's values, reused likewise
+	frame       []byte      // the compact dispatch frame, reused likewise (up to maxKeptFrame)
 	parked      []*held     // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances

@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"fairdispatch/ingest"
 	"fairdispatch/metrics"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -68,11 +71,16 @@ type fakeBus struct {
 
 type sent struct {
 	worker string
-	hdr    nats.Header
+	hdr    nats.Header // in the compact form, the headers the header form would have sent
 	token  uint64
+	body   []byte
+	// compact: the dispatch was sent in the compact form; err is its frame's
+	// decoding error.
+	compact bool
+	err     error
 }
 
-func (b *fakeBus) Send(worker string, hdr nats.Header, _ []byte, token uint64) error {
+func (b *fakeBus) Send(worker string, hdr nats.Header, body []byte, token uint64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.sendErr != nil {
@@ -80,8 +88,38 @@ func (b *fakeBus) Send(worker string, hdr nats.Header, _ []byte, token uint64) e
 			return err
 		}
 	}
-	b.sent = append(b.sent, sent{worker, cloneHeader(hdr), token}) // Send may not keep hdr
+	s := sent{worker: worker, hdr: cloneHeader(hdr), token: token, body: slices.Clone(body)} // Send may not keep hdr nor body
+	if hdr == nil {
+		s.compact = true
+		s.hdr, s.body, s.err = headerForm(body)
+	}
+	b.sent = append(b.sent, s)
 	return nil
+}
+
+// headerForm decodes a compact dispatch frame into the headers and body of
+// the header form that carries the same (docs/protocol.md, Compact dispatch
+// form).
+func headerForm(frame []byte) (nats.Header, []byte, error) {
+	var d wire.Dispatch
+	h, body, err := wire.DecodeDispatch(frame, &d)
+	if err != nil {
+		return nil, nil, err
+	}
+	hdr := nats.Header(h)
+	if hdr == nil {
+		hdr = nats.Header{}
+	}
+	for k, v := range map[string]string{"Dispatch-Request-Id": d.RequestID, "Dispatch-Class": d.Class,
+		"Dispatch-DP-Rank": strconv.FormatUint(uint64(d.DPRank), 10), "Dispatch-Seq": strconv.FormatUint(d.Seq, 10),
+		"Dispatch-Cost": strconv.FormatUint(d.Cost, 10), "Dispatch-Queued-Ms": strconv.FormatUint(d.QueuedMs, 10),
+		"Dispatch-Ack": d.Ack, "Dispatch-Ack-Wait-Ms": strconv.FormatUint(d.AckWaitMs, 10)} {
+		if _, dup := hdr[k]; dup {
+			return nil, nil, fmt.Errorf("the frame's headers hold %s, which the dispatcher sets", k)
+		}
+		hdr[k] = []string{v}
+	}
+	return hdr, slices.Clone(body), nil
 }
 
 func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {

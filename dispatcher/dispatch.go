@@ -12,6 +12,7 @@ import (
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 // drain dispatches while anything queued is dispatchable.
@@ -47,10 +48,31 @@ var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-
 
 func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
-	hdr := a.hdr // reused: Send encodes it before returning
+	h.inFlight, h.worker, h.rank, h.seq, h.rev = true, d.Worker, d.Rank, d.Seq, a.polRev
+	a.inFlight++
+	if d.KVPrompt > 0 {
+		a.d.KVMetrics.Dispatch(d.KVPrompt, d.KVOverlap)
+	}
+	a.d.Keeper.Drop(r.Ref)
+	var err error
+	if d.Compact > 0 {
+		err = a.sendCompact(now, h, d)
+	} else {
+		err = a.d.Handshaker.Send(d.Worker, a.dispatchHeaders(now, h, d), h.msg.Data(), r.Ref)
+	}
+	if err != nil {
+		a.sendFailed(now, h, d, err)
+	}
+}
+
+// dispatchHeaders returns the header form's headers of dispatching h
+// (docs/protocol.md, Dispatch handshake): the producer's, but for any
+// variant of the eight the dispatcher sets. The map and its values are
+// reused from one dispatch to the next: Send encodes them before returning.
+func (a *Actor) dispatchHeaders(now time.Time, h *held, d scheduler.Decision) nats.Header {
+	r := h.snap
+	hdr := a.hdr
 	clear(hdr)
-	// One backing array for every value, reused too: the map's values are
-	// slices of it.
 	n := h.msg.HeaderValues() + len(ownHeaders)
 	if cap(a.hdrVals) < n {
 		a.hdrVals = make([]string, n)
@@ -62,16 +84,30 @@ func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	for i, k := range ownHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
-	h.inFlight, h.worker, h.rank, h.seq, h.rev = true, d.Worker, d.Rank, d.Seq, a.polRev
-	a.inFlight++
-	if d.KVPrompt > 0 {
-		a.d.KVMetrics.Dispatch(d.KVPrompt, d.KVOverlap)
-	}
-	a.d.Keeper.Drop(r.Ref)
-	if err := a.d.Handshaker.Send(d.Worker, hdr, h.msg.Data(), r.Ref); err != nil {
-		a.sendFailed(now, h, d, err)
-	}
+	return hdr
 }
+
+// sendCompact sends h in the compact dispatch form (docs/protocol.md,
+// Compact dispatch form): no NATS headers, a body that frames the same
+// fields, the producer's headers as the header form forwards them, and the
+// request body. The frame's buffer is reused, up to maxKeptFrame.
+func (a *Actor) sendCompact(now time.Time, h *held, d scheduler.Decision) error {
+	r := h.snap
+	f := wire.AppendDispatchFields(a.frame[:0], &wire.Dispatch{
+		RequestID: r.ID, Class: a.className(r.Class), DPRank: uint32(d.Rank), Seq: d.Seq, Cost: r.Cost,
+		QueuedMs: uint64(queuedMs(now, r)), Ack: h.msg.Reply(), AckWaitMs: uint64(a.cfg.AckWait.Milliseconds()),
+	})
+	f = h.msg.AppendHeaders(f, isOwnHeader)
+	f = append(wire.EndHeaders(f), h.msg.Data()...)
+	if cap(f) <= maxKeptFrame {
+		a.frame = f
+	}
+	return a.d.Handshaker.Send(d.Worker, nil, f, r.Ref)
+}
+
+// maxKeptFrame bounds the compact frame buffer the actor keeps between
+// dispatches: a larger request's frame is left to the collector.
+const maxKeptFrame = 64 << 10
 
 // sendFailed handles a dispatch that could not be sent, by whose fault it is
 // (docs/decisions.md, Whose fault is an error):

@@ -83,6 +83,7 @@ type WorkerView struct {
 	Excluded   bool       `json:"excluded"`
 	Refusals   int        `json:"refusals"`            // refused probes in a row
 	MaxActive  uint64     `json:"max_active_requests"` // per rank; 0: no capacity`
+	Compact    uint8      `json:"compact_dispatch"`    // the compact form's version it is sent; 0: headers
 	Overloaded bool       `json:"overloaded"`
 	Bookings   int        `json:"bookings"`
 	Ranks      []RankView `json:"ranks"`
@@ -154,7 +155,7 @@ func (a *Actor) publishView(now time.Time) {
 	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
 		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,
-			Refusals: w.Refusals(), MaxActive: w.MaxActive, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
+			Refusals: w.Refusals(), MaxActive: w.MaxActive, Compact: w.Compact, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
 		for i := range w.Ranks {
 			rk := &w.Ranks[i]
 			l := rk.Load()

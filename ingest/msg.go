@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
 )
 
 // Msg is a request message as the dispatcher holds it: its subject, its
@@ -147,6 +149,25 @@ func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string
 	return vals
 }
 
+// AppendHeaders appends to dst every header of the message whose name skip
+// does not report, in the compact dispatch frame's layout
+// (wire.AppendHeaderEntry), and returns dst. The packed form has that layout,
+// so each header is one copy.
+func (m *Msg) AppendHeaders(dst []byte, skip func(string) bool) []byte {
+	r := m.entries()
+	for r.more() {
+		entry := r.s
+		k, c := r.str(), r.num()
+		for range c {
+			r.str()
+		}
+		if !skip(k) {
+			dst = append(dst, entry[:len(entry)-len(r.s)]...)
+		}
+	}
+	return dst
+}
+
 // Decode decodes the message's request headers as Decode does its map. The
 // strings of the result are substrings of the packed headers, except MsgID
 // and Key, which are copies: they outlive the request (the scheduler keeps
@@ -173,8 +194,9 @@ func (m *Msg) Decode() (Headers, error) {
 
 // pack packs h into one string: the number of values, then for each name its
 // length and bytes, its number of values, and each value's length and bytes,
-// every number a uvarint. A nats.Header has no order, so neither has the
-// packed form.
+// every number a uvarint: after the count, the layout of the compact dispatch
+// frame's headers (wire.AppendHeaderEntry). A nats.Header has no order, so
+// neither has the packed form.
 func pack(h nats.Header) string {
 	if len(h) == 0 {
 		return ""
@@ -188,25 +210,11 @@ func pack(h nats.Header) string {
 		}
 	}
 	b := make([]byte, 0, size+binaryLen(uint64(n)))
-	b = appendUvarint(b, uint64(n))
+	b = wire.AppendUvarint(b, uint64(n))
 	for k, vs := range h {
-		b = appendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = appendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
-			b = appendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
+		b = wire.AppendHeaderEntry(b, k, vs)
 	}
 	return string(b)
-}
-
-func appendUvarint(b []byte, x uint64) []byte {
-	for x >= 0x80 {
-		b = append(b, byte(x)|0x80)
-		x >>= 7
-	}
-	return append(b, byte(x))
 }
 
 // binaryLen returns the length of x as a uvarint (over-estimating a name's

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"pgregory.net/rapid"
+
+	"fairdispatch/wire"
 )
 
 // genHeader draws a nats.Header as a producer could send it: names of any
@@ -66,6 +68,12 @@ func TestMsgHeadersRoundTrip(t *testing.T) {
 		}
 		if len(rest) != n+2-used {
 			t.Fatalf("got %d values left, want %d", len(rest), n+2-used)
+		}
+		var d wire.Dispatch
+		frame := append(wire.EndHeaders(m.AppendHeaders(wire.AppendDispatchFields(nil, &d), skip)), 'b')
+		fh, body, err := wire.DecodeDispatch(frame, &d)
+		if err != nil || string(body) != "b" || len(fh) != len(want) || len(want) > 0 && !reflect.DeepEqual(nats.Header(fh), want) {
+			t.Fatalf("AppendHeaders: the frame holds %v, body %q, error %v; want %v, \"b\"", fh, body, err, want)
 		}
 		if len(want) == 0 && len(dst) == 0 {
 			return

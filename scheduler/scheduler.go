@@ -96,7 +96,10 @@ type Decision struct {
 	Worker string
 	Rank   int32
 	Seq    uint64
-	Err    *Error
+	// Compact is the compact dispatch form's version the worker reads, 0 for
+	// the header form (workers.Worker.Compact).
+	Compact uint8
+	Err     *Error
 	// KVPrompt and KVOverlap, for a dispatch scored by the KV cache index:
 	// the request's blocks and the longest prefix of them the chosen rank
 	// holds (0 and 0 otherwise).
@@ -387,7 +390,7 @@ func (s *Scheduler) place(now int64, r *request.Snapshot) Decision {
 	if code != "" {
 		return Decision{Kind: Reject, Req: r, Err: s.selectionError(code, r)}
 	}
-	d := Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank}
+	d := Decision{Kind: Dispatch, Req: r, Worker: ch.Worker.ID, Rank: ch.Rank, Compact: ch.Worker.Compact}
 	if hit, ok := s.sel.KVOverlap(ch); ok {
 		d.KVPrompt, d.KVOverlap = len(r.Route.Hashes), hit.Blocks
 	}

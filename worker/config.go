@@ -92,6 +92,14 @@ type Config struct {
 	// default 5ms, at most AckWait/3. A request finished sooner needs none,
 	// which spares JetStream one operation per short request.
 	FirstProgressDelay time.Duration
+	// HeaderForm asks the dispatcher for dispatches in the header form
+	// instead of the compact form (docs/protocol.md, Compact dispatch form).
+	// The compact form costs the dispatcher and the worker less CPU per
+	// request; Request holds the same fields either way, except that in the
+	// compact form Request.Header holds the producer's headers only, not the
+	// eight Dispatch-* headers the dispatcher sets. Set it for a handler
+	// that reads those from Request.Header.
+	HeaderForm bool
 }
 
 // withDefaults returns c with defaults applied and validated.

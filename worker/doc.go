@@ -15,8 +15,12 @@
 // Start subscribes (core NATS, in a queue group named after the id, so that
 // two processes started by mistake under one id never both receive a
 // dispatch) to <prefix>.work.<id>. The dispatcher sends each
-// request there as a NATS request carrying the headers of docs/protocol.md, Dispatch handshake; the helper
-// parses them into a [Request] and calls [Handler.Offer]. Offer returns true to
+// request there as a NATS request carrying the headers of docs/protocol.md, Dispatch handshake, or, since
+// the helper's reports ask for it (unless Config.HeaderForm), as the frame of
+// docs/protocol.md, Compact dispatch form, which spares both sides the NATS
+// header block; the helper parses either into a [Request] and calls
+// [Handler.Offer]. A dispatch without headers that is not a frame is refused
+// with "Dispatch-Status: malformed" without calling Offer. Offer returns true to
 // accept: the helper replies with an empty message, takes the request into its
 // held set and sends +WPI to the request's Dispatch-Ack subject within
 // Config.FirstProgressDelay (default 5 ms), if it is still held then: docs/protocol.md, Dispatch handshake's

@@ -37,6 +37,10 @@ type Report struct {
 	Instance            string
 	SeenSeq             uint64
 	Ranks               []RankReport
+	// CompactDispatch is the compact dispatch form's version the worker
+	// reads (wire.CompactDispatch), 0 (left out of the JSON) for the header
+	// form only.
+	CompactDispatch uint64
 }
 
 // RankReport is one entry of Report.Ranks.
@@ -54,7 +58,7 @@ func (r Report) Wire() wire.LoadReport {
 	w := wire.LoadReport{
 		WorkerID: &id, DPStart: &start, DPSize: &size, TotalKV: r.TotalKVBlocks, Taints: r.Taints,
 		Draining: r.Draining, TTLms: &ttl, Instance: r.Instance, SeenSeq: &seen,
-		Ranks: make([]wire.RankLoad, len(r.Ranks)),
+		Ranks: make([]wire.RankLoad, len(r.Ranks)), CompactDispatch: r.CompactDispatch,
 	}
 	if r.MaxNumBatchedTokens != 0 {
 		mb := r.MaxNumBatchedTokens
@@ -80,7 +84,8 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*r = Report{TotalKVBlocks: w.TotalKV, Taints: w.Taints, Draining: w.Draining, Instance: w.Instance}
+	*r = Report{TotalKVBlocks: w.TotalKV, Taints: w.Taints, Draining: w.Draining, Instance: w.Instance,
+		CompactDispatch: w.CompactDispatch}
 	if w.WorkerID != nil {
 		r.WorkerID = *w.WorkerID
 	}
@@ -185,6 +190,9 @@ func (w *Worker) snapshot() (rep Report, ok bool) {
 		Instance:            w.instance,
 		SeenSeq:             w.seenSeq,
 		Ranks:               make([]RankReport, len(w.ranks)),
+	}
+	if !w.cfg.HeaderForm {
+		rep.CompactDispatch = wire.CompactDispatch
 	}
 	for i, l := range w.ranks {
 		rep.Ranks[i] = RankReport{

@@ -32,6 +32,9 @@ const (
 	HeaderFairnessKey  = "Dispatch-Fairness-Key"
 	// StatusBusy is the Dispatch-Status value of a refusal.
 	StatusBusy = "busy"
+	// StatusMalformed is the Dispatch-Status value with which the helper
+	// refuses a dispatch it cannot read (no headers, and not a compact frame).
+	StatusMalformed = "malformed"
 )
 
 // JetStream acknowledgement bodies sent to a request's Dispatch-Ack subject.
@@ -88,9 +91,17 @@ type Request struct {
 	// header is absent (an older dispatcher) or malformed, in which case the
 	// helper keeps the request alive by Config.AckWait.
 	AckWait time.Duration
-	// Header is the message's full header, as received. Do not modify it.
+	// Header is the message's full header, as received: in the compact form
+	// (Compact), the producer's headers the frame carries, without the
+	// Dispatch-* headers the dispatcher sets in the header form. Do not
+	// modify it.
 	Header nats.Header
-	// Data is the request body, untouched.
+	// Compact is set when the dispatch came in the compact form
+	// (docs/protocol.md, Compact dispatch form), which carries every dispatch
+	// field.
+	Compact bool
+	// Data is the request body, untouched (in the compact form, the frame's
+	// body).
 	Data []byte
 	// ReceivedAt is when the helper received the dispatch.
 	ReceivedAt time.Time
@@ -143,12 +154,45 @@ func parseRequest(m *nats.Msg, dpStart int, now time.Time) *Request {
 	if HeaderValue(m.Header, HeaderDPRank) != "" {
 		r.DPRank = int(num(HeaderDPRank, 16))
 	}
-	if ms := num(HeaderAckWaitMs, 64); ms > 0 && ms <= maxAckWaitMs {
-		r.AckWait = time.Duration(ms) * time.Millisecond
-	} else if ms > maxAckWaitMs {
-		r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %d ms is above %d", HeaderAckWaitMs, ms, maxAckWaitMs))
-	}
+	r.setAckWait(num(HeaderAckWaitMs, 64))
 	return r
+}
+
+// parseCompact parses a dispatch in the compact form (docs/protocol.md,
+// Compact dispatch form). It fails only on a frame that does not decode:
+// the request cannot be told apart from its body then.
+func parseCompact(m *nats.Msg, now time.Time) (*Request, error) {
+	var d wire.Dispatch
+	h, body, err := wire.DecodeDispatch(m.Data, &d)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{
+		RequestID: d.RequestID, Class: d.Class, DPRank: int(d.DPRank), Seq: d.Seq, Cost: d.Cost,
+		QueuedMs: d.QueuedMs, Ack: d.Ack, Header: nats.Header(h), Compact: true, Data: body, ReceivedAt: now,
+		FairnessKey: strings.TrimSpace(HeaderValue(h, HeaderFairnessKey)),
+	}
+	if s := HeaderValue(h, HeaderISLTokens); s != "" {
+		v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %w", HeaderISLTokens, err))
+		} else {
+			r.ISL = v
+		}
+	}
+	r.setAckWait(d.AckWaitMs)
+	return r, nil
+}
+
+// setAckWait sets AckWait from Dispatch-Ack-Wait-Ms, 0 when absent or above
+// maxAckWaitMs (an error then).
+func (r *Request) setAckWait(ms uint64) {
+	switch {
+	case ms > maxAckWaitMs:
+		r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %d ms is above %d", HeaderAckWaitMs, ms, maxAckWaitMs))
+	case ms > 0:
+		r.AckWait = time.Duration(ms) * time.Millisecond
+	}
 }
 
 // maxAckWaitMs bounds Dispatch-Ack-Wait-Ms, so that it converts to a Duration: 30 days.

@@ -163,7 +163,16 @@ func (w *Worker) Held() int {
 
 // onMsg handles one dispatch; it runs on the subscription's goroutine.
 func (w *Worker) onMsg(m *nats.Msg) {
-	r := parseRequest(m, w.cfg.DPStart, time.Now())
+	var r *Request
+	if len(m.Header) == 0 && !w.cfg.HeaderForm {
+		var err error
+		if r, err = parseCompact(m, time.Now()); err != nil {
+			w.refuseMalformed(m, err)
+			return
+		}
+	} else {
+		r = parseRequest(m, w.cfg.DPStart, time.Now())
+	}
 	r.w = w
 	lg := w.log.With().Str("request_id", r.RequestID).Uint64("seq", r.Seq).Logger()
 	for _, err := range r.HeaderErrors {
@@ -235,6 +244,19 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		}
 	}
 	lg.Debug().Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
+}
+
+// refuseMalformed refuses a dispatch that has no headers and is not a
+// compact frame either: its request id and acknowledgement subject cannot be
+// known. The dispatcher counts the refusal and logs its status.
+func (w *Worker) refuseMalformed(m *nats.Msg, err error) {
+	w.log.Error().Err(err).Int("bytes", len(m.Data)).Msg("dispatch without headers that is not a compact frame; refusing it")
+	if m.Reply == "" {
+		return
+	}
+	if err := w.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderStatus: []string{StatusMalformed}}}); err != nil {
+		w.log.Error().Err(err).Msg("reply to dispatch")
+	}
 }
 
 func (w *Worker) isHeld(r *Request) bool {

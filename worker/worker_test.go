@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
 	"fairdispatch/worker"
 )
 
@@ -376,7 +377,7 @@ func TestLoadReports(t *testing.T) {
 	}
 	want := worker.Report{WorkerID: "w1", DPStart: 4, DPSize: 2, TotalKVBlocks: 1000,
 		Taints: []string{"h200", "zone-a"}, TTLMs: 600, Instance: a.w.Instance(),
-		Ranks: []worker.RankReport{{DPRank: 4}, {DPRank: 5}}}
+		Ranks: []worker.RankReport{{DPRank: 4}, {DPRank: 5}}, CompactDispatch: wire.CompactDispatch}
 	if got, _ := json.Marshal(rep); string(got) != string(must(json.Marshal(want))) {
 		t.Errorf("first report:\ngot  %s\nwant %s", got, must(json.Marshal(want)))
 	}

@@ -66,7 +66,10 @@ type Worker struct {
 	Taints     []string // sorted
 	Draining   bool
 	// MaxActive is max_active_requests, each rank's capacity in requests; 0: none.
-	MaxActive  uint64
+	MaxActive uint64
+	// Compact is the compact dispatch form's version to send it; 0: the
+	// header form (Report.Compact).
+	Compact    uint8
 	TTL        int64 // nanoseconds
 	journaled  bool  // in Registry.changed
 	LastReport int64 // Unix nanoseconds of the last valid report
@@ -257,6 +260,7 @@ func (g *Registry) Apply(now int64, r Report) (*Worker, Change, bool) {
 	restarted := !ch.New && (r.Instance != w.Instance || (r.HasSeenSeq && r.SeenSeq < w.seenSeq))
 	w.Instance = r.Instance
 	w.MaxBatched, w.TotalKV, w.Draining, w.MaxActive = r.MaxBatched, r.TotalKV, r.Draining, r.MaxActive
+	w.Compact = r.Compact
 	w.TTL = int64(r.TTLms) * 1e6
 	w.LastReport = now
 	if w.Excluded && w.ExcludedUntil <= now {

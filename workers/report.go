@@ -41,6 +41,10 @@ type Report struct {
 	SeenSeq    uint64
 	HasSeenSeq bool
 	Ranks      []RankLoad // only ranks in [DPStart, DPStart+DPSize), each at most once
+	// Compact is the compact dispatch form's version the dispatcher sends
+	// this worker: compact_dispatch capped at wire.CompactDispatch; 0: the
+	// header form (docs/protocol.md, Compact dispatch form).
+	Compact uint8
 }
 
 // DropReason says why a report was dropped; it labels the dropped-reports metric.
@@ -118,6 +122,7 @@ func ParseReport(token string, data []byte) (Report, error) {
 		}
 	}
 	r.Taints = w.Taints
+	r.Compact = uint8(min(w.CompactDispatch, wire.CompactDispatch))
 	if w.SeenSeq != nil {
 		r.SeenSeq, r.HasSeenSeq = *w.SeenSeq, true
 	}

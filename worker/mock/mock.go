@@ -343,7 +343,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, lo
 
 // uncached returns the uncached token count of r (see the package doc).
 func uncached(r *worker.Request) uint64 {
-	if worker.HeaderValue(r.Header, worker.HeaderCost) != "" {
+	if r.Compact || worker.HeaderValue(r.Header, worker.HeaderCost) != "" { // the compact form always carries the cost
 		return r.Cost
 	}
 	cached, _ := strconv.ParseUint(strings.TrimSpace(worker.HeaderValue(r.Header, worker.HeaderCachedTokens)), 10, 64)

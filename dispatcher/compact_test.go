@@ -1,0 +1,82 @@
+package dispatcher
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"pgregory.net/rapid"
+
+	"fairdispatch/workers"
+)
+
+func (f *fixture) reportCompact(id string, compact uint8) {
+	f.a.report(workers.Report{WorkerID: id, DPSize: 1, TTLms: 60000, Instance: "i", Compact: compact})
+	f.a.drain()
+}
+
+// TestActorCompactFormCarriesWhatTheHeaderFormDoes: a worker that reads the
+// compact form receives the same dispatch fields, the same forwarded
+// producer headers (any producer-sent variant of the eight dispatch headers
+// removed) and the same body as one that reads the header form.
+func TestActorCompactFormCarriesWhatTheHeaderFormDoes(t *testing.T) {
+	tt := t
+	rapid.Check(t, func(t *rapid.T) {
+		hdr := nats.Header{"Dispatch-ISL-Tokens": {"100"}}
+		names := rapid.SliceOfN(rapid.SampledFrom([]string{"X-Trace", "x-other", "Nats-Msg-Id", "Dispatch-Fairness-Key",
+			"dispatch-seq", "DISPATCH-CLASS", "Dispatch-Ack", "dispatch-queued-ms", "Dispatch-Reply-To"}), 0, 6).Draw(t, "names")
+		for _, k := range names {
+			value := `[ -~]{1,12}` // what admission reads must be valid, or nothing is dispatched
+			switch k {
+			case "Dispatch-Fairness-Key":
+				value = `[a-z]{1,8}`
+			case "Dispatch-Reply-To":
+				value = `out\.[a-z]{1,6}`
+			}
+			hdr[k] = rapid.SliceOfN(rapid.StringMatching(value), 1, 3).Draw(t, k)
+		}
+		var got [2]sent
+		for i, compact := range []uint8{0, 1} {
+			f := newFixture(tt, policy)
+			f.now = f.now.Add(time.Second)
+			f.reportCompact("w1", compact)
+			f.deliver(1, "premium", hdr)
+			if len(f.b.sent) != 1 {
+				t.Fatalf("compact %d: sent %d, want 1", compact, len(f.b.sent))
+			}
+			got[i] = f.b.sent[0]
+		}
+		header, compact := got[0], got[1]
+		if header.compact || !compact.compact || compact.err != nil {
+			t.Fatalf("forms: header-form worker got compact=%v; compact worker got compact=%v, frame error %v",
+				header.compact, compact.compact, compact.err)
+		}
+		if !reflect.DeepEqual(header.hdr, compact.hdr) || string(header.body) != string(compact.body) {
+			t.Fatalf("the two forms differ:\nheader  %q %q\ncompact %q %q", header.hdr, header.body, compact.hdr, compact.body)
+		}
+		for k := range compact.hdr {
+			if isOwnHeader(k) && !strings.HasPrefix(k, "Dispatch-") {
+				t.Fatalf("producer variant %q forwarded", k)
+			}
+		}
+	})
+}
+
+// TestActorFollowsTheWorkersForm: the form follows the worker's latest
+// report, so a worker restarted without the compact form gets headers again.
+func TestActorFollowsTheWorkersForm(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.reportCompact("w1", 1)
+	f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	f.reportCompact("w1", 0)
+	f.deliver(2, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	if len(f.b.sent) != 2 || !f.b.sent[0].compact || f.b.sent[1].compact {
+		t.Fatalf("sent %+v, want a compact dispatch, then one in the header form", f.b.sent)
+	}
+	if s := f.b.sent[1]; s.hdr.Get("Dispatch-Seq") != "2" || string(s.body) != "body" {
+		t.Fatalf("second dispatch %q %q, want seq 2 and the body", s.hdr, s.body)
+	}
+}
