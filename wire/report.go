@@ -1,5 +1,10 @@
 package wire
 
+import (
+	"encoding/json"
+	"strconv"
+)
+
 // LoadReport is the JSON load report a worker publishes on
 // <prefix>.load.<worker_id> (docs/protocol.md, Load report). Fields a reader
 // must tell absent from zero, because absence means a default, are pointers;
@@ -30,4 +35,99 @@ type RankLoad struct {
 	ActiveDecodeBlocks  uint64 `json:"active_decode_blocks"`
 	KVUsedBlocks        uint64 `json:"kv_used_blocks"`
 	ActiveRequests      uint64 `json:"active_requests"`
+}
+
+// AppendLoadReport appends r as JSON to dst: the bytes json.Marshal(r) gives,
+// without its reflection, for a worker that reports at every change of load.
+func AppendLoadReport(dst []byte, r *LoadReport) []byte {
+	dst = append(dst, `{"worker_id":`...)
+	dst = appendStringPtr(dst, r.WorkerID)
+	dst = append(dst, `,"data_parallel_start_rank":`...)
+	dst = appendUint32Ptr(dst, r.DPStart)
+	dst = append(dst, `,"data_parallel_size":`...)
+	dst = appendUint32Ptr(dst, r.DPSize)
+	if r.MaxBatched != nil {
+		dst = strconv.AppendUint(append(dst, `,"max_num_batched_tokens":`...), *r.MaxBatched, 10)
+	}
+	dst = strconv.AppendUint(append(dst, `,"total_kv_blocks":`...), r.TotalKV, 10)
+	if r.MaxActive != nil {
+		dst = strconv.AppendUint(append(dst, `,"max_active_requests":`...), *r.MaxActive, 10)
+	}
+	dst = append(dst, `,"taints":`...)
+	if r.Taints == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, '[')
+		for i, t := range r.Taints {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, t)
+		}
+		dst = append(dst, ']')
+	}
+	dst = strconv.AppendBool(append(dst, `,"draining":`...), r.Draining)
+	dst = append(dst, `,"ttl_ms":`...)
+	dst = appendUint64Ptr(dst, r.TTLms)
+	dst = appendJSONString(append(dst, `,"instance":`...), r.Instance)
+	dst = append(dst, `,"seen_seq":`...)
+	dst = appendUint64Ptr(dst, r.SeenSeq)
+	dst = append(dst, `,"ranks":`...)
+	if r.Ranks == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, '[')
+		for i, rk := range r.Ranks {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendUint(append(dst, `{"dp_rank":`...), uint64(rk.Rank), 10)
+			dst = strconv.AppendUint(append(dst, `,"active_prefill_tokens":`...), rk.ActivePrefillTokens, 10)
+			dst = strconv.AppendUint(append(dst, `,"active_decode_blocks":`...), rk.ActiveDecodeBlocks, 10)
+			dst = strconv.AppendUint(append(dst, `,"kv_used_blocks":`...), rk.KVUsedBlocks, 10)
+			dst = strconv.AppendUint(append(dst, `,"active_requests":`...), rk.ActiveRequests, 10)
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if r.CompactDispatch != 0 {
+		dst = strconv.AppendUint(append(dst, `,"compact_dispatch":`...), r.CompactDispatch, 10)
+	}
+	return append(dst, '}')
+}
+
+func appendStringPtr(dst []byte, s *string) []byte {
+	if s == nil {
+		return append(dst, "null"...)
+	}
+	return appendJSONString(dst, *s)
+}
+
+func appendUint32Ptr(dst []byte, v *uint32) []byte {
+	if v == nil {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendUint(dst, uint64(*v), 10)
+}
+
+func appendUint64Ptr(dst []byte, v *uint64) []byte {
+	if v == nil {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendUint(dst, *v, 10)
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: as is when
+// it is printable ASCII that needs no escape (ids, taints and instances as
+// workers send them), else through encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

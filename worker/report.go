@@ -76,7 +76,10 @@ func (r Report) Wire() wire.LoadReport {
 }
 
 // MarshalJSON encodes r as wire.LoadReport.
-func (r Report) MarshalJSON() ([]byte, error) { return json.Marshal(r.Wire()) }
+func (r Report) MarshalJSON() ([]byte, error) {
+	w := r.Wire()
+	return wire.AppendLoadReport(nil, &w), nil
+}
 
 // UnmarshalJSON decodes a wire.LoadReport into r; absent fields are zero.
 func (r *Report) UnmarshalJSON(b []byte) error {
@@ -212,10 +215,8 @@ func (w *Worker) publishReport() (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		return false, fmt.Errorf("worker: encode report: %w", err)
-	}
+	wl := rep.Wire()
+	b := wire.AppendLoadReport(make([]byte, 0, 256), &wl)
 	if err := w.nc.Publish(w.loadSubj, b); err != nil {
 		return false, fmt.Errorf("worker: publish report to %s: %w", w.loadSubj, err)
 	}

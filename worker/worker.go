@@ -174,12 +174,11 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		r = parseRequest(m, w.cfg.DPStart, time.Now())
 	}
 	r.w = w
-	lg := w.log.With().Str("request_id", r.RequestID).Uint64("seq", r.Seq).Logger()
 	for _, err := range r.HeaderErrors {
-		lg.Warn().Err(err).Msg("malformed dispatch header")
+		about(w.log.Warn(), r).Err(err).Msg("malformed dispatch header")
 	}
 	if m.Reply == "" {
-		lg.Warn().Msg("dispatch without reply subject; accepting it is impossible, refusing")
+		about(w.log.Warn(), r).Msg("dispatch without reply subject; accepting it is impossible, refusing")
 	}
 	w.mu.Lock()
 	refuse := w.stopping || m.Reply == ""
@@ -191,7 +190,7 @@ func (w *Worker) onMsg(m *nats.Msg) {
 	}
 	w.mu.Unlock()
 	if !refuse && !inRange {
-		lg.Warn().Int("dp_rank", r.DPRank).Msg("dispatch to a rank outside this worker, refusing")
+		about(w.log.Warn(), r).Int("dp_rank", r.DPRank).Msg("dispatch to a rank outside this worker, refusing")
 		refuse = true
 	}
 
@@ -231,7 +230,7 @@ func (w *Worker) onMsg(m *nats.Msg) {
 			reply.Header = nats.Header{HeaderStatus: []string{StatusBusy}}
 		}
 		if err := w.nc.PublishMsg(reply); err != nil {
-			lg.Error().Err(err).Msg("reply to dispatch")
+			about(w.log.Error(), r).Err(err).Msg("reply to dispatch")
 		}
 	}
 	if accepted && r.Ack != "" {
@@ -243,7 +242,13 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		default:
 		}
 	}
-	lg.Debug().Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
+	about(w.log.Debug(), r).Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
+}
+
+// about adds r's request id and sequence to e; e is nil (and stays so, at no
+// cost) when its level is off, so a dispatch builds no logger of its own.
+func about(e *zerolog.Event, r *Request) *zerolog.Event {
+	return e.Str("request_id", r.RequestID).Uint64("seq", r.Seq)
 }
 
 // refuseMalformed refuses a dispatch that has no headers and is not a
