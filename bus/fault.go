@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/wire"
 )
 
 // Fault classes. Every error that Handshaker.Send returns, every error that a
@@ -132,14 +135,36 @@ func EncodedSize(h nats.Header, body []byte) int {
 
 // describeRequestFault explains why a message with hdr and body cannot be
 // published on nc: the header names NATS cannot send, or its size against
-// max_payload. It returns "" when it finds neither.
+// max_payload. A nil hdr is a compact dispatch frame (docs/protocol.md,
+// Compact dispatch form), whose request body is the frame's. It returns ""
+// when it finds neither.
 func describeRequestFault(nc *nats.Conn, hdr nats.Header, body []byte) string {
 	if bad := BadHeaderNames(hdr); len(bad) > 0 {
-		return "header name " + quoteNames(bad) + " cannot be sent over NATS"
+		return unsendableReason(bad)
 	}
-	if size, limit := EncodedSize(hdr, body), nc.MaxPayload(); limit > 0 && int64(size) > limit {
-		return fmt.Sprintf("the request is %d bytes with the dispatch headers (body %d bytes), over the server's max_payload of %d bytes",
-			size, len(body), limit)
+	size, limit := EncodedSize(hdr, body), nc.MaxPayload()
+	if limit <= 0 || int64(size) <= limit {
+		return ""
 	}
-	return ""
+	if hdr == nil {
+		if _, b, err := wire.DecodeDispatch(body, new(wire.Dispatch)); err == nil {
+			return fmt.Sprintf("the request is %d bytes as a compact dispatch (body %d bytes), over the server's max_payload of %d bytes",
+				size, len(b), limit)
+		}
+	}
+	return fmt.Sprintf("the request is %d bytes with the dispatch headers (body %d bytes), over the server's max_payload of %d bytes",
+		size, len(body), limit)
+}
+
+// UnsendableHeaders returns the fault of a request with header names NATS
+// cannot send (see HeaderNameOK), as Send returns it for the header form: the
+// compact form could carry them, but a request's fate must not depend on
+// the form of the worker chosen.
+func UnsendableHeaders(names []string) error {
+	names = slices.Sorted(slices.Values(names))
+	return &RequestFault{Reason: unsendableReason(names), Err: nats.ErrBadHeaderMsg}
+}
+
+func unsendableReason(sorted []string) string {
+	return "header name " + quoteNames(sorted) + " cannot be sent over NATS"
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
 )
 
 func TestFaultClasses(t *testing.T) {
@@ -72,6 +74,17 @@ func TestSendClassifiesFaults(t *testing.T) {
 	}
 	size := EncodedSize(hdr, make([]byte, 4090))
 	if want := fmt.Sprintf("the request is %d bytes with the dispatch headers (body 4090 bytes), over the server's max_payload of 4096 bytes", size); rf.Reason != want {
+		t.Fatalf("reason %q, want %q", rf.Reason, want)
+	}
+
+	// The compact form (no headers, the frame as body) names the request's
+	// own body size.
+	frame := append(wire.EndHeaders(wire.AppendDispatchFields(nil, &wire.Dispatch{RequestID: "r1"})), make([]byte, 4090)...)
+	err = h.Send("w1", nil, frame, 6)
+	if !errors.As(err, &rf) || !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("oversized compact send: %v, want a *RequestFault wrapping nats.ErrMaxPayload", err)
+	}
+	if want := fmt.Sprintf("the request is %d bytes as a compact dispatch (body 4090 bytes), over the server's max_payload of 4096 bytes", len(frame)); rf.Reason != want {
 		t.Fatalf("reason %q, want %q", rf.Reason, want)
 	}
 

@@ -80,3 +80,23 @@ func TestActorFollowsTheWorkersForm(t *testing.T) {
 		t.Fatalf("second dispatch %q %q, want seq 2 and the body", s.hdr, s.body)
 	}
 }
+
+// TestActorCompactUnsendableHeaderIsTheRequestsFault: a header name NATS
+// cannot send fails a compact dispatch as it fails the header form (the frame
+// could carry it, but a request's fate does not depend on the worker's
+// form): dead-lettered as bad_request naming it, with the body; the worker is
+// not excluded and the next request goes out.
+func TestActorCompactUnsendableHeaderIsTheRequestsFault(t *testing.T) {
+	f := newFixture(t, twoClasses)
+	f.now = f.now.Add(time.Second)
+	f.reportCompact("w1", 1)
+	f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}, "X/Y": {"v"}, "Z Z": {"w"}})
+	f.deliver(2, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
+	if l := f.letters(); len(l) != 1 || l[0].DropBody || l[0].Code != "bad_request" ||
+		!strings.Contains(l[0].Message, `header name "X/Y", "Z Z" cannot be sent over NATS`) {
+		t.Fatalf("letters %+v, want one bad_request naming both headers, with the body", l)
+	}
+	if f.excluded(t, "w1") || len(f.b.sent) != 1 || f.b.sent[0].token != 2 || !f.b.sent[0].compact {
+		t.Fatalf("excluded %v sent %+v; want w1 not excluded and request 2 sent compact", f.excluded(t, "w1"), f.b.sent)
+	}
+}

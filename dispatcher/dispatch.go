@@ -93,6 +93,9 @@ func (a *Actor) dispatchHeaders(now time.Time, h *held, d scheduler.Decision) na
 // request body. The frame's buffer is reused, up to maxKeptFrame.
 func (a *Actor) sendCompact(now time.Time, h *held, d scheduler.Decision) error {
 	r := h.snap
+	if bad := h.msg.HeaderNamesWhere(unsendable); bad != nil {
+		return bus.UnsendableHeaders(bad) // as the header form would fail
+	}
 	f := wire.AppendDispatchFields(a.frame[:0], &wire.Dispatch{
 		RequestID: r.ID, Class: a.className(r.Class), DPRank: uint32(d.Rank), Seq: d.Seq, Cost: r.Cost,
 		QueuedMs: uint64(queuedMs(now, r)), Ack: h.msg.Reply(), AckWaitMs: uint64(a.cfg.AckWait.Milliseconds()),
@@ -104,6 +107,8 @@ func (a *Actor) sendCompact(now time.Time, h *held, d scheduler.Decision) error 
 	}
 	return a.d.Handshaker.Send(d.Worker, nil, f, r.Ref)
 }
+
+func unsendable(name string) bool { return !bus.HeaderNameOK(name) }
 
 // maxKeptFrame bounds the compact frame buffer the actor keeps between
 // dispatches: a larger request's frame is left to the collector.

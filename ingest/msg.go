@@ -168,6 +168,23 @@ func (m *Msg) AppendHeaders(dst []byte, skip func(string) bool) []byte {
 	return dst
 }
 
+// HeaderNamesWhere returns the header names f reports, nil (allocating
+// nothing) when there are none.
+func (m *Msg) HeaderNamesWhere(f func(string) bool) []string {
+	var names []string
+	r := m.entries()
+	for r.more() {
+		k, c := r.str(), r.num()
+		for range c {
+			r.str()
+		}
+		if f(k) {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
 // Decode decodes the message's request headers as Decode does its map. The
 // strings of the result are substrings of the packed headers, except MsgID
 // and Key, which are copies: they outlive the request (the scheduler keeps

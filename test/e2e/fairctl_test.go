@@ -134,11 +134,12 @@ func TestFairctlDLQReplay(t *testing.T) {
 	if _, err := nc.Subscribe("dispatch.work.>", func(m *nats.Msg) {
 		mu.Lock()
 		sends++
-		id := m.Header.Get("X-Test-Id")
+		h := dispatchHeader(t, m)
+		id := h.Get("X-Test-Id")
 		if dispatches[id] == nil {
 			dispatches[id] = map[string]bool{}
 		}
-		dispatches[id][m.Header.Get("Dispatch-Request-Id")] = true
+		dispatches[id][h.Get("Dispatch-Request-Id")] = true
 		mu.Unlock()
 	}); err != nil {
 		t.Fatal(err)

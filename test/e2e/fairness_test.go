@@ -46,6 +46,7 @@ type frlView struct {
 		ID       string `json:"worker_id"`
 		Draining bool   `json:"draining"`
 		Excluded bool   `json:"excluded"`
+		Compact  int    `json:"compact_dispatch"`
 		Ranks    []struct {
 			Rank            int    `json:"dp_rank"`
 			ReportedPrefill uint64 `json:"reported_prefill_tokens"`

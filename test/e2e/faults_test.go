@@ -112,15 +112,30 @@ func fltWatchExcluded(p *proc, stop <-chan struct{}) *atomic.Bool {
 // and the worker is never excluded. Before the fix the first bad request was
 // taken for a refusal: the worker was excluded and the request picked again
 // at once, for ever, and nothing else was dispatched.
+//
+// Both dispatch forms (docs/protocol.md, Compact dispatch form): the worker
+// asks for the header form, then for the compact one, whose frame is
+// smaller than the header block, so its large requests are closer still to
+// max_payload.
 func TestFaultsRequestFaultsNeverStallOtherRequests(t *testing.T) {
+	t.Run("header form", func(t *testing.T) { fltNeverStall(t, true, 75) })
+	t.Run("compact form", func(t *testing.T) { fltNeverStall(t, false, 10) })
+}
+
+// fltNeverStall runs the test above against a worker of the given form,
+// its large requests margin bytes under what JetStream stores.
+func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 	ns := startNATS(t)
 	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	// A dispatch timeout far above any answer time even on a loaded machine:
 	// a timeout would exclude the worker for a reason this test is not about.
 	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, fltPolicy), "--ack-wait", "30s", "--dispatch-timeout", "10s")
-	startMock(t, nc, mock.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64})
+	startMock(t, nc, mock.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm})
 	ecsWaitWorker(t, p, "w1")
+	if v, ok := frlQueues(p); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact == 0) != headerForm {
+		t.Fatalf("/debug/queues workers %+v, want w1 with compact_dispatch %v", v.Workers, !headerForm)
+	}
 
 	outcomes := map[string]ecsOutcome{}
 	var mu sync.Mutex
@@ -161,13 +176,14 @@ func TestFaultsRequestFaultsNeverStallOtherRequests(t *testing.T) {
 			id := fmt.Sprintf("big-%d-%d", round, i)
 			hdr := map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Reply-To": "flt.outcomes"}
 			// As large as JetStream stores: max_payload minus the headers and
-			// a margin of 75 bytes, so that only the dispatch headers push it over.
+			// a margin, so that only the dispatch headers (or the compact
+			// frame's fields) push it over.
 			m := nats.NewMsg("dispatch.req." + class)
 			m.Header.Set("Nats-Msg-Id", id)
 			for k, v := range hdr {
 				m.Header.Set(k, v)
 			}
-			size := maxPayload - 75 - fltHeaderSize(m.Header)
+			size := maxPayload - margin - fltHeaderSize(m.Header)
 			bigs[id] = size
 			ecsPublish(t, js, "dispatch.req."+class, id, hdr, make([]byte, size))
 

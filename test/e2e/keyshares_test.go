@@ -55,9 +55,10 @@ func (a shareArm) run(t *testing.T) ([]dispatched, map[string]int) {
 	var order []dispatched
 	seen := map[string]bool{}
 	sub, err := nc.Subscribe("dispatch.work.w1", func(m *nats.Msg) {
-		id := m.Header.Get("Dispatch-Request-Id")
-		cost, _ := strconv.ParseFloat(m.Header.Get("Dispatch-Cost"), 64)
-		key := m.Header.Get("Dispatch-Fairness-Key")
+		h := dispatchHeader(t, m) // the mock asks for the compact form
+		id := h.Get("Dispatch-Request-Id")
+		cost, _ := strconv.ParseFloat(h.Get("Dispatch-Cost"), 64)
+		key := h.Get("Dispatch-Fairness-Key")
 		if key == "" {
 			key = "_"
 		}
@@ -65,7 +66,7 @@ func (a shareArm) run(t *testing.T) ([]dispatched, map[string]int) {
 		defer mu.Unlock()
 		if !seen[id] { // a dispatch sent again after a refusal counts once
 			seen[id] = true
-			order = append(order, dispatched{group: m.Header.Get("Dispatch-Class") + "/" + key, key: key, cost: cost})
+			order = append(order, dispatched{group: h.Get("Dispatch-Class") + "/" + key, key: key, cost: cost})
 		}
 	})
 	if err != nil {

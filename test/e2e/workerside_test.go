@@ -217,7 +217,7 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	w, err := worker.New(nc, worker.Config{ID: "patient"}, worker.HandlerFunc(func(r *worker.Request) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		offers = append(offers, offer{r.RequestID, worker.HeaderValue(r.Header, worker.HeaderAckWaitMs)})
+		offers = append(offers, offer{r.RequestID, r.AckWait.String()}) // Dispatch-Ack-Wait-Ms, in either form
 		held = append(held, r)
 		return true
 	}), zerolog.Nop())
@@ -259,7 +259,7 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	got := append([]offer(nil), offers...)
 	r := held[0]
 	mu.Unlock()
-	if len(got) != 1 || got[0].ackWait != "1000" {
+	if len(got) != 1 || got[0].ackWait != ackWait.String() {
 		t.Fatalf("offers %+v, want exactly one, with Dispatch-Ack-Wait-Ms 1000", got)
 	}
 	if v := p.metric("fairdispatch_redelivered_messages_total"); v != 0 {

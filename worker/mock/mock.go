@@ -51,6 +51,9 @@ type Config struct {
 	Taints        []string
 	TTL           time.Duration
 	AckWait       time.Duration
+	// HeaderForm is passed to the helper: dispatches in the header form
+	// rather than the compact form (docs/protocol.md, Compact dispatch form).
+	HeaderForm bool
 	// MaxActiveRequests is reported as max_active_requests (0: omitted): the
 	// dispatcher then sends a rank no more than that many requests at once,
 	// running or waiting.
@@ -266,6 +269,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		ID: cfg.ID, Prefix: cfg.Prefix, DPStart: cfg.DPStart, DPSize: cfg.DPSize,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
 		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait, MaxActiveRequests: cfg.MaxActiveRequests,
+		HeaderForm: cfg.HeaderForm,
 	}, worker.HandlerFunc(m.offer), log)
 	if err != nil {
 		return nil, fmt.Errorf("mock: %w", err)
