@@ -314,6 +314,13 @@ func (l *lastSend) Send(worker string, _ nats.Header, _ []byte, token uint64) er
 // BenchmarkAdmitDispatchAccept is the actor's per-request path without NATS:
 // admit a delivery, dispatch it to one of 64 idle workers, take the acceptance.
 func BenchmarkAdmitDispatchAccept(b *testing.B) {
+	// The workers ask for the header form (encoded by nats.go, after Send:
+	// not measured here) or the compact one (the frame is built by the actor).
+	b.Run("form=headers", func(b *testing.B) { benchAdmitDispatchAccept(b, 0) })
+	b.Run("form=compact", func(b *testing.B) { benchAdmitDispatchAccept(b, 1) })
+}
+
+func benchAdmitDispatchAccept(b *testing.B, compact uint8) {
 	f := newFixture(b, `default_policy_family: a
 uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
 policy_classes:
@@ -321,7 +328,7 @@ policy_classes:
 `)
 	f.now = f.now.Add(time.Second)
 	for i := range 64 {
-		f.report("w"+string(rune('A'+i)), 0)
+		f.reportCompact("w"+string(rune('A'+i)), compact)
 	}
 	hdr := nats.Header{"Dispatch-ISL-Tokens": {"512"}, "Nats-Msg-Id": {"req-0000000001"}}
 	m := &fakeMsg{hdr: hdr, data: make([]byte, 128)}
@@ -341,7 +348,7 @@ policy_classes:
 		f.a.answer(bus.Result{Token: last.token, Worker: last.worker, Outcome: bus.Accepted})
 		if i%256 == 255 { // the workers report (without seen_seq: counting every dispatch so far)
 			for k := range 64 {
-				f.a.report(workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i"})
+				f.a.report(workers.Report{WorkerID: "w" + string(rune('A'+k)), DPSize: 1, TTLms: 60000, Instance: "i", Compact: compact})
 			}
 		}
 	}

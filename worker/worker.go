@@ -234,12 +234,18 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		}
 	}
 	if accepted && r.Ack != "" {
+		due := time.Now().Add(min(w.cfg.FirstProgressDelay, w.keepAlive(r)))
 		w.mu.Lock()
-		w.fresh = append(w.fresh, freshReq{r, time.Now().Add(min(w.cfg.FirstProgressDelay, w.keepAlive(r)))})
+		// The loop's timer is set for the head of the list: it needs waking
+		// only when this request comes due first, not once per request.
+		kick := len(w.fresh) == 0 || due.Before(w.fresh[0].due)
+		w.fresh = append(w.fresh, freshReq{r, due})
 		w.mu.Unlock()
-		select {
-		case w.freshKick <- struct{}{}:
-		default:
+		if kick {
+			select {
+			case w.freshKick <- struct{}{}:
+			default:
+			}
 		}
 	}
 	about(w.log.Debug(), r).Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
