@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -16,9 +15,9 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
+	"fairdispatch/internal/natstest"
 	"fairdispatch/metrics"
 	"fairdispatch/scheduler"
-	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -91,35 +90,10 @@ func (b *fakeBus) Send(worker string, hdr nats.Header, body []byte, token uint64
 	s := sent{worker: worker, hdr: cloneHeader(hdr), token: token, body: slices.Clone(body)} // Send may not keep hdr nor body
 	if hdr == nil {
 		s.compact = true
-		s.hdr, s.body, s.err = headerForm(body)
+		s.hdr, s.body, s.err = natstest.DispatchHeader(&nats.Msg{Data: s.body})
 	}
 	b.sent = append(b.sent, s)
 	return nil
-}
-
-// headerForm decodes a compact dispatch frame into the headers and body of
-// the header form that carries the same (docs/protocol.md, Compact dispatch
-// form).
-func headerForm(frame []byte) (nats.Header, []byte, error) {
-	var d wire.Dispatch
-	h, body, err := wire.DecodeDispatch(frame, &d)
-	if err != nil {
-		return nil, nil, err
-	}
-	hdr := nats.Header(h)
-	if hdr == nil {
-		hdr = nats.Header{}
-	}
-	for k, v := range map[string]string{"Dispatch-Request-Id": d.RequestID, "Dispatch-Class": d.Class,
-		"Dispatch-DP-Rank": strconv.FormatUint(uint64(d.DPRank), 10), "Dispatch-Seq": strconv.FormatUint(d.Seq, 10),
-		"Dispatch-Cost": strconv.FormatUint(d.Cost, 10), "Dispatch-Queued-Ms": strconv.FormatUint(d.QueuedMs, 10),
-		"Dispatch-Ack": d.Ack, "Dispatch-Ack-Wait-Ms": strconv.FormatUint(d.AckWaitMs, 10)} {
-		if _, dup := hdr[k]; dup {
-			return nil, nil, fmt.Errorf("the frame's headers hold %s, which the dispatcher sets", k)
-		}
-		hdr[k] = []string{v}
-	}
-	return hdr, slices.Clone(body), nil
 }
 
 func (b *fakeBus) Publish(dl bus.DeadLetter, done func(error)) error {

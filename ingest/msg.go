@@ -113,10 +113,10 @@ func (m *Msg) Header() nats.Header {
 	}
 	r := m.entries()
 	h := make(nats.Header)
-	for r.more() {
-		k, vs := r.str(), make([]string, r.num())
+	for r.More() {
+		k, vs := r.Str(), make([]string, int(r.Uvarint()))
 		for i := range vs {
-			vs[i] = r.str()
+			vs[i] = r.Str()
 		}
 		h[k] = vs
 	}
@@ -126,8 +126,8 @@ func (m *Msg) Header() nats.Header {
 // HeaderValues returns how many header values the message has (a name with
 // two values counts twice): the room CopyHeaders needs.
 func (m *Msg) HeaderValues() int {
-	r := packed{m.hdr}
-	return r.num()
+	r := wire.StringReader{S: m.hdr}
+	return int(r.Uvarint())
 }
 
 // CopyHeaders sets in dst every header of the message whose name skip does
@@ -136,10 +136,10 @@ func (m *Msg) HeaderValues() int {
 // allocates nothing: vals is the caller's.
 func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string) []string {
 	r := m.entries()
-	for r.more() {
-		k, c := r.str(), r.num()
+	for r.More() {
+		k, c := r.Str(), int(r.Uvarint())
 		for i := range c {
-			vals[i] = r.str()
+			vals[i] = r.Str()
 		}
 		if !skip(k) {
 			dst[k] = vals[:c:c]
@@ -155,14 +155,14 @@ func (m *Msg) CopyHeaders(dst nats.Header, skip func(string) bool, vals []string
 // so each header is one copy.
 func (m *Msg) AppendHeaders(dst []byte, skip func(string) bool) []byte {
 	r := m.entries()
-	for r.more() {
-		entry := r.s
-		k, c := r.str(), r.num()
+	for r.More() {
+		entry := r.S
+		k, c := r.Str(), int(r.Uvarint())
 		for range c {
-			r.str()
+			r.Str()
 		}
 		if !skip(k) {
-			dst = append(dst, entry[:len(entry)-len(r.s)]...)
+			dst = append(dst, entry[:len(entry)-len(r.S)]...)
 		}
 	}
 	return dst
@@ -173,10 +173,10 @@ func (m *Msg) AppendHeaders(dst []byte, skip func(string) bool) []byte {
 func (m *Msg) HeaderNamesWhere(f func(string) bool) []string {
 	var names []string
 	r := m.entries()
-	for r.more() {
-		k, c := r.str(), r.num()
+	for r.More() {
+		k, c := r.Str(), int(r.Uvarint())
 		for range c {
-			r.str()
+			r.Str()
 		}
 		if f(k) {
 			names = append(names, k)
@@ -194,14 +194,14 @@ func (m *Msg) HeaderNamesWhere(f func(string) bool) []string {
 func (m *Msg) Decode() (Headers, error) {
 	var s scan
 	r := m.entries()
-	for r.more() {
-		k, c := r.str(), r.num()
+	for r.More() {
+		k, c := r.Str(), int(r.Uvarint())
 		if c == 0 {
 			continue
 		}
-		s.add(k, r.str())
+		s.add(k, r.Str())
 		for range c - 1 {
-			r.str()
+			r.Str()
 		}
 	}
 	d, err := s.decode()
@@ -245,40 +245,12 @@ func binaryLen(x uint64) int {
 	return n
 }
 
-// packed reads a packed header string. It trusts its input: pack wrote it.
-type packed struct{ s string }
-
 // entries returns a reader at the first name of the packed headers, past
-// their value count.
-func (m *Msg) entries() packed {
-	r := packed{m.hdr}
-	r.num()
+// their value count. (pack wrote them: the reader may trust them.)
+func (m *Msg) entries() wire.StringReader {
+	r := wire.StringReader{S: m.hdr}
+	r.Uvarint()
 	return r
-}
-
-func (r *packed) more() bool { return len(r.s) > 0 }
-
-func (r *packed) num() int {
-	var x uint64
-	var shift uint
-	for i := 0; i < len(r.s); i++ {
-		c := r.s[i]
-		x |= uint64(c&0x7f) << shift
-		if c < 0x80 {
-			r.s = r.s[i+1:]
-			return int(x)
-		}
-		shift += 7
-	}
-	r.s = ""
-	return int(x)
-}
-
-func (r *packed) str() string {
-	n := r.num()
-	v := r.s[:n]
-	r.s = r.s[n:]
-	return v
 }
 
 // natsAcker acknowledges on a NATS connection, with hand-backs through

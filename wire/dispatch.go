@@ -118,28 +118,28 @@ func DecodeDispatch(data []byte, d *Dispatch) (header map[string][]string, body 
 	}
 	body = data[r.off:]
 
-	s := stringReader{s: string(data[1:r.off])}
-	d.RequestID = s.str()
-	d.Class = s.str()
-	d.DPRank = uint32(s.uvarint())
-	d.Seq = s.uvarint()
-	d.Cost = s.uvarint()
-	d.QueuedMs = s.uvarint()
-	d.Ack = s.str()
-	d.AckWaitMs = s.uvarint()
+	s := StringReader{S: string(data[1:r.off])}
+	d.RequestID = s.Str()
+	d.Class = s.Str()
+	d.DPRank = uint32(s.Uvarint())
+	d.Seq = s.Uvarint()
+	d.Cost = s.Uvarint()
+	d.QueuedMs = s.Uvarint()
+	d.Ack = s.Str()
+	d.AckWaitMs = s.Uvarint()
 	if names == 0 {
 		return nil, body, nil
 	}
 	header = make(map[string][]string, names)
 	vals := make([]string, values)
 	for {
-		name := s.str()
+		name := s.Str()
 		if name == "" {
 			return header, body, nil
 		}
-		c := int(s.uvarint())
+		c := int(s.Uvarint())
 		for i := range c {
-			vals[i] = s.str()
+			vals[i] = s.Str()
 		}
 		if prev, ok := header[name]; ok {
 			header[name] = append(prev[:len(prev):len(prev)], vals[:c]...)
@@ -188,24 +188,36 @@ func (r *frameReader) skip(n uint64, what string) {
 	r.off += int(n)
 }
 
-// stringReader reads the frame's string once frameReader checked it.
-type stringReader struct{ s string }
+// StringReader reads, from a string, what AppendUvarint and AppendString
+// wrote. It trusts its input: check it first (DecodeDispatch does), or write
+// it yourself (ingest's packed headers). A truncated varint reads as the bits
+// it holds and ends the string.
+type StringReader struct{ S string }
 
-func (r *stringReader) uvarint() uint64 {
+// More reports whether anything is left to read.
+func (r *StringReader) More() bool { return len(r.S) > 0 }
+
+// Uvarint reads a varint.
+func (r *StringReader) Uvarint() uint64 {
 	var x uint64
-	for i, shift := 0, uint(0); ; i, shift = i+1, shift+7 {
-		c := r.s[i]
+	var shift uint
+	for i := 0; i < len(r.S); i++ {
+		c := r.S[i]
 		x |= uint64(c&0x7f) << shift
 		if c < 0x80 {
-			r.s = r.s[i+1:]
+			r.S = r.S[i+1:]
 			return x
 		}
+		shift += 7
 	}
+	r.S = ""
+	return x
 }
 
-func (r *stringReader) str() string {
-	n := r.uvarint()
-	v := r.s[:n]
-	r.s = r.s[n:]
+// Str reads a string: a varint length, then that many bytes (a substring).
+func (r *StringReader) Str() string {
+	n := r.Uvarint()
+	v := r.S[:n]
+	r.S = r.S[n:]
 	return v
 }

@@ -43,9 +43,9 @@ func AppendLoadReport(dst []byte, r *LoadReport) []byte {
 	dst = append(dst, `{"worker_id":`...)
 	dst = appendStringPtr(dst, r.WorkerID)
 	dst = append(dst, `,"data_parallel_start_rank":`...)
-	dst = appendUint32Ptr(dst, r.DPStart)
+	dst = appendUintPtr(dst, r.DPStart)
 	dst = append(dst, `,"data_parallel_size":`...)
-	dst = appendUint32Ptr(dst, r.DPSize)
+	dst = appendUintPtr(dst, r.DPSize)
 	if r.MaxBatched != nil {
 		dst = strconv.AppendUint(append(dst, `,"max_num_batched_tokens":`...), *r.MaxBatched, 10)
 	}
@@ -53,46 +53,41 @@ func AppendLoadReport(dst []byte, r *LoadReport) []byte {
 	if r.MaxActive != nil {
 		dst = strconv.AppendUint(append(dst, `,"max_active_requests":`...), *r.MaxActive, 10)
 	}
-	dst = append(dst, `,"taints":`...)
-	if r.Taints == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, '[')
-		for i, t := range r.Taints {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendJSONString(dst, t)
-		}
-		dst = append(dst, ']')
-	}
+	dst = appendList(append(dst, `,"taints":`...), r.Taints, appendJSONString)
 	dst = strconv.AppendBool(append(dst, `,"draining":`...), r.Draining)
 	dst = append(dst, `,"ttl_ms":`...)
-	dst = appendUint64Ptr(dst, r.TTLms)
+	dst = appendUintPtr(dst, r.TTLms)
 	dst = appendJSONString(append(dst, `,"instance":`...), r.Instance)
 	dst = append(dst, `,"seen_seq":`...)
-	dst = appendUint64Ptr(dst, r.SeenSeq)
-	dst = append(dst, `,"ranks":`...)
-	if r.Ranks == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, '[')
-		for i, rk := range r.Ranks {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = strconv.AppendUint(append(dst, `{"dp_rank":`...), uint64(rk.Rank), 10)
-			dst = strconv.AppendUint(append(dst, `,"active_prefill_tokens":`...), rk.ActivePrefillTokens, 10)
-			dst = strconv.AppendUint(append(dst, `,"active_decode_blocks":`...), rk.ActiveDecodeBlocks, 10)
-			dst = strconv.AppendUint(append(dst, `,"kv_used_blocks":`...), rk.KVUsedBlocks, 10)
-			dst = strconv.AppendUint(append(dst, `,"active_requests":`...), rk.ActiveRequests, 10)
-			dst = append(dst, '}')
-		}
-		dst = append(dst, ']')
-	}
+	dst = appendUintPtr(dst, r.SeenSeq)
+	dst = appendList(append(dst, `,"ranks":`...), r.Ranks, appendRankLoad)
 	if r.CompactDispatch != 0 {
 		dst = strconv.AppendUint(append(dst, `,"compact_dispatch":`...), r.CompactDispatch, 10)
 	}
+	return append(dst, '}')
+}
+
+// appendList appends xs as a JSON array, each element by f; nil as null.
+func appendList[T any](dst []byte, xs []T, f func([]byte, T) []byte) []byte {
+	if xs == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '[')
+	for i, x := range xs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = f(dst, x)
+	}
+	return append(dst, ']')
+}
+
+func appendRankLoad(dst []byte, rk RankLoad) []byte {
+	dst = strconv.AppendUint(append(dst, `{"dp_rank":`...), uint64(rk.Rank), 10)
+	dst = strconv.AppendUint(append(dst, `,"active_prefill_tokens":`...), rk.ActivePrefillTokens, 10)
+	dst = strconv.AppendUint(append(dst, `,"active_decode_blocks":`...), rk.ActiveDecodeBlocks, 10)
+	dst = strconv.AppendUint(append(dst, `,"kv_used_blocks":`...), rk.KVUsedBlocks, 10)
+	dst = strconv.AppendUint(append(dst, `,"active_requests":`...), rk.ActiveRequests, 10)
 	return append(dst, '}')
 }
 
@@ -103,18 +98,11 @@ func appendStringPtr(dst []byte, s *string) []byte {
 	return appendJSONString(dst, *s)
 }
 
-func appendUint32Ptr(dst []byte, v *uint32) []byte {
+func appendUintPtr[T uint32 | uint64](dst []byte, v *T) []byte {
 	if v == nil {
 		return append(dst, "null"...)
 	}
 	return strconv.AppendUint(dst, uint64(*v), 10)
-}
-
-func appendUint64Ptr(dst []byte, v *uint64) []byte {
-	if v == nil {
-		return append(dst, "null"...)
-	}
-	return strconv.AppendUint(dst, *v, 10)
 }
 
 // appendJSONString appends s quoted as encoding/json quotes it: as is when

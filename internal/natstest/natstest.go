@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/wire"
 )
 
 // Server is an embedded nats-server with JetStream on a loopback port that can
@@ -321,4 +323,35 @@ func (d *FakeDispatcher) handle(ctx context.Context, m jetstream.Msg) {
 			"policy_class": class, "worker_id": wid, "dp_rank": 0, "queued_ms": queuedMs})
 		_ = d.nc.Publish(replyTo, b)
 	}
+}
+
+// DispatchHeader returns the headers and body of a dispatch tapped on
+// <prefix>.work.<id> as the header form carries them, whichever form it came
+// in (docs/protocol.md, Compact dispatch form): a compact frame's fields
+// become the eight Dispatch-* headers, next to the producer's headers it
+// forwards. A message without headers that is no frame, or a frame whose
+// producer headers hold one of the eight names, is an error.
+func DispatchHeader(m *nats.Msg) (nats.Header, []byte, error) {
+	if len(m.Header) > 0 {
+		return m.Header, m.Data, nil
+	}
+	var d wire.Dispatch
+	h, body, err := wire.DecodeDispatch(m.Data, &d)
+	if err != nil {
+		return nil, nil, err
+	}
+	hdr := nats.Header(h)
+	if hdr == nil {
+		hdr = nats.Header{}
+	}
+	for k, v := range map[string]string{"Dispatch-Request-Id": d.RequestID, "Dispatch-Class": d.Class,
+		"Dispatch-DP-Rank": strconv.FormatUint(uint64(d.DPRank), 10), "Dispatch-Seq": strconv.FormatUint(d.Seq, 10),
+		"Dispatch-Cost": strconv.FormatUint(d.Cost, 10), "Dispatch-Queued-Ms": strconv.FormatUint(d.QueuedMs, 10),
+		"Dispatch-Ack": d.Ack, "Dispatch-Ack-Wait-Ms": strconv.FormatUint(d.AckWaitMs, 10)} {
+		if _, dup := hdr[k]; dup {
+			return nil, nil, fmt.Errorf("the frame's headers hold %s, which the dispatcher sets", k)
+		}
+		hdr[k] = []string{v}
+	}
+	return hdr, body, nil
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,7 +22,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/wire"
 	"fairdispatch/worker/mock"
 )
 
@@ -294,26 +292,12 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
 
 // dispatchHeader returns the headers of a dispatch tapped on
 // <prefix>.work.<id> as the header form sends them, whichever form it came in
-// (docs/protocol.md, Compact dispatch form): the Go helper's workers ask for
-// the compact form, whose fields travel in the body.
+// (natstest.DispatchHeader): the Go helper's workers ask for the compact form.
 func dispatchHeader(t *testing.T, m *nats.Msg) nats.Header {
-	if len(m.Header) > 0 {
-		return m.Header
-	}
-	var d wire.Dispatch
-	h, _, err := wire.DecodeDispatch(m.Data, &d)
+	h, _, err := natstest.DispatchHeader(m)
 	if err != nil {
-		t.Errorf("a dispatch without headers that is not a compact frame: %v", err)
+		t.Errorf("a dispatch in neither form: %v", err)
 		return nats.Header{}
 	}
-	hdr := nats.Header(h)
-	if hdr == nil {
-		hdr = nats.Header{}
-	}
-	hdr["Dispatch-Request-Id"], hdr["Dispatch-Class"] = []string{d.RequestID}, []string{d.Class}
-	hdr["Dispatch-DP-Rank"] = []string{strconv.FormatUint(uint64(d.DPRank), 10)}
-	hdr["Dispatch-Seq"], hdr["Dispatch-Cost"] = []string{strconv.FormatUint(d.Seq, 10)}, []string{strconv.FormatUint(d.Cost, 10)}
-	hdr["Dispatch-Queued-Ms"], hdr["Dispatch-Ack"] = []string{strconv.FormatUint(d.QueuedMs, 10)}, []string{d.Ack}
-	hdr["Dispatch-Ack-Wait-Ms"] = []string{strconv.FormatUint(d.AckWaitMs, 10)}
-	return hdr
+	return h
 }
