@@ -32,7 +32,7 @@
 // subject methods (Req, Load...) allocate the one string they return.
 //
 // The package has no dependencies beyond the standard library, so that the
-// worker side (package worker and its subpackages) can import it without
+// worker side (package workerkit and its subpackages) can import it without
 // pulling in the dispatcher's adapters. A Names is immutable and safe for
 // concurrent use.
 package naming

@@ -8,7 +8,7 @@ import (
 
 	"fairdispatch/kvindex"
 	"fairdispatch/wire"
-	"fairdispatch/worker"
+	"fairdispatch/workerkit"
 	"fairdispatch/workers"
 )
 
@@ -50,9 +50,9 @@ func TestOutcomeRoundTrip(t *testing.T) {
 // dispatcher's strict parser (workers.ParseReport) reads back, and the
 // helper's decoder reads it back too.
 func TestLoadReportRoundTrip(t *testing.T) {
-	rep := worker.Report{WorkerID: "w1", DPStart: 4, DPSize: 2, MaxNumBatchedTokens: 8192, TotalKVBlocks: 1000, MaxActiveRequests: 2,
+	rep := workerkit.Report{WorkerID: "w1", DPStart: 4, DPSize: 2, MaxNumBatchedTokens: 8192, TotalKVBlocks: 1000, MaxActiveRequests: 2,
 		Taints: []string{"h200", "zone-a"}, Draining: true, TTLMs: 600, Instance: "i1", SeenSeq: 7,
-		Ranks: []worker.RankReport{{DPRank: 4, ActivePrefillTokens: 10, ActiveDecodeBlocks: 2, KVUsedBlocks: 3, ActiveRequests: 1}, {DPRank: 5}}}
+		Ranks: []workerkit.RankReport{{DPRank: 4, ActivePrefillTokens: 10, ActiveDecodeBlocks: 2, KVUsedBlocks: 3, ActiveRequests: 1}, {DPRank: 5}}}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestLoadReportRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parsed %s:\ngot  %+v\nwant %+v", b, got, want)
 	}
-	var back worker.Report
+	var back workerkit.Report
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/spin"
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // The seed's burst: premium and regular requests of 512 tokens, one output
@@ -40,7 +40,7 @@ type burstResult struct {
 }
 
 // burstFair runs the burst through the dispatcher with configs/policy-classes.yaml
-// and one worker/mock engine; with capacity > 0 the engine reports it as
+// and one mockworker engine; with capacity > 0 the engine reports it as
 // max_active_requests (docs/protocol.md, Load report).
 func (b *bench) burstFair(capacity uint64) (res burstResult) {
 	res = burstResult{System: "fairdispatch"}
@@ -52,7 +52,7 @@ func (b *bench) burstFair(capacity uint64) (res burstResult) {
 		b.logf("burst %s: %s", res.System, res.Error)
 		return res
 	}
-	loadConn, stop, err := b.mockBehindDispatcher("burst", mock.Config{MaxNumSeqs: burstSeqs,
+	loadConn, stop, err := b.mockBehindDispatcher("burst", mockworker.Config{MaxNumSeqs: burstSeqs,
 		PrefillTokensPerSec: b.opt.burstTPS, MaxActiveRequests: capacity})
 	if err != nil {
 		return fail("set-up", err)
@@ -93,7 +93,7 @@ func (b *bench) burstFair(capacity uint64) (res burstResult) {
 // configs/policy-classes.yaml with fresh streams and one mock engine, "mock-1",
 // with cfg's simulation and PreciseTimers, and waits until the engine is live.
 // It returns a connection for the load generator and a stop function.
-func (b *bench) mockBehindDispatcher(name string, cfg mock.Config) (*nats.Conn, func(), error) {
+func (b *bench) mockBehindDispatcher(name string, cfg mockworker.Config) (*nats.Conn, func(), error) {
 	policy, err := os.ReadFile(filepath.Join(b.modRoot, "configs", "policy-classes.yaml"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err)
@@ -111,7 +111,7 @@ func (b *bench) mockBehindDispatcher(name string, cfg mock.Config) (*nats.Conn, 
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	cfg.ID, cfg.Prefix, cfg.PreciseTimers = "mock-1", b.opt.prefix, true
-	m, err := mock.New(conns[0], cfg, zerolog.Nop())
+	m, err := mockworker.New(conns[0], cfg, zerolog.Nop())
 	if err == nil {
 		err = m.Start()
 	}

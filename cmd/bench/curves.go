@@ -19,7 +19,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"fairdispatch/worker"
+	"fairdispatch/workerkit"
 )
 
 // The scale curves of issue 13, goal 1: fairdispatch's throughput and the
@@ -383,8 +383,8 @@ func (f *fleet) report(id string) error {
 	if f.busy.Load() {
 		load = 2_000_000_000_000
 	}
-	rep := worker.Report{WorkerID: id, DPSize: 1, TTLMs: fleetTTL.Milliseconds(), Instance: f.instance, SeenSeq: seen,
-		Ranks: []worker.RankReport{{DPRank: 0, ActivePrefillTokens: load}}}
+	rep := workerkit.Report{WorkerID: id, DPSize: 1, TTLMs: fleetTTL.Milliseconds(), Instance: f.instance, SeenSeq: seen,
+		Ranks: []workerkit.RankReport{{DPRank: 0, ActivePrefillTokens: load}}}
 	data, err := json.Marshal(rep)
 	if err != nil {
 		return err

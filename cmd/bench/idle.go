@@ -7,8 +7,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // idlePoint is one point of the idle-capacity curve (issue 13, goal 4): a
@@ -50,7 +50,7 @@ func (b *bench) idlePoint(svc time.Duration, n int) (p idlePoint) {
 		p.Error = fmt.Sprintf("%s: %v", what, err)
 		return p
 	}
-	loadConn, stop, err := b.mockBehindDispatcher("idle", mock.Config{MaxNumSeqs: burstSeqs,
+	loadConn, stop, err := b.mockBehindDispatcher("idle", mockworker.Config{MaxNumSeqs: burstSeqs,
 		PrefillTokensPerSec: burstISL / svc.Seconds()})
 	if err != nil {
 		return fail("set-up", err)

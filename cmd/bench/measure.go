@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/worker"
+	"fairdispatch/workerkit"
 )
 
 // cpuPer100k is CPU seconds per 100,000 requests, split by process.
@@ -201,8 +201,8 @@ func (b *bench) memory() (res memResult) {
 	if err != nil {
 		return fail("start dispatcher", err)
 	}
-	refuse := worker.HandlerFunc(func(*worker.Request) bool { return false })
-	stopW, _, err := b.startWorkers(refuse, &worker.RankLoad{ActivePrefillTokens: 1 << 30})
+	refuse := workerkit.HandlerFunc(func(*workerkit.Request) bool { return false })
+	stopW, _, err := b.startWorkers(refuse, &workerkit.RankLoad{ActivePrefillTokens: 1 << 30})
 	if err != nil {
 		s.stop()
 		return fail("start workers", err)

@@ -19,7 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
-	"fairdispatch/worker"
+	"fairdispatch/workerkit"
 )
 
 // workerConns is how many NATS connections the in-process workers of the
@@ -296,14 +296,14 @@ func (s *system) waitQueues(timeout time.Duration, what string, ok func(queues) 
 	}
 }
 
-// startWorkers starts b.opt.workers workers of package worker on shared
+// startWorkers starts b.opt.workers workers of package workerkit on shared
 // connections, each with handler h and, when load is not nil, that load.
-func (b *bench) startWorkers(h worker.Handler, load *worker.RankLoad) (stop func(), conns []*nats.Conn, err error) {
+func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad) (stop func(), conns []*nats.Conn, err error) {
 	conns, err = b.connect("bench-worker", workerConns)
 	if err != nil {
 		return nil, nil, err
 	}
-	var ws []*worker.Worker
+	var ws []*workerkit.Worker
 	stop = func() {
 		for _, w := range ws {
 			_ = w.Close()
@@ -311,7 +311,7 @@ func (b *bench) startWorkers(h worker.Handler, load *worker.RankLoad) (stop func
 		closeAll(conns)
 	}
 	for i := range b.opt.workers {
-		w, err := worker.New(conns[i%len(conns)], worker.Config{ID: workerID(i), Prefix: b.opt.prefix}, h, zerolog.Nop())
+		w, err := workerkit.New(conns[i%len(conns)], workerkit.Config{ID: workerID(i), Prefix: b.opt.prefix}, h, zerolog.Nop())
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -346,7 +346,7 @@ func (b *bench) startFair() (*system, []*nats.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h := worker.HandlerFunc(func(r *worker.Request) bool {
+	h := workerkit.HandlerFunc(func(r *workerkit.Request) bool {
 		acceptedAfter(r.Data, int64(r.QueuedMs))
 		if err := r.Done(); err != nil {
 			b.logf("fairdispatch worker ack: %v", err)

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // runDemo runs the seed's premium/regular regression on this dispatcher: one
@@ -21,7 +21,7 @@ import (
 // they happen and a summary at the end.
 func runDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log zerolog.Logger) error {
 	quiet := log.Level(zerolog.WarnLevel)
-	w, err := mock.New(nc, mock.Config{ID: "mock-1", Prefix: s.prefix, MaxNumSeqs: 4, AckWait: s.ackWait}, quiet)
+	w, err := mockworker.New(nc, mockworker.Config{ID: "mock-1", Prefix: s.prefix, MaxNumSeqs: 4, AckWait: s.ackWait}, quiet)
 	if err != nil {
 		return err
 	}

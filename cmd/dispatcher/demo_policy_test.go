@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"fairdispatch/configs/livepolicy"
 	"fairdispatch/internal/natstest"
-	"fairdispatch/policy"
 )
 
 // TestDemoPolicyReplacesAnEarlierRunsPolicy: `make run` and then `make run
@@ -21,7 +21,7 @@ func TestDemoPolicyReplacesAnEarlierRunsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	store, err := policy.Open(ctx, js, "fairdispatch_policy", policy.BucketConfig{})
+	store, err := livepolicy.Open(ctx, js, "fairdispatch_policy", livepolicy.BucketConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/configs"
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // demoTenants are the keys demo's tenants: flood publishes six requests for
@@ -35,7 +35,7 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 		}
 	}
 	quiet := log.Level(zerolog.WarnLevel)
-	w, err := mock.New(nc, mock.Config{ID: "mock-1", Prefix: s.prefix, MaxNumSeqs: 4, AckWait: s.ackWait}, quiet)
+	w, err := mockworker.New(nc, mockworker.Config{ID: "mock-1", Prefix: s.prefix, MaxNumSeqs: 4, AckWait: s.ackWait}, quiet)
 	if err != nil {
 		return err
 	}

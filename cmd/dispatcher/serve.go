@@ -22,6 +22,7 @@ import (
 	"fairdispatch/admin"
 	"fairdispatch/bus"
 	"fairdispatch/configs"
+	"fairdispatch/configs/livepolicy"
 	"fairdispatch/dispatcher"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
@@ -30,7 +31,6 @@ import (
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
 	"fairdispatch/naming"
-	"fairdispatch/policy"
 	"fairdispatch/scheduler"
 )
 
@@ -95,7 +95,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	// The live policy (docs/design.md, Live policy): the bucket's current
 	// revision runs when it is valid; the key is seeded from --policy-config
 	// when it has none.
-	store, err := policy.Open(ctx, js, names.PolicyBucket(), policy.BucketConfig{Replicas: s.replicas, Storage: storage})
+	store, err := livepolicy.Open(ctx, js, names.PolicyBucket(), livepolicy.BucketConfig{Replicas: s.replicas, Storage: storage})
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 			return err
 		}
 	}
-	pol, cur, refused, err := policy.Start(ctx, store, seed, pol, log)
+	pol, cur, refused, err := livepolicy.Start(ctx, store, seed, pol, log)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 			Str("running", polSource).Msg("policy revision refused: the last good policy stays")
 		a.RefusePolicy(cur.Revision, cur.Created, refused)
 	}
-	follower := &policy.Follower{Store: store, Applier: a, Log: log, Running: cur.Revision}
+	follower := &livepolicy.Follower{Store: store, Applier: a, Log: log, Running: cur.Revision}
 	go follower.Run(ctx)
 
 	ctl := &control{a: a, nc: nc, names: names}
@@ -435,12 +435,12 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 
 // demoPolicy puts the demo's policy file into the bucket as a new revision
 // when the bucket holds another one.
-func demoPolicy(ctx context.Context, store *policy.Store, name string, yaml []byte) error {
+func demoPolicy(ctx context.Context, store *livepolicy.Store, name string, yaml []byte) error {
 	cur, err := store.Get(ctx)
 	if err == nil && !cur.Deleted && string(cur.YAML) == string(yaml) {
 		return nil
 	}
-	if err != nil && !errors.Is(err, policy.ErrNoPolicy) {
+	if err != nil && !errors.Is(err, livepolicy.ErrNoPolicy) {
 		return fmt.Errorf("--demo: %w", err)
 	}
 	if _, _, err := store.Put(ctx, name, yaml); err != nil {

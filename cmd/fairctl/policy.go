@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/configs"
-	"fairdispatch/policy"
+	"fairdispatch/configs/livepolicy"
 )
 
 // fairctl policy: the live policy in the policy bucket (docs/operations.md,
@@ -91,7 +91,7 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	store, err := policy.Open(ctx, js, g.names.PolicyBucket(), policy.BucketConfig{})
+	store, err := livepolicy.Open(ctx, js, g.names.PolicyBucket(), livepolicy.BucketConfig{})
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		cur, err := store.Get(ctx)
 		var old *configs.Policy
 		switch {
-		case errors.Is(err, policy.ErrNoPolicy):
+		case errors.Is(err, livepolicy.ErrNoPolicy):
 			fmt.Fprintf(w, "%s holds no policy: everything is added\n", store.Bucket())
 		case err != nil:
 			return err
@@ -195,7 +195,7 @@ func invalid(w io.Writer, name string, err error) error {
 }
 
 // validity says whether a revision is a valid policy, and its classes.
-func validity(s *policy.Store, r policy.Revision) (valid, classes string) {
+func validity(s *livepolicy.Store, r livepolicy.Revision) (valid, classes string) {
 	if r.Deleted {
 		return "deleted", "-"
 	}
@@ -219,6 +219,6 @@ type revisionOut struct {
 	YAML     string    `json:"yaml"`
 }
 
-func revisionJSON(r policy.Revision) revisionOut {
+func revisionJSON(r livepolicy.Revision) revisionOut {
 	return revisionOut{Revision: r.Revision, Created: r.Created.UTC(), Bytes: len(r.YAML), Deleted: r.Deleted, YAML: string(r.YAML)}
 }

@@ -1,6 +1,6 @@
 // Command loadgen publishes a workload to the dispatcher's request stream and
 // follows completions and outcomes until every request completed or was
-// rejected, then prints a summary (package worker/loadgen).
+// rejected, then prints a summary (package loadgen).
 //
 //	loadgen --class premium:320 --class regular:320 --isl 512
 //
@@ -24,8 +24,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/buildinfo"
-	"fairdispatch/worker"
-	"fairdispatch/worker/loadgen"
+	"fairdispatch/loadgen"
+	"fairdispatch/workerkit"
 )
 
 // classFlags collects repeated --class name:count flags.
@@ -138,7 +138,7 @@ func run() (int, error) {
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()
-	nc, err := worker.Connect(cctx, *url, nats.Name("loadgen"))
+	nc, err := workerkit.Connect(cctx, *url, nats.Name("loadgen"))
 	if err != nil {
 		return 1, err
 	}

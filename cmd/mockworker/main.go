@@ -1,4 +1,4 @@
-// Command mockworker runs a simulated inference engine (package worker/mock)
+// Command mockworker runs a simulated inference engine (package mockworker)
 // that speaks the worker side of the fairdispatch wire contract.
 //
 //	mockworker --id w1 --max-num-seqs 4 --prefill-tokens-per-sec 20000
@@ -22,8 +22,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/buildinfo"
-	"fairdispatch/worker"
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
+	"fairdispatch/workerkit"
 )
 
 func main() {
@@ -35,7 +35,7 @@ func main() {
 
 func run() error {
 	var (
-		cfg      mock.Config
+		cfg      mockworker.Config
 		url      = flag.String("nats-url", nats.DefaultURL, "NATS server URL")
 		decodeMs = flag.Float64("decode-ms-per-token", 5, "decode time per output token after the first, in ms")
 		taints   = flag.String("taints", "", "comma-separated worker taints")
@@ -45,21 +45,21 @@ func run() error {
 		probe    = flag.Bool("health-probe", false, "do not run a worker: exit 0 if worker --id publishes a load report within --ttl, else 1 (a container healthcheck without a shell)")
 	)
 	flag.StringVar(&cfg.ID, "id", "", "worker id (required): [A-Za-z0-9_-]+")
-	flag.StringVar(&cfg.Prefix, "subject-prefix", worker.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix")
-	flag.StringVar(&cfg.Prefix, "prefix", worker.DefaultPrefix, "alias of --subject-prefix")
-	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", mock.DefaultMaxNumSeqs, "concurrent sequences per rank")
-	flag.Uint64Var(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", mock.DefaultMaxNumBatchedTokens, "reported max_num_batched_tokens")
-	flag.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", mock.DefaultPrefillTokensPerSec, "prefill speed of one sequence, tokens/s")
-	flag.IntVar(&cfg.OutputTokens, "output-tokens", mock.DefaultOutputTokens, "output tokens of a request without Dispatch-Output-Tokens")
+	flag.StringVar(&cfg.Prefix, "subject-prefix", workerkit.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix")
+	flag.StringVar(&cfg.Prefix, "prefix", workerkit.DefaultPrefix, "alias of --subject-prefix")
+	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", mockworker.DefaultMaxNumSeqs, "concurrent sequences per rank")
+	flag.Uint64Var(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", mockworker.DefaultMaxNumBatchedTokens, "reported max_num_batched_tokens")
+	flag.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", mockworker.DefaultPrefillTokensPerSec, "prefill speed of one sequence, tokens/s")
+	flag.IntVar(&cfg.OutputTokens, "output-tokens", mockworker.DefaultOutputTokens, "output tokens of a request without Dispatch-Output-Tokens")
 	flag.IntVar(&cfg.DPStart, "dp-start", 0, "first data-parallel rank")
 	flag.IntVar(&cfg.DPSize, "dp-size", 1, "number of data-parallel ranks")
 	flag.Uint64Var(&cfg.TotalKVBlocks, "total-kv-blocks", 0, "reported total_kv_blocks per rank (0: decode latch off)")
-	flag.DurationVar(&cfg.TTL, "ttl", worker.DefaultTTL, "load report TTL (100ms to 600s)")
-	flag.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "fallback ack wait for dispatches without Dispatch-Ack-Wait-Ms (older dispatchers); +WPI every third of it")
+	flag.DurationVar(&cfg.TTL, "ttl", workerkit.DefaultTTL, "load report TTL (100ms to 600s)")
+	flag.DurationVar(&cfg.AckWait, "ack-wait", workerkit.DefaultAckWait, "fallback ack wait for dispatches without Dispatch-Ack-Wait-Ms (older dispatchers); +WPI every third of it")
 	flag.Uint64Var(&cfg.MaxActiveRequests, "max-active-requests", 0, "reported max_active_requests per rank, running plus waiting (0: no capacity)")
 	flag.IntVar(&cfg.KVCapacity, "kv-capacity", 0, "simulate a prefix cache of N device blocks per rank (LRU), fed by Dispatch-Block-Hashes, and publish its KV cache events; 0: none")
 	flag.IntVar(&cfg.KVHostCapacity, "kv-host-capacity", 0, "with --kv-capacity: a host tier of N blocks per rank receiving the blocks evicted from the device; 0: none")
-	flag.IntVar(&cfg.BlockSize, "block-size", mock.DefaultBlockSize, "KV block size in tokens (the producers' and the dispatcher's --block-size)")
+	flag.IntVar(&cfg.BlockSize, "block-size", mockworker.DefaultBlockSize, "KV block size in tokens (the producers' and the dispatcher's --block-size)")
 	flag.Float64Var(&cfg.CostFactor, "cost-factor", 1, "completion records report prefill_tokens = uncached tokens x this factor (0 < f <= 1000): a deliberate estimate error")
 	flag.BoolVar(&cfg.NoCompletions, "no-completions", false, "publish no completion records: the dispatcher's cost estimates stand uncorrected")
 	keyFactors := flag.String("key-cost-factors", "", "per fairness key cost factors overriding --cost-factor, e.g. tenant-a=10,_=1 (_: requests without a key)")
@@ -79,7 +79,7 @@ func run() error {
 	}
 	cfg.DecodePerToken = time.Duration(*decodeMs * float64(time.Millisecond))
 	if cfg.DecodePerToken == 0 {
-		cfg.DecodePerToken = time.Nanosecond // 0 means default in mock.Config
+		cfg.DecodePerToken = time.Nanosecond // 0 means default in mockworker.Config
 	}
 	if *probe {
 		return probeReports(*url, cfg.Prefix, cfg.ID, cfg.TTL)
@@ -109,13 +109,13 @@ func run() error {
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, *connWait)
 	defer cancel()
-	nc, err := worker.Connect(cctx, *url, nats.Name("mockworker "+cfg.ID))
+	nc, err := workerkit.Connect(cctx, *url, nats.Name("mockworker "+cfg.ID))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	log.Info().Str("worker_id", cfg.ID).Str("nats_url", *url).Msg("mockworker starting")
-	return mock.Run(ctx, nc, cfg, *grace, log)
+	return mockworker.Run(ctx, nc, cfg, *grace, log)
 }
 
 // probeReports is --health-probe: a worker is healthy while it reports its load,

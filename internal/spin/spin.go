@@ -6,7 +6,7 @@
 // development machine: a 5.12 ms timer fired 1.05 ms late at the median, and
 // a simulated engine whose requests take 5 ms then really takes 6. That
 // lateness is a property of the simulation, not of what it simulates, so the
-// bench's engines (worker/mock with PreciseTimers, and the direct work
+// bench's engines (mockworker with PreciseTimers, and the direct work
 // queue's consumer) wait with this package instead: a timer to Window before
 // the deadline, then yielding until it passes. It costs up to Window of CPU
 // per wait, so it is for benchmarks, not for production paths.

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // haCluster starts a three-node NATS cluster with JetStream on loopback: each
@@ -105,7 +105,7 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 	rec := haRecord(t, haConnect(t, nodes[watch].URL()))
 	js := jsOf(t, haConnect(t, nodes[watch].URL()))
 	for i := range 6 {
-		haStartMock(t, rec, haURLs(nodes, i%3), mock.Config{ID: fmt.Sprintf("w%d", i+1), PrefillTokensPerSec: 20000})
+		haStartMock(t, rec, haURLs(nodes, i%3), mockworker.Config{ID: fmt.Sprintf("w%d", i+1), PrefillTokensPerSec: 20000})
 	}
 	frlWaitLive(t, p, "w1", "w2", "w3", "w4", "w5", "w6")
 

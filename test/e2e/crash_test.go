@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // TestCrashNothingLost: 5,000 requests queued in the dispatcher or in flight at
@@ -35,7 +35,7 @@ func TestCrashNothingLost(t *testing.T) {
 	done := map[string]int{}
 	var records atomic.Int64
 	sub, err := ncT.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mock.Completion
+		var c mockworker.Completion
 		if err := json.Unmarshal(m.Data, &c); err != nil {
 			return
 		}
@@ -59,9 +59,9 @@ func TestCrashNothingLost(t *testing.T) {
 	// wait in the dispatcher.
 	args := []string{"--queue-threshold", "0.05", "--log-level", "debug"}
 	p1 := startDispatcher(t, ns.URL(), args...)
-	var workers []*mock.Worker
+	var workers []*mockworker.Worker
 	for i := 1; i <= 3; i++ {
-		workers = append(workers, startMock(t, ncW, mock.Config{
+		workers = append(workers, startMock(t, ncW, mockworker.Config{
 			ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 10000, DecodePerToken: 5 * time.Millisecond,
 		}))
 		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))

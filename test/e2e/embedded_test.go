@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // TestEmbeddedDataDirLocked: a second dispatcher with an embedded server on the
@@ -98,7 +98,7 @@ func TestEmbeddedRestartHandsBackAtOnce(t *testing.T) {
 
 	restartAt := time.Now()
 	p2 := startDispatcher(t, "", args...)
-	startMock(t, nc, mock.Config{ID: "wfree"}) // reconnects with the test's connection
+	startMock(t, nc, mockworker.Config{ID: "wfree"}) // reconnects with the test's connection
 	// Handed-back requests are dispatched as soon as a worker is free; lost ones
 	// would wait out the 60 s ack wait. The deadline is below it.
 	waitFor(t, 45*time.Second, "every request to be dispatched after the restart", func() bool {

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // externalNATSEnv names a nats-server binary to test against; when it is
@@ -118,7 +118,7 @@ func TestExternalNATSServer(t *testing.T) {
 	const n = 20
 	p := startDispatcher(t, url)
 	nc := connect(t, url)
-	startMock(t, nc, mock.Config{ID: "w1", OutputTokens: 1})
+	startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 1})
 	frlWaitLive(t, p, "w1")
 	res := frlRunLoad(t, nc, "external", n)
 	frlCheckAllOn(t, res, n, "w1")

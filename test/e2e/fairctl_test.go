@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // runFairctl runs fairctl with args to the end and returns its stdout; it fails
@@ -153,7 +153,7 @@ func TestFairctlDLQReplay(t *testing.T) {
 	runFairctl(t, "--server", ns.URL(), "policy", "put", raised)
 	p = startDispatcher(t, ns.URL(), "--policy-config", raised)
 	lpWaitRevision(t, 2, p)
-	startMock(t, nc, mock.Config{ID: "w1", DPSize: 2, TotalKVBlocks: 1 << 16, MaxNumSeqs: 64, PrefillTokensPerSec: 1e7})
+	startMock(t, nc, mockworker.Config{ID: "w1", DPSize: 2, TotalKVBlocks: 1 << 16, MaxNumSeqs: 64, PrefillTokensPerSec: 1e7})
 	ecsWaitWorker(t, p, "w1")
 
 	out := runFairctl(t, "--server", ns.URL(), "dlq", "replay")

@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // frlFairPolicy is configs/policy-classes.yaml with the quanta as parameters.
@@ -132,7 +132,7 @@ func frlFairnessRun(t *testing.T, premiumQuantum, regularQuantum int, extra ...s
 	p := startDispatcher(t, ns.URL(), append([]string{"--policy-config", policy}, extra...)...)
 	nc := connect(t, ns.URL())
 
-	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
+	w, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
 		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

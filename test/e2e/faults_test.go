@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // Helpers of this file carry the prefix flt.
@@ -131,7 +131,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 	// A dispatch timeout far above any answer time even on a loaded machine:
 	// a timeout would exclude the worker for a reason this test is not about.
 	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, fltPolicy), "--ack-wait", "30s", "--dispatch-timeout", "10s")
-	startMock(t, nc, mock.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm})
+	startMock(t, nc, mockworker.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm})
 	ecsWaitWorker(t, p, "w1")
 	if v, ok := frlQueues(p); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact == 0) != headerForm {
 		t.Fatalf("/debug/queues workers %+v, want w1 with compact_dispatch %v", v.Workers, !headerForm)

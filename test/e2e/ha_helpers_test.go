@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // Helpers shared by cluster_test.go, ha_test.go and soak_test.go (issue 5:
@@ -124,7 +124,7 @@ func haRecord(t testing.TB, nc *nats.Conn) *haRecorder {
 // onDone counts one completion record, unless it was seen already on another
 // connection.
 func (r *haRecorder) onDone(m *nats.Msg) {
-	var c mock.Completion
+	var c mockworker.Completion
 	if json.Unmarshal(m.Data, &c) != nil {
 		return
 	}
@@ -213,7 +213,7 @@ func (r *haRecorder) offeredTo(w string, before time.Time) map[string]bool {
 //
 // A NATS server restart is no excuse: the mock workers publish the
 // completion record and then confirm their acknowledgement
-// (mock.Config.ConfirmAcks, set by haStartMock), sending +ACK again until JetStream
+// (mockworker.Config.ConfirmAcks, set by haStartMock), sending +ACK again until JetStream
 // answers. (Measured before, TestSoak seed 1795973244900524954: a plain +ACK
 // published around the restart did not take effect, and JetStream
 // redelivered the finished request when its ack wait ran out.)
@@ -536,17 +536,17 @@ func haFailoverBound(ttl time.Duration) time.Duration { return ttl + ttl/4 + tim
 // haMock starts a mock worker on its own connection (so that it can be
 // killed: closing the connection ends its reports, acks and subscription at
 // once). The mocks are fast: the tests measure recovery, not engines. They
-// confirm their acknowledgements (mock.Config.ConfirmAcks).
+// confirm their acknowledgements (mockworker.Config.ConfirmAcks).
 type haMock struct {
 	id  string
 	nc  *nats.Conn
-	w   *mock.Worker
-	cfg mock.Config
+	w   *mockworker.Worker
+	cfg mockworker.Config
 }
 
 // When rec is not nil it also watches the worker's completion records on the
 // worker's connection (see haRecorder).
-func haStartMock(t testing.TB, rec *haRecorder, urls string, cfg mock.Config) *haMock {
+func haStartMock(t testing.TB, rec *haRecorder, urls string, cfg mockworker.Config) *haMock {
 	t.Helper()
 	if cfg.PrefillTokensPerSec == 0 {
 		cfg.PrefillTokensPerSec = 50000
@@ -562,7 +562,7 @@ func haStartMock(t testing.TB, rec *haRecorder, urls string, cfg mock.Config) *h
 	if rec != nil {
 		rec.watch(t, nc, cfg.ID)
 	}
-	w, err := mock.New(nc, cfg, zerolog.Nop())
+	w, err := mockworker.New(nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +592,7 @@ func (m *haMock) restart(t testing.TB) time.Time {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_ = m.w.Stop(ctx)
 	cancel()
-	w, err := mock.New(m.nc, m.cfg, zerolog.Nop())
+	w, err := mockworker.New(m.nc, m.cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker"
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
+	"fairdispatch/workerkit"
 )
 
 // Issue 5, high availability: the leader dispatcher dies and the standby
@@ -46,7 +46,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 	}
 	for i := 1; i <= 4; i++ {
 		// Slower than the publisher, so that a backlog builds in the leader.
-		haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 6000})
+		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 6000})
 		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))
 	}
 	// The standby keeps its registry warm from the same reports.
@@ -87,7 +87,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 		p2.metric("fairdispatch_redelivered_messages_total"), p2.metric("fairdispatch_dispatched_total"))
 }
 
-// TestHAWorkerLoss: a worker (built on package worker, ttl 1 s) accepts
+// TestHAWorkerLoss: a worker (built on package workerkit, ttl 1 s) accepts
 // requests and never finishes them, then dies (its NATS connection closes).
 // Its unpinned requests complete on the other workers after the ack wait (4 s);
 // the requests pinned to it (Dispatch-Worker) reach the DLQ as no_endpoints
@@ -102,17 +102,17 @@ func TestHAWorkerLoss(t *testing.T) {
 	p := startDispatcher(t, url, haLog...)
 
 	for i := 1; i <= 3; i++ {
-		haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
+		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
 	}
 	holderNC := haConnect(t, url)
 	var (
 		mu       sync.Mutex
-		load     worker.RankLoad
+		load     workerkit.RankLoad
 		accepted = map[string]bool{}
-		holder   *worker.Worker
+		holder   *workerkit.Worker
 	)
-	h, err := worker.New(holderNC, worker.Config{ID: "holder", TTL: time.Second, AckWait: ackWait},
-		worker.HandlerFunc(func(r *worker.Request) bool {
+	h, err := workerkit.New(holderNC, workerkit.Config{ID: "holder", TTL: time.Second, AckWait: ackWait},
+		workerkit.HandlerFunc(func(r *workerkit.Request) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			accepted[r.RequestID] = true
@@ -236,7 +236,7 @@ func TestHANATSRestart(t *testing.T) {
 	rec := haRecord(t, haConnect(t, url))
 	p := startDispatcher(t, url, haLog...)
 	for i := 1; i <= 4; i++ {
-		haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
+		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
 	}
 	frlWaitLive(t, p, "w1", "w2", "w3", "w4")
 
@@ -277,7 +277,7 @@ func TestHAWorkerRestartSameID(t *testing.T) {
 	p := startDispatcher(t, url, haLog...)
 	var ws []*haMock
 	for i := 1; i <= 3; i++ {
-		ws = append(ws, haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000, TTL: ttl}))
+		ws = append(ws, haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000, TTL: ttl}))
 	}
 	frlWaitLive(t, p, "w1", "w2", "w3")
 

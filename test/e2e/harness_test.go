@@ -22,7 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // dispatcherBin is the dispatcher binary built once by TestMain.
@@ -244,12 +244,12 @@ func tail(s string, lines int) string {
 }
 
 // startMock starts an in-process mock worker.
-func startMock(t testing.TB, nc *nats.Conn, cfg mock.Config) *mock.Worker {
+func startMock(t testing.TB, nc *nats.Conn, cfg mockworker.Config) *mockworker.Worker {
 	t.Helper()
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 4 * time.Second
 	}
-	w, err := mock.New(nc, cfg, zerolog.Nop())
+	w, err := mockworker.New(nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

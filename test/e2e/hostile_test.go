@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // TestHostileReplyToRefused: a producer may not aim the dispatcher's outcome at
@@ -22,7 +22,7 @@ func TestHostileReplyToRefused(t *testing.T) {
 	js := jsOf(t, nc)
 	// A live worker: without one the dispatcher leaves requests in the stream
 	// (docs/design.md, Fleet outage).
-	startMock(t, nc, mock.Config{ID: "w1"})
+	startMock(t, nc, mockworker.Config{ID: "w1"})
 	ecsWaitWorker(t, p, "w1")
 	var forged atomic.Int32
 	sub, err := nc.Subscribe("dispatch.load.>", func(m *nats.Msg) {
@@ -66,7 +66,7 @@ func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
 	p := startDispatcher(t, ns.URL())
 	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
-	startMock(t, nc, mock.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
+	startMock(t, nc, mockworker.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
 	ecsWaitWorker(t, p, "w1")
 	body := make([]byte, nc.MaxPayload()-150)
 	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)

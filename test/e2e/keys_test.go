@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // keysPolicy is one class that queues once a rank's prefill passes 1536 tokens.
@@ -38,7 +38,7 @@ func keysArm(t *testing.T, withKeys bool) map[string]int {
 	var mu sync.Mutex
 	var order []string // tenants in completion order
 	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var rec mock.Completion
+		var rec mockworker.Completion
 		if err := json.Unmarshal(m.Data, &rec); err != nil {
 			t.Errorf("completion record %s: %v", m.Data, err)
 			return
@@ -52,7 +52,7 @@ func keysArm(t *testing.T, withKeys bool) map[string]int {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
+	w, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
 		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // The shares of docs/design.md, Fairness keys and Cost settlement, end to end:
@@ -74,7 +74,7 @@ func (a shareArm) run(t *testing.T) ([]dispatched, map[string]int) {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
-	w, err := mock.New(nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000,
+	w, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000,
 		AckWait: 4 * time.Second, KeyCostFactors: a.factors, NoCompletions: a.noCompletions}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

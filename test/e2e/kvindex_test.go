@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/kvindex"
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // TestKVIndexSurvivesRestart is acceptance 4 of issue 11: KV cache events of
@@ -32,7 +32,7 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 	var mu sync.Mutex
 	workerOf := map[string]string{}
 	sub, err := ncT.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mock.Completion
+		var c mockworker.Completion
 		if json.Unmarshal(m.Data, &c) == nil {
 			mu.Lock()
 			workerOf[c.RequestID] = c.WorkerID
@@ -49,8 +49,8 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 
 	args := []string{"--kv-index", "--leader-election=false"}
 	p := startDispatcher(t, ns.URL(), args...)
-	startMock(t, ncW, mock.Config{ID: "w1"})
-	startMock(t, ncW, mock.Config{ID: "w2"})
+	startMock(t, ncW, mockworker.Config{ID: "w1"})
+	startMock(t, ncW, mockworker.Config{ID: "w2"})
 
 	prompt := kvindex.ChainHashes(nil, make([]uint32, 64*16), 16) // 64 blocks
 	ev := &kvindex.Event{Instance: "w2-boot", ID: 1}

@@ -12,9 +12,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 	"fairdispatch/wire"
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
 )
 
 // kvFleet is what one run of the shared-prefix workload observed.
@@ -46,9 +46,9 @@ func runKVFleet(t *testing.T, kvIndex bool, extra ...string) kvFleet {
 		args = append(args, "--kv-index")
 	}
 	p := startDispatcher(t, ns.URL(), args...)
-	var ws []*mock.Worker
+	var ws []*mockworker.Worker
 	for i := range 3 {
-		ws = append(ws, startMock(t, nc, mock.Config{
+		ws = append(ws, startMock(t, nc, mockworker.Config{
 			ID: fmt.Sprint("w", i+1), KVCapacity: 100, MaxNumSeqs: 32,
 			PrefillTokensPerSec: 12800, OutputTokens: 5, DecodePerToken: 5 * time.Millisecond,
 		}))

@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"fairdispatch/configs/livepolicy"
+	"fairdispatch/mockworker"
 	"fairdispatch/naming"
-	"fairdispatch/policy"
-	"fairdispatch/worker/mock"
 )
 
 // Issue 12, live policy (docs/design.md, Live policy): a policy put in the
@@ -142,19 +142,19 @@ func lpWaitRevision(t *testing.T, rev uint64, ps ...*proc) {
 	}
 }
 
-func lpStore(t *testing.T, js jetstream.JetStream) *policy.Store {
+func lpStore(t *testing.T, js jetstream.JetStream) *livepolicy.Store {
 	t.Helper()
 	names, _ := naming.New(naming.DefaultPrefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := policy.Open(ctx, js, names.PolicyBucket(), policy.BucketConfig{})
+	s, err := livepolicy.Open(ctx, js, names.PolicyBucket(), livepolicy.BucketConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func lpPut(t *testing.T, s *policy.Store, yaml string) uint64 {
+func lpPut(t *testing.T, s *livepolicy.Store, yaml string) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -224,7 +224,7 @@ func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 	js := jsOf(t, nc)
 	store := lpStore(t, js)
 	outs := lpCollect(t, nc)
-	w := startMock(t, nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 40000})
+	w := startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 40000})
 	w.Helper().SetDraining(true)
 	waitFor(t, 10*time.Second, "both dispatchers to see w1", func() bool {
 		v1, ok1 := frlQueues(p1)
@@ -308,13 +308,13 @@ func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
 	nc := connect(t, url)
 	js := jsOf(t, nc)
 	outs := lpCollect(t, nc)
-	startMock(t, nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 	kv, err := js.KeyValue(context.Background(), "fairdispatch_policy")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := strings.Replace(fmt.Sprintf(frlFairPolicy, 512, 128), "quantum: 128", "quantum: 0", 1)
-	rev, err := kv.Put(context.Background(), policy.Key, []byte(bad))
+	rev, err := kv.Put(context.Background(), livepolicy.Key, []byte(bad))
 	if err != nil || rev != 2 {
 		t.Fatalf("put of the invalid revision: rev %d, %v; want 2", rev, err)
 	}

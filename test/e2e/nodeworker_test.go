@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // The example worker in examples/node-worker, written in Node.js from
@@ -23,7 +23,7 @@ const nodeWorkerDir = "../../examples/node-worker"
 // TestEndToEndGoMockWorker is the reference run, with the Go mock worker.
 func TestEndToEndGoMockWorker(t *testing.T) {
 	wsEndToEnd(t, "mock-1", func(t *testing.T, url string) {
-		startMock(t, connect(t, url), mock.Config{ID: "mock-1"})
+		startMock(t, connect(t, url), mockworker.Config{ID: "mock-1"})
 	})
 }
 

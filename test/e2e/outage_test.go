@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // Issue 15, a fleet outage (docs/design.md, Fleet outage): while no worker is
@@ -83,15 +83,15 @@ func outNoLiveWorkers(p *proc) bool {
 // charged; a handshake that timed out sends the request again, uncharged).
 type outCompletions struct {
 	mu   sync.Mutex
-	byID map[string]mock.Completion
+	byID map[string]mockworker.Completion
 	recs int
 }
 
 func outCollect(t *testing.T, nc *nats.Conn) *outCompletions {
 	t.Helper()
-	c := &outCompletions{byID: map[string]mock.Completion{}}
+	c := &outCompletions{byID: map[string]mockworker.Completion{}}
 	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var r mock.Completion
+		var r mockworker.Completion
 		if json.Unmarshal(m.Data, &r) != nil {
 			return
 		}
@@ -125,7 +125,7 @@ func (c *outCompletions) has(id string) bool {
 // order returns the classes of worker w's dispatches in Dispatch-Seq order.
 func (c *outCompletions) order(w string) []string {
 	c.mu.Lock()
-	var rs []mock.Completion
+	var rs []mockworker.Completion
 	for _, r := range c.byID {
 		if r.WorkerID == w {
 			rs = append(rs, r)
@@ -144,7 +144,7 @@ func (c *outCompletions) order(w string) []string {
 type outWorker struct {
 	id string
 	nc *nats.Conn
-	w  *mock.Worker
+	w  *mockworker.Worker
 }
 
 func outStartWorker(t *testing.T, url, id string, draining bool) *outWorker {
@@ -157,7 +157,7 @@ func outStartWorker(t *testing.T, url, id string, draining bool) *outWorker {
 // start starts a new instance of the worker on its connection.
 func (ow *outWorker) start(t *testing.T, draining bool) {
 	t.Helper()
-	w, err := mock.New(ow.nc, mock.Config{ID: ow.id, TTL: outTTL, AckWait: 4 * time.Second, OutputTokens: 1,
+	w, err := mockworker.New(ow.nc, mockworker.Config{ID: ow.id, TTL: outTTL, AckWait: 4 * time.Second, OutputTokens: 1,
 		DecodePerToken: time.Millisecond}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/bcrypt"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // These tests run the example configs/nats-accounts.conf unchanged (only the
@@ -208,7 +208,7 @@ func TestPermissionsExampleConfigServes(t *testing.T) {
 	n, p := permStart(t, "--record-stream") // the example grants the trace stream too
 	for _, w := range []struct{ id, user, secret string }{{"w1", "worker_w1", permW1Secret}, {"w2", "worker_w2", permW2Secret}} {
 		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "")
-		startMock(t, nc, mock.Config{ID: w.id, TTL: 3 * time.Second})
+		startMock(t, nc, mockworker.Config{ID: w.id, TTL: 3 * time.Second})
 		t.Cleanup(func() {
 			// The mock also announces completions on dispatch.done.<id> for
 			// loadgen, outside the protocol; the example does not grant it.
@@ -408,7 +408,7 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 func TestPermissionsKVEvents(t *testing.T) {
 	n, p := permStart(t, "--kv-index")
 	w1, errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
-	m := startMock(t, w1, mock.Config{ID: "w1", KVCapacity: 16})
+	m := startMock(t, w1, mockworker.Config{ID: "w1", KVCapacity: 16})
 	waitFor(t, 20*time.Second, "w1's first KV event applied", func() bool {
 		return p.metric("fairdispatch_kv_events_total", `result="applied"`) >= 1
 	})
@@ -466,7 +466,7 @@ func TestPermissionsKVEvents(t *testing.T) {
 func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
 	n, p := permStart(t)
 	w1nc, _ := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
-	startMock(t, w1nc, mock.Config{ID: "w1", TTL: 3 * time.Second})
+	startMock(t, w1nc, mockworker.Config{ID: "w1", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
 
 	premium, _ := secConnect(t, n.URL(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
@@ -528,8 +528,8 @@ func TestPermissionsPoolsConfined(t *testing.T) {
 	// Both pools serve, each under its own users; worker id w1 in each.
 	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
 	qw1, qw1Errs := secConnect(t, n.URL(), "worker_qwen_w1", permQwenW1Secret, "")
-	startMock(t, w1, mock.Config{ID: "w1", TTL: 3 * time.Second})
-	startMock(t, qw1, mock.Config{ID: "w1", Prefix: "qwen", TTL: 3 * time.Second})
+	startMock(t, w1, mockworker.Config{ID: "w1", TTL: 3 * time.Second})
+	startMock(t, qw1, mockworker.Config{ID: "w1", Prefix: "qwen", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live in both pools", func() bool {
 		return p.metric("fairdispatch_live_workers") == 1 && q.metric("fairdispatch_live_workers") == 1
 	})

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // Issue 16, several pools on one NATS account: two dispatcher pairs (prefixes
@@ -52,7 +52,7 @@ type pool struct {
 	classes        [2]string // first, second
 	quanta         [2]int
 	leader, spare  *proc
-	w              *mock.Worker
+	w              *mockworker.Worker
 	// done records every completion record seen on <prefix>.done.* as
 	// "request id@worker id", with its arrival time.
 	mu     sync.Mutex
@@ -63,7 +63,7 @@ type pool struct {
 func (p *pool) follow(t *testing.T, nc *nats.Conn) {
 	t.Helper()
 	sub, err := nc.Subscribe(p.prefix+".done.*", func(m *nats.Msg) {
-		var c mock.Completion
+		var c mockworker.Completion
 		if json.Unmarshal(m.Data, &c) != nil {
 			return
 		}
@@ -166,7 +166,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 	}
 	for _, p := range pools {
 		haWaitStandby(t, p.spare)
-		w, err := mock.New(connect(t, url), mock.Config{ID: p.worker, Prefix: p.prefix, MaxNumSeqs: 4, OutputTokens: 1,
+		w, err := mockworker.New(connect(t, url), mockworker.Config{ID: p.worker, Prefix: p.prefix, MaxNumSeqs: 4, OutputTokens: 1,
 			PrefillTokensPerSec: 200000, AckWait: 4 * time.Second, ConfirmAcks: true}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 	"fairdispatch/wire"
-	"fairdispatch/worker"
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/workerkit"
 )
 
 // docs/protocol.md, Dispatch handshake: a dispatch that is refused, unanswered, or sent to nobody leaves
@@ -26,14 +26,14 @@ import (
 
 const frlHandshakes = "fairdispatch_handshakes_total"
 
-// frlStartWorker starts a custom worker built on package worker; it is
+// frlStartWorker starts a custom worker built on package workerkit; it is
 // stopped at cleanup (handing back anything it still holds).
-func frlStartWorker(t *testing.T, nc *nats.Conn, cfg worker.Config, h worker.Handler) *worker.Worker {
+func frlStartWorker(t *testing.T, nc *nats.Conn, cfg workerkit.Config, h workerkit.Handler) *workerkit.Worker {
 	t.Helper()
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 4 * time.Second
 	}
-	w, err := worker.New(nc, cfg, h, zerolog.Nop())
+	w, err := workerkit.New(nc, cfg, h, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func frlRecordDone(t *testing.T, nc *nats.Conn) *frlDoneRecords {
 	t.Helper()
 	d := &frlDoneRecords{byReq: map[string][]string{}}
 	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mock.Completion
+		var c mockworker.Completion
 		if json.Unmarshal(m.Data, &c) != nil {
 			return
 		}
@@ -204,12 +204,12 @@ func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 	nc := connect(t, ns.URL())
 
 	var offers atomic.Int64
-	frlStartWorker(t, nc, worker.Config{ID: "refuser"}, worker.HandlerFunc(func(*worker.Request) bool {
+	frlStartWorker(t, nc, workerkit.Config{ID: "refuser"}, workerkit.HandlerFunc(func(*workerkit.Request) bool {
 		offers.Add(1)
 		return false
 	}))
 	// A slow accepting worker: while it holds work the idle refuser scores better.
-	good := startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
+	good := startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
 	frlWaitLive(t, p, "refuser", "good")
 
 	res := frlRunLoad(t, nc, "busy", n)
@@ -253,7 +253,7 @@ func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	frlPublishReports(t, nc, "silent", 100*time.Millisecond)
-	startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
+	startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
 	frlWaitLive(t, p, "silent", "good")
 
 	res := frlRunLoad(t, nc, "silent", n)
@@ -277,7 +277,7 @@ func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 	nc := connect(t, ns.URL())
 
 	frlPublishReports(t, nc, "ghost", 100*time.Millisecond)
-	startMock(t, nc, mock.Config{ID: "good", PrefillTokensPerSec: 5000})
+	startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
 	frlWaitLive(t, p, "ghost", "good")
 
 	res := frlRunLoad(t, nc, "ghost", n)
@@ -309,12 +309,12 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	t.Cleanup(holderNC.Close)
 	var (
 		mu       sync.Mutex
-		load     worker.RankLoad
+		load     workerkit.RankLoad
 		accepted []string
-		holder   *worker.Worker
+		holder   *workerkit.Worker
 	)
-	h := frlStartWorker(t, holderNC, worker.Config{ID: "holder", TTL: time.Second},
-		worker.HandlerFunc(func(r *worker.Request) bool {
+	h := frlStartWorker(t, holderNC, workerkit.Config{ID: "holder", TTL: time.Second},
+		workerkit.HandlerFunc(func(r *workerkit.Request) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			accepted = append(accepted, r.RequestID)
@@ -346,7 +346,7 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 		return h.Held() == n && p.metric(frlHandshakes, `outcome="accepted"`) == n
 	})
 
-	good := startMock(t, nc, mock.Config{ID: "good"})
+	good := startMock(t, nc, mockworker.Config{ID: "good"})
 	frlWaitLive(t, p, "holder", "good")
 	holderNC.Close() // the holder dies: no ack, no nak, no progress, no reports
 	if got := good.Stats().Accepted; got != 0 {
@@ -414,7 +414,7 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 
 	var offers atomic.Int64
 	perRequest := sync.Map{} // request id -> *atomic.Int64 offers
-	frlStartWorker(t, nc, worker.Config{ID: "fickle"}, worker.HandlerFunc(func(r *worker.Request) bool {
+	frlStartWorker(t, nc, workerkit.Config{ID: "fickle"}, workerkit.HandlerFunc(func(r *workerkit.Request) bool {
 		offers.Add(1)
 		c, _ := perRequest.LoadOrStore(r.RequestID, new(atomic.Int64))
 		if c.(*atomic.Int64).Add(1) <= refusals {

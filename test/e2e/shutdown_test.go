@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 const shutdownPolicy = `default_policy_family: held
@@ -45,7 +45,7 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	done := map[string]int{}
 	var early []string
 	if _, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mock.Completion
+		var c mockworker.Completion
 		if err := json.Unmarshal(m.Data, &c); err == nil {
 			mu.Lock()
 			done[c.RequestID]++
@@ -130,7 +130,7 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	mu.Unlock()
 
 	// Free a worker: everything completes, exactly once, and the stream empties.
-	startMock(t, nc, mock.Config{ID: "wfree"})
+	startMock(t, nc, mockworker.Config{ID: "wfree"})
 	waitFor(t, 30*time.Second, "every request to complete", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

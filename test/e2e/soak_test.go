@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"fairdispatch/worker/mock"
+	"fairdispatch/mockworker"
 )
 
 // The soak test runs for -soak (default 20s: CI's short form). The long form,
@@ -69,7 +69,7 @@ func TestSoak(t *testing.T) {
 	nextWorker := 0
 	addWorker := func() *haMock {
 		nextWorker++
-		w := haStartMock(t, rec, url, mock.Config{ID: fmt.Sprintf("w%d", nextWorker), PrefillTokensPerSec: 20000, TTL: 1500 * time.Millisecond})
+		w := haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", nextWorker), PrefillTokensPerSec: 20000, TTL: 1500 * time.Millisecond})
 		workers = append(workers, w)
 		return w
 	}

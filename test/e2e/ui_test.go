@@ -21,8 +21,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker/loadgen"
-	"fairdispatch/worker/mock"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
 )
 
 // uiChromiumEnv names a Chromium binary for the status page tests; when it is
@@ -169,7 +169,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	ns := startNATS(t)
 	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, uiPolicy))
 	nc := connect(t, ns.URL())
-	w := startMock(t, nc, mock.Config{ID: "w1", DPSize: 2, MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	w := startMock(t, nc, mockworker.Config{ID: "w1", DPSize: 2, MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 
 	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
 		Classes: []loadgen.ClassCount{{Class: "premium", Count: 20}, {Class: "regular", Count: 20}},
@@ -300,7 +300,7 @@ func TestStatusPageScreenshot(t *testing.T) {
 	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, uiPolicy))
 	nc := connect(t, ns.URL())
 	for _, id := range []string{"gpu-a", "gpu-b"} {
-		startMock(t, nc, mock.Config{ID: id, DPSize: 2, MaxNumSeqs: 2, OutputTokens: 1, PrefillTokensPerSec: 3000})
+		startMock(t, nc, mockworker.Config{ID: id, DPSize: 2, MaxNumSeqs: 2, OutputTokens: 1, PrefillTokensPerSec: 3000})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -369,7 +369,7 @@ func TestBuildInfoAndOldestQueued(t *testing.T) {
 		t.Fatalf("fairdispatch_build_info: got %v, want 1", got)
 	}
 	nc := connect(t, ns.URL())
-	w := startMock(t, nc, mock.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	w := startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 	w.Helper().SetDraining(true)
 	waitFor(t, 10*time.Second, "the dispatcher to see w1 draining", func() bool {
 		v, ok := frlQueues(p)

@@ -13,14 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/worker"
-	"fairdispatch/worker/loadgen"
+	"fairdispatch/loadgen"
+	"fairdispatch/workerkit"
 )
 
 // The worker side of the protocol (docs/protocol.md, Load report: capacity;
 // Refusals back off; Dispatch-Ack-Wait-Ms; One worker id, one process).
 
-// wsFinisher is an accepting worker built on package worker: it holds each
+// wsFinisher is an accepting worker built on package workerkit: it holds each
 // request for a short random time, then finishes it (+ACK) and publishes a
 // completion record, keeping its reported load exact. With a capacity it
 // counts the offers it could not take (over capacity) and refuses them.
@@ -32,17 +32,17 @@ type wsFinisher struct {
 	hold     func() time.Duration
 
 	mu       sync.Mutex
-	w        *worker.Worker
+	w        *workerkit.Worker
 	active   uint64
 	offers   int
 	over     int // offers that found the worker at its capacity
 	accepted []string
 }
 
-func wsStartFinisher(t *testing.T, nc *nats.Conn, cfg worker.Config, hold func() time.Duration) *wsFinisher {
+func wsStartFinisher(t *testing.T, nc *nats.Conn, cfg workerkit.Config, hold func() time.Duration) *wsFinisher {
 	t.Helper()
 	f := &wsFinisher{t: t, nc: nc, id: cfg.ID, capacity: cfg.MaxActiveRequests, hold: hold}
-	w, err := worker.New(nc, cfg, f, zerolog.Nop())
+	w, err := workerkit.New(nc, cfg, f, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func wsStartFinisher(t *testing.T, nc *nats.Conn, cfg worker.Config, hold func()
 	return f
 }
 
-func (f *wsFinisher) Offer(r *worker.Request) bool {
+func (f *wsFinisher) Offer(r *workerkit.Request) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.offers++
@@ -66,17 +66,17 @@ func (f *wsFinisher) Offer(r *worker.Request) bool {
 	}
 	f.active++
 	f.accepted = append(f.accepted, r.RequestID)
-	if err := f.w.SetLoad(r.DPRank, worker.RankLoad{ActiveRequests: f.active}); err != nil {
+	if err := f.w.SetLoad(r.DPRank, workerkit.RankLoad{ActiveRequests: f.active}); err != nil {
 		f.t.Errorf("set load: %v", err)
 	}
 	time.AfterFunc(f.hold(), func() { f.finish(r) })
 	return true
 }
 
-func (f *wsFinisher) finish(r *worker.Request) {
+func (f *wsFinisher) finish(r *workerkit.Request) {
 	f.mu.Lock()
 	f.active--
-	if err := f.w.SetLoad(r.DPRank, worker.RankLoad{ActiveRequests: f.active}); err != nil {
+	if err := f.w.SetLoad(r.DPRank, workerkit.RankLoad{ActiveRequests: f.active}); err != nil {
 		f.t.Errorf("set load: %v", err)
 	}
 	f.mu.Unlock()
@@ -104,7 +104,7 @@ func TestWorkerCapacityNoRefusalNeeded(t *testing.T) {
 	// a free rank rather than fail all_workers_overloaded.
 	p := startDispatcher(t, ns.URL(), "--queue-threshold", "1")
 	nc := connect(t, ns.URL())
-	f := wsStartFinisher(t, nc, worker.Config{ID: "cap2", MaxActiveRequests: 2},
+	f := wsStartFinisher(t, nc, workerkit.Config{ID: "cap2", MaxActiveRequests: 2},
 		func() time.Duration { return time.Duration(1+rand.IntN(4)) * time.Millisecond })
 	frlWaitLive(t, p, "cap2")
 
@@ -149,7 +149,7 @@ func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 	frlPublishReports(t, nc, "refuser", 20*time.Millisecond)
 	// The good worker takes 10 to 30 ms per request, so the run lasts seconds
 	// and the idle refuser is always the cheaper choice.
-	wsStartFinisher(t, nc, worker.Config{ID: "good"},
+	wsStartFinisher(t, nc, workerkit.Config{ID: "good"},
 		func() time.Duration { return time.Duration(10+rand.IntN(20)) * time.Millisecond })
 	frlWaitLive(t, p, "refuser", "good")
 
@@ -213,8 +213,8 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var offers []offer
-	var held []*worker.Request
-	w, err := worker.New(nc, worker.Config{ID: "patient"}, worker.HandlerFunc(func(r *worker.Request) bool {
+	var held []*workerkit.Request
+	w, err := workerkit.New(nc, workerkit.Config{ID: "patient"}, workerkit.HandlerFunc(func(r *workerkit.Request) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		offers = append(offers, offer{r.RequestID, r.AckWait.String()}) // Dispatch-Ack-Wait-Ms, in either form
@@ -224,8 +224,8 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := w.Config().AckWait; got != worker.DefaultAckWait {
-		t.Fatalf("the worker's own ack wait is %v, want the %v default (no setting)", got, worker.DefaultAckWait)
+	if got := w.Config().AckWait; got != workerkit.DefaultAckWait {
+		t.Fatalf("the worker's own ack wait is %v, want the %v default (no setting)", got, workerkit.DefaultAckWait)
 	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestWorkerOneIDTwoProcesses(t *testing.T) {
 	p := startDispatcher(t, ns.URL())
 	nc := connect(t, ns.URL())
 	hold := func() time.Duration { return time.Millisecond }
-	cfg := worker.Config{ID: "twin", TTL: 60 * time.Second}
+	cfg := workerkit.Config{ID: "twin", TTL: 60 * time.Second}
 	first := wsStartFinisher(t, connect(t, ns.URL()), cfg, hold)
 	waitFor(t, 10*time.Second, "the first instance holding twin", func() bool {
 		return wsInstance(p, "twin") == first.w.Instance()
@@ -293,7 +293,7 @@ func TestWorkerOneIDTwoProcesses(t *testing.T) {
 	})
 	// The holder's next report (a load change; its heartbeat is 20 s away).
 	first.mu.Lock()
-	if err := first.w.SetLoad(0, worker.RankLoad{KVUsedBlocks: 1}); err != nil {
+	if err := first.w.SetLoad(0, workerkit.RankLoad{KVUsedBlocks: 1}); err != nil {
 		t.Fatal(err)
 	}
 	first.mu.Unlock()

@@ -1,0 +1,112 @@
+package livepolicy
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"fairdispatch/configs"
+)
+
+// Applier runs the policies a Follower hands it (dispatcher.Actor).
+type Applier interface {
+	// ApplyPolicy applies a valid revision atomically between two
+	// arbitration calls and returns once it runs.
+	ApplyPolicy(ctx context.Context, rev uint64, created time.Time, p *configs.Policy) error
+	// RefusePolicy records a revision refused as invalid; it never blocks.
+	RefusePolicy(rev uint64, created time.Time, err error)
+}
+
+// Follower follows the policy key of a Store for one dispatcher: each
+// revision newer than the one it runs is validated as --check-config does; a
+// valid one is applied, an invalid one (or a delete of the key) is refused:
+// the last good policy stays, and the error is logged with the revision and
+// handed to RefusePolicy, which counts it.
+type Follower struct {
+	Store   *Store
+	Applier Applier
+	Log     zerolog.Logger
+	// Running is the revision the dispatcher started with (0: none from the
+	// bucket); revisions up to it are not applied again.
+	Running uint64
+}
+
+// Start reads the policy a dispatcher starts with: the bucket's current
+// revision when it is valid; else seed (the --policy-config file, nil when
+// none) is put as the first revision when the key has none, and fallback runs
+// (the policy of --policy-config or the flags). rev is 0 when the policy is
+// not one of the bucket's. An invalid current revision is logged and
+// reported in refused (its revision, and why), and the fallback runs.
+func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy, log zerolog.Logger) (p *configs.Policy, cur Revision, refused error, err error) {
+	if seed != nil {
+		rev, created, err := s.Seed(ctx, seed)
+		if err != nil {
+			return nil, Revision{}, nil, err
+		}
+		if created {
+			log.Info().Str("bucket", s.Bucket()).Uint64("revision", rev).Msg("policy bucket seeded from --policy-config")
+		}
+	}
+	cur, err = s.Get(ctx)
+	if errors.Is(err, ErrNoPolicy) {
+		return fallback, Revision{}, nil, nil
+	}
+	if err != nil {
+		return nil, Revision{}, nil, err
+	}
+	if cur.Deleted {
+		return fallback, cur, errors.New("the key is deleted"), nil
+	}
+	p, err = configs.Parse(s.Name(cur.Revision), cur.YAML)
+	if err != nil {
+		return fallback, cur, err, nil
+	}
+	if seed != nil && string(seed) != string(cur.YAML) {
+		log.Warn().Str("bucket", s.Bucket()).Uint64("revision", cur.Revision).
+			Msg("--policy-config differs from the policy bucket: the bucket's revision runs (fairctl policy put changes it)")
+	}
+	return p, cur, nil, nil
+}
+
+// Run follows the key until ctx ends, restarting the watch (after a pause)
+// if it cannot be started or ends.
+func (f *Follower) Run(ctx context.Context) {
+	log := f.Log.With().Str("component", "policy").Str("bucket", f.Store.Bucket()).Logger()
+	pause := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		err := f.Store.Watch(ctx, func(r Revision) { f.handle(ctx, log, r) })
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		log.Warn().Err(err).Dur("retry_in", pause).Msg("policy watch failed; the running policy stays")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 10*time.Second)
+	}
+}
+
+func (f *Follower) handle(ctx context.Context, log zerolog.Logger, r Revision) {
+	if r.Revision <= f.Running {
+		return
+	}
+	f.Running = r.Revision
+	var p *configs.Policy
+	err := errors.New("the key is deleted")
+	if !r.Deleted {
+		p, err = configs.Parse(f.Store.Name(r.Revision), r.YAML)
+	}
+	if err != nil {
+		log.Error().Uint64("revision", r.Revision).Str("error", err.Error()).
+			Msg("policy revision refused: the last good policy stays")
+		f.Applier.RefusePolicy(r.Revision, r.Created, err)
+		return
+	}
+	if err := f.Applier.ApplyPolicy(ctx, r.Revision, r.Created, p); err != nil && ctx.Err() == nil {
+		log.Error().Err(err).Uint64("revision", r.Revision).Msg("policy revision not applied")
+	}
+}

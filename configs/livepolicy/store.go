@@ -1,0 +1,186 @@
+package livepolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/configs"
+)
+
+// Key is the key of the policy YAML in the bucket.
+const Key = "policy"
+
+// History is how many revisions of the key the bucket keeps (JetStream's
+// maximum), for `fairctl policy history` and `rollback`.
+const History = 64
+
+// ErrNoPolicy is returned when the bucket holds no policy (the key was never
+// put, or its last revision deletes it).
+var ErrNoPolicy = errors.New("no policy in the bucket")
+
+// Revision is one revision of the policy key.
+type Revision struct {
+	Revision uint64    // the bucket's revision number (a stream sequence)
+	Created  time.Time // when the server stored it
+	YAML     []byte    // the policy YAML; nil for a delete
+	Deleted  bool      // the revision deletes or purges the key
+}
+
+// Store is the policy's key-value bucket.
+type Store struct {
+	kv     jetstream.KeyValue
+	bucket string
+}
+
+// BucketConfig says how to create the bucket when it is missing.
+type BucketConfig struct {
+	Replicas int                   // at least 1
+	Storage  jetstream.StorageType // file or memory
+}
+
+// Open returns the store of bucket, creating the bucket when it is missing
+// (an existing bucket is used as it is).
+func Open(ctx context.Context, js jetstream.JetStream, bucket string, cfg BucketConfig) (*Store, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: bucket, Description: "fairdispatch policy (docs/design.md, Live policy)",
+			History: History, Replicas: max(cfg.Replicas, 1), Storage: cfg.Storage,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) { // created meanwhile by another dispatcher
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("policy bucket %s: %w", bucket, err)
+	}
+	return &Store{kv: kv, bucket: bucket}, nil
+}
+
+// Bucket returns the bucket's name.
+func (s *Store) Bucket() string { return s.bucket }
+
+// Name is how a revision is named in validation errors and logs, in the
+// place of a file name: "<bucket>@<revision>", so that a problem reads
+// "fairdispatch_policy@2:17: policy_classes[1].quantum: must be > 0".
+func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s@%d", s.bucket, rev) }
+
+// Seed puts yaml as the first revision when the key has none (create if
+// absent: it never overwrites). created is false when a revision existed;
+// rev is then 0.
+func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool, err error) {
+	rev, err = s.kv.Create(ctx, Key, yaml)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("policy bucket %s: seed: %w", s.bucket, sizeHint(err))
+	}
+	return rev, true, nil
+}
+
+// Get returns the current revision, or ErrNoPolicy.
+func (s *Store) Get(ctx context.Context) (Revision, error) {
+	e, err := s.kv.Get(ctx, Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Revision{}, ErrNoPolicy
+	}
+	if err != nil {
+		return Revision{}, fmt.Errorf("policy bucket %s: get: %w", s.bucket, err)
+	}
+	return revision(e), nil
+}
+
+// At returns revision rev of the key; a revision no longer kept (or of
+// another key) is an error.
+func (s *Store) At(ctx context.Context, rev uint64) (Revision, error) {
+	e, err := s.kv.GetRevision(ctx, Key, rev)
+	if err != nil {
+		return Revision{}, fmt.Errorf("policy bucket %s: revision %d: %w", s.bucket, rev, err)
+	}
+	return revision(e), nil
+}
+
+// Put validates yaml as --check-config does and stores it as a new
+// revision. An invalid policy is not stored: the error is the
+// *configs.ValidationError listing every problem. It returns the new
+// revision and the parsed policy.
+func (s *Store) Put(ctx context.Context, name string, yaml []byte) (uint64, *configs.Policy, error) {
+	p, err := configs.Parse(name, yaml)
+	if err != nil {
+		return 0, nil, err
+	}
+	rev, err := s.kv.Put(ctx, Key, yaml)
+	if err != nil {
+		return 0, nil, fmt.Errorf("policy bucket %s: put: %w", s.bucket, sizeHint(err))
+	}
+	return rev, p, nil
+}
+
+// History returns the kept revisions, oldest first, or ErrNoPolicy.
+func (s *Store) History(ctx context.Context) ([]Revision, error) {
+	es, err := s.kv.History(ctx, Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, ErrNoPolicy
+	}
+	if err != nil {
+		return nil, fmt.Errorf("policy bucket %s: history: %w", s.bucket, err)
+	}
+	out := make([]Revision, len(es))
+	for i, e := range es {
+		out[i] = revision(e)
+	}
+	return out, nil
+}
+
+// Watch calls fn with every revision of the key from the current one on, in
+// order, until ctx ends (docs/design.md, Live policy). It returns nil then, or
+// an error if the watch cannot be started. The watch survives reconnections
+// (an ordered consumer that recreates itself).
+func (s *Store) Watch(ctx context.Context, fn func(Revision)) error {
+	w, err := s.kv.Watch(ctx, Key)
+	if err != nil {
+		return fmt.Errorf("policy bucket %s: watch: %w", s.bucket, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("policy bucket %s: watch ended", s.bucket)
+			}
+			if e == nil { // the current value has been delivered
+				continue
+			}
+			fn(revision(e))
+		}
+	}
+}
+
+func revision(e jetstream.KeyValueEntry) Revision {
+	r := Revision{Revision: e.Revision(), Created: e.Created()}
+	if e.Operation() == jetstream.KeyValuePut {
+		r.YAML = e.Value()
+	} else {
+		r.Deleted = true
+	}
+	return r
+}
+
+// sizeHint explains a policy over the server's max_payload.
+func sizeHint(err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w (a policy is one message: it must fit the server's max_payload, 1 MiB by default; docs/config.md, Live policy)", err)
+	}
+	return err
+}

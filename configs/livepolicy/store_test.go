@@ -1,0 +1,161 @@
+package livepolicy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/configs"
+	"fairdispatch/internal/natstest"
+)
+
+const (
+	goodA = "default_policy_family: a\nuncached_isl_buckets: [{min_tokens: 0, bucket: all}]\npolicy_classes:\n  - {name: a, policy_family: a, cache_bucket: all, quantum: 1}\n"
+	goodB = "default_policy_family: b\nuncached_isl_buckets: [{min_tokens: 0, bucket: all}]\npolicy_classes:\n  - {name: b, policy_family: b, cache_bucket: all, quantum: 2}\n"
+	bad   = "default_policy_family: a\nuncached_isl_buckets: [{min_tokens: 0, bucket: all}]\npolicy_classes:\n  - {name: a, policy_family: a, cache_bucket: all, quantum: 0}\n"
+)
+
+func openStore(t *testing.T) (*Store, jetstream.KeyValue) {
+	t.Helper()
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, js, "fairdispatch_policy", BucketConfig{Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "fairdispatch_policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, kv
+}
+
+func TestSeedNeverOverwritesAndPutValidates(t *testing.T) {
+	s, kv := openStore(t)
+	ctx := context.Background()
+	if _, err := s.Get(ctx); !errors.Is(err, ErrNoPolicy) {
+		t.Fatalf("Get on an empty bucket: %v, want ErrNoPolicy", err)
+	}
+	rev, created, err := s.Seed(ctx, []byte(goodA))
+	if err != nil || !created || rev != 1 {
+		t.Fatalf("first Seed = %d %v %v, want revision 1 created", rev, created, err)
+	}
+	if _, created, err := s.Seed(ctx, []byte(goodB)); err != nil || created {
+		t.Fatalf("second Seed created %v (%v), want false: a seed never overwrites", created, err)
+	}
+	if _, _, err := s.Put(ctx, "bad.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "bad.yaml:4: policy_classes[0].quantum") {
+		t.Fatalf("Put of an invalid policy: %v, want its validation error", err)
+	}
+	if rev, _, err := s.Put(ctx, "b.yaml", []byte(goodB)); err != nil || rev != 2 {
+		t.Fatalf("Put = %d, %v; want revision 2", rev, err)
+	}
+	if st, _ := kv.Status(ctx); st.History() != History {
+		t.Errorf("bucket history %d, want %d", st.History(), History)
+	}
+	h, err := s.History(ctx)
+	if err != nil || len(h) != 2 || string(h[0].YAML) != goodA || h[1].Revision != 2 {
+		t.Fatalf("History = %+v, %v; want revisions 1 (a) and 2", h, err)
+	}
+	if r, err := s.At(ctx, 1); err != nil || string(r.YAML) != goodA {
+		t.Fatalf("At(1) = %+v, %v", r, err)
+	}
+}
+
+func TestStartRunsTheBucketsValidRevisionElseTheFallback(t *testing.T) {
+	s, kv := openStore(t)
+	ctx := context.Background()
+	fallback, _ := configs.Parse("file", []byte(goodA))
+	p, cur, refused, err := Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if err != nil || refused != nil || cur.Revision != 1 || p.Classes[0].Name != "a" {
+		t.Fatalf("Start on an empty bucket: rev %d, refused %v, err %v; want the seed as revision 1", cur.Revision, refused, err)
+	}
+	if _, err := kv.Put(ctx, Key, []byte(goodB)); err != nil {
+		t.Fatal(err)
+	}
+	p, cur, _, _ = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if cur.Revision != 2 || p.Classes[0].Name != "b" {
+		t.Fatalf("Start with revision 2 in the bucket: rev %d class %s, want the bucket's b", cur.Revision, p.Classes[0].Name)
+	}
+	if _, err := kv.Put(ctx, Key, []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	p, cur, refused, err = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if err != nil || refused == nil || cur.Revision != 3 || p != fallback {
+		t.Fatalf("Start with an invalid revision 3: rev %d refused %v err %v, want 3 refused and the fallback", cur.Revision, refused, err)
+	}
+}
+
+// applier records what a Follower hands it.
+type applier struct {
+	mu      sync.Mutex
+	applied []uint64
+	refused []uint64
+}
+
+func (a *applier) ApplyPolicy(_ context.Context, rev uint64, _ time.Time, _ *configs.Policy) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.applied = append(a.applied, rev)
+	return nil
+}
+
+func (a *applier) RefusePolicy(rev uint64, _ time.Time, _ error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refused = append(a.refused, rev)
+}
+
+func (a *applier) seen() ([]uint64, []uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]uint64(nil), a.applied...), append([]uint64(nil), a.refused...)
+}
+
+func TestFollowerAppliesValidAndRefusesInvalidRevisions(t *testing.T) {
+	s, kv := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, _, err := s.Seed(ctx, []byte(goodA)); err != nil {
+		t.Fatal(err)
+	}
+	a := &applier{}
+	f := &Follower{Store: s, Applier: a, Log: zerolog.Nop(), Running: 1}
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	// One at a time: a watch that starts late sees only the latest revision.
+	steps := []struct {
+		put              string // "" deletes
+		applied, refused int
+	}{{bad, 0, 1}, {goodB, 1, 1}, {"", 1, 2}}
+	for _, st := range steps {
+		var err error
+		if st.put == "" {
+			err = kv.Delete(ctx, Key)
+		} else {
+			_, err = kv.Put(ctx, Key, []byte(st.put))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			ap, re := a.seen()
+			return len(ap) == st.applied && len(re) == st.refused
+		}, "applied %d and refused %d", st.applied, st.refused)
+	}
+	ap, re := a.seen()
+	if ap[0] != 3 || re[0] != 2 || re[1] != 4 {
+		t.Errorf("applied %v refused %v, want applied [3] refused [2 4] (revision 1 runs already)", ap, re)
+	}
+	cancel()
+	<-done
+}

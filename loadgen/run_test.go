@@ -1,0 +1,132 @@
+package loadgen_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natstest"
+	"fairdispatch/loadgen"
+	"fairdispatch/mockworker"
+)
+
+func logger(t *testing.T) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+}
+
+func TestRunCompletesAndRejects(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	m, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4}, logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, func(class string, _ jetstream.Msg) (string, string) {
+		if class == "bad" {
+			return "", "queue_full"
+		}
+		return "w1", ""
+	})
+
+	var mu sync.Mutex
+	var progress []loadgen.Progress
+	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "premium", Count: 12}, {Class: "regular", Count: 12}, {Class: "bad", Count: 3}},
+		ISL:     512, Timeout: 30 * time.Second, Window: 4, ProgressInterval: 10 * time.Millisecond,
+		OnProgress: func(p loadgen.Progress) { mu.Lock(); progress = append(progress, p); mu.Unlock() },
+	}, logger(t))
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !res.Complete || res.Published != 27 || len(res.Completions) != 24 || len(res.Rejected) != 3 {
+		t.Fatalf("result: got complete %v, published %d, %d completions, %d rejected; want true, 27, 24, 3",
+			res.Complete, res.Published, len(res.Completions), len(res.Rejected))
+	}
+	for class, want := range map[string]loadgen.ClassStats{
+		"premium": {Published: 12, Dispatched: 12, Completed: 12},
+		"regular": {Published: 12, Dispatched: 12, Completed: 12},
+		"bad":     {Published: 3, Rejected: 3},
+	} {
+		got := res.PerClass[class]
+		if got.Published != want.Published || got.Dispatched != want.Dispatched ||
+			got.Completed != want.Completed || got.Rejected != want.Rejected {
+			t.Errorf("class %s: got %+v, want %+v", class, got, want)
+		}
+	}
+	if got := res.PerClass["bad"].Errors["queue_full"]; got != 3 {
+		t.Errorf("bad queue_full rejections: got %d, want 3", got)
+	}
+	seen := map[string]bool{}
+	for _, c := range res.Completions {
+		if seen[c.RequestID] || c.WorkerID != "w1" || c.Latency < 0 || c.PhysicalClass != c.Class {
+			t.Errorf("completion: got %+v", c)
+		}
+		seen[c.RequestID] = true
+	}
+	share := res.PrefixShare(12)
+	if share["premium"]+share["regular"] != 12 || share["bad"] != 0 {
+		t.Errorf("prefix share of 12: got %v", share)
+	}
+	if res.P50 > res.P90 || res.P90 > res.P99 {
+		t.Errorf("percentiles out of order: %v %v %v", res.P50, res.P90, res.P99)
+	}
+	mu.Lock()
+	last := progress[len(progress)-1]
+	mu.Unlock()
+	if last.Completed["premium"] != 12 || last.Rejected != 3 || last.Published != 27 {
+		t.Errorf("last progress: got %+v", last)
+	}
+	s := res.Summarize(12)
+	if s.Completed != 24 || len(s.Classes) != 3 || s.Classes[0].Class != "premium" || s.String() == "" {
+		t.Errorf("summary: got %+v", s)
+	}
+}
+
+func TestRunCreatesStreamAndTimesOut(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+		Prefix:  "px",
+		Classes: []loadgen.ClassCount{{Class: "a", Count: 3}},
+		ISL:     10, Rate: 1000, Timeout: 300 * time.Millisecond,
+	}, logger(t))
+	if !errors.Is(err, loadgen.ErrIncomplete) {
+		t.Fatalf("run without a dispatcher: got %v, want ErrIncomplete", err)
+	}
+	if res == nil || res.Complete || res.Published != 3 {
+		t.Fatalf("result: got %+v", res)
+	}
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), "PX_REQ") // named after the prefix, as the dispatcher names it
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Subjects[0] != "px.req.*" || info.State.Msgs != 3 {
+		t.Errorf("stream: got %+v with %d messages", info.Config, info.State.Msgs)
+	}
+}
+
+func TestParseClassCount(t *testing.T) {
+	for in, want := range map[string]loadgen.ClassCount{"premium:320": {Class: "premium", Count: 320}, "a-b_c:0": {Class: "a-b_c"}} {
+		got, err := loadgen.ParseClassCount(in)
+		if err != nil || got != want {
+			t.Errorf("ParseClassCount(%q): got %+v %v, want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"premium", "a:-1", "a.b:3", ":3", "a:x"} {
+		if _, err := loadgen.ParseClassCount(in); err == nil {
+			t.Errorf("ParseClassCount(%q): got no error", in)
+		}
+	}
+}

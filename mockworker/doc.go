@@ -1,0 +1,61 @@
+// Package mockworker is an engine simulator built on the worker helper: a stand-in for
+// an LLM inference engine (in the spirit of an engine's CPU mocker) that tests,
+// the load generator and cmd/mockworker run in-process or as a process.
+//
+// # Model
+//
+// Each data-parallel rank has MaxNumSeqs sequence slots and a FIFO waiting
+// queue. An accepted request waits until a slot is free, then prefills its
+// uncached tokens at PrefillTokensPerSec, then decodes: the first output token
+// comes out of prefill (as in a real engine), each further one takes
+// DecodePerToken. Sequences are independent: each prefill takes
+// uncached/PrefillTokensPerSec whatever the others do (no shared prefill
+// budget; MaxNumBatchedTokens is only reported). When a request finishes the
+// worker sends +ACK and publishes a [Completion] on <prefix>.done.<worker_id>.
+// With Config.ConfirmAcks it publishes the record first and then confirms
+// the acknowledgement: +ACK sent as a request and sent again until JetStream
+// answers (for at most AckWait), off the simulation goroutine, with an
+// identical copy of the record ahead of each retry (so the confirmed attempt
+// follows a copy in the same connection even when an earlier one was lost
+// with a server; subscribers dedupe identical records). Then an
+// acknowledgement lost around a server restart does not leave a finished
+// request to be redelivered and completed twice, and a worker killed between
+// its record and its acknowledgement causes a redelivery, never a lost
+// request (at least once, docs/design.md, Delivery guarantees).
+//
+// The uncached tokens of a request are its Dispatch-Cost when present (so the
+// reported load equals what the dispatcher booked), else Dispatch-ISL-Tokens
+// minus Dispatch-Cached-Tokens, clamped at 0.
+//
+// The load of a rank (docs/protocol.md, Load report): active_prefill_tokens sums the uncached tokens
+// of requests waiting or prefilling; active_requests counts requests received
+// and not finished; kv_used_blocks sums ceil((isl + output)/BlockSize) over
+// running requests and active_decode_blocks the same over decoding ones.
+//
+// With Config.KVCapacity each rank has a simulated prefix cache
+// (prefixcache.go): an LRU device tier of KVCapacity blocks and an optional
+// LRU host tier of KVHostCapacity blocks receiving the device's evictions. A
+// request carrying Dispatch-Block-Hashes is looked up when accepted (the
+// longest prefix held in either tier is cached), its blocks are stored on the
+// device, and its uncached tokens are its ISL minus the cached prefix (in
+// place of Dispatch-Cost). The changes go out as KV cache events through the
+// helper, which the worker answers resynchronisation requests for under its
+// lock. [Worker.CacheStats] gives the hit rate; the completion record carries
+// cached_tokens.
+//
+// Time is simulated by events: when the simulator runs late, a slot freed at
+// time t starts its next request at t, not at the late wake-up, so the
+// simulated schedule does not drift.
+//
+// # Structure
+//
+// The simulation core (engine) is a plain state machine with time passed in;
+// [Worker] owns one, a worker helper, one goroutine that wakes at the next
+// event and, while confirmed acknowledgements (ConfirmAcks) are pending, up
+// to 8 goroutines that confirm them in finishing order. With RefuseWhenFull
+// > 0 a request that would make a rank's waiting queue longer than
+// RefuseWhenFull is refused busy; by default every request is accepted and
+// waits inside.
+//
+// A Worker is safe for concurrent use.
+package mockworker

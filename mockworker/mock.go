@@ -1,0 +1,582 @@
+package mockworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/spin"
+	"fairdispatch/naming"
+	"fairdispatch/wire"
+	"fairdispatch/workerkit"
+)
+
+// HeaderOutputTokens is the request header giving the number of output tokens
+// of one request, overriding Config.OutputTokens.
+const HeaderOutputTokens = "Dispatch-Output-Tokens"
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	DefaultMaxNumSeqs          = 4
+	DefaultMaxNumBatchedTokens = 8192
+	DefaultPrefillTokensPerSec = 20000
+	DefaultDecodePerToken      = 5 * time.Millisecond
+	DefaultOutputTokens        = 1
+	DefaultBlockSize           = 16
+)
+
+// ackWorkers bounds the goroutines confirming acknowledgements of one Worker
+// (see Config.ConfirmAcks).
+const ackWorkers = 8
+
+// Config describes one simulated engine.
+type Config struct {
+	// ID, Prefix, DPStart, DPSize, TotalKVBlocks, Taints, TTL and AckWait are
+	// passed to the worker helper (see workerkit.Config for units and bounds).
+	ID            string
+	Prefix        string
+	DPStart       int
+	DPSize        int
+	TotalKVBlocks uint64
+	Taints        []string
+	TTL           time.Duration
+	AckWait       time.Duration
+	// HeaderForm is passed to the helper: dispatches in the header form
+	// rather than the compact form (docs/protocol.md, Compact dispatch form).
+	HeaderForm bool
+	// MaxActiveRequests is reported as max_active_requests (0: omitted): the
+	// dispatcher then sends a rank no more than that many requests at once,
+	// running or waiting.
+	MaxActiveRequests uint64
+	// MaxNumSeqs is the number of concurrent sequences per rank, default 4, >= 1.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is reported to the dispatcher, default 8192; it does not
+	// limit the simulation.
+	MaxNumBatchedTokens uint64
+	// PrefillTokensPerSec is the prefill speed of one sequence in tokens per
+	// second, default 20000, > 0.
+	PrefillTokensPerSec float64
+	// DecodePerToken is the time of one decode step (every output token after
+	// the first), default 5ms, >= 0.
+	DecodePerToken time.Duration
+	// OutputTokens is the number of output tokens of a request without a
+	// Dispatch-Output-Tokens header, default 1, >= 1.
+	OutputTokens int
+	// BlockSize is the KV block size in tokens, default 16.
+	BlockSize int
+	// RefuseWhenFull, when > 0, refuses (busy) a request that would make its
+	// rank's waiting queue longer than RefuseWhenFull; 0 accepts everything.
+	RefuseWhenFull int
+	// ConfirmAcks, when true, makes the worker publish a finished request's
+	// completion record and then acknowledge it with
+	// [workerkit.Request.DoneConfirmedAfter]: +ACK as a request, sent again until
+	// JetStream answers, for at most AckWait, with an identical copy of the
+	// record ahead of each retry. This runs off the simulation goroutine, on
+	// at most 8 goroutines taking finished requests in finishing order; until
+	// one takes it, a request stays held (and kept from redelivery by
+	// progress acks). So an acknowledgement lost around a server restart is
+	// sent again instead of leaving a finished request to be redelivered and
+	// completed twice. The worker's connection must be allowed to receive
+	// replies on its inbox (configs/nats-accounts.conf: the subscribe grant
+	// and inbox prefix that Request.DoneSync needs); without, every
+	// acknowledgement is retried for AckWait.
+	//
+	// By default (false) the worker acknowledges with a plain publish
+	// ([workerkit.Request.Done]) from the simulation goroutine and publishes the
+	// record right after: cheaper and needing no inbox, but an +ACK sent
+	// around a server restart can be lost (written to the dying connection,
+	// or flushed on reconnect before JetStream is back).
+	ConfirmAcks bool
+	// PreciseTimers, when true, ends each simulated service time within
+	// microseconds rather than up to a millisecond late, as a Go timer in an
+	// idle process fires (internal/spin). It yields the CPU in a loop for up
+	// to 1.5 ms before each event, so it is for benchmarks that compare
+	// short service times (cmd/bench's seed burst and idle-capacity curve).
+	PreciseTimers bool
+	// KVCapacity, when > 0, gives each rank a simulated prefix cache of
+	// that many device blocks (LRU), fed by the requests'
+	// Dispatch-Block-Hashes, whose changes the worker publishes as KV cache
+	// events (docs/protocol.md, KV cache events; prefixcache.go). A request
+	// with hashes then prefills only the tokens its rank's cache lacks, and
+	// CacheStats and the completion record's cached_tokens tell the hits.
+	KVCapacity int
+	// KVHostCapacity, with KVCapacity, adds a host tier of that many blocks
+	// per rank: blocks evicted from the device move there (LRU) and count
+	// as cached. 0: none.
+	KVHostCapacity int
+	// CostFactor scales the prefill_tokens the completion record reports: the
+	// request's uncached tokens times CostFactor, so that tests can make the
+	// dispatcher's estimate wrong on purpose (docs/design.md, Cost settlement).
+	// Default 1 (exact), > 0, at most 1000. The simulation itself runs the
+	// uncached tokens.
+	CostFactor float64
+	// KeyCostFactors overrides CostFactor per fairness key (Dispatch-Fairness-Key;
+	// "_" for a request without one), each in (0, 1000], so that a test can
+	// mis-estimate one tenant's requests and not another's.
+	KeyCostFactors map[string]float64
+	// NoCompletions, when true, publishes no completion record: the worker
+	// leaves the dispatcher's estimates uncorrected (docs/design.md, Cost
+	// settlement), as a worker that does not implement records does.
+	NoCompletions bool
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	if c.PrefillTokensPerSec == 0 {
+		c.PrefillTokensPerSec = DefaultPrefillTokensPerSec
+	}
+	if c.DecodePerToken == 0 {
+		c.DecodePerToken = DefaultDecodePerToken
+	}
+	if c.OutputTokens == 0 {
+		c.OutputTokens = DefaultOutputTokens
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.Prefix == "" {
+		c.Prefix = workerkit.DefaultPrefix
+	}
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if c.CostFactor == 0 {
+		c.CostFactor = 1
+	}
+	var errs []error
+	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
+		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
+	}
+	for k, f := range c.KeyCostFactors {
+		if !(f > 0 && f <= 1000) {
+			errs = append(errs, fmt.Errorf("cost factor %v of key %q: want in (0, 1000]", f, k))
+		}
+	}
+	if c.MaxNumSeqs < 1 {
+		errs = append(errs, fmt.Errorf("max num seqs %d: want >= 1", c.MaxNumSeqs))
+	}
+	if c.PrefillTokensPerSec <= 0 {
+		errs = append(errs, fmt.Errorf("prefill tokens per sec %v: want > 0", c.PrefillTokensPerSec))
+	}
+	if c.DecodePerToken < 0 {
+		errs = append(errs, fmt.Errorf("decode per token %v: want >= 0", c.DecodePerToken))
+	}
+	if c.OutputTokens < 1 {
+		errs = append(errs, fmt.Errorf("output tokens %d: want >= 1", c.OutputTokens))
+	}
+	if c.BlockSize < 1 {
+		errs = append(errs, fmt.Errorf("block size %d: want >= 1", c.BlockSize))
+	}
+	if c.KVCapacity < 0 || c.KVHostCapacity < 0 || (c.KVHostCapacity > 0 && c.KVCapacity == 0) {
+		errs = append(errs, fmt.Errorf("kv capacity %d, host %d: want >= 0, a host tier only with a device one", c.KVCapacity, c.KVHostCapacity))
+	}
+	if c.RefuseWhenFull < 0 {
+		errs = append(errs, fmt.Errorf("refuse when full %d: want >= 0", c.RefuseWhenFull))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("mock: invalid config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// Completion is the record published on <prefix>.done.<worker_id> when a
+// request finishes: wire.Completion, which defines its fields.
+type Completion = wire.Completion
+
+// Stats counts what a Worker did.
+type Stats struct {
+	// Accepted counts requests accepted.
+	Accepted uint64
+	// Refused counts requests refused busy.
+	Refused uint64
+	// Completed counts requests finished, acknowledged and reported (a
+	// completion record published; with confirmed acknowledgements the
+	// count is taken just before the record, the confirmation follows).
+	Completed uint64
+	// AckFailures counts completed requests whose acknowledgement JetStream
+	// did not confirm within AckWait, or whose connection closed first:
+	// JetStream redelivers them unless the acknowledgement took effect after
+	// all, so they may complete again.
+	AckFailures uint64
+}
+
+// Worker is one simulated engine. Build it with [New].
+type Worker struct {
+	cfg      Config
+	nc       *nats.Conn
+	log      zerolog.Logger
+	helper   *workerkit.Worker
+	doneSubj string
+	wake     chan struct{} // cap 1
+	quit     chan struct{}
+	loopDone chan struct{}
+
+	ackWait time.Duration // bound of one confirmed acknowledgement
+
+	mu    sync.Mutex
+	eng   *engine
+	stats Stats
+	// caches are the ranks' prefix caches (nil without KVCapacity), and
+	// cacheStats their counters (prefixcache.go).
+	caches     []*prefixCache
+	cacheStats CacheStats
+
+	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
+	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
+	// WaitGroup of them (Add only on the simulation goroutine).
+	ackMu      sync.Mutex
+	ackQ       []*job
+	ackRunning int
+	ackWG      sync.WaitGroup
+}
+
+// New validates cfg and builds a simulated engine on nc; call Start to run it.
+func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	names, err := naming.New(cfg.Prefix) // the helper below refuses a bad prefix with its other problems
+	if err != nil {
+		return nil, fmt.Errorf("mock: %w", err)
+	}
+	m := &Worker{
+		cfg:      cfg,
+		nc:       nc,
+		log:      log.With().Str("component", "mockworker").Str("worker_id", cfg.ID).Logger(),
+		doneSubj: names.Done(cfg.ID),
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		eng:      newEngine(cfg),
+	}
+	m.helper, err = workerkit.New(nc, workerkit.Config{
+		ID: cfg.ID, Prefix: cfg.Prefix, DPStart: cfg.DPStart, DPSize: cfg.DPSize,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
+		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait, MaxActiveRequests: cfg.MaxActiveRequests,
+		HeaderForm: cfg.HeaderForm,
+	}, workerkit.HandlerFunc(m.offer), log)
+	if err != nil {
+		return nil, fmt.Errorf("mock: %w", err)
+	}
+	m.ackWait = m.helper.Config().AckWait
+	if cfg.KVCapacity > 0 {
+		for range m.helper.Config().DPSize {
+			m.caches = append(m.caches, newPrefixCache(cfg.KVCapacity, cfg.KVHostCapacity))
+		}
+		if err := m.helper.EnableKVEvents(workerkit.KVConfig{Resync: m.resyncCache}); err != nil {
+			return nil, fmt.Errorf("mock: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Helper returns the worker helper, for SetDraining and inspection.
+func (m *Worker) Helper() *workerkit.Worker { return m.helper }
+
+// Stats returns the counters so far.
+func (m *Worker) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// Start starts the simulation and subscribes for work.
+func (m *Worker) Start() error {
+	go m.loop()
+	if err := m.helper.Start(); err != nil {
+		close(m.quit)
+		<-m.loopDone
+		return fmt.Errorf("mock: %w", err)
+	}
+	return nil
+}
+
+// Stop stops taking work, lets the requests inside finish until ctx ends, hands
+// back the rest and stops the simulation. It then waits, until ctx ends, for
+// the confirmations of acknowledgements in flight (and their completion
+// records); those still unconfirmed go on in the background, each for at most
+// AckWait or until the connection closes.
+func (m *Worker) Stop(ctx context.Context) error {
+	err := m.helper.Stop(ctx)
+	select {
+	case <-m.quit:
+	default:
+		close(m.quit)
+	}
+	<-m.loopDone
+	acked := make(chan struct{})
+	go func() { m.ackWG.Wait(); close(acked) }()
+	select {
+	case <-acked:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// Run builds and starts a Worker and stops it when ctx ends, giving it grace to
+// finish the requests inside it; it returns the first error.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, log zerolog.Logger) error {
+	m, err := New(nc, cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := m.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return m.Stop(sctx)
+}
+
+// uncached returns the uncached token count of r (see the package doc).
+func uncached(r *workerkit.Request) uint64 {
+	if r.Compact || workerkit.HeaderValue(r.Header, workerkit.HeaderCost) != "" { // the compact form always carries the cost
+		return r.Cost
+	}
+	cached, _ := strconv.ParseUint(strings.TrimSpace(workerkit.HeaderValue(r.Header, workerkit.HeaderCachedTokens)), 10, 64)
+	return r.ISL - min(r.ISL, cached)
+}
+
+// offer is the helper's Handler: it admits r to the engine and updates the
+// reported load before returning, as the helper's seen_seq contract requires.
+func (m *Worker) offer(r *workerkit.Request) bool {
+	out := m.cfg.OutputTokens
+	if s := workerkit.HeaderValue(r.Header, HeaderOutputTokens); s != "" {
+		if v, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && v >= 1 {
+			out = v
+		}
+	}
+	j := &job{req: r, id: r.RequestID, rank: r.DPRank, uncached: uncached(r), out: out}
+	tokens := r.ISL
+	if tokens == 0 {
+		tokens = j.uncached
+	}
+	bs := uint64(m.cfg.BlockSize)
+	j.blocks = (tokens + uint64(out) + bs - 1) / bs
+
+	m.mu.Lock()
+	hashes, cached, hasHashes := m.cacheLookup(r)
+	if hasHashes {
+		j.uncached, j.cached = r.ISL-cached, cached
+	}
+	ok := m.eng.admit(time.Now(), j)
+	if ok && hasHashes {
+		m.cacheStore(r, hashes, cached)
+	}
+	if ok {
+		m.stats.Accepted++
+		m.setLoadLocked(j.rank)
+	} else {
+		m.stats.Refused++
+	}
+	m.mu.Unlock()
+	if ok {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+	return ok
+}
+
+// setLoadLocked reports rank's load; m.mu must be held.
+func (m *Worker) setLoadLocked(rank int) {
+	if err := m.helper.SetLoad(rank, m.eng.rank(rank).load); err != nil {
+		m.log.Error().Err(err).Msg("set load")
+	}
+}
+
+// loop is the simulation goroutine: it applies due events and sleeps until the
+// next one or a new arrival.
+func (m *Worker) loop() {
+	defer close(m.loopDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		m.mu.Lock()
+		done := m.eng.advance(time.Now())
+		for i := range m.eng.ranks {
+			m.setLoadLocked(m.cfg.DPStart + i)
+		}
+		next, ok := m.eng.next()
+		m.mu.Unlock()
+		for _, j := range done {
+			m.complete(j)
+		}
+		wait := time.Until(next)
+		if ok && m.cfg.PreciseTimers && wait <= spin.Window {
+			// The last stretch before an event: yield rather than sleep
+			// (package spin), still taking new arrivals and Stop.
+			select {
+			case <-m.quit:
+				return
+			case <-m.wake:
+			default:
+				runtime.Gosched()
+			}
+			continue
+		}
+		switch {
+		case !ok:
+			timer.Stop()
+		case m.cfg.PreciseTimers:
+			timer.Reset(wait - spin.Window)
+		default:
+			timer.Reset(wait)
+		}
+		select {
+		case <-m.quit:
+			return
+		case <-m.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// complete acknowledges a finished request and publishes its record: at once
+// by default, through the ack goroutines with ConfirmAcks. It runs on the
+// simulation goroutine and does not block.
+func (m *Worker) complete(j *job) {
+	if m.cfg.ConfirmAcks {
+		m.ackMu.Lock()
+		m.ackQ = append(m.ackQ, j)
+		spawn := m.ackRunning < ackWorkers
+		if spawn {
+			m.ackRunning++
+			m.ackWG.Add(1)
+		}
+		m.ackMu.Unlock()
+		if spawn {
+			go m.ackLoop()
+		}
+		return
+	}
+	r := j.req
+	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
+	if err := r.Done(); err != nil {
+		lg.Warn().Err(err).Msg("ack finished request")
+		return // handed back at stop: not ours to report
+	}
+	m.mu.Lock()
+	m.stats.Completed++
+	m.mu.Unlock()
+	if !m.cfg.NoCompletions {
+		m.publishCompletion(j)
+	}
+}
+
+// ackLoop confirms the acknowledgements of queued jobs, oldest first, until
+// the queue is empty. Until an ack goroutine takes a job its request stays
+// held by the helper, which keeps sending progress (+WPI) for it.
+func (m *Worker) ackLoop() {
+	defer m.ackWG.Done()
+	for {
+		m.ackMu.Lock()
+		if len(m.ackQ) == 0 {
+			m.ackRunning--
+			m.ackMu.Unlock()
+			return
+		}
+		j := m.ackQ[0]
+		m.ackQ[0] = nil
+		m.ackQ = m.ackQ[1:]
+		m.ackMu.Unlock()
+		m.confirm(j)
+	}
+}
+
+// confirm publishes j's record and then acknowledges j's request with a
+// confirmed ack, publishing the record again ahead of each retry. The record
+// goes first (at least once, docs/design.md, Delivery guarantees): a worker that dies between the two only
+// makes JetStream redeliver the request, while one that died after its ack
+// took effect but before its record went out would lose it. The copy ahead
+// of each attempt makes sure that the attempt JetStream confirms follows a
+// copy of the record in the same connection: one published to a server that
+// then went down (lost with it) is not the only one.
+func (m *Worker) confirm(j *job) {
+	r := j.req
+	var b []byte
+	if !m.cfg.NoCompletions {
+		var err error
+		if b, err = m.completion(j); err != nil {
+			m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.ackWait)
+	err := r.DoneConfirmedAfter(ctx, func(attempt int) {
+		if attempt == 1 {
+			m.mu.Lock()
+			m.stats.Completed++
+			m.mu.Unlock()
+		}
+		if b == nil {
+			return
+		}
+		if err := m.nc.Publish(m.doneSubj, b); err != nil {
+			m.log.Error().Err(err).Str("request_id", r.RequestID).Int("attempt", attempt).Msg("publish completion")
+		}
+	})
+	cancel()
+	switch {
+	case errors.Is(err, workerkit.ErrFinished):
+		m.log.Warn().Err(err).Str("request_id", r.RequestID).Msg("ack finished request")
+		// handed back at stop: not ours to report
+	case err != nil:
+		m.mu.Lock()
+		m.stats.AckFailures++
+		m.mu.Unlock()
+		m.log.Error().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).
+			Msg("ack of a finished request not confirmed; it may be redelivered")
+	default:
+		m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
+	}
+}
+
+// completion encodes j's completion record.
+func (m *Worker) completion(j *job) ([]byte, error) {
+	r := j.req
+	f := m.cfg.CostFactor
+	key := r.FairnessKey
+	if key == "" {
+		key = "_"
+	}
+	if kf, ok := m.cfg.KeyCostFactors[key]; ok {
+		f = kf
+	}
+	c := r.Completion(uint64(math.Round(float64(j.uncached)*f)), uint64(j.out), false)
+	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
+	c.CachedTokens = j.cached
+	return json.Marshal(c)
+}
+
+// publishCompletion publishes j's completion record.
+func (m *Worker) publishCompletion(j *job) {
+	r := j.req
+	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
+	b, err := m.completion(j)
+	if err != nil {
+		lg.Error().Err(err).Msg("encode completion")
+		return
+	}
+	if err := m.nc.Publish(m.doneSubj, b); err != nil {
+		lg.Error().Err(err).Msg("publish completion")
+	}
+	lg.Debug().Msg("request finished")
+}

@@ -1,0 +1,111 @@
+package workerkit_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/internal/natstest"
+	"fairdispatch/workerkit"
+)
+
+// TestFirstProgressOnlyForRequestsStillHeld: the first +WPI goes out
+// FirstProgressDelay after acceptance, and only to a request still held; one
+// finished sooner costs JetStream no progress acknowledgement.
+func TestFirstProgressOnlyForRequestsStillHeld(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	a := startWorker(t, nc, workerkit.Config{ID: "w1", FirstProgressDelay: 200 * time.Millisecond})
+	var mu sync.Mutex
+	acks := map[string][]string{}
+	sub, err := nc.Subscribe("acks.*", func(m *nats.Msg) {
+		mu.Lock()
+		acks[m.Subject] = append(acks[m.Subject], string(m.Data))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for i, id := range []string{"r1", "r2"} {
+		if _, err := nc.RequestMsg(dispatchMsg(id, uint64(i+1), 0, "acks."+id), 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.finish(t, 0, (*workerkit.Request).Done) // r1 finishes at once
+	got := func(s string) []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), acks[s]...) }
+	natstest.Eventually(t, 20*time.Second, func() bool { return len(got("acks.r2")) > 0 }, "r2's first +WPI")
+	if r2 := got("acks.r2"); r2[0] != "+WPI" {
+		t.Fatalf("r2 acks %v, want +WPI first", r2)
+	}
+	// r1 was due first: by now its +WPI would have been sent, had it been held.
+	if r1 := got("acks.r1"); len(r1) != 1 || r1[0] != "+ACK" {
+		t.Fatalf("r1 acks %v, want only +ACK", r1)
+	}
+}
+
+// TestSeenOnlyReportsCoalesce: refused offers move only seen_seq; their
+// reports wait for SeenOnlyInterval and go out together: at most one per
+// interval of the time the offers took (plus the first), however slow the
+// machine. The TTL is long, so no heartbeat report falls in between.
+func TestSeenOnlyReportsCoalesce(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
+	a := startWorker(t, nc, workerkit.Config{ID: "w1", SeenOnlyInterval: interval, TTL: workerkit.MaxTTL})
+	natstest.Eventually(t, 20*time.Second, func() bool { _, _, ok := rs.last(); return ok }, "first report")
+	a.mu.Lock()
+	a.accept = false
+	a.mu.Unlock()
+	before := len(rs.all())
+	start := time.Now()
+	for i := uint64(1); i <= 10; i++ {
+		if _, err := nc.RequestMsg(dispatchMsg("r", i, 0, "acks.x"), 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { r, _, _ := rs.last(); return r.SeenSeq == 10 }, "a report with seen_seq 10")
+	most := 1 + int(time.Since(start)/interval)
+	if n := len(rs.all()) - before; n > most {
+		t.Fatalf("%d reports for 10 seen_seq-only changes in %v, want at most %d (one per %v)", n, time.Since(start), most, interval)
+	}
+}
+
+// TestFreedCapacityReportsAtOnce: a report whose news is a rise in load waits
+// out MinReportInterval, but one that frees capacity (fewer active requests
+// or prefill tokens than last reported) goes at once, even in the middle of
+// that wait. The interval is 200 s, so the fall's report arriving at all
+// before the deadline shows it did not wait, however slow the machine.
+func TestFreedCapacityReportsAtOnce(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
+	a := startWorker(t, nc, workerkit.Config{ID: "w1", TTL: workerkit.MaxTTL,
+		MinReportInterval: workerkit.MaxTTL / 3, SeenOnlyInterval: workerkit.MaxTTL / 3})
+	natstest.Eventually(t, 20*time.Second, func() bool { _, _, ok := rs.last(); return ok }, "first report")
+	for _, step := range []struct {
+		load workerkit.RankLoad
+		want bool // reported before the interval ends
+	}{
+		{workerkit.RankLoad{ActivePrefillTokens: 512, ActiveRequests: 1}, false},
+		{workerkit.RankLoad{ActivePrefillTokens: 1024, ActiveRequests: 2}, false},
+		{workerkit.RankLoad{ActivePrefillTokens: 0, ActiveRequests: 1}, true},
+	} {
+		if err := a.w.SetLoad(0, step.load); err != nil {
+			t.Fatal(err)
+		}
+		if step.want {
+			natstest.Eventually(t, 60*time.Second, func() bool {
+				r, _, _ := rs.last()
+				return len(r.Ranks) == 1 && r.Ranks[0].ActiveRequests == 1 && r.Ranks[0].ActivePrefillTokens == 0
+			}, "the report of the freed slot, long before MinReportInterval")
+		}
+	}
+	// The two rises went out together with the fall, or not at all: no
+	// report ever said 512 or 1024 tokens.
+	for _, r := range rs.all() {
+		if len(r.Ranks) == 1 && r.Ranks[0].ActivePrefillTokens != 0 {
+			t.Fatalf("a rise was reported before MinReportInterval: %+v", r.Ranks[0])
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package workerkit
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// TestConnectWaitsForTheServer: Connect started before any server listens on
+// the address returns a connected client once one does (a Compose stack starts
+// workers and NATS together), and gives up when its context ends.
+func TestConnectWaitsForTheServer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	url := "nats://" + l.Addr().String()
+
+	type result struct {
+		ok  bool
+		err error
+	}
+	got := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		nc, err := Connect(ctx, url)
+		if err != nil {
+			got <- result{false, err}
+			return
+		}
+		defer nc.Close()
+		got <- result{nc.IsConnected(), nil}
+	}()
+	// Not connected while nothing listens (the first attempts have failed
+	// by the time the server has started below, whatever the timing).
+	select {
+	case r := <-got:
+		t.Fatalf("Connect returned before any server listened: connected=%v err=%v", r.ok, r.err)
+	default:
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || !r.ok {
+			t.Fatalf("Connect: connected=%v err=%v, want connected", r.ok, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Connect did not return after the server started")
+	}
+
+	// A context that ends first: an error, not a hang.
+	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	if nc, err := Connect(short, "nats://127.0.0.1:1"); err == nil {
+		nc.Close()
+		t.Fatal("Connect to nothing succeeded")
+	}
+}

@@ -1,0 +1,113 @@
+// Package workerkit is the Go helper a worker embeds to speak the worker's side of
+// the fairdispatch wire contract (docs/protocol.md): it answers dispatches, keeps
+// accepted requests alive, acknowledges them, and reports the worker's load.
+//
+// # A guided tour
+//
+// A worker builds a [Worker] with [New] from a connected *nats.Conn, a [Config],
+// a [Handler] and a zerolog logger, then calls [Worker.Start]:
+//
+//	w, err := worker.New(nc, worker.Config{ID: "w1", DPSize: 2}, handler, log)
+//	...
+//	err = w.Start()
+//	defer w.Close()
+//
+// Start subscribes (core NATS, in a queue group named after the id, so that
+// two processes started by mistake under one id never both receive a
+// dispatch) to <prefix>.work.<id>. The dispatcher sends each
+// request there as a NATS request carrying the headers of docs/protocol.md, Dispatch handshake, or, since
+// the helper's reports ask for it (unless Config.HeaderForm), as the frame of
+// docs/protocol.md, Compact dispatch form, which spares both sides the NATS
+// header block; the helper parses either into a [Request] and calls
+// [Handler.Offer]. A dispatch without headers that is not a frame is refused
+// with "Dispatch-Status: malformed" without calling Offer. Offer returns true to
+// accept: the helper replies with an empty message, takes the request into its
+// held set and sends +WPI to the request's Dispatch-Ack subject within
+// Config.FirstProgressDelay (default 5 ms), if it is still held then: docs/protocol.md, Dispatch handshake's
+// "at once", read so that a request finished within those milliseconds costs
+// JetStream no progress acknowledgement, only its +ACK. Offer
+// returns false to refuse: the helper replies with the header
+// "Dispatch-Status: busy". A request whose Dispatch-DP-Rank lies outside
+// [DPStart, DPStart+DPSize), or one arriving while the worker stops, is refused
+// without calling Offer.
+//
+// The application then owns the accepted request. It calls exactly one of
+// [Request.Done] (+ACK: finished; the JetStream message is removed),
+// [Request.Nak] (-NAK: hand it back for dispatch elsewhere at once) or
+// [Request.Term] (+TERM: drop it). Until then one loop, shared by all held
+// requests, sends +WPI to each at least every third of the ack wait its
+// dispatch carried in Dispatch-Ack-Wait-Ms (Config.AckWait for a dispatch
+// without it, from an older dispatcher), so a request kept longer than the
+// stream's ack wait is not redelivered. Acknowledgements are the
+// literal JetStream bodies, published with plain core NATS publishes;
+// [Request.DoneSync] instead sends +ACK as a request and waits for JetStream's
+// confirmation, and [Request.DoneConfirmed] retries that until JetStream
+// confirms (an ack written just as a server dies is otherwise lost, and the
+// request is redelivered after the ack wait); [Request.DoneConfirmedAfter] runs
+// a function before each attempt, so a completion record can precede every ack.
+//
+// # Load reports and seen_seq
+//
+// The application tells the helper its per-rank load with [Worker.SetLoad] and
+// whether it drains with [Worker.SetDraining]. The helper publishes the JSON
+// report of docs/protocol.md, Load report ([Report]) on <prefix>.load.<id> whenever the load changes
+// (coalesced: at most one report every Config.MinReportInterval, default 2 ms,
+// except that a report freeing capacity, a rank's active requests or prefill
+// tokens below what was last reported or below their peak since, goes at once)
+// and at least every TTL/3. A report whose only news is seen_seq (the load and
+// the draining flag are as last reported) waits up to Config.SeenOnlyInterval,
+// default 20 ms: the dispatcher counts those dispatches through its bookings
+// meanwhile, and at high rates this spares one report per dispatch.
+//
+// seen_seq is computed by the helper: it is the highest Dispatch-Seq of any
+// request whose Offer call has returned (accepted or refused). The contract that
+// makes this correct is:
+//
+//	An Offer that returns true must have added the request to the load it gives
+//	SetLoad before it returns.
+//
+// The dispatcher's view of a rank is the report plus every dispatch with a
+// higher sequence, so a report must never claim a sequence its load does not
+// yet count. The helper takes the load and seen_seq of a report under one lock,
+// and publishes no report while an Offer call is in progress, so a report never
+// carries a load that counts a request without its sequence either (no double
+// counting). Refused requests advance seen_seq too: the dispatcher releases the
+// booking of a refused request anyway. A request later finished (Done, Nak,
+// Term) leaves the load and stays below seen_seq, which is what the dispatcher
+// expects. The first report carries seen_seq 0, never omits it: a report
+// without seen_seq would tell the dispatcher that it counts every earlier
+// dispatch.
+//
+// Each Worker picks a random instance id at New; a worker restarted under the
+// same id reports a new instance, which makes the dispatcher drop the bookings
+// of its predecessor.
+//
+// # KV cache events
+//
+// An engine with a prefix cache calls [Worker.EnableKVEvents] before Start
+// and then tells the helper each change of a rank's caches:
+// [Worker.CacheStored], [Worker.CacheRemoved] and [Worker.CacheCleared], with
+// the chained block hashes of docs/protocol.md, Block hashes. The helper
+// gathers them into events numbered per rank, publishes them to the JetStream
+// subject <prefix>.kv.<id>, and resynchronises a rank (through
+// [KVConfig.Resync] and [Worker.CacheResync]) at start, when the dispatcher
+// asks on <prefix>.kvsync.<id>, and when an event was lost (docs/protocol.md,
+// Worker side: the Go helper and the mock worker). One goroutine publishes;
+// Stop publishes what is gathered and waits up to 5 s for JetStream's
+// acknowledgements.
+//
+// # Stopping
+//
+// [Worker.Stop] marks the worker draining, reports it, stops taking requests
+// (later arrivals are refused busy), waits until every held request is finished
+// or ctx ends, hands back (-NAK) whatever is still held, publishes a last report
+// and returns. [Worker.Close] is Stop with no wait.
+//
+// # Concurrency
+//
+// A Worker is safe for concurrent use. Offer is called from one goroutine (the
+// subscription's), in arrival order, and must not block: queue the work and
+// return. Request methods may be called from any goroutine. The helper runs two
+// goroutines per Worker (the report loop and the progress ticker) and none per
+// request.
+package workerkit

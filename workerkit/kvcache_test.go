@@ -1,0 +1,303 @@
+package workerkit_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natstest"
+	"fairdispatch/kvindex"
+	"fairdispatch/workerkit"
+)
+
+// kvEngine is a fake engine: the blocks each rank holds per tier, told to
+// the helper under mu as a real engine would.
+type kvEngine struct {
+	mu   sync.Mutex
+	w    *workerkit.Worker
+	held map[int]*[kvindex.NumTiers]map[uint64]bool
+}
+
+func (e *kvEngine) tiers(rank int) *[kvindex.NumTiers]map[uint64]bool {
+	if e.held[rank] == nil {
+		e.held[rank] = &[kvindex.NumTiers]map[uint64]bool{}
+		for t := range e.held[rank] {
+			e.held[rank][t] = map[uint64]bool{}
+		}
+	}
+	return e.held[rank]
+}
+
+func (e *kvEngine) store(t *testing.T, rank int, tier kvindex.Tier, hs ...uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, h := range hs {
+		e.tiers(rank)[tier][h] = true
+	}
+	if err := e.w.CacheStored(rank, tier, hs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *kvEngine) remove(t *testing.T, rank int, tier kvindex.Tier, hs ...uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, h := range hs {
+		delete(e.tiers(rank)[tier], h)
+	}
+	if err := e.w.CacheRemoved(rank, tier, hs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *kvEngine) clearTiers(t *testing.T, rank int, tiers kvindex.Tiers) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for tier := range kvindex.NumTiers {
+		if tiers.Has(tier) {
+			clear(e.tiers(rank)[tier])
+		}
+	}
+	if err := e.w.CacheCleared(rank, tiers); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resync is the KVConfig.Resync callback.
+func (e *kvEngine) resync(rank int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var held [kvindex.NumTiers][]uint64
+	for t, m := range e.tiers(rank) {
+		for h := range m {
+			held[t] = append(held[t], h)
+		}
+	}
+	_ = e.w.CacheResync(rank, &held)
+}
+
+// kvReader applies the stream's events to an index, as the dispatcher does.
+type kvReader struct {
+	mu     sync.Mutex
+	x      *kvindex.Index
+	events int
+	gaps   int
+	drop   int // events still to drop as lost
+	last   kvindex.Event
+}
+
+func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
+	t.Helper()
+	x, err := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &kvReader{x: x}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_KV", Subjects: []string{"dispatch.kv.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.OrderedConsumer(ctx, "DISPATCH_KV", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		ev, err := kvindex.ParseEvent(m.Data())
+		if err != nil {
+			t.Errorf("event %s: %v", m.Data(), err)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.events++
+		r.last = ev
+		if r.drop > 0 {
+			r.drop--
+			return
+		}
+		res, err := r.x.Apply("w1", &ev)
+		if err != nil {
+			t.Errorf("apply: %v", err)
+		}
+		if res.Gap {
+			r.gaps++
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return r
+}
+
+// matches reports whether the index holds exactly what the engine holds, per
+// rank and tier: each block the engine holds is in the index with at least
+// its tier's weight, and the index's pairs per tier are the engine's.
+func (r *kvReader) matches(e *kvEngine, ranks []int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := r.x.Stats()
+	var total [kvindex.NumTiers]int
+	var o kvindex.Overlaps
+	for _, rank := range ranks {
+		for tier, m := range e.tiers(rank) {
+			total[tier] += len(m)
+			for h := range m {
+				r.x.Overlap([]uint64{h}, &o)
+				if hit := o.Of("w1", int32(rank)); hit.Blocks != 1 || hit.Weighted < kvindex.DefaultWeights[tier] {
+					return false
+				}
+			}
+		}
+	}
+	return st.TierBlocks == total
+}
+
+// TestKVEventsFollowTheEngine: an engine's stores, removals (including a
+// block stored and removed within one flush interval, which must not read as
+// held) and clears reach the stream as events that rebuild its exact state in
+// an index, with no gap, on two ranks.
+func TestKVEventsFollowTheEngine(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := readKV(t, js)
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1", DPStart: 2, DPSize: 2}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync, FlushInterval: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CacheStored(4, kvindex.Device, []uint64{1}); err == nil {
+		t.Fatal("CacheStored on rank 4 of a worker with ranks 2 and 3 succeeded")
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ranks := []int{2, 3}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		for range 50 {
+			rank := ranks[rng.IntN(2)]
+			tier := kvindex.Tier(rng.IntN(int(kvindex.NumTiers)))
+			h := uint64(rng.IntN(40) + 1)
+			switch rng.IntN(10) {
+			case 0:
+				e.clearTiers(t, rank, 1<<tier)
+			case 1, 2, 3:
+				e.remove(t, rank, tier, h)
+			default:
+				e.store(t, rank, tier, h)
+			}
+		}
+		// Stored then removed at once: within one flush interval.
+		e.store(t, 2, kvindex.Device, 1000+uint64(round))
+		e.remove(t, 2, kvindex.Device, 1000+uint64(round))
+		natstest.Eventually(t, 10*time.Second, func() bool { return rd.matches(e, ranks) }, "round %d: the index matches the engine", round)
+	}
+	rd.mu.Lock()
+	gaps := rd.gaps
+	rd.mu.Unlock()
+	if gaps != 0 {
+		t.Fatalf("%d gaps in the events", gaps)
+	}
+}
+
+// TestKVResyncOnRequest: a resynchronisation request on dispatch.kvsync.w1
+// makes the helper publish a cleared of every tier followed by what the
+// engine holds; an index that had lost the rank (stale) is exact again.
+func TestKVResyncOnRequest(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := readKV(t, js)
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// More than one event's worth, so the resync spans two events.
+	many := make([]uint64, kvindex.MaxHashes+10)
+	for i := range many {
+		many[i] = uint64(i + 1)
+	}
+	e.store(t, 0, kvindex.Host, many...)
+	natstest.Eventually(t, 10*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches the engine")
+	// The reader loses an event: the next one shows a gap, which makes the
+	// rank stale and drops its blocks.
+	rd.mu.Lock()
+	rd.drop = 1
+	rd.mu.Unlock()
+	e.store(t, 0, kvindex.Device, 999_999)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		return rd.drop == 0
+	}, "an event lost")
+	e.store(t, 0, kvindex.Device, 888_888)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		return rd.gaps == 1
+	}, "the gap seen")
+	if rd.matches(e, []int{0}) {
+		t.Fatal("the index matches after the gap")
+	}
+	if err := nc.Publish("dispatch.kvsync.w1", []byte(`{"dp_rank":0}`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches after the resync")
+	st := w.KVStats()
+	if st.Requests != 1 || st.Resyncs < 2 || st.Failed != 0 {
+		t.Fatalf("stats %+v: want 1 request, at least 2 resyncs (start, request), no failure", st)
+	}
+}
+
+// TestKVPublishRecovers: without a KV stream every publish fails; the
+// helper keeps resynchronising the rank (with a back-off), and once the
+// stream exists the resynchronisation reaches it and an index built from the
+// stream matches the engine.
+func TestKVPublishRecovers(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e.store(t, 0, kvindex.Device, 1, 2, 3)
+	natstest.Eventually(t, 20*time.Second, func() bool { return w.KVStats().Failed >= 2 }, "failed publishes")
+	rd := readKV(t, js) // creates the stream
+	natstest.Eventually(t, 20*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches once the stream exists")
+}

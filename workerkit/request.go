@@ -1,0 +1,362 @@
+package workerkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
+)
+
+// Header names of the wire contract (docs/protocol.md, Request headers; docs/protocol.md, Dispatch handshake). Dispatch-* names match
+// case-insensitively; see [HeaderValue].
+const (
+	HeaderRequestID    = "Dispatch-Request-Id"
+	HeaderClass        = "Dispatch-Class"
+	HeaderDPRank       = "Dispatch-DP-Rank"
+	HeaderSeq          = "Dispatch-Seq"
+	HeaderCost         = "Dispatch-Cost"
+	HeaderQueuedMs     = "Dispatch-Queued-Ms"
+	HeaderAck          = "Dispatch-Ack"
+	HeaderAckWaitMs    = "Dispatch-Ack-Wait-Ms"
+	HeaderISLTokens    = "Dispatch-ISL-Tokens"
+	HeaderCachedTokens = "Dispatch-Cached-Tokens"
+	HeaderReplyTo      = "Dispatch-Reply-To"
+	HeaderStatus       = "Dispatch-Status"
+	HeaderFairnessKey  = "Dispatch-Fairness-Key"
+	// StatusBusy is the Dispatch-Status value of a refusal.
+	StatusBusy = "busy"
+	// StatusMalformed is the Dispatch-Status value with which the helper
+	// refuses a dispatch it cannot read (no headers, and not a compact frame).
+	StatusMalformed = "malformed"
+)
+
+// JetStream acknowledgement bodies sent to a request's Dispatch-Ack subject.
+var (
+	ackAck      = []byte("+ACK")
+	ackNak      = []byte("-NAK")
+	ackProgress = []byte("+WPI")
+	ackTerm     = []byte("+TERM")
+)
+
+// ErrFinished is returned by a second Done, Nak or Term of one request.
+var ErrFinished = errors.New("worker: request already finished")
+
+// HeaderValue returns the first value of header name in h, matching the name
+// exactly first and then case-insensitively. It returns "" when absent.
+// Cost: O(1) for an exact match, else O(len(h)).
+func HeaderValue(h nats.Header, name string) string {
+	if v, ok := h[name]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, name) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// Request is one dispatched request, as parsed from the headers of docs/protocol.md, Dispatch handshake.
+// Numeric headers that are absent or malformed read as 0 (DPRank as the
+// worker's DPStart); HeaderErrors lists the malformed ones.
+type Request struct {
+	// RequestID is Dispatch-Request-Id.
+	RequestID string
+	// Class is Dispatch-Class, the physical policy class.
+	Class string
+	// DPRank is Dispatch-DP-Rank, the rank the dispatcher chose.
+	DPRank int
+	// Seq is Dispatch-Seq, the worker's dispatch sequence number (docs/protocol.md, Load report).
+	Seq uint64
+	// Cost is Dispatch-Cost, the scheduling cost in uncached tokens.
+	Cost uint64
+	// QueuedMs is Dispatch-Queued-Ms, the time the request spent queued, in ms.
+	QueuedMs uint64
+	// ISL is Dispatch-ISL-Tokens, the raw input sequence length in tokens.
+	ISL uint64
+	// FairnessKey is Dispatch-Fairness-Key, forwarded from the producer; "" when
+	// it had none. It goes back in the completion record.
+	FairnessKey string
+	// Ack is Dispatch-Ack, the JetStream acknowledgement subject; "" when absent,
+	// in which case Done, Nak and Term send nothing.
+	Ack string
+	// AckWait is Dispatch-Ack-Wait-Ms, the dispatcher's ack wait; 0 when the
+	// header is absent (an older dispatcher) or malformed, in which case the
+	// helper keeps the request alive by Config.AckWait.
+	AckWait time.Duration
+	// Header is the message's full header, as received: in the compact form
+	// (Compact), the producer's headers the frame carries, without the
+	// Dispatch-* headers the dispatcher sets in the header form. Do not
+	// modify it.
+	Header nats.Header
+	// Compact is set when the dispatch came in the compact form
+	// (docs/protocol.md, Compact dispatch form), which carries every dispatch
+	// field.
+	Compact bool
+	// Data is the request body, untouched (in the compact form, the frame's
+	// body).
+	Data []byte
+	// ReceivedAt is when the helper received the dispatch.
+	ReceivedAt time.Time
+	// HeaderErrors describes malformed headers, nil when all parsed.
+	HeaderErrors []error
+
+	w     *Worker
+	state reqState // guarded by w.mu
+	// period is the keep-alive period (a third of the ack wait) and next the
+	// time of the next +WPI, both set at acceptance; guarded by w.mu.
+	period time.Duration
+	next   time.Time
+}
+
+type reqState uint8
+
+const (
+	stateOffered reqState = iota
+	stateHeld
+	stateFinished
+)
+
+func parseRequest(m *nats.Msg, dpStart int, now time.Time) *Request {
+	r := &Request{
+		RequestID:   HeaderValue(m.Header, HeaderRequestID),
+		Class:       HeaderValue(m.Header, HeaderClass),
+		DPRank:      dpStart,
+		Ack:         HeaderValue(m.Header, HeaderAck),
+		FairnessKey: strings.TrimSpace(HeaderValue(m.Header, HeaderFairnessKey)),
+		Header:      m.Header,
+		Data:        m.Data,
+		ReceivedAt:  now,
+	}
+	num := func(name string, bits int) uint64 {
+		s := HeaderValue(m.Header, name)
+		if s == "" {
+			return 0
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(s), 10, bits)
+		if err != nil {
+			r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %w", name, err))
+			return 0
+		}
+		return v
+	}
+	r.Seq = num(HeaderSeq, 64)
+	r.Cost = num(HeaderCost, 64)
+	r.QueuedMs = num(HeaderQueuedMs, 64)
+	r.ISL = num(HeaderISLTokens, 64)
+	if HeaderValue(m.Header, HeaderDPRank) != "" {
+		r.DPRank = int(num(HeaderDPRank, 16))
+	}
+	r.setAckWait(num(HeaderAckWaitMs, 64))
+	return r
+}
+
+// parseCompact parses a dispatch in the compact form (docs/protocol.md,
+// Compact dispatch form). It fails only on a frame that does not decode:
+// the request cannot be told apart from its body then.
+func parseCompact(m *nats.Msg, now time.Time) (*Request, error) {
+	var d wire.Dispatch
+	h, body, err := wire.DecodeDispatch(m.Data, &d)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{
+		RequestID: d.RequestID, Class: d.Class, DPRank: int(d.DPRank), Seq: d.Seq, Cost: d.Cost,
+		QueuedMs: d.QueuedMs, Ack: d.Ack, Header: nats.Header(h), Compact: true, Data: body, ReceivedAt: now,
+		FairnessKey: strings.TrimSpace(HeaderValue(h, HeaderFairnessKey)),
+	}
+	if s := HeaderValue(h, HeaderISLTokens); s != "" {
+		v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %w", HeaderISLTokens, err))
+		} else {
+			r.ISL = v
+		}
+	}
+	r.setAckWait(d.AckWaitMs)
+	return r, nil
+}
+
+// setAckWait sets AckWait from Dispatch-Ack-Wait-Ms, 0 when absent or above
+// maxAckWaitMs (an error then).
+func (r *Request) setAckWait(ms uint64) {
+	switch {
+	case ms > maxAckWaitMs:
+		r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %d ms is above %d", HeaderAckWaitMs, ms, maxAckWaitMs))
+	case ms > 0:
+		r.AckWait = time.Duration(ms) * time.Millisecond
+	}
+}
+
+// maxAckWaitMs bounds Dispatch-Ack-Wait-Ms, so that it converts to a Duration: 30 days.
+const maxAckWaitMs = 30 * 24 * 3600 * 1000
+
+// Done sends +ACK: the request is finished and its JetStream message removed.
+// It returns ErrFinished when the request was already finished.
+func (r *Request) Done() error { return r.finish(ackAck, "ack") }
+
+// Completion returns the request's completion record (docs/protocol.md,
+// Completion records) for what it really cost: the uncached input tokens the
+// engine computed, the output tokens it generated, and whether it failed. The
+// times are the helper's: received and started at ReceivedAt, finished now;
+// set StartedAt and FinishedAt if the engine knows better.
+func (r *Request) Completion(prefillTokens, outputTokens uint64, failed bool) wire.Completion {
+	st := wire.StatusOK
+	if failed {
+		st = wire.StatusFailed
+	}
+	return wire.Completion{
+		RequestID: r.RequestID, Class: r.Class, WorkerID: r.w.cfg.ID, DPRank: r.DPRank, Seq: r.Seq,
+		QueuedMs: r.QueuedMs, ReceivedAt: r.ReceivedAt, StartedAt: r.ReceivedAt, FinishedAt: time.Now(),
+		FairnessKey: r.FairnessKey, PrefillTokens: prefillTokens, OutputTokens: outputTokens, Status: st,
+	}
+}
+
+// Complete publishes the request's completion record on
+// <prefix>.done.<worker_id> (core NATS), so that the dispatcher settles its cost
+// against the estimate it charged (docs/design.md, Cost settlement). Call it
+// after Done (or DoneConfirmed). It is optional: without it the estimate stands.
+func (r *Request) Complete(prefillTokens, outputTokens uint64, failed bool) error {
+	b, err := json.Marshal(r.Completion(prefillTokens, outputTokens, failed))
+	if err != nil {
+		return fmt.Errorf("worker: encode completion: %w", err)
+	}
+	if err := r.w.nc.Publish(r.w.doneSubj, b); err != nil {
+		return fmt.Errorf("worker: publish completion: %w", err)
+	}
+	return nil
+}
+
+// Nak sends -NAK: the request goes back to the dispatcher for redelivery at once.
+func (r *Request) Nak() error { return r.finish(ackNak, "nak") }
+
+// Term sends +TERM: the request is dropped.
+func (r *Request) Term() error { return r.finish(ackTerm, "term") }
+
+// DoneSync is Done, but sends +ACK as a NATS request and waits until JetStream
+// confirms it or ctx ends. The request counts as finished even when the
+// confirmation fails; the error then says the acknowledgement may be lost.
+func (r *Request) DoneSync(ctx context.Context) error {
+	if !r.w.release(r) {
+		return ErrFinished
+	}
+	if r.Ack == "" {
+		return nil
+	}
+	if _, err := r.w.nc.RequestWithContext(ctx, r.Ack, ackAck); err != nil {
+		return fmt.Errorf("worker: ack request %s: %w", r.RequestID, err)
+	}
+	return nil
+}
+
+// Backoff between attempts of [Request.DoneConfirmed] and the time one attempt
+// waits for JetStream's answer.
+const (
+	confirmBackoffMin = 20 * time.Millisecond
+	confirmBackoffMax = 500 * time.Millisecond
+	confirmAttempt    = time.Second
+)
+
+// DoneConfirmed is Done with a confirmed, retried acknowledgement: it marks the
+// request finished, sends +ACK as a NATS request and, until JetStream answers,
+// sends it again after a short backoff (20 ms doubling to 500 ms) whenever an
+// attempt times out (1 s), finds no responders (JetStream still recovering its
+// consumers after a server restart or a leader change) or meets a broken
+// connection. A plain +ACK published during a server restart can be lost: it
+// is buffered by nats.go and flushed on reconnect, possibly before the
+// consumer is back, and JetStream then redelivers the message after its ack
+// wait although the work was done.
+//
+// Retrying is safe: JetStream answers an ack of a message it no longer holds
+// (already acknowledged, removed from a work-queue stream) like any other, so
+// an attempt whose answer was lost is confirmed by the next. It may not
+// answer at all in rare cases (a consumer leader not yet caught up with the
+// stream ignores the ack), so bound ctx: past the request's ack wait the
+// message may have been redelivered anyway.
+//
+// It returns nil once JetStream confirmed, ErrFinished when the request was
+// already finished, and otherwise an error wrapping ctx's error or
+// nats.ErrConnectionClosed (or nats.ErrConnectionDraining): the acknowledgement
+// may then be lost. The request counts as finished from the call on, as with
+// Done: [Worker.Stop] does not wait for the confirmation.
+func (r *Request) DoneConfirmed(ctx context.Context) error { return r.DoneConfirmedAfter(ctx, nil) }
+
+// DoneConfirmedAfter is [Request.DoneConfirmed] calling before(attempt), when
+// not nil, ahead of every attempt (attempt counts from 1), once the request
+// is marked finished; it is not called when DoneConfirmedAfter returns
+// ErrFinished. It is for a worker that publishes its result on the worker's
+// connection before acknowledging (at least once: a worker that dies in
+// between causes a redelivery, not a lost result): publishing it again ahead
+// of each attempt puts a copy of the result before the acknowledgement that
+// JetStream confirms, in the same connection, even when an earlier copy went
+// down with a server. Subscribers may thus get identical copies of a result.
+func (r *Request) DoneConfirmedAfter(ctx context.Context, before func(attempt int)) error {
+	if !r.w.release(r) {
+		return ErrFinished
+	}
+	if r.Ack == "" {
+		if before != nil {
+			before(1)
+		}
+		return nil
+	}
+	return confirmAck(ctx, r.w.nc, r.Ack, r.RequestID, before)
+}
+
+// confirmAck sends +ACK to subj as a request until it is answered; see
+// [Request.DoneConfirmedAfter].
+func confirmAck(ctx context.Context, nc *nats.Conn, subj, id string, before func(int)) error {
+	backoff := confirmBackoffMin
+	var last error
+	for attempt := 1; ; attempt++ {
+		if before != nil {
+			before(attempt)
+		}
+		actx, cancel := context.WithTimeout(ctx, confirmAttempt)
+		_, err := nc.RequestWithContext(actx, subj, ackAck)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+			errors.Is(err, nats.ErrBadSubject) {
+			return fmt.Errorf("worker: ack request %s (attempt %d): %w", id, attempt, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// Timeout, no responders, disconnected, reconnect buffer full: again.
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		backoff = min(2*backoff, confirmBackoffMax)
+	}
+	return fmt.Errorf("worker: ack request %s unconfirmed (last attempt: %v): %w", id, last, ctx.Err())
+}
+
+func (r *Request) finish(body []byte, what string) error {
+	if !r.w.release(r) {
+		return ErrFinished
+	}
+	if r.Ack == "" {
+		return nil
+	}
+	if err := r.w.nc.Publish(r.Ack, body); err != nil {
+		return fmt.Errorf("worker: %s request %s: %w", what, r.RequestID, err)
+	}
+	return nil
+}
