@@ -36,12 +36,12 @@ var ErrStarted = errors.New("worker: already started")
 
 // Worker is the worker side of the wire contract. Build it with [New].
 type Worker struct {
-	nc       *nats.Conn
-	cfg      Config
-	h        Handler
-	log      zerolog.Logger
-	instance string
-	taints   []string
+	nc         *nats.Conn
+	cfg        Config
+	h          Handler
+	log        zerolog.Logger
+	instance   string
+	taints     []string
 	workSubj   string
 	loadSubj   string
 	doneSubj   string
