@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 	"fairdispatch/workers"
@@ -111,14 +110,14 @@ func TestCompletionRoundTrip(t *testing.T) {
 	}
 }
 
-// TestKVEventFieldNames: a KV event the index's encoder writes carries the
-// field names of docs/protocol.md, KV cache events, and decodes into the
-// record; the resync request body is {"dp_rank": r}.
+// TestKVEventFieldNames: a KV event EncodeKVEvent writes carries the field
+// names of docs/protocol.md, KV cache events, and ParseKVEvent reads it back;
+// the resync request body is {"dp_rank": r}.
 func TestKVEventFieldNames(t *testing.T) {
-	ev := kvindex.Event{Instance: "i1", ID: 3, Rank: 2, Cleared: 1 << kvindex.Disk}
-	ev.Stored[kvindex.Device] = []uint64{1}
-	ev.Removed[kvindex.Host] = []uint64{2}
-	b, err := kvindex.EncodeEvent(&ev)
+	ev := wire.KVEvent{Instance: "i1", ID: 3, Rank: 2, Cleared: 1 << wire.Disk}
+	ev.Stored[wire.Device] = []uint64{1}
+	ev.Removed[wire.Host] = []uint64{2}
+	b, err := wire.EncodeKVEvent(&ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +130,12 @@ func TestKVEventFieldNames(t *testing.T) {
 			t.Errorf("%s: field %q missing", b, k)
 		}
 	}
-	var rec wire.KVEvent
-	if err := json.Unmarshal(b, &rec); err != nil || *rec.Instance != "i1" || *rec.EventID != 3 || *rec.DPRank != 2 ||
-		rec.Stored["device"] == "" || rec.Removed["host"] == "" || !reflect.DeepEqual(rec.Cleared, []string{"disk"}) {
-		t.Fatalf("decoded %+v, %v from %s", rec, err, b)
+	if fields["instance"] != "i1" || fields["event_id"] != 3.0 || fields["dp_rank"] != 2.0 ||
+		!reflect.DeepEqual(fields["cleared"], []any{"disk"}) {
+		t.Errorf("fields %v", fields)
+	}
+	if got, err := wire.ParseKVEvent(b); err != nil || !reflect.DeepEqual(got, ev) {
+		t.Fatalf("decoded %+v, %v from %s, want %+v", got, err, b, ev)
 	}
 	if b, _ := json.Marshal(wire.KVResync{Rank: 5}); string(b) != `{"dp_rank":5}` {
 		t.Fatalf("resync body %s", b)

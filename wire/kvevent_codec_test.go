@@ -1,4 +1,4 @@
-package kvindex_test
+package wire_test
 
 import (
 	"errors"
@@ -7,18 +7,19 @@ import (
 	"testing"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 func TestEventRoundTrip(t *testing.T) {
-	in := kvindex.Event{Instance: "boot-7", ID: 42, Rank: 3, Cleared: 1<<kvindex.Host | 1<<kvindex.Shared}
-	in.Stored[kvindex.Device] = []uint64{1, 2, 3}
-	in.Stored[kvindex.Disk] = []uint64{^uint64(0)}
-	in.Removed[kvindex.Host] = []uint64{0}
-	b, err := kvindex.EncodeEvent(&in)
+	in := wire.KVEvent{Instance: "boot-7", ID: 42, Rank: 3, Cleared: 1<<wire.Host | 1<<wire.Shared}
+	in.Stored[wire.Device] = []uint64{1, 2, 3}
+	in.Stored[wire.Disk] = []uint64{^uint64(0)}
+	in.Removed[wire.Host] = []uint64{0}
+	b, err := wire.EncodeKVEvent(&in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := kvindex.ParseEvent(b)
+	out, err := wire.ParseKVEvent(b)
 	if err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("got %+v, %v; want %+v (body %s)", out, err, in, b)
 	}
@@ -28,21 +29,21 @@ func TestEventRoundTrip(t *testing.T) {
 func TestEventProtocolExample(t *testing.T) {
 	body := `{"instance":"8f3c2a","event_id":17,"dp_rank":1,` +
 		`"stored":{"device":"wT_9PiW6dX6CFylZ_27bbA"},"removed":{"host":"wT_9PiW6dX4"},"cleared":["disk"]}`
-	ev, err := kvindex.ParseEvent([]byte(body))
+	ev, err := wire.ParseKVEvent([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := kvindex.Event{Instance: "8f3c2a", ID: 17, Rank: 1, Cleared: 1 << kvindex.Disk}
-	want.Stored[kvindex.Device] = []uint64{0x7e75ba253efd3fc1, 0x6cdb6eff59291782}
-	want.Removed[kvindex.Host] = []uint64{0x7e75ba253efd3fc1}
+	want := wire.KVEvent{Instance: "8f3c2a", ID: 17, Rank: 1, Cleared: 1 << wire.Disk}
+	want.Stored[wire.Device] = []uint64{0x7e75ba253efd3fc1, 0x6cdb6eff59291782}
+	want.Removed[wire.Host] = []uint64{0x7e75ba253efd3fc1}
 	if !reflect.DeepEqual(ev, want) {
 		t.Fatalf("got %+v, want %+v", ev, want)
 	}
 }
 
 func TestParseEventRejects(t *testing.T) {
-	long := strings.Repeat("i", kvindex.MaxInstanceLen+1)
-	many := kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes+1))
+	long := strings.Repeat("i", wire.MaxKVInstanceLen+1)
+	many := wire.EncodeHashes(make([]uint64, wire.MaxHashes+1))
 	for _, c := range []struct{ body, field, reason string }{
 		{``, "", "is not a JSON object"},
 		{`[]`, "", "is not a JSON object"},
@@ -63,8 +64,8 @@ func TestParseEventRejects(t *testing.T) {
 		{`{"instance":"a","event_id":1,"removed":{"shared":"` + many + `"}}`, "removed.shared", "more than 8192"},
 		{`{"instance":"a","event_id":1,"stored":{"device":["AAAAAAAAAAA"]}}`, "", "is not a JSON object"},
 	} {
-		_, err := kvindex.ParseEvent([]byte(c.body))
-		var ee *kvindex.EventError
+		_, err := wire.ParseKVEvent([]byte(c.body))
+		var ee *wire.KVEventError
 		if !errors.As(err, &ee) || ee.Field != c.field || !strings.Contains(ee.Reason, c.reason) {
 			t.Errorf("%.80s: got %v, want field %q reason containing %q", c.body, err, c.field, c.reason)
 		}
@@ -95,31 +96,31 @@ func FuzzParseEvent(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		ev, err := kvindex.ParseEvent(body)
+		ev, err := wire.ParseKVEvent(body)
 		if err != nil {
-			var ee *kvindex.EventError
+			var ee *wire.KVEventError
 			if !errors.As(err, &ee) {
 				t.Fatalf("got %T %v, want *EventError", err, err)
 			}
 			return
 		}
-		if ev.Instance == "" || len(ev.Instance) > kvindex.MaxInstanceLen || ev.ID == 0 ||
-			ev.Rank < 0 || ev.Rank > kvindex.MaxRank || ev.Cleared&^kvindex.AllTiers != 0 {
+		if ev.Instance == "" || len(ev.Instance) > wire.MaxKVInstanceLen || ev.ID == 0 ||
+			ev.Rank < 0 || ev.Rank > wire.MaxRank || ev.Cleared&^wire.AllTiers != 0 {
 			t.Fatalf("accepted out of bounds: %+v", ev)
 		}
-		for tier := range kvindex.NumTiers {
-			if len(ev.Stored[tier]) > kvindex.MaxHashes || len(ev.Removed[tier]) > kvindex.MaxHashes {
-				t.Fatalf("accepted a list of more than %d hashes", kvindex.MaxHashes)
+		for tier := range wire.NumTiers {
+			if len(ev.Stored[tier]) > wire.MaxHashes || len(ev.Removed[tier]) > wire.MaxHashes {
+				t.Fatalf("accepted a list of more than %d hashes", wire.MaxHashes)
 			}
 		}
 		if _, err := x.Apply("w", &ev); err != nil {
 			t.Fatalf("the index refused a parsed event: %v", err)
 		}
-		b, err := kvindex.EncodeEvent(&ev)
+		b, err := wire.EncodeKVEvent(&ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := kvindex.ParseEvent(b)
+		again, err := wire.ParseKVEvent(b)
 		if err != nil || !reflect.DeepEqual(again, ev) {
 			t.Fatalf("round trip: got %+v, %v; want %+v", again, err, ev)
 		}
