@@ -160,4 +160,3 @@ type RefusedPolicy struct {
 	At       time.Time `json:"at"`
 	Error    string    `json:"error"` // every problem, one a line, as --check-config prints them
 }
-
