@@ -11,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/kvindex"
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
@@ -82,10 +81,15 @@ func (e *kvEngine) resync(rank int) {
 	_ = e.w.CacheResync(rank, &held)
 }
 
-// kvReader applies the stream's events to an index, as the dispatcher does.
+// kvReader applies the stream's events to a plain model of what each rank
+// holds in each tier, following docs/protocol.md, KV cache events (a new
+// instance drops everything; cleared, then removed, then stored), and counts
+// the gaps in each rank's event_id.
 type kvReader struct {
 	mu     sync.Mutex
-	x      *kvindex.Index
+	held   map[int32]*[wire.NumTiers]map[uint64]bool
+	inst   map[int32]string
+	lastID map[int32]uint64
 	events int
 	gaps   int
 	drop   int // events still to drop as lost
@@ -94,11 +98,7 @@ type kvReader struct {
 
 func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 	t.Helper()
-	x, err := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &kvReader{x: x}
+	r := &kvReader{held: map[int32]*[wire.NumTiers]map[uint64]bool{}, inst: map[int32]string{}, lastID: map[int32]uint64{}}
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_KV", Subjects: []string{"dispatch.kv.*"}}); err != nil {
 		t.Fatal(err)
@@ -121,13 +121,7 @@ func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 			r.drop--
 			return
 		}
-		res, err := r.x.Apply("w1", &ev)
-		if err != nil {
-			t.Errorf("apply: %v", err)
-		}
-		if res.Gap {
-			r.gaps++
-		}
+		r.apply(&ev)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,29 +130,58 @@ func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 	return r
 }
 
-// matches reports whether the index holds exactly what the engine holds, per
-// rank and tier: each block the engine holds is in the index with at least
-// its tier's weight, and the index's pairs per tier are the engine's.
+// apply applies one event to the model; r.mu is held.
+func (r *kvReader) apply(ev *wire.KVEvent) {
+	tiers := r.held[ev.Rank]
+	if tiers == nil || r.inst[ev.Rank] != ev.Instance {
+		tiers = &[wire.NumTiers]map[uint64]bool{}
+		for t := range tiers {
+			tiers[t] = map[uint64]bool{}
+		}
+		r.held[ev.Rank], r.inst[ev.Rank], r.lastID[ev.Rank] = tiers, ev.Instance, 0
+	}
+	if ev.ID > r.lastID[ev.Rank]+1 {
+		r.gaps++
+	}
+	r.lastID[ev.Rank] = ev.ID
+	for t := range wire.NumTiers {
+		if ev.Cleared.Has(t) {
+			clear(tiers[t])
+		}
+		for _, h := range ev.Removed[t] {
+			delete(tiers[t], h)
+		}
+		for _, h := range ev.Stored[t] {
+			tiers[t][h] = true
+		}
+	}
+}
+
+// matches reports whether the model holds exactly what the engine holds, per
+// rank and tier.
 func (r *kvReader) matches(e *kvEngine, ranks []int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := r.x.Stats()
-	var total [wire.NumTiers]int
-	var o kvindex.Overlaps
 	for _, rank := range ranks {
+		got := r.held[int32(rank)]
 		for tier, m := range e.tiers(rank) {
-			total[tier] += len(m)
+			n := 0
+			if got != nil {
+				n = len(got[tier])
+			}
+			if n != len(m) {
+				return false
+			}
 			for h := range m {
-				r.x.Overlap([]uint64{h}, &o)
-				if hit := o.Of("w1", int32(rank)); hit.Blocks != 1 || hit.Weighted < kvindex.DefaultWeights[tier] {
+				if !got[tier][h] {
 					return false
 				}
 			}
 		}
 	}
-	return st.TierBlocks == total
+	return true
 }
 
 // TestKVEventsFollowTheEngine: an engine's stores, removals (including a
