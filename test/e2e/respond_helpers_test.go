@@ -40,11 +40,17 @@ type rsProducer struct {
 	firstChunk  chan struct{} // closed at the first chunk
 }
 
-// rsFollow subscribes to the response subject of request id before the
-// request is published.
+// rsFollow subscribes to the response subject of request id,
+// _RESP.e2e.<id>, before the request is published.
 func rsFollow(t testing.TB, nc *nats.Conn, id string) *rsProducer {
 	t.Helper()
-	p := &rsProducer{t: t, nc: nc, id: id, subject: "_RESP.e2e." + id, claims: map[string]bool{},
+	return rsFollowOn(t, nc, id, "_RESP.e2e."+id)
+}
+
+// rsFollowOn is rsFollow on another subject.
+func rsFollowOn(t testing.TB, nc *nats.Conn, id, subject string) *rsProducer {
+	t.Helper()
+	p := &rsProducer{t: t, nc: nc, id: id, subject: subject, claims: map[string]bool{},
 		stop: make(chan struct{}), firstChunk: make(chan struct{})}
 	sub, err := nc.Subscribe(p.subject, p.onMsg)
 	if err != nil {
