@@ -119,6 +119,24 @@ func (w *Worker) Rank(r int32) *Rank { return &w.Ranks[r-int32(w.Start)] }
 // Bookings returns the number of dispatches booked and not yet counted by a report.
 func (w *Worker) Bookings() int { return len(w.bookings) }
 
+// Booking is one dispatch booked on a worker and not yet counted by a report.
+type Booking struct {
+	Seq  uint64 // its Dispatch-Seq
+	Rank int32  // the dp rank it was booked on
+	Cost uint64 // prefill tokens booked
+	At   int64  // when it was booked, Unix nanoseconds
+}
+
+// AppendBookings appends w's bookings to dst in sequence order and returns
+// the extended slice: for tests and debugging (the scheduler's scenario dump),
+// not the dispatch path. O(B) for B bookings.
+func (w *Worker) AppendBookings(dst []Booking) []Booking {
+	for _, b := range w.bookings {
+		dst = append(dst, Booking{Seq: b.seq, Rank: int32(w.Start) + int32(b.rank), Cost: b.cost, At: b.at})
+	}
+	return dst
+}
+
 // Change says what applying a report did.
 type Change struct {
 	New     bool // the worker was not live before

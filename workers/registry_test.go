@@ -230,6 +230,12 @@ func TestBookPerRank(t *testing.T) {
 	if got := w.Rank(5).Booked; got != 50 {
 		t.Errorf("rank 5 Booked after seen_seq 1: got %d, want 50", got)
 	}
+	// AppendBookings lists what is left, in sequence order, with its dp rank.
+	got := w.AppendBookings([]workers.Booking{{Seq: 99}})
+	want := []workers.Booking{{Seq: 99}, {Seq: 2, Rank: 5, Cost: 20}, {Seq: 3, Rank: 5, Cost: 30}}
+	if !slices.Equal(got, want) {
+		t.Errorf("AppendBookings: got %+v, want %+v", got, want)
+	}
 }
 
 func TestSequenceNeverAtOrBelowSeenSeq(t *testing.T) {
