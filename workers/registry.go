@@ -416,6 +416,21 @@ func (g *Registry) Unbook(w *Worker, seq uint64) bool {
 	return true
 }
 
+// Unsent releases the booking of the dispatch with sequence seq, which never
+// reached w through no fault of w's (docs/decisions.md, Whose fault is an
+// error), as Unbook does; when that dispatch was the probe w is excluded for
+// (docs/protocol.md, Refusals back off), the wait for its answer ends too: no
+// answer will come, and w's next offer is the probe again. It reports whether
+// it found the booking.
+func (g *Registry) Unsent(w *Worker, seq uint64) bool {
+	found := g.Unbook(w, seq)
+	if w.Excluded && w.ExcludedUntil == awaiting && seq >= w.probeFrom {
+		w.Excluded, w.ExcludedUntil = false, 0
+		g.touch(w)
+	}
+	return found
+}
+
 // Expire removes every worker whose TTL has run out at now, appending them to
 // dst, drops bookings older than their worker's TTL, and ends exclusions due
 // by now (Aged then lists the live workers whose load or exclusion changed
