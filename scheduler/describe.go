@@ -169,7 +169,7 @@ func (s *Scheduler) describeWorkers(b *strings.Builder, now int64) {
 			fmt.Fprintf(b, ", excluded for %s more", ms(w.ExcludedUntil-now))
 		}
 		if n := w.Refusals(); n > 0 {
-			fmt.Fprintf(b, ", %d refusals in a row", n)
+			fmt.Fprintf(b, ", refused %d in a row", n)
 		}
 		if s.Overloaded(w) {
 			b.WriteString(", overloaded")
