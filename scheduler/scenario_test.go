@@ -138,6 +138,9 @@ func (h *scenario) policy(a *args) string {
 		yaml, name = string(data), f
 	}
 	pol, err := configs.Parse(name, []byte(yaml))
+	if err != nil && h.s == nil {
+		a.td.Fatalf(a.t, "%v", err)
+	}
 	if err != nil {
 		return "invalid policy: " + err.Error()
 	}
@@ -504,7 +507,12 @@ func (h *scenario) thresholds(a *args) string {
 		t.DecodeBlocks = &v
 	}
 	h.s.SetThresholds(t)
-	return strings.TrimSpace(h.s.Describe(h.now, "time"))
+	for _, line := range strings.Split(h.s.Describe(h.now, "time"), "\n") {
+		if strings.HasPrefix(line, "thresholds: ") {
+			return line
+		}
+	}
+	return "thresholds: none"
 }
 
 // stats prints what Stats gives the metrics and /debug/queues.
