@@ -98,8 +98,12 @@ func (h *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		out = "ok"
 	case "remove":
 		r := h.req(a, a.pos(0))
+		if r.Index < 0 {
+			out = r.ID + " is not queued: left alone"
+		} else {
+			out = r.ID + " removed from " + h.s.pol.Classes[r.Class].Name
+		}
 		h.s.Remove(r)
-		out = fmt.Sprintf("%s removed (queued %v)", r.ID, r.Index >= 0)
 	case "pause":
 		h.s.Pause()
 		out = "paused"
@@ -114,7 +118,9 @@ func (h *scenario) run(t *testing.T, td *datadriven.TestData) string {
 			a.mark(i)
 			sections = append(sections, arg.Key)
 		}
-		out = h.s.Describe(h.now, sections...)
+		if out = h.s.Describe(h.now, sections...); out == "" {
+			out = "(nothing to print)"
+		}
 	default:
 		td.Fatalf(t, "unknown command %q", td.Cmd)
 	}
@@ -145,10 +151,17 @@ func (h *scenario) policy(a *args) string {
 		return "invalid policy: " + err.Error()
 	}
 	if h.s != nil {
+		old := h.s.pol
 		ch := h.s.SetPolicy(h.now, pol)
 		ids := slices.Sorted(maps.Keys(h.inFlight))
+		var moved []string
 		for _, id := range ids {
-			h.s.Reclass(h.inFlight[id].Req, ch)
+			r := h.inFlight[id].Req
+			was := old.Classes[r.Class].Name
+			h.s.Reclass(r, ch)
+			if now := pol.Classes[r.Class].Name; now != was {
+				moved = append(moved, fmt.Sprintf("in flight %s: %s -> %s", id, was, now))
+			}
 		}
 		var b strings.Builder
 		for i, k := range ch.To {
@@ -157,8 +170,8 @@ func (h *scenario) policy(a *args) string {
 			}
 		}
 		fmt.Fprintf(&b, "added [%s], removed [%s], moved %d, reordered %d", strings.Join(ch.Added, " "), strings.Join(ch.Removed, " "), ch.Moved, ch.Reordered)
-		for _, id := range ids {
-			fmt.Fprintf(&b, "\nin flight %s now in %s", id, pol.Classes[h.inFlight[id].Req.Class].Name)
+		for _, m := range moved {
+			b.WriteString("\n" + m)
 		}
 		return b.String()
 	}
@@ -290,10 +303,11 @@ func (h *scenario) next(a *args) string {
 
 // dispatch calls Next until it returns nothing (or max=N decisions) and
 // lists the decisions; with summary, only how many went to each class and
-// key, and the order of the classes served.
+// key, and the classes of the first show dispatches (20 unless given).
 func (h *scenario) dispatch(a *args) string {
 	limit := int(a.uint("max", 100000))
 	summary := a.flag("summary")
+	show := int(a.uint("show", 20))
 	var lines, order []string
 	perClass, perKey := map[string]int{}, map[string]int{}
 	n := 0
@@ -329,7 +343,7 @@ func (h *scenario) dispatch(a *args) string {
 			fmt.Fprintf(&b, "key %s: %d\n", k, perKey[k])
 		}
 	}
-	fmt.Fprintf(&b, "order: %s\n", runs(order))
+	fmt.Fprintf(&b, "first %d: %s\n", min(show, len(order)), runs(order[:min(show, len(order))]))
 	b.WriteString(h.deficits())
 	return b.String()
 }
@@ -481,6 +495,14 @@ func (h *scenario) tick(a *args) string {
 			lines = append(lines, id+" expired")
 		}
 	}
+	// The requests failed at the no-workers timeout come in no particular
+	// order within a class (Scheduler.Tick): sort them by class and seq.
+	slices.SortStableFunc(decs, func(x, y Decision) int {
+		if x.Err.Code != request.NoEndpoints || y.Err.Code != request.NoEndpoints {
+			return 0
+		}
+		return cmp.Or(cmp.Compare(x.Req.Class, y.Req.Class), cmp.Compare(x.Req.Seq, y.Req.Seq))
+	})
 	for _, d := range decs {
 		lines = append(lines, h.decision(d))
 	}
@@ -570,28 +592,49 @@ func workerIDs(reg *workers.Registry) []string {
 }
 
 // compress folds consecutive lines that differ only in the request id
-// (r5: queued ..., r6: queued ...) into one (r5..r6: queued ...).
+// (r5: queued ..., r6: queued ...) into one (r5..r6: queued ...; or
+// r5, r9: ... when the ids do not follow each other).
 func compress(lines []string) string {
 	var out []string
 	for i := 0; i < len(lines); {
-		id, rest, _ := strings.Cut(lines[i], ": ")
-		j := i + 1
-		for j < len(lines) {
-			_, r, _ := strings.Cut(lines[j], ": ")
+		_, rest, ok := strings.Cut(lines[i], ": ")
+		if !ok {
+			out = append(out, lines[i])
+			i++
+			continue
+		}
+		var ids []string
+		j := i
+		for ; j < len(lines); j++ {
+			id, r, _ := strings.Cut(lines[j], ": ")
 			if r != rest {
 				break
 			}
-			j++
+			ids = append(ids, id)
 		}
-		if j-i > 1 {
-			last, _, _ := strings.Cut(lines[j-1], ": ")
-			out = append(out, fmt.Sprintf("%s..%s: %s", id, last, rest))
-		} else {
-			out = append(out, lines[i])
-		}
+		out = append(out, idRange(ids)+": "+rest)
 		i = j
 	}
 	return strings.Join(out, "\n")
+}
+
+// idRange writes r1..r4 for r1 r2 r3 r4, and lists ids that do not follow
+// each other.
+func idRange(ids []string) string {
+	num := func(id string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimPrefix(id, "r"))
+		return n, err == nil && strings.HasPrefix(id, "r")
+	}
+	first, ok := num(ids[0])
+	for i, id := range ids {
+		if n, isNum := num(id); !ok || !isNum || n != first+i {
+			return strings.Join(ids, ", ")
+		}
+	}
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return ids[0] + ".." + ids[len(ids)-1]
 }
 
 // runs writes a sequence run-length encoded: a a a b -> "a x3, b".
