@@ -64,7 +64,7 @@ func (s *Scheduler) describeTime(b *strings.Builder, now int64) {
 	default:
 		fmt.Fprintf(b, "time: %d live workers\n", live)
 	}
-	t := s.sel.Thresholds
+	t := s.Thresholds()
 	var parts []string
 	if t.PrefillTokens != nil {
 		parts = append(parts, "prefill "+strconv.FormatUint(*t.PrefillTokens, 10))
@@ -91,7 +91,7 @@ func (s *Scheduler) describeDRR(b *strings.Builder) {
 }
 
 func (s *Scheduler) describeClass(b *strings.Builder, k int) {
-	c, cls := s.classes[k], &s.pol.Classes[k]
+	c, cls := s.Class(k), &s.Policy().Classes[k]
 	fmt.Fprintf(b, "class %s: quantum %d, deficit %d, ", cls.Name, cls.Quantum, s.arb.Deficit(k))
 	if c.Empty() {
 		b.WriteString("empty")
@@ -145,7 +145,7 @@ func (s *Scheduler) describeClass(b *strings.Builder, k int) {
 
 func (s *Scheduler) describeWorkers(b *strings.Builder, now int64) {
 	var bks []workers.Booking
-	for _, w := range s.reg.All() {
+	for _, w := range s.Workers().All() {
 		fmt.Fprintf(b, "worker %s: ranks %d..%d, ttl %s, reported %s ago", w.ID, w.Start, int(w.Start)+len(w.Ranks)-1, ms(w.TTL), ms(now-w.LastReport))
 		if w.Draining {
 			b.WriteString(", draining")
@@ -249,7 +249,7 @@ func (s *Scheduler) describeSettlements(b *strings.Builder, now int64) {
 }
 
 func (s *Scheduler) describeDeadlines(b *strings.Builder, now int64) {
-	if len(s.dl) == 0 {
+	if s.NextDeadline() == 0 {
 		return
 	}
 	rs := slices.Clone([]*request.Snapshot(s.dl))
@@ -264,7 +264,7 @@ func (s *Scheduler) describeDeadlines(b *strings.Builder, now int64) {
 		}
 		parts = append(parts, fmt.Sprintf("%s in %s", r.ID, ms(r.Deadline-now)))
 	}
-	fmt.Fprintf(b, "deadlines: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(b, "deadlines: %s (next in %s)\n", strings.Join(parts, ", "), ms(s.NextDeadline()-now))
 }
 
 // reqList names requests as id:cost, "*" marking one already charged.

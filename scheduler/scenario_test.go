@@ -101,7 +101,7 @@ func (h *scenario) run(t *testing.T, td *datadriven.TestData) string {
 		if r.Index < 0 {
 			out = r.ID + " is not queued: left alone"
 		} else {
-			out = r.ID + " removed from " + h.s.pol.Classes[r.Class].Name
+			out = r.ID + " removed from " + h.s.Policy().Classes[r.Class].Name
 		}
 		h.s.Remove(r)
 	case "pause":
@@ -151,7 +151,7 @@ func (h *scenario) policy(a *args) string {
 		return "invalid policy: " + err.Error()
 	}
 	if h.s != nil {
-		old := h.s.pol
+		old := h.s.Policy()
 		ch := h.s.SetPolicy(h.now, pol)
 		ids := slices.Sorted(maps.Keys(h.inFlight))
 		var moved []string
@@ -239,7 +239,8 @@ func (h *scenario) report(a *args) string {
 // [pin=w1|w1/0] [strict=N] [jump=S] [deadline=500ms] [age=1s]
 // [allow=(..)] [require=(..)] [prefer=(gpu:1.5,..)] [overlap=(w1:300,..)]
 // [id=..] [n=N]. Requests are named r1, r2, ... in arrival order unless id
-// is given. Each is published at now (minus age), a nanosecond apart.
+// is given. Each is published at now (minus age); equal scores keep arrival
+// order (by seq).
 func (h *scenario) arrive(a *args) string {
 	token := a.pos(0)
 	count := int(a.uint("n", 1))
@@ -279,7 +280,7 @@ func (h *scenario) arrive(a *args) string {
 			a.td.Fatalf(a.t, "request %s arrived before", arr.ID)
 		}
 		arr.Ref = uint64(h.n)
-		arr.Published = h.now - age + int64(h.n)
+		arr.Published = h.now - age
 		d := h.s.Arrive(h.now, &arr)
 		h.reqs[arr.ID] = d.Req
 		lines = append(lines, h.decision(d))
@@ -317,7 +318,7 @@ func (h *scenario) dispatch(a *args) string {
 			break
 		}
 		lines = append(lines, h.decision(d))
-		name := h.s.pol.Classes[d.Req.Class].Name
+		name := h.s.Policy().Classes[d.Req.Class].Name
 		if d.Kind == Dispatch {
 			perClass[name]++
 			perKey[name+"/"+d.Req.Key]++
@@ -378,14 +379,14 @@ func (h *scenario) answer(a *args) string {
 	}
 	out := fmt.Sprintf("%s %s by %s", id, how, d.Worker)
 	if d.Req.Index >= 0 {
-		out += fmt.Sprintf("; back in %s", h.s.pol.Classes[d.Req.Class].Name)
+		out += fmt.Sprintf("; back in %s", h.s.Policy().Classes[d.Req.Class].Name)
 	}
-	if w := h.s.reg.Get(d.Worker); w != nil {
+	if w := h.s.Workers().Get(d.Worker); w != nil {
 		switch {
 		case w.Excluded && w.ExcludedUntil == 1<<63-1:
 			out += fmt.Sprintf("; %s excluded until its probe is answered", w.ID)
 		case w.Excluded:
-			out += fmt.Sprintf("; %s excluded for %s (%d refusals in a row)", w.ID, ms(w.ExcludedUntil-h.now), w.Refusals())
+			out += fmt.Sprintf("; %s excluded for %s (refused %d in a row)", w.ID, ms(w.ExcludedUntil-h.now), w.Refusals())
 		}
 	}
 	return out
@@ -411,7 +412,7 @@ func (h *scenario) settle(a *args) string {
 	}
 	class := "a removed class"
 	if res.Class >= 0 {
-		class = h.s.pol.Classes[res.Class].Name
+		class = h.s.Policy().Classes[res.Class].Name
 	}
 	return fmt.Sprintf("settled: correction %+d to %s, key %s", res.Correction, class, res.Key)
 }
@@ -450,7 +451,7 @@ func (h *scenario) serve(a *args) string {
 		}
 		fin := running[0]
 		running = running[1:]
-		name := h.s.pol.Classes[fin.Req.Class].Name
+		name := h.s.Policy().Classes[fin.Req.Class].Name
 		order = append(order, name)
 		done[name]++
 		var seen, prefill uint64
@@ -487,11 +488,11 @@ func (h *scenario) tick(a *args) string {
 	if len(a.td.CmdArgs) > 0 {
 		h.now += a.duration()
 	}
-	before := workerIDs(h.s.reg)
+	before := workerIDs(h.s.Workers())
 	decs := h.s.Tick(h.now, nil)
 	var lines []string
 	for _, id := range before {
-		if h.s.reg.Get(id) == nil {
+		if h.s.Workers().Get(id) == nil {
 			lines = append(lines, id+" expired")
 		}
 	}
@@ -556,11 +557,11 @@ func (h *scenario) decision(d Decision) string {
 	case None:
 		return "none"
 	case Queued:
-		return fmt.Sprintf("%s: queued in %s (key %s, cost %d)", d.Req.ID, h.s.pol.Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		return fmt.Sprintf("%s: queued in %s (key %s, cost %d)", d.Req.ID, h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
 	case Dispatch:
 		h.inFlight[d.Req.ID], h.last[d.Req.ID] = d, d
 		return fmt.Sprintf("%s: dispatch to %s/%d seq %d (%s, key %s, cost %d)", d.Req.ID, d.Worker, d.Rank, d.Seq,
-			h.s.pol.Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+			h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
 	default:
 		return fmt.Sprintf("%s: reject %s: %s", d.Req.ID, d.Err.Code, d.Err.Message)
 	}
@@ -568,8 +569,8 @@ func (h *scenario) decision(d Decision) string {
 
 // deficits is the arbiter's state in one line.
 func (h *scenario) deficits() string {
-	parts := make([]string, len(h.s.pol.Classes))
-	for k, c := range h.s.pol.Classes {
+	parts := make([]string, len(h.s.Policy().Classes))
+	for k, c := range h.s.Policy().Classes {
 		parts[k] = fmt.Sprintf("%s %d", c.Name, h.s.arb.Deficit(k))
 	}
 	return "deficits " + strings.Join(parts, ", ") + "; " + strings.TrimSpace(h.s.Describe(h.now, "drr"))
