@@ -8,6 +8,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
@@ -130,7 +131,7 @@ func runKeyed(t testing.TB, run keyedRun) keyedResult {
 				for queued[ct] < run.depth(class, tn) {
 					seq++
 					est, actual := run.cost(rng, tn)
-					a := &Arrival{ID: fmt.Sprintf("%s/%d", tn, seq), Token: class, ISL: est, Published: now}
+					a := &request.Arrival{ID: fmt.Sprintf("%s/%d", tn, seq), Token: class, ISL: est, Published: now}
 					if !run.noKeys {
 						a.Key = tn
 					}

@@ -7,6 +7,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 )
 
 func mustPolicy(t testing.TB, yaml string) *configs.Policy {
@@ -31,7 +32,7 @@ func BenchmarkSetPolicy(b *testing.B) {
 				b.StopTimer()
 				s := New(Config{Policy: mustPolicy(b, string(oldY)), Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1)), Grace: 1e9}, t0)
 				for i := range 100000 {
-					s.Arrive(t0, &Arrival{ID: "r", Token: fmt.Sprintf("f%d", i%families), ISL: uint64(i % 4096), Published: t0 + int64(i)})
+					s.Arrive(t0, &request.Arrival{ID: "r", Token: fmt.Sprintf("f%d", i%families), ISL: uint64(i % 4096), Published: t0 + int64(i)})
 				}
 				b.StartTimer()
 				p, err := configs.Parse("bench.yaml", newY)
@@ -66,7 +67,7 @@ func BenchmarkSetPolicyKeyWeights(b *testing.B) {
 		b.StopTimer()
 		s := New(Config{Policy: mustPolicy(b, fmt.Sprintf(keyPolicy, "")), Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1)), Grace: 1e9}, t0)
 		for i := range 100000 {
-			s.Arrive(t0, &Arrival{ID: "r", Token: "c", Key: fmt.Sprintf("tenant-%06d", i%1000), ISL: 512, Published: t0 + int64(i)})
+			s.Arrive(t0, &request.Arrival{ID: "r", Token: "c", Key: fmt.Sprintf("tenant-%06d", i%1000), ISL: 512, Published: t0 + int64(i)})
 		}
 		b.StartTimer()
 		p, err := configs.Parse("bench.yaml", y)

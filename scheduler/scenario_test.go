@@ -248,7 +248,7 @@ func (h *scenario) arrive(a *args) string {
 	if named && count > 1 {
 		a.td.Fatalf(a.t, "id names one request")
 	}
-	base := Arrival{
+	base := request.Arrival{
 		Token: token, ISL: a.uint("isl", 1), Cached: a.uint("cached", 0), Key: a.strOr("key", ""),
 		Strict: uint32(a.uint("strict", 0)), Jump: a.float("jump", 0),
 		Allowed: a.list("allow"), Required: a.list("require"),

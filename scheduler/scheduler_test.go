@@ -55,9 +55,9 @@ func (f *fixture) report(id string, prefill uint64, mod ...func(*workers.Report)
 	}
 }
 
-func (f *fixture) arrive(token string, isl uint64, mod ...func(*Arrival)) Decision {
+func (f *fixture) arrive(token string, isl uint64, mod ...func(*request.Arrival)) Decision {
 	f.n++
-	a := &Arrival{ID: token + "-" + string(rune('a'+f.n%26)), Token: token, ISL: isl, Published: f.now + int64(f.n)}
+	a := &request.Arrival{ID: token + "-" + string(rune('a'+f.n%26)), Token: token, ISL: isl, Published: f.now + int64(f.n)}
 	for _, m := range mod {
 		m(a)
 	}
@@ -86,7 +86,7 @@ func TestSnapshotCarriesHashes(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 1<<30) // busy: the requests stay queued
 	hs := []uint64{7, 8}
-	d := f.arrive("premium", 400, func(a *Arrival) { a.Hashes = hs })
+	d := f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = hs })
 	if d.Req.Route == nil || !slices.Equal(d.Req.Route.Hashes, hs) {
 		t.Fatalf("route = %+v, want hashes %v", d.Req.Route, hs)
 	}
@@ -103,7 +103,7 @@ func TestDeadlinesExpireInOrder(t *testing.T) {
 	var reqs []*request.Snapshot
 	for range 40 {
 		ms := uint64(100 + rng.IntN(900))
-		d := f.arrive("regular", 1, func(a *Arrival) { a.Published = f.now; a.DeadlineMs, a.HasDeadline = ms, true })
+		d := f.arrive("regular", 1, func(a *request.Arrival) { a.Published = f.now; a.DeadlineMs, a.HasDeadline = ms, true })
 		f.wantKind(d, Queued)
 		reqs = append(reqs, d.Req)
 	}
