@@ -16,41 +16,29 @@ package dispatcher
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/datadriven"
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
 	"fairdispatch/configs"
+	"fairdispatch/internal/scenario"
 	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
-func TestActorScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenario files (%v)", err)
-	}
-	for _, path := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			h := &actorScenario{msgs: map[uint64][]*fakeMsg{}}
-			datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-				return h.run(t, td)
-			})
-		})
-	}
-}
+func TestActorScenarios(t *testing.T) { scenario.Run(t, "testdata", newActorStory) }
 
-// actorScenario is the state of one file: the fixture, every message
+// newActorStory returns the command handler of a new file.
+func newActorStory() scenario.Handler { return (&actorStory{msgs: map[uint64][]*fakeMsg{}}).run }
+
+// actorStory is the state of one file: the fixture, every message
 // delivered (by stream sequence, a redelivery after the first), and how much
 // of each fake's record the file has already shown.
-type actorScenario struct {
+type actorStory struct {
 	f     *fixture
 	start time.Time
 	msgs  map[uint64][]*fakeMsg
@@ -63,54 +51,9 @@ type actorScenario struct {
 	}
 }
 
-func (h *actorScenario) run(t *testing.T, td *datadriven.TestData) string {
+func (h *actorStory) run(t *testing.T, td *scenario.TestData) string {
 	t.Helper()
-	if h.f == nil && td.Cmd != "policy" {
-		td.Fatalf(t, "the first command must be policy")
-	}
-	a := &cmdArgs{t: t, td: td}
-	var out string
-	switch td.Cmd {
-	case "policy":
-		out = h.policy(a)
-	case "deliver":
-		out = h.deliver(a)
-	case "report":
-		out = h.report(a)
-	case "answer":
-		out = h.answer(a)
-	case "dlq":
-		out = h.dlq(a)
-	case "send-fails":
-		out = h.sendFails(a)
-	case "tick":
-		h.f.now = h.f.now.Add(a.duration())
-		h.f.a.tick(h.f.now)
-	case "advance-time":
-		h.f.now = h.f.now.Add(a.duration())
-		out = "now +" + h.f.now.Sub(h.start).String()
-	case "recheck":
-		h.f.a.d.Scheduler.RecheckAll()
-	case "lose-lead":
-		h.f.a.SetLeader(false)
-		out = fmt.Sprintf("handed back %d", h.f.a.handBackQueued()+h.f.a.retire(h.f.a.cur))
-	case "gain-lead":
-		h.f.a.SetLeader(true)
-	case "disconnect", "connect":
-		h.f.a.connection(td.Cmd == "connect")
-	case "settle":
-		out = h.settle(a)
-	case "print":
-		var sections []string
-		for i, arg := range td.CmdArgs {
-			a.mark(i)
-			sections = append(sections, arg.Key)
-		}
-		out = h.print(sections)
-	default:
-		td.Fatalf(t, "unknown command %q", td.Cmd)
-	}
-	a.done()
+	out := scenario.Do(t, td, h.f != nil, "policy", h.commands(), "draining", "gate")
 	if td.Cmd != "print" {
 		h.f.a.drain() // as Run does after every event
 		out = strings.TrimSpace(out + "\n" + h.effects())
@@ -121,20 +64,45 @@ func (h *actorScenario) run(t *testing.T, td *datadriven.TestData) string {
 	return out + "\n"
 }
 
+// commands are the commands of testdata/README.md.
+func (h *actorStory) commands() map[string]func(*scenario.Args) string {
+	return map[string]func(*scenario.Args) string{
+		"policy": h.policy, "deliver": h.deliver, "report": h.report, "answer": h.answer, "dlq": h.dlq,
+		"send-fails": h.sendFails, "settle": h.settle, "print": h.print,
+		"tick": func(a *scenario.Args) string {
+			h.f.now = h.f.now.Add(a.Duration())
+			h.f.a.tick(h.f.now)
+			return ""
+		},
+		"advance-time": func(a *scenario.Args) string {
+			h.f.now = h.f.now.Add(a.Duration())
+			return "now +" + h.f.now.Sub(h.start).String()
+		},
+		"recheck": func(*scenario.Args) string { h.f.a.d.Scheduler.RecheckAll(); return "" },
+		"lose-lead": func(*scenario.Args) string {
+			h.f.a.SetLeader(false)
+			return fmt.Sprintf("handed back %d", h.f.a.handBackQueued()+h.f.a.retire(h.f.a.cur))
+		},
+		"gain-lead":  func(*scenario.Args) string { h.f.a.SetLeader(true); return "" },
+		"disconnect": func(*scenario.Args) string { h.f.a.connection(false); return "" },
+		"connect":    func(*scenario.Args) string { h.f.a.connection(true); return "" },
+	}
+}
+
 // policy builds the actor from the YAML of its input block (grace=,
 // no-workers-timeout=, gate to give it a pull gate); a later policy command
 // applies a new revision (rev=N), as the policy follower does.
-func (h *actorScenario) policy(a *cmdArgs) string {
-	pol, err := configs.Parse("scenario.yaml", []byte(a.td.Input))
+func (h *actorStory) policy(a *scenario.Args) string {
+	pol, err := configs.Parse("scenario.yaml", []byte(a.TD.Input))
 	if err != nil {
-		a.td.Fatalf(a.t, "%v", err)
+		a.Fatalf("%v", err)
 	}
 	if h.f != nil {
-		h.f.a.applyPolicy(policyReq{rev: a.uint("rev", 0), p: pol})
+		h.f.a.applyPolicy(policyReq{rev: a.Uint("rev", 0), p: pol})
 		v := h.f.a.Policy()
 		return fmt.Sprintf("revision %d from %s: %s", v.Revision, v.Source, strings.Join(v.Classes, ", "))
 	}
-	h.f = newFixtureWith(a.t, a.td.Input, fixtureConfig{grace: a.dur("grace", 0), noWorkersTimeout: a.dur("no-workers-timeout", 0), gate: a.flag("gate")})
+	h.f = newFixtureWith(a.T, a.TD.Input, fixtureConfig{grace: a.Dur("grace", 0), noWorkersTimeout: a.Dur("no-workers-timeout", 0), gate: a.Flag("gate")})
 	h.start = h.f.now
 	h.seen.acks = map[*fakeMsg]int{}
 	return "classes " + strings.Join(classNames(pol), ", ")
@@ -146,25 +114,25 @@ func (h *actorScenario) policy(a *cmdArgs) string {
 // (Dispatch-ISL-Tokens=100, Nats-Msg-Id=r1) are the message's headers, as a
 // producer sets them (docs/protocol.md, Request headers); header= gives any
 // other.
-func (h *actorScenario) deliver(a *cmdArgs) string {
-	seq := parseU(a, a.pos(0))
+func (h *actorStory) deliver(a *scenario.Args) string {
+	seq := a.ParseUint(a.Pos(0))
 	hdr := nats.Header{}
-	for i, arg := range a.td.CmdArgs {
+	for i, arg := range a.TD.CmdArgs {
 		switch {
 		case isHeaderName(arg.Key):
-			a.mark(i)
+			a.Mark(i)
 			hdr[arg.Key] = []string{strings.Join(arg.Vals, ",")}
 		case arg.Key == "header":
-			a.mark(i)
+			a.Mark(i)
 			for _, v := range arg.Vals {
 				name, val, _ := strings.Cut(v, ":")
 				hdr[name] = append(hdr[name], val)
 			}
 		}
 	}
-	m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: seq, nd: a.uint("nd", 1)}
+	m := &fakeMsg{hdr: hdr, data: []byte("body"), stream: seq, nd: a.Uint("nd", 1)}
 	h.msgs[seq] = append(h.msgs[seq], m)
-	d := m.delivery(a.strOr("token", "premium"), h.f.now.Add(-a.dur("age", 0)))
+	d := m.delivery(a.StrOr("token", "premium"), h.f.now.Add(-a.Dur("age", 0)))
 	h.f.a.admit(h.f.now, &d)
 	if hd := h.f.a.held[seq]; hd != nil && hd.snap != nil && hd.snap.Index >= 0 {
 		return fmt.Sprintf("%d: queued in %s", seq, h.f.a.className(hd.snap.Class))
@@ -178,13 +146,13 @@ func isHeaderName(k string) bool {
 
 // report applies a worker's load report: report <worker> [prefill=N]
 // [requests=N] [seen=N] [ttl=60s] [max_active=N] [draining].
-func (h *actorScenario) report(a *cmdArgs) string {
-	id := a.pos(0)
-	rep := workers.Report{WorkerID: id, DPSize: 1, TTLms: uint64(a.dur("ttl", 60e9) / 1e6), Instance: "i-" + id,
-		MaxActive: a.uint("max_active", 0), Draining: a.flag("draining"),
-		Ranks: []workers.RankLoad{{ActivePrefillTokens: a.uint("prefill", 0), ActiveRequests: a.uint("requests", 0)}}}
-	if _, ok := a.str("seen"); ok {
-		rep.SeenSeq, rep.HasSeenSeq = a.uint("seen", 0), true
+func (h *actorStory) report(a *scenario.Args) string {
+	id := a.Pos(0)
+	rep := workers.Report{WorkerID: id, DPSize: 1, TTLms: uint64(a.Dur("ttl", time.Minute).Milliseconds()), Instance: "i-" + id,
+		MaxActive: a.Uint("max_active", 0), Draining: a.Flag("draining"),
+		Ranks: []workers.RankLoad{{ActivePrefillTokens: a.Uint("prefill", 0), ActiveRequests: a.Uint("requests", 0)}}}
+	if _, ok := a.Str("seen"); ok {
+		rep.SeenSeq, rep.HasSeenSeq = a.Uint("seen", 0), true
 	}
 	h.f.a.report(rep)
 	return ""
@@ -192,11 +160,11 @@ func (h *actorScenario) report(a *cmdArgs) string {
 
 // answer delivers a worker's answer to the dispatch of a held message:
 // answer <stream seq> accept|refuse|timeout|noresponders.
-func (h *actorScenario) answer(a *cmdArgs) string {
-	seq := parseU(a, a.pos(0))
-	outcome := map[string]bus.Outcome{"accept": bus.Accepted, "refuse": bus.Refused, "timeout": bus.Timeout, "noresponders": bus.NoResponders}[a.pos(1)]
+func (h *actorStory) answer(a *scenario.Args) string {
+	seq := a.ParseUint(a.Pos(0))
+	outcome := map[string]bus.Outcome{"accept": bus.Accepted, "refuse": bus.Refused, "timeout": bus.Timeout, "noresponders": bus.NoResponders}[a.Pos(1)]
 	if outcome == 0 {
-		a.td.Fatalf(a.t, "unknown answer %q", a.pos(1))
+		a.Fatalf("unknown answer %q", a.Pos(1))
 	}
 	worker := ""
 	if hd := h.f.a.held[seq]; hd != nil {
@@ -210,19 +178,16 @@ func (h *actorScenario) answer(a *cmdArgs) string {
 // message: dlq <stream seq> stored|refused|closed|down. refused is the
 // letter's own fault (too large), closed the bus shutting down, down any
 // other failure (the DLQ cannot take it).
-func (h *actorScenario) dlq(a *cmdArgs) string {
-	seq := parseU(a, a.pos(0))
-	var err error
-	switch how := a.pos(1); how {
-	case "stored":
-	case "refused":
-		err = fmt.Errorf("bus: dead letter: %w: %w", bus.ErrRequestFault, nats.ErrMaxPayload)
-	case "closed":
-		err = bus.ErrClosed
-	case "down":
-		err = fmt.Errorf("bus: dead letter: %w", bus.ErrConnectionFault)
-	default:
-		a.td.Fatalf(a.t, "unknown dlq answer %q", how)
+func (h *actorStory) dlq(a *scenario.Args) string {
+	seq := a.ParseUint(a.Pos(0))
+	err, ok := map[string]error{
+		"stored":  nil,
+		"refused": fmt.Errorf("bus: dead letter: %w: %w", bus.ErrRequestFault, nats.ErrMaxPayload),
+		"closed":  bus.ErrClosed,
+		"down":    fmt.Errorf("bus: dead letter: %w", bus.ErrConnectionFault),
+	}[a.Pos(1)]
+	if !ok {
+		a.Fatalf("unknown dlq answer %q", a.Pos(1))
 	}
 	h.f.a.deadLettered(dlqDone{seq: seq, err: err})
 	return ""
@@ -232,23 +197,21 @@ func (h *actorScenario) dlq(a *cmdArgs) string {
 // <stream seq> request|header|worker|connection|none (request: over
 // max_payload; header: a header NATS cannot send; none: sends succeed
 // again). Each failed attempt shows among the effects.
-func (h *actorScenario) sendFails(a *cmdArgs) string {
-	seq := parseU(a, a.pos(0))
-	var err error
-	switch how := a.pos(1); how {
-	case "request":
-		err = &bus.RequestFault{Reason: "the request is over the server's max_payload", Err: nats.ErrMaxPayload}
-	case "worker":
-		err = fmt.Errorf("%w: %w: worker id", bus.ErrWorkerFault, bus.ErrInvalidSubject)
-	case "connection":
-		err = bus.ErrNotConnected
-	case "header":
-		err = &bus.RequestFault{Reason: `header name "X/Y" cannot be sent over NATS`, Err: nats.ErrBadHeaderMsg}
-	case "none":
+func (h *actorStory) sendFails(a *scenario.Args) string {
+	seq := a.ParseUint(a.Pos(0))
+	err, ok := map[string]error{
+		"request":    &bus.RequestFault{Reason: "the request is over the server's max_payload", Err: nats.ErrMaxPayload},
+		"header":     &bus.RequestFault{Reason: `header name "X/Y" cannot be sent over NATS`, Err: nats.ErrBadHeaderMsg},
+		"worker":     fmt.Errorf("%w: %w: worker id", bus.ErrWorkerFault, bus.ErrInvalidSubject),
+		"connection": bus.ErrNotConnected,
+		"none":       nil,
+	}[a.Pos(1)]
+	switch {
+	case !ok:
+		a.Fatalf("unknown send failure %q", a.Pos(1))
+	case err == nil:
 		h.f.b.sendErr = nil
 		return ""
-	default:
-		a.td.Fatalf(a.t, "unknown send failure %q", how)
 	}
 	h.f.b.sendErr = func(token uint64) error {
 		if token != seq {
@@ -264,8 +227,8 @@ func (h *actorScenario) sendFails(a *cmdArgs) string {
 // JSON in the input block (docs/protocol.md, Completion records). It says
 // how many records were taken in (0: it did not parse); print scheduler
 // shows what they changed.
-func (h *actorScenario) settle(a *cmdArgs) string {
-	h.f.a.CompletionRecord(a.pos(0), []byte(a.td.Input))
+func (h *actorStory) settle(a *scenario.Args) string {
+	h.f.a.CompletionRecord(a.Pos(0), []byte(a.TD.Input))
 	n := 0
 	for _, d := range h.f.a.done.take() {
 		h.f.a.settle(d)
@@ -275,7 +238,7 @@ func (h *actorScenario) settle(a *cmdArgs) string {
 }
 
 // effects describes what the fakes recorded since the last command.
-func (h *actorScenario) effects() string {
+func (h *actorStory) effects() string {
 	f := h.f
 	var b strings.Builder
 	for _, fl := range h.failed {
@@ -359,7 +322,8 @@ func outcome(o wire.Outcome) string {
 // held (every message delivered and what became of it), sent (every dispatch
 // with its headers) and scheduler (Scheduler.Describe; workers: only its
 // workers); all but workers unless sections are named.
-func (h *actorScenario) print(sections []string) string {
+func (h *actorStory) print(args *scenario.Args) string {
+	sections := args.Keys()
 	want := func(s string) bool { return len(sections) == 0 || slices.Contains(sections, s) }
 	f, a := h.f, h.f.a
 	var b strings.Builder
@@ -403,7 +367,7 @@ func (h *actorScenario) print(sections []string) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-func (h *actorScenario) state(seq uint64) string {
+func (h *actorStory) state(seq uint64) string {
 	hd := h.f.a.held[seq]
 	switch {
 	case hd == nil:
@@ -419,108 +383,4 @@ func (h *actorScenario) state(seq uint64) string {
 		return fmt.Sprintf("%s held until the grace ends (%s)", hd.snap.ID, hd.err.Code)
 	}
 	return fmt.Sprintf("%s held", hd.snap.ID)
-}
-
-// cmdArgs reads a command's arguments, as the scheduler's scenario harness
-// does: positional ones in order, key=value ones by name, and done fails on
-// any argument no reader asked for.
-type cmdArgs struct {
-	t    *testing.T
-	td   *datadriven.TestData
-	used map[int]bool
-}
-
-func (a *cmdArgs) mark(i int) {
-	if a.used == nil {
-		a.used = map[int]bool{}
-	}
-	a.used[i] = true
-}
-
-func (a *cmdArgs) done() {
-	for i, arg := range a.td.CmdArgs {
-		if !a.used[i] {
-			a.td.Fatalf(a.t, "unknown argument %q of %s", arg.Key, a.td.Cmd)
-		}
-	}
-}
-
-func (a *cmdArgs) pos(i int) string {
-	n := 0
-	for j, arg := range a.td.CmdArgs {
-		if len(arg.Vals) == 0 && arg.Key != "draining" && arg.Key != "gate" {
-			if n == i {
-				a.mark(j)
-				return arg.Key
-			}
-			n++
-		}
-	}
-	a.td.Fatalf(a.t, "%s needs %d positional arguments", a.td.Cmd, i+1)
-	return ""
-}
-
-func (a *cmdArgs) flag(name string) bool {
-	for j, arg := range a.td.CmdArgs {
-		if arg.Key == name && len(arg.Vals) == 0 {
-			a.mark(j)
-			return true
-		}
-	}
-	return false
-}
-
-func (a *cmdArgs) str(name string) (string, bool) {
-	for j, arg := range a.td.CmdArgs {
-		if arg.Key == name && len(arg.Vals) == 1 {
-			a.mark(j)
-			return arg.Vals[0], true
-		}
-	}
-	return "", false
-}
-
-func (a *cmdArgs) strOr(name, def string) string {
-	if v, ok := a.str(name); ok {
-		return v
-	}
-	return def
-}
-
-func (a *cmdArgs) uint(name string, def uint64) uint64 {
-	if v, ok := a.str(name); ok {
-		return parseU(a, v)
-	}
-	return def
-}
-
-func (a *cmdArgs) dur(name string, def time.Duration) time.Duration {
-	if v, ok := a.str(name); ok {
-		return parseD(a, v)
-	}
-	return def
-}
-
-// duration reads the positional duration of tick and advance-time (+25ms).
-func (a *cmdArgs) duration() time.Duration {
-	if len(a.td.CmdArgs) == 0 {
-		return 0
-	}
-	return parseD(a, a.pos(0))
-}
-
-func parseU(a *cmdArgs, s string) uint64 {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		a.td.Fatalf(a.t, "%v", err)
-	}
-	return v
-}
-
-func parseD(a *cmdArgs, s string) time.Duration {
-	d, err := time.ParseDuration(strings.TrimPrefix(s, "+"))
-	if err != nil {
-		a.td.Fatalf(a.t, "%v", err)
-	}
-	return d
 }

@@ -82,14 +82,6 @@ func inOrder(q queue) []*request.Snapshot {
 		return nil
 	}
 	rs := slices.Clone(q)
-	slices.SortFunc(rs, func(a, b *request.Snapshot) int {
-		switch {
-		case a.Before(b):
-			return -1
-		case b.Before(a):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(rs, request.Compare)
 	return rs
 }

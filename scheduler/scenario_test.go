@@ -19,39 +19,27 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/datadriven"
-
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/internal/scenario"
 	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
-func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenario files (%v)", err)
-	}
-	for _, path := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			h := &scenario{now: t0}
-			datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-				return h.run(t, td)
-			})
-		})
-	}
-}
+func TestScenarios(t *testing.T) { scenario.Run(t, "testdata", newStory) }
 
-// scenario is the state of one scenario file: the scheduler, the virtual
-// clock and the requests it has named.
-type scenario struct {
+// newStory returns the command handler of a new file.
+func newStory() scenario.Handler { return (&story{now: t0}).run }
+
+// story is the state of one scenario file: the scheduler, the virtual clock
+// and the requests it has named.
+type story struct {
 	s    *Scheduler
 	now  int64
 	n    int                          // arrivals so far, for default ids
@@ -62,70 +50,57 @@ type scenario struct {
 	last     map[string]Decision
 }
 
-func (h *scenario) run(t *testing.T, td *datadriven.TestData) string {
+func (h *story) run(t *testing.T, td *scenario.TestData) string {
 	t.Helper()
-	if h.s == nil && td.Cmd != "policy" {
-		td.Fatalf(t, "the first command must be policy")
-	}
-	a := &args{t: t, td: td}
-	var out string
-	switch td.Cmd {
-	case "policy":
-		out = h.policy(a)
-	case "report":
-		out = h.report(a)
-	case "arrive":
-		out = h.arrive(a)
-	case "next":
-		out = h.next(a)
-	case "dispatch":
-		out = h.dispatch(a)
-	case "answer":
-		out = h.answer(a)
-	case "settle", "complete":
-		out = h.settle(a)
-	case "serve":
-		out = h.serve(a)
-	case "tick":
-		out = h.tick(a)
-	case "advance-time":
-		h.now += a.duration()
-		out = "now +" + ms(h.now-t0)
-	case "thresholds":
-		out = h.thresholds(a)
-	case "recheck":
-		h.s.RecheckAll()
-		out = "ok"
-	case "remove":
-		r := h.req(a, a.pos(0))
-		if r.Index < 0 {
-			out = r.ID + " is not queued: left alone"
-		} else {
-			out = r.ID + " removed from " + h.s.Policy().Classes[r.Class].Name
-		}
-		h.s.Remove(r)
-	case "pause":
-		h.s.Pause()
-		out = "paused"
-	case "resume":
-		h.s.Resume(h.now)
-		out = "resumed"
-	case "stats":
-		out = h.stats(a)
-	case "print":
-		var sections []string
-		for i, arg := range td.CmdArgs {
-			a.mark(i)
-			sections = append(sections, arg.Key)
-		}
-		if out = h.s.Describe(h.now, sections...); out == "" {
-			out = "(nothing to print)"
-		}
-	default:
-		td.Fatalf(t, "unknown command %q", td.Cmd)
-	}
-	a.done()
+	out := scenario.Do(t, td, h.s != nil, "policy", h.commands(), "draining", "summary")
 	return strings.TrimRight(out, "\n") + "\n"
+}
+
+// commands are the commands of testdata/README.md.
+func (h *story) commands() map[string]func(*scenario.Args) string {
+	return map[string]func(*scenario.Args) string{
+		"policy": h.policy, "report": h.report, "arrive": h.arrive, "next": h.next, "dispatch": h.dispatch,
+		"answer": h.answer, "settle": h.settle, "complete": h.settle, "serve": h.serve, "tick": h.tick,
+		"advance-time": h.advance, "thresholds": h.thresholds, "recheck": h.recheck, "remove": h.remove,
+		"pause": h.pause, "resume": h.resume, "stats": h.stats, "print": h.print,
+	}
+}
+
+func (h *story) advance(a *scenario.Args) string {
+	h.now += int64(a.Duration())
+	return "now +" + ms(h.now-t0)
+}
+
+func (h *story) recheck(*scenario.Args) string {
+	h.s.RecheckAll()
+	return "ok"
+}
+
+func (h *story) remove(a *scenario.Args) string {
+	r := h.req(a, a.Pos(0))
+	out := r.ID + " removed from " + h.s.Policy().Classes[r.Class].Name
+	if r.Index < 0 {
+		out = r.ID + " is not queued: left alone"
+	}
+	h.s.Remove(r)
+	return out
+}
+
+func (h *story) pause(*scenario.Args) string {
+	h.s.Pause()
+	return "paused"
+}
+
+func (h *story) resume(*scenario.Args) string {
+	h.s.Resume(h.now)
+	return "resumed"
+}
+
+func (h *story) print(a *scenario.Args) string {
+	if out := h.s.Describe(h.now, a.Keys()...); out != "" {
+		return out
+	}
+	return "(nothing to print)"
 }
 
 // policy builds the scheduler from the YAML in the input block or a file
@@ -133,19 +108,19 @@ func (h *scenario) run(t *testing.T, td *datadriven.TestData) string {
 // settle-window, max-unsettled and seed; a later policy command is a live
 // swap (SetPolicy), after which every dispatch in flight is reclassed, as
 // the actor does.
-func (h *scenario) policy(a *args) string {
-	yaml := a.td.Input
+func (h *story) policy(a *scenario.Args) string {
+	yaml := a.TD.Input
 	name := "scenario.yaml"
-	if f, ok := a.str("file"); ok {
-		data, err := os.ReadFile(filepath.Join("..", f))
+	if f, ok := a.Str("file"); ok {
+		data, err := os.ReadFile("../" + f) // f is relative to the module root
 		if err != nil {
-			a.td.Fatalf(a.t, "%v", err)
+			a.Fatalf("%v", err)
 		}
 		yaml, name = string(data), f
 	}
 	pol, err := configs.Parse(name, []byte(yaml))
 	if err != nil && h.s == nil {
-		a.td.Fatalf(a.t, "%v", err)
+		a.Fatalf("%v", err)
 	}
 	if err != nil {
 		return "invalid policy: " + err.Error()
@@ -175,12 +150,12 @@ func (h *scenario) policy(a *args) string {
 		}
 		return b.String()
 	}
-	seed := a.uint("seed", 7)
+	seed := a.Uint("seed", 7)
 	cfg := Config{
 		Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(seed, seed)),
-		Grace: a.dur("grace", 0), NoWorkersTimeout: a.dur("no-workers-timeout", 0),
-		MaxWorkers: int(a.uint("max-workers", 0)), MaxKeysPerClass: int(a.uint("max-keys", 0)),
-		SettleWindow: a.dur("settle-window", 0), MaxUnsettled: int(a.uint("max-unsettled", 0)),
+		Grace: int64(a.Dur("grace", 0)), NoWorkersTimeout: int64(a.Dur("no-workers-timeout", 0)),
+		MaxWorkers: int(a.Uint("max-workers", 0)), MaxKeysPerClass: int(a.Uint("max-keys", 0)),
+		SettleWindow: int64(a.Dur("settle-window", 0)), MaxUnsettled: int(a.Uint("max-unsettled", 0)),
 	}
 	h.s = New(cfg, h.now)
 	h.reqs, h.inFlight, h.last = map[string]*request.Snapshot{}, map[string]Decision{}, map[string]Decision{}
@@ -195,19 +170,19 @@ func (h *scenario) policy(a *args) string {
 // [prefill=N|(per rank)] [requests=..] [decode=..] [kv=..] [ttl=3000ms]
 // [seen=N] [max_active=N] [batched=N] [total_kv=N] [taints=(..)] [draining]
 // [instance=..]. Without seen the report counts every booking.
-func (h *scenario) report(a *args) string {
-	id := a.pos(0)
-	n := a.uint("ranks", 1)
-	start := a.uint("start", 0)
+func (h *story) report(a *scenario.Args) string {
+	id := a.Pos(0)
+	n := a.Uint("ranks", 1)
+	start := a.Uint("start", 0)
 	rep := workers.Report{
-		WorkerID: id, DPStart: uint32(start), DPSize: uint32(n), TTLms: uint64(a.dur("ttl", 3e9) / 1e6),
-		Instance: a.strOr("instance", "i-"+id), MaxActive: a.uint("max_active", 0), MaxBatched: a.uint("batched", 0),
-		TotalKV: a.uint("total_kv", 0), Draining: a.flag("draining"), Taints: a.list("taints"),
+		WorkerID: id, DPStart: uint32(start), DPSize: uint32(n), TTLms: uint64(a.Dur("ttl", 3*time.Second).Milliseconds()),
+		Instance: a.StrOr("instance", "i-"+id), MaxActive: a.Uint("max_active", 0), MaxBatched: a.Uint("batched", 0),
+		TotalKV: a.Uint("total_kv", 0), Draining: a.Flag("draining"), Taints: a.List("taints"),
 	}
-	if _, ok := a.str("seen"); ok {
-		rep.SeenSeq, rep.HasSeenSeq = a.uint("seen", 0), true
+	if _, ok := a.Str("seen"); ok {
+		rep.SeenSeq, rep.HasSeenSeq = a.Uint("seen", 0), true
 	}
-	prefill, requests, decode, kv := a.perRank("prefill", n), a.perRank("requests", n), a.perRank("decode", n), a.perRank("kv", n)
+	prefill, requests, decode, kv := perRank(a, "prefill", n), perRank(a, "requests", n), perRank(a, "decode", n), perRank(a, "kv", n)
 	for i := range n {
 		rep.Ranks = append(rep.Ranks, workers.RankLoad{Rank: uint32(start + i), ActivePrefillTokens: prefill[i],
 			ActiveRequests: requests[i], ActiveDecodeBlocks: decode[i], KVUsedBlocks: kv[i]})
@@ -241,33 +216,33 @@ func (h *scenario) report(a *args) string {
 // [id=..] [n=N]. Requests are named r1, r2, ... in arrival order unless id
 // is given. Each is published at now (minus age); equal scores keep arrival
 // order (by seq).
-func (h *scenario) arrive(a *args) string {
-	token := a.pos(0)
-	count := int(a.uint("n", 1))
-	id, named := a.str("id")
+func (h *story) arrive(a *scenario.Args) string {
+	token := a.Pos(0)
+	count := int(a.Uint("n", 1))
+	id, named := a.Str("id")
 	if named && count > 1 {
-		a.td.Fatalf(a.t, "id names one request")
+		a.Fatalf("id names one request")
 	}
 	base := request.Arrival{
-		Token: token, ISL: a.uint("isl", 1), Cached: a.uint("cached", 0), Key: a.strOr("key", ""),
-		Strict: uint32(a.uint("strict", 0)), Jump: a.float("jump", 0),
-		Allowed: a.list("allow"), Required: a.list("require"),
+		Token: token, ISL: a.Uint("isl", 1), Cached: a.Uint("cached", 0), Key: a.StrOr("key", ""),
+		Strict: uint32(a.Uint("strict", 0)), Jump: a.Float("jump", 0),
+		Allowed: a.List("allow"), Required: a.List("require"),
 	}
-	if p, ok := a.str("pin"); ok {
+	if p, ok := a.Str("pin"); ok {
 		base.Pin = pinTarget(a, p)
 	}
-	if d, ok := a.str("deadline"); ok {
-		base.HasDeadline, base.DeadlineMs = true, uint64(parseDur(a, d)/1e6)
+	if d, ok := a.Str("deadline"); ok {
+		base.HasDeadline, base.DeadlineMs = true, uint64(a.ParseDur(d).Milliseconds())
 	}
-	for _, p := range a.list("prefer") {
+	for _, p := range a.List("prefer") {
 		name, w, _ := strings.Cut(p, ":")
-		base.Preferred = append(base.Preferred, request.Taint{Name: name, Weight: parseFloat(a, w)})
+		base.Preferred = append(base.Preferred, request.Taint{Name: name, Weight: a.ParseFloat(w)})
 	}
-	for _, o := range a.list("overlap") {
+	for _, o := range a.List("overlap") {
 		w, n, _ := strings.Cut(o, ":")
-		base.Overlap = append(base.Overlap, request.Overlap{Worker: w, Tokens: parseUint(a, n)})
+		base.Overlap = append(base.Overlap, request.Overlap{Worker: w, Tokens: a.ParseUint(n)})
 	}
-	age := a.dur("age", 0)
+	age := int64(a.Dur("age", 0))
 	var lines []string
 	for range count {
 		h.n++
@@ -277,7 +252,7 @@ func (h *scenario) arrive(a *args) string {
 			arr.ID = "r" + strconv.Itoa(h.n)
 		}
 		if _, dup := h.reqs[arr.ID]; dup {
-			a.td.Fatalf(a.t, "request %s arrived before", arr.ID)
+			a.Fatalf("request %s arrived before", arr.ID)
 		}
 		arr.Ref = uint64(h.n)
 		arr.Published = h.now - age
@@ -290,9 +265,9 @@ func (h *scenario) arrive(a *args) string {
 
 // next calls Next n times (n=1 unless given): each decision, and the
 // arbiter's state after it.
-func (h *scenario) next(a *args) string {
+func (h *story) next(a *scenario.Args) string {
 	var b strings.Builder
-	for range int(a.uint("n", 1)) {
+	for range int(a.Uint("n", 1)) {
 		d := h.s.Next(h.now)
 		b.WriteString(h.decision(d))
 		b.WriteString("\n  ")
@@ -305,10 +280,10 @@ func (h *scenario) next(a *args) string {
 // dispatch calls Next until it returns nothing (or max=N decisions) and
 // lists the decisions; with summary, only how many went to each class and
 // key, and the classes of the first show dispatches (20 unless given).
-func (h *scenario) dispatch(a *args) string {
-	limit := int(a.uint("max", 100000))
-	summary := a.flag("summary")
-	show := int(a.uint("show", 20))
+func (h *story) dispatch(a *scenario.Args) string {
+	limit := int(a.Uint("max", 100000))
+	summary := a.Flag("summary")
+	show := int(a.Uint("show", 20))
 	var lines, order []string
 	perClass, perKey := map[string]int{}, map[string]int{}
 	n := 0
@@ -326,7 +301,7 @@ func (h *scenario) dispatch(a *args) string {
 		}
 	}
 	if n == limit && limit == 100000 {
-		a.td.Fatalf(a.t, "dispatch did not end")
+		a.Fatalf("dispatch did not end")
 	}
 	if !summary {
 		if n < limit {
@@ -355,14 +330,14 @@ func (h *scenario) dispatch(a *args) string {
 // worker (Unsent, requeued); unsendable drops it (Unsent, not requeued: the
 // caller dead-letters it); handback records a refusal and lets the request
 // leave (Refused: the dispatcher no longer leads).
-func (h *scenario) answer(a *args) string {
-	id := a.pos(0)
+func (h *story) answer(a *scenario.Args) string {
+	id := a.Pos(0)
 	d, ok := h.inFlight[id]
 	if !ok {
-		a.td.Fatalf(a.t, "%s is not in flight", id)
+		a.Fatalf("%s is not in flight", id)
 	}
 	delete(h.inFlight, id)
-	how := a.pos(1)
+	how := a.Pos(1)
 	switch how {
 	case "accept":
 		h.s.Accepted(d.Worker)
@@ -375,7 +350,7 @@ func (h *scenario) answer(a *args) string {
 	case "handback":
 		h.s.Refused(h.now, d.Worker, d.Seq)
 	default:
-		a.td.Fatalf(a.t, "unknown answer %q", how)
+		a.Fatalf("unknown answer %q", how)
 	}
 	out := fmt.Sprintf("%s %s by %s", id, how, d.Worker)
 	if d.Req.Index >= 0 {
@@ -395,17 +370,17 @@ func (h *scenario) answer(a *args) string {
 // settle applies a completion record: settle <id> [prefill=N] [output=N]
 // settles the request's last dispatch; settle <worker> seq=N [id=..] names
 // the dispatch (a forged or stray record).
-func (h *scenario) settle(a *args) string {
-	first := a.pos(0)
-	c := Completion{PrefillTokens: a.uint("prefill", 0), OutputTokens: a.uint("output", 0)}
+func (h *story) settle(a *scenario.Args) string {
+	first := a.Pos(0)
+	c := Completion{PrefillTokens: a.Uint("prefill", 0), OutputTokens: a.Uint("output", 0)}
 	worker := first
 	if d, ok := h.last[first]; ok {
 		worker, c.Seq, c.RequestID = d.Worker, d.Seq, first
 	}
-	if _, ok := a.str("seq"); ok {
-		c.Seq = a.uint("seq", 0)
+	if _, ok := a.Str("seq"); ok {
+		c.Seq = a.Uint("seq", 0)
 	}
-	c.RequestID = a.strOr("id", c.RequestID)
+	c.RequestID = a.StrOr("id", c.RequestID)
 	res := h.s.Settle(worker, c)
 	if res.Outcome != Settled {
 		return res.Outcome.String()
@@ -425,10 +400,10 @@ func (h *scenario) settle(a *args) string {
 // dispatchable, whose dispatches to the worker start running in turn. It
 // prints how many completions each class had, the classes of the first show
 // completions (20 unless given), and the arbiter's state.
-func (h *scenario) serve(a *args) string {
-	id := a.pos(0)
-	n := int(a.uint("completions", 1))
-	show := int(a.uint("show", 20))
+func (h *story) serve(a *scenario.Args) string {
+	id := a.Pos(0)
+	n := int(a.Uint("completions", 1))
+	show := int(a.Uint("show", 20))
 	var running []Decision
 	start := func() {
 		for _, rid := range slices.Sorted(maps.Keys(h.inFlight)) {
@@ -447,7 +422,7 @@ func (h *scenario) serve(a *args) string {
 	done := map[string]int{}
 	for len(order) < n {
 		if len(running) == 0 {
-			a.td.Fatalf(a.t, "%s runs nothing after %d completions", id, len(order))
+			a.Fatalf("%s runs nothing after %d completions", id, len(order))
 		}
 		fin := running[0]
 		running = running[1:]
@@ -467,7 +442,7 @@ func (h *scenario) serve(a *args) string {
 			Ranks: []workers.RankLoad{{ActivePrefillTokens: prefill, ActiveRequests: uint64(len(running))}}})
 		for d := h.s.Next(h.now); d.Kind != None; d = h.s.Next(h.now) {
 			if line := h.decision(d); d.Kind != Dispatch || d.Worker != id {
-				a.td.Fatalf(a.t, "serve: %s", line)
+				a.Fatalf("serve: %s", line)
 			}
 		}
 		start()
@@ -484,9 +459,9 @@ func (h *scenario) serve(a *args) string {
 
 // tick advances the clock (tick +30ms) and ticks: workers whose TTL ran out,
 // and the rejections Tick returns.
-func (h *scenario) tick(a *args) string {
-	if len(a.td.CmdArgs) > 0 {
-		h.now += a.duration()
+func (h *story) tick(a *scenario.Args) string {
+	if len(a.TD.CmdArgs) > 0 {
+		h.now += int64(a.Duration())
 	}
 	before := workerIDs(h.s.Workers())
 	decs := h.s.Tick(h.now, nil)
@@ -515,18 +490,18 @@ func (h *scenario) tick(a *args) string {
 
 // thresholds sets the busy thresholds: thresholds [prefill=N]
 // [prefill_frac=F] [decode_blocks=F]; none clears them.
-func (h *scenario) thresholds(a *args) string {
+func (h *story) thresholds(a *scenario.Args) string {
 	var t filters.Thresholds
-	if _, ok := a.str("prefill"); ok {
-		v := a.uint("prefill", 0)
+	if _, ok := a.Str("prefill"); ok {
+		v := a.Uint("prefill", 0)
 		t.PrefillTokens = &v
 	}
-	if _, ok := a.str("prefill_frac"); ok {
-		v := a.float("prefill_frac", 0)
+	if _, ok := a.Str("prefill_frac"); ok {
+		v := a.Float("prefill_frac", 0)
 		t.PrefillFrac = &v
 	}
-	if _, ok := a.str("decode_blocks"); ok {
-		v := a.float("decode_blocks", 0)
+	if _, ok := a.Str("decode_blocks"); ok {
+		v := a.Float("decode_blocks", 0)
 		t.DecodeBlocks = &v
 	}
 	h.s.SetThresholds(t)
@@ -539,7 +514,7 @@ func (h *scenario) thresholds(a *args) string {
 }
 
 // stats prints what Stats gives the metrics and /debug/queues.
-func (h *scenario) stats(_ *args) string {
+func (h *story) stats(_ *scenario.Args) string {
 	var b strings.Builder
 	for _, c := range h.s.Stats(nil) {
 		fmt.Fprintf(&b, "%s: pending %d, isl %d, cached %d, deficit %d, keys %d, pinned lanes %d, blocked %d, free ranks %d\n",
@@ -552,7 +527,7 @@ func (h *scenario) stats(_ *args) string {
 }
 
 // decision describes d in one line, and tracks what is in flight.
-func (h *scenario) decision(d Decision) string {
+func (h *story) decision(d Decision) string {
 	switch d.Kind {
 	case None:
 		return "none"
@@ -568,7 +543,7 @@ func (h *scenario) decision(d Decision) string {
 }
 
 // deficits is the arbiter's state in one line.
-func (h *scenario) deficits() string {
+func (h *story) deficits() string {
 	parts := make([]string, len(h.s.Policy().Classes))
 	for k, c := range h.s.Policy().Classes {
 		parts[k] = fmt.Sprintf("%s %d", c.Name, h.s.arb.Deficit(k))
@@ -576,10 +551,10 @@ func (h *scenario) deficits() string {
 	return "deficits " + strings.Join(parts, ", ") + "; " + strings.TrimSpace(h.s.Describe(h.now, "drr"))
 }
 
-func (h *scenario) req(a *args, id string) *request.Snapshot {
+func (h *story) req(a *scenario.Args, id string) *request.Snapshot {
 	r := h.reqs[id]
 	if r == nil {
-		a.td.Fatalf(a.t, "no request %s", id)
+		a.Fatalf("no request %s", id)
 	}
 	return r
 }
@@ -656,175 +631,29 @@ func runs(seq []string) string {
 	return strings.Join(parts, ", ")
 }
 
-// args reads a command's arguments: positional ones (a key without a value)
-// in order, and key=value ones by name. done fails the test on an argument
-// no reader asked for, so that a misspelt one is never silently ignored.
-type args struct {
-	t    *testing.T
-	td   *datadriven.TestData
-	used map[int]bool
-}
-
-func (a *args) mark(i int) {
-	if a.used == nil {
-		a.used = map[int]bool{}
-	}
-	a.used[i] = true
-}
-
-func (a *args) done() {
-	for i, arg := range a.td.CmdArgs {
-		if !a.used[i] {
-			a.td.Fatalf(a.t, "unknown argument %q of %s", arg.Key, a.td.Cmd)
-		}
-	}
-}
-
-// pos returns the i-th positional argument.
-func (a *args) pos(i int) string {
-	n := 0
-	for j, arg := range a.td.CmdArgs {
-		if len(arg.Vals) == 0 && !slices.Contains(flags, arg.Key) {
-			if n == i {
-				a.mark(j)
-				return arg.Key
-			}
-			n++
-		}
-	}
-	a.td.Fatalf(a.t, "%s needs %d positional arguments", a.td.Cmd, i+1)
-	return ""
-}
-
-// flags are the valueless arguments that are not positional.
-var flags = []string{"draining", "summary"}
-
-func (a *args) flag(name string) bool {
-	for j, arg := range a.td.CmdArgs {
-		if arg.Key == name && len(arg.Vals) == 0 {
-			a.mark(j)
-			return true
-		}
-	}
-	return false
-}
-
-func (a *args) vals(name string) ([]string, bool) {
-	for j, arg := range a.td.CmdArgs {
-		if arg.Key == name && len(arg.Vals) > 0 {
-			a.mark(j)
-			return arg.Vals, true
-		}
-	}
-	return nil, false
-}
-
-func (a *args) str(name string) (string, bool) {
-	v, ok := a.vals(name)
-	if !ok {
-		return "", false
-	}
-	if len(v) != 1 {
-		a.td.Fatalf(a.t, "%s takes one value", name)
-	}
-	return v[0], true
-}
-
-func (a *args) strOr(name, def string) string {
-	if v, ok := a.str(name); ok {
-		return v
-	}
-	return def
-}
-
-// list returns a list argument's values, nil when absent.
-func (a *args) list(name string) []string {
-	v, _ := a.vals(name)
-	return v
-}
-
-func (a *args) uint(name string, def uint64) uint64 {
-	v, ok := a.str(name)
-	if !ok {
-		return def
-	}
-	return parseUint(a, v)
-}
-
-func (a *args) float(name string, def float64) float64 {
-	v, ok := a.str(name)
-	if !ok {
-		return def
-	}
-	return parseFloat(a, v)
-}
-
-// dur reads a duration argument (1s, 500ms) in nanoseconds.
-func (a *args) dur(name string, def int64) int64 {
-	v, ok := a.str(name)
-	if !ok {
-		return def
-	}
-	return parseDur(a, v)
-}
-
-// duration reads the positional duration of tick and advance-time (+30ms),
-// or millis=N as in CockroachDB's advance-time.
-func (a *args) duration() int64 {
-	if _, ok := a.str("millis"); ok {
-		return int64(a.uint("millis", 0)) * 1e6
-	}
-	return parseDur(a, a.pos(0))
-}
-
 // perRank reads a per-rank value: one value for every rank, or one per rank.
-func (a *args) perRank(name string, n uint64) []uint64 {
+func perRank(a *scenario.Args, name string, n uint64) []uint64 {
 	out := make([]uint64, n)
-	v, ok := a.vals(name)
-	switch {
-	case !ok:
+	switch v := a.List(name); {
+	case v == nil:
 	case len(v) == 1:
 		for i := range out {
-			out[i] = parseUint(a, v[0])
+			out[i] = a.ParseUint(v[0])
 		}
 	case uint64(len(v)) == n:
 		for i := range out {
-			out[i] = parseUint(a, v[i])
+			out[i] = a.ParseUint(v[i])
 		}
 	default:
-		a.td.Fatalf(a.t, "%s: %d values for %d ranks", name, len(v), n)
+		a.Fatalf("%s: %d values for %d ranks", name, len(v), n)
 	}
 	return out
 }
 
-func pinTarget(a *args, p string) request.Target {
+func pinTarget(a *scenario.Args, p string) request.Target {
 	w, rank, ok := strings.Cut(p, "/")
 	if !ok || rank == "any" {
 		return request.Target{Worker: w, Rank: request.AnyRank}
 	}
-	return request.Target{Worker: w, Rank: int32(parseUint(a, rank))}
-}
-
-func parseUint(a *args, s string) uint64 {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		a.td.Fatalf(a.t, "%v", err)
-	}
-	return v
-}
-
-func parseFloat(a *args, s string) float64 {
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		a.td.Fatalf(a.t, "%v", err)
-	}
-	return v
-}
-
-func parseDur(a *args, s string) int64 {
-	d, err := time.ParseDuration(strings.TrimPrefix(s, "+"))
-	if err != nil {
-		a.td.Fatalf(a.t, "%v", err)
-	}
-	return int64(d)
+	return request.Target{Worker: w, Rank: int32(a.ParseUint(rank))}
 }
