@@ -106,9 +106,10 @@ func nodeOrSkip(t *testing.T) string {
 	return node
 }
 
-// startNodeWorker runs examples/node-worker/worker.js as worker id; at the
-// end of the test it sends SIGTERM and requires a clean exit.
-func startNodeWorker(t *testing.T, node, url, id string, env ...string) {
+// startNodeWorker runs examples/node-worker/worker.js as worker id and
+// returns its output; at the end of the test it sends SIGTERM and requires a
+// clean exit.
+func startNodeWorker(t *testing.T, node, url, id string, env ...string) *lockedBuffer {
 	t.Helper()
 	cmd := exec.Command(node, "worker.js")
 	cmd.Dir = nodeWorkerDir
@@ -139,6 +140,7 @@ func startNodeWorker(t *testing.T, node, url, id string, env ...string) {
 			t.Logf("node worker output:\n%s", tail(out.String(), 40))
 		}
 	})
+	return out
 }
 
 // wsEndToEnd runs n requests against one worker started by start.

@@ -207,7 +207,8 @@ func permPublishTo(nc *nats.Conn, subject, id, replyTo string) (uint64, error) {
 func TestPermissionsExampleConfigServes(t *testing.T) {
 	n, p := permStart(t, "--record-stream") // the example grants the trace stream too
 	for _, w := range []struct{ id, user, secret string }{{"w1", "worker_w1", permW1Secret}, {"w2", "worker_w2", permW2Secret}} {
-		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "")
+		// Its own inbox, for JetStream's answers to its confirmed acknowledgements.
+		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "_INBOX_"+w.user)
 		startMock(t, nc, mockworker.Config{ID: w.id, TTL: 3 * time.Second})
 		t.Cleanup(func() {
 			// The mock also announces completions on dispatch.done.<id> for
@@ -465,7 +466,7 @@ func TestPermissionsKVEvents(t *testing.T) {
 // could not publish load reports anyway. The worker's state is unchanged.
 func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
 	n, p := permStart(t)
-	w1nc, _ := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
+	w1nc, _ := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
 	startMock(t, w1nc, mockworker.Config{ID: "w1", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
 
@@ -526,8 +527,8 @@ func TestPermissionsPoolsConfined(t *testing.T) {
 		"--subject-prefix", "qwen", "--nats-inbox-prefix", "_INBOX_dispatcher_qwen", "--policy-config", writePolicy(t, permQwenPolicy))
 
 	// Both pools serve, each under its own users; worker id w1 in each.
-	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
-	qw1, qw1Errs := secConnect(t, n.URL(), "worker_qwen_w1", permQwenW1Secret, "")
+	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
+	qw1, qw1Errs := secConnect(t, n.URL(), "worker_qwen_w1", permQwenW1Secret, "_INBOX_worker_qwen_w1")
 	startMock(t, w1, mockworker.Config{ID: "w1", TTL: 3 * time.Second})
 	startMock(t, qw1, mockworker.Config{ID: "w1", Prefix: "qwen", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live in both pools", func() bool {
