@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/spin"
+	"fairdispatch/mockworker/batching"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
@@ -124,6 +125,17 @@ type Config struct {
 	// "_" for a request without one), each in (0, 1000], so that a test can
 	// mis-estimate one tenant's requests and not another's.
 	KeyCostFactors map[string]float64
+	// Model, when not nil, replaces the simulation above with a continuously
+	// batched engine per rank (package mockworker/batching: chunked prefill,
+	// decode steps that slow with the batch, a KV block pool that is also
+	// the prefix cache, timings from Model, scaled by Model.Speedup). Its
+	// cache publishes KV cache events like KVCapacity's, which must then be
+	// 0; BlockSize defaults to Model.BlockSize and must equal it;
+	// MaxNumSeqs, PrefillTokensPerSec and DecodePerToken are not used, and
+	// MaxNumBatchedTokens and TotalKVBlocks default to the model's. A
+	// request's prompt is Dispatch-ISL-Tokens with Dispatch-Block-Hashes,
+	// its output Dispatch-Output-Tokens (or OutputTokens).
+	Model *batching.Model
 	// NoCompletions, when true, publishes no completion record: the worker
 	// leaves the dispatcher's estimates uncorrected (docs/design.md, Cost
 	// settlement), as a worker that does not implement records does.
@@ -131,6 +143,25 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if c.Model != nil {
+		if err := c.Model.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.BlockSize == 0 {
+			c.BlockSize = c.Model.BlockSize
+		}
+		if c.MaxNumBatchedTokens == 0 {
+			c.MaxNumBatchedTokens = uint64(c.Model.MaxBatchedTokens)
+		}
+		if c.TotalKVBlocks == 0 {
+			c.TotalKVBlocks = uint64(c.Model.KVBlocks)
+		}
+		if c.BlockSize != c.Model.BlockSize || c.KVCapacity != 0 {
+			errs = append(errs, fmt.Errorf("with a model: block size %d must be the model's %d, and kv capacity %d must be 0 (the model's pool is the cache)",
+				c.BlockSize, c.Model.BlockSize, c.KVCapacity))
+		}
+	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = DefaultMaxNumSeqs
 	}
@@ -158,7 +189,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CostFactor == 0 {
 		c.CostFactor = 1
 	}
-	var errs []error
 	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
 		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
 	}
@@ -235,6 +265,9 @@ type Worker struct {
 	// cacheStats their counters (prefixcache.go).
 	caches     []*prefixCache
 	cacheStats CacheStats
+	// bat are the ranks' batched engines with Config.Model (batched.go),
+	// which then replace eng and caches.
+	bat []batchedRank
 
 	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
 	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
@@ -275,6 +308,11 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		return nil, fmt.Errorf("mock: %w", err)
 	}
 	m.ackWait = m.helper.Config().AckWait
+	if cfg.Model != nil {
+		if err := m.newBatched(); err != nil {
+			return nil, fmt.Errorf("mock: %w", err)
+		}
+	}
 	if cfg.KVCapacity > 0 {
 		for range m.helper.Config().DPSize {
 			m.caches = append(m.caches, newPrefixCache(cfg.KVCapacity, cfg.KVHostCapacity))
@@ -372,6 +410,19 @@ func (m *Worker) offer(r *workerkit.Request) bool {
 	j.blocks = (tokens + uint64(out) + bs - 1) / bs
 
 	m.mu.Lock()
+	if m.bat != nil {
+		err := m.offerBatched(time.Now(), r, j)
+		if err == nil {
+			m.stats.Accepted++
+			m.setLoadLocked(j.rank)
+		} else {
+			m.stats.Refused++
+			m.log.Warn().Err(err).Str("request_id", r.RequestID).Msg("refused")
+		}
+		m.mu.Unlock()
+		m.wakeUp()
+		return err == nil
+	}
 	hashes, cached, hasHashes := m.cacheLookup(r)
 	if hasHashes {
 		j.uncached, j.cached = r.ISL-cached, cached
@@ -388,17 +439,26 @@ func (m *Worker) offer(r *workerkit.Request) bool {
 	}
 	m.mu.Unlock()
 	if ok {
-		select {
-		case m.wake <- struct{}{}:
-		default:
-		}
+		m.wakeUp()
 	}
 	return ok
 }
 
+// wakeUp makes the simulation goroutine look at the engines again.
+func (m *Worker) wakeUp() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
 // setLoadLocked reports rank's load; m.mu must be held.
 func (m *Worker) setLoadLocked(rank int) {
-	if err := m.helper.SetLoad(rank, m.eng.rank(rank).load); err != nil {
+	load := m.eng.rank(rank).load
+	if m.bat != nil {
+		load = m.loadBatched(rank)
+	}
+	if err := m.helper.SetLoad(rank, load); err != nil {
 		m.log.Error().Err(err).Msg("set load")
 	}
 }
@@ -411,11 +471,21 @@ func (m *Worker) loop() {
 	defer timer.Stop()
 	for {
 		m.mu.Lock()
-		done := m.eng.advance(time.Now())
+		var (
+			done []*job
+			next time.Time
+			ok   bool
+		)
+		if m.bat != nil {
+			done = m.advanceBatched(time.Now())
+			next, ok = m.nextBatched()
+		} else {
+			done = m.eng.advance(time.Now())
+			next, ok = m.eng.next()
+		}
 		for i := range m.eng.ranks {
 			m.setLoadLocked(m.cfg.DPStart + i)
 		}
-		next, ok := m.eng.next()
 		m.mu.Unlock()
 		for _, j := range done {
 			m.complete(j)
@@ -562,6 +632,7 @@ func (m *Worker) completion(j *job) ([]byte, error) {
 	}
 	c := r.Completion(uint64(math.Round(float64(j.uncached)*f)), uint64(j.out), false)
 	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
+	c.FirstTokenAt = j.prefillEnd
 	c.CachedTokens = j.cached
 	return json.Marshal(c)
 }
