@@ -19,6 +19,9 @@ type Completion struct {
 	Class string `json:"class"`
 	// Key is the fairness key loadgen sent (Config.Tenants); "" when none.
 	Key string `json:"fairness_key,omitempty"`
+	// Tenant is the request's tenant: Key, or a replay's tenant even when
+	// it was not sent (Replay.SendKeys false).
+	Tenant string `json:"tenant,omitempty"`
 	// PhysicalClass is the class named by the completion record (Dispatch-Class).
 	PhysicalClass string `json:"physical_class"`
 	// WorkerID and DPRank name where it ran.
@@ -29,12 +32,19 @@ type Completion struct {
 	// QueuedMs is the dispatcher's queueing time, in ms.
 	QueuedMs uint64 `json:"queued_ms"`
 	// PublishedAt is when loadgen published it; the rest come from the record.
-	PublishedAt time.Time `json:"published_at"`
-	ReceivedAt  time.Time `json:"received_at"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at"`
-	// Latency is FinishedAt - PublishedAt.
+	PublishedAt  time.Time `json:"published_at"`
+	ReceivedAt   time.Time `json:"received_at"`
+	StartedAt    time.Time `json:"started_at"`
+	FirstTokenAt time.Time `json:"first_token_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at"`
+	// Latency is FinishedAt - PublishedAt, and TTFT FirstTokenAt -
+	// PublishedAt (0 when the worker did not say).
 	Latency time.Duration `json:"latency"`
+	TTFT    time.Duration `json:"ttft,omitempty"`
+	// PrefillTokens and OutputTokens are the record's: the uncached prompt
+	// tokens computed and the tokens generated.
+	PrefillTokens uint64 `json:"prefill_tokens"`
+	OutputTokens  uint64 `json:"output_tokens"`
 	// PromptTokens is the request's Dispatch-ISL-Tokens, and CachedTokens
 	// the prompt tokens the worker found in its prefix cache (the record's
 	// cached_tokens; 0 from workers without one).
