@@ -56,6 +56,8 @@ type options struct {
 	profileHop    bool // a CPU profile of the dispatcher in the throughput run
 	prefix        string
 	names         naming.Names // of prefix
+	fleetMode     bool         // run the fleet replay (fleet.go) instead
+	fleet         fleetOptions
 }
 
 type bench struct {
@@ -104,7 +106,13 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.profileHop, "profile-hop", false, "save 3-second CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), in fairdispatch's throughput run; profiling costs the hop about 1%")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
+	fs.BoolVar(&o.fleetMode, "fleet", false, "run the fleet replay instead (issue 27): the Mooncake trace against batched mock engines behind every baseline router and fairdispatch, at three loads; the --fleet-* flags tune it")
+	var fleetLoads, fleetSystems string
+	o.fleet.flags(fs, &fleetLoads, &fleetSystems)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := o.fleet.parse(fleetLoads, fleetSystems); err != nil {
 		return o, err
 	}
 	given := map[string]bool{}
@@ -163,7 +171,7 @@ func run(args []string) error {
 	}
 
 	b.dispatcherBin = opt.dispatcherBin
-	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
+	if b.dispatcherBin == "" && (opt.fleetMode || want("fair") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
 		b.dispatcherBin = filepath.Join(b.tmp, "dispatcher")
 		b.logf("building ./cmd/dispatcher")
 		cmd := exec.Command("go", "build", "-o", b.dispatcherBin, "./cmd/dispatcher")
@@ -190,6 +198,9 @@ func run(args []string) error {
 	}
 	defer b.pub.close()
 	b.logf("nats-server %s (pid %d), store %s", b.url, b.server.pid(), b.tmp)
+	if opt.fleetMode {
+		return b.runFleet(args)
+	}
 
 	res := &results{
 		Command: "go run ./cmd/bench " + strings.Join(args, " "), Started: started.UTC().Format(time.RFC3339),
@@ -291,4 +302,34 @@ func (b *bench) keepLogs() {
 			b.logf("%s wrote %d bytes of log: %s", strings.TrimSuffix(filepath.Base(l), ".log"), len(data), dst)
 		}
 	}
+}
+
+// runFleet runs the fleet replay and writes fleet.md, fleet.json and the
+// charts into the output directory.
+func (b *bench) runFleet(args []string) error {
+	res, err := b.fleet(args)
+	if res == nil {
+		return err
+	}
+	b.keepLogs()
+	md := res.markdown()
+	fmt.Print(md)
+	if werr := os.WriteFile(filepath.Join(b.opt.out, "fleet.md"), []byte(md), 0o644); werr != nil {
+		return werr
+	}
+	j, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr != nil {
+		return jerr
+	}
+	if werr := os.WriteFile(filepath.Join(b.opt.out, "fleet.json"), append(j, '\n'), 0o644); werr != nil {
+		return werr
+	}
+	files, cerr := res.charts(b.opt.out)
+	for _, f := range files {
+		b.logf("chart %s", f)
+	}
+	if err != nil {
+		return err
+	}
+	return cerr
 }
