@@ -78,17 +78,19 @@ type fleetOptions struct {
 	requests int
 	capacity float64 // requests per trace second; 0 measures it
 	timeout  time.Duration
+	fairArgs string // more dispatcher flags, for experiments
 }
 
 func (o *fleetOptions) flags(fs *flag.FlagSet, loads, systems *string) {
 	fs.StringVar(&o.trace, "fleet-trace", "", "the trace (default: shared/traces/mooncake-synthetic.jsonl.gz beside the repository, loadgen.FindTrace)")
 	fs.IntVar(&o.engines, "fleet-engines", 8, "mock engines in the fleet")
-	fs.Float64Var(&o.speedup, "fleet-speedup", 50, "time compression of the engines (and of the trace at its own rate)")
+	fs.Float64Var(&o.speedup, "fleet-speedup", 70, "time compression of the engines (and of the trace at its own rate)")
 	fs.StringVar(loads, "fleet-loads", "0.5,0.8,1.1", "loads, as fractions of the fleet's measured capacity")
 	fs.StringVar(systems, "fleet-systems", "all", "systems: all, or a comma-separated subset of rr,ll,kv,fair,fair-nokv,fair-nokeys,fair-nokv-nokeys")
 	fs.IntVar(&o.requests, "fleet-requests", 0, "replay only the first N requests of the trace (0: all)")
 	fs.Float64Var(&o.capacity, "fleet-capacity", 0, "the fleet's capacity in trace requests per second (0: measure it)")
 	fs.DurationVar(&o.timeout, "fleet-timeout", 5*time.Minute, "bound of one replay")
+	fs.StringVar(&o.fairArgs, "fleet-fair-args", "", "more flags for fairdispatch's dispatcher, space-separated (experiments: the table is then not the documented one)")
 }
 
 func (o *fleetOptions) parse(loads, systems string) error {
@@ -119,9 +121,11 @@ func (o *fleetOptions) parse(loads, systems string) error {
 
 // fleetRun is one system's replay at one load.
 type fleetRun struct {
-	System  string       `json:"system"`
-	Key     string       `json:"key"`
-	Load    float64      `json:"load"`
+	System string  `json:"system"`
+	Key    string  `json:"key"`
+	Load   float64 `json:"load"`
+	// Speedup is the trace's time compression in this run: the engines'
+	// (fleetResults.Speedup) times the rate over the trace's own.
 	Speedup float64      `json:"trace_speedup"`
 	Seconds float64      `json:"seconds"`
 	Metrics fleetMetrics `json:"metrics"`
@@ -145,8 +149,8 @@ type fleetResults struct {
 	// the saturated rates of CapacityRuns (unless given).
 	Capacity     float64    `json:"capacity_requests_per_s"`
 	CapacityRuns []fleetRun `json:"capacity_runs,omitempty"`
-	LoadAvg     [2]string  `json:"load_average_start_end"`
-	Runs        []fleetRun `json:"runs"`
+	LoadAvg      [2]string  `json:"load_average_start_end"`
+	Runs         []fleetRun `json:"runs"`
 }
 
 // fleet runs the fleet replay: it measures the capacity (unless given),
@@ -182,13 +186,14 @@ func (b *bench) fleet(args []string) (*fleetResults, error) {
 	res.LoadAvg[0] = loadAvg()
 	res.Capacity = o.capacity
 	if res.Capacity == 0 {
-		// Saturate the fleet with the trace in a closed loop behind each of
-		// the two cache-aware systems (the queueless router and
-		// fairdispatch) and take the larger rate: the most this fleet is
-		// known to sustain, so that the top load overloads every system.
+		// Overload the fleet with the trace at twice its own rate behind
+		// each of the two cache-aware systems (the queueless router and
+		// fairdispatch) and take the larger completion rate: the most this
+		// fleet is known to sustain, so that the top load overloads every
+		// system.
 		for _, sys := range []fleetSystem{fleetSystems[2], fleetSystems[3]} {
-			b.logf("fleet: measuring the capacity behind %s, the trace in a closed loop of %d requests", sys.name, fleetSaturation*o.engines)
-			run := b.fleetReplay(sys, 0, 0, reqs, res)
+			b.logf("fleet: measuring the capacity behind %s, the trace at %gx its rate", sys.name, fleetOverload)
+			run := b.fleetReplay(sys, 0, fleetOverload, reqs, res)
 			res.CapacityRuns = append(res.CapacityRuns, run)
 			if run.Error != "" {
 				return res, fmt.Errorf("capacity run: %s", run.Error)
@@ -209,23 +214,19 @@ func (b *bench) fleet(args []string) (*fleetResults, error) {
 	return res, nil
 }
 
-// fleetSaturation is the unfinished requests per engine of the capacity
-// run's closed loop: enough to keep every engine's prefill busy (about one
-// request prefilling and five decoding per engine at the trace's mean
-// lengths), few enough that the router still sees the caches fill.
-const fleetSaturation = 8
+// fleetOverload is the rate of the capacity runs, in multiples of the
+// trace's own: well above what the fleet sustains (about 1.2 to 1.3), so
+// that a backlog builds from the start and the completions run at the
+// fleet's pace.
+const fleetOverload = 2.0
 
 // fleetReplay replays reqs through sys at rate times the trace's own rate
-// (the engines at the fleet's speedup), or with rate 0 in a closed loop of
-// fleetSaturation requests per engine, and digests the completions.
+// (the engines at the fleet's speedup), and digests the completions; load 0
+// marks a capacity run.
 func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.ReplayRequest, res *fleetResults) (run fleetRun) {
 	o := b.opt.fleet
 	run = fleetRun{System: sys.name, Key: sys.key, Load: load, Speedup: o.speedup * rate}
 	replay := &loadgen.Replay{Requests: reqs, Speedup: run.Speedup, SendKeys: sys.keys}
-	if rate == 0 {
-		run.Speedup = o.speedup
-		replay.Speedup, replay.Concurrency = o.speedup, fleetSaturation*o.engines
-	}
 	tag := fmt.Sprintf("%s at %.0f%%", sys.name, 100*load)
 	if load == 0 {
 		tag = sys.name + " (capacity)"
@@ -283,9 +284,11 @@ func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.
 	for _, tn := range fleetTenants {
 		weights[tn.Key] = 1
 	}
-	run.Metrics = computeFleetMetrics(r.Completions, len(reqs), run.Speedup, res.Ideal, o.engines, weights)
-	if rate == 0 {
-		run.Metrics.Saturated = saturatedRate(r.Completions, run.Speedup)
+	// The engines' time, not the trace's: they run at o.speedup whatever
+	// the rate the trace is replayed at.
+	run.Metrics = computeFleetMetrics(r.Completions, len(reqs), o.speedup, res.Ideal, o.engines, weights)
+	if load == 0 {
+		run.Metrics.Saturated = saturatedRate(r.Completions, o.speedup)
 	}
 	if err != nil {
 		return fail("loadgen", err)
@@ -377,6 +380,7 @@ func (b *bench) startFleetMiddle(sys fleetSystem, engines, blockSize int) (func(
 	if sys.kvIndex {
 		extra = append(extra, "--kv-index", "--overlap-score-credit", "2")
 	}
+	extra = append(extra, strings.Fields(b.opt.fleet.fairArgs)...)
 	s, err := b.startDispatcher("fleet-"+sys.key, fleetPolicy, extra...)
 	if err != nil {
 		return nil, err

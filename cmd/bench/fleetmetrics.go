@@ -10,7 +10,8 @@ import (
 )
 
 // fleetMetrics are the figures of one replay (one system at one load), in
-// the trace's time (wall time × the replay's speedup).
+// the engines' time (wall time × the engines' speedup: seconds of the
+// modelled engines).
 type fleetMetrics struct {
 	Requests  int `json:"requests"`
 	Completed int `json:"completed"`
@@ -75,8 +76,13 @@ type tenantShare struct {
 // fleet counts as backlogged.
 const backlogThreshold = 2
 
+// minWindow is the shortest backlogged window measured, in the engines'
+// seconds: a shorter burst holds too few requests of each tenant to say
+// anything about shares.
+const minWindow = 30.0
+
 // computeFleetMetrics digests a replay's completions. speedup converts wall
-// time to the trace's; weights are the tenants' (a tenant not listed weighs
+// time to the engines'; weights are the tenants' (a tenant not listed weighs
 // 1); engines is the fleet's size.
 func computeFleetMetrics(cs []loadgen.Completion, requests int, speedup, ideal float64, engines int, weights map[string]float64) fleetMetrics {
 	m := fleetMetrics{Requests: requests, Completed: len(cs), Ideal: ideal}
@@ -170,7 +176,7 @@ func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, e
 	if above && lastPub.Sub(start) > to.Sub(from) {
 		from, to = start, lastPub
 	}
-	if !from.Before(to) {
+	if to.Sub(from).Seconds()*speedup < minWindow {
 		return nil
 	}
 	demand, service := map[string]float64{}, map[string]float64{}

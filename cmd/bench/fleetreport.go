@@ -19,8 +19,8 @@ func (r *fleetResults) markdown() string {
 	fmt.Fprintf(&b, "%d requests of the Mooncake trace (%.2f requests/s of its own time) against %d engines of %s, at %gx. "+
 		"Ideal hit rate (an unbounded cache shared by the fleet): %.3f. ", r.Requests, r.TraceRate, r.Engines, r.Model, r.Speedup, r.Ideal)
 	if len(r.CapacityRuns) > 0 {
-		fmt.Fprintf(&b, "Capacity: %.2f requests/s (%.2fx the trace's rate), the larger of the saturated rates with the trace in a closed loop "+
-			"of %d unfinished requests (the middle 80%% of the completions):", r.Capacity, r.Capacity/r.TraceRate, fleetSaturation*r.Engines)
+		fmt.Fprintf(&b, "Capacity: %.2f requests/s (%.2fx the trace's rate), the larger of the completion rates with the trace at %gx "+
+			"its rate (the middle 80%% of the completions):", r.Capacity, r.Capacity/r.TraceRate, fleetOverload)
 		for _, c := range r.CapacityRuns {
 			fmt.Fprintf(&b, " %s %.2f (hit rate %.3f);", c.System, c.Metrics.Saturated, c.Metrics.HitRate)
 		}
@@ -28,8 +28,8 @@ func (r *fleetResults) markdown() string {
 	} else {
 		fmt.Fprintf(&b, "Capacity: %.2f requests/s (given).\n\n", r.Capacity)
 	}
-	b.WriteString("Times in seconds of the trace's time (wall time × the replay's speedup); fairness over the backlogged window " +
-		"(service in prefill tokens against the weighted max-min fair share given each tenant's demand).\n\n")
+	b.WriteString("Times in seconds of the engines' time (wall time × their speedup); fairness over the longest backlogged window " +
+		"of at least 30 s (service in prefill tokens against the weighted max-min fair share given each tenant's demand; – when none).\n\n")
 	b.WriteString("| load | system | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p99 | output tok/s | hit rate | of ideal | Jain | max dev | window s | hop p50 | completed | other CPU |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, run := range r.Runs {
