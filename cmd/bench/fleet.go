@@ -190,8 +190,9 @@ func (b *bench) fleet(args []string) (*fleetResults, error) {
 		// each of the two cache-aware systems (the queueless router and
 		// fairdispatch) and take the larger completion rate: the most this
 		// fleet is known to sustain, so that the top load overloads every
-		// system.
-		for _, sys := range []fleetSystem{fleetSystems[2], fleetSystems[3]} {
+		// system. Least loaded's is measured too, to say where the
+		// baseline most gateways run saturates.
+		for _, sys := range []fleetSystem{fleetSystems[1], fleetSystems[2], fleetSystems[3]} {
 			b.logf("fleet: measuring the capacity behind %s, the trace at %gx its rate", sys.name, fleetOverload)
 			run := b.fleetReplay(sys, 0, fleetOverload, reqs, res)
 			res.CapacityRuns = append(res.CapacityRuns, run)
@@ -199,7 +200,9 @@ func (b *bench) fleet(args []string) (*fleetResults, error) {
 				return res, fmt.Errorf("capacity run: %s", run.Error)
 			}
 			b.logf("fleet: %s saturates at %.2f requests/s of the trace (its own rate %.2f)", sys.name, run.Metrics.Saturated, res.TraceRate)
-			res.Capacity = max(res.Capacity, run.Metrics.Saturated)
+			if sys.key != "ll" {
+				res.Capacity = max(res.Capacity, run.Metrics.Saturated)
+			}
 		}
 	}
 	for _, load := range o.loads {

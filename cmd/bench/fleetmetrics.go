@@ -23,6 +23,8 @@ type fleetMetrics struct {
 	TTFTp99 float64 `json:"ttft_p99_s"`
 	E2Ep50  float64 `json:"e2e_p50_s"`
 	E2Ep99  float64 `json:"e2e_p99_s"`
+	// TTFTp99Tenant is the TTFT p99 of each tenant's requests.
+	TTFTp99Tenant map[string]float64 `json:"ttft_p99_by_tenant_s,omitempty"`
 	// OutputTPS is output tokens per second from the first publication to
 	// the last completion.
 	OutputTPS float64 `json:"output_tokens_per_s"`
@@ -44,22 +46,31 @@ type fleetMetrics struct {
 	Fair *fairness `json:"fairness,omitempty"`
 }
 
-// fairness compares the tenants' service in a backlogged window with the
-// weighted max-min fair allocation of that service given what each tenant
-// asked for in the window (as Kubernetes' fair-queuing tests check against a
-// reference allocation).
+// fairness is the tenants' split while the fleet was backlogged, two ways:
+// among the tenants backlogged throughout the window, each one's share of
+// their service against its share of their weights (as the dispatcher's key
+// fairness window measures, docs/design.md, Key fairness window; the split
+// the weights promise); and for every tenant, its service against the
+// weighted max-min fair allocation of the window's service given what each
+// asked for (the light tenants' due is all they asked; as Kubernetes'
+// fair-queuing tests compare with a reference allocation).
 type fairness struct {
 	// From and To bound the window, in seconds from the first publication.
 	From float64 `json:"from_s"`
 	To   float64 `json:"to_s"`
-	// Tenants in key order, with their demand, service and fair share of
-	// the window, in prefill tokens computed.
-	Tenants []tenantShare `json:"tenants"`
-	// Jain is Jain's index of service over fair share: 1 when every tenant
-	// got exactly its due.
-	Jain float64 `json:"jain"`
-	// MaxDev is the largest |service / fair − 1| over the tenants.
+	// Backlogged names the tenants backlogged throughout the window.
+	Backlogged []string `json:"backlogged"`
+	// Jain is Jain's index, over the backlogged tenants, of share over
+	// weight share: 1 when each got exactly its weight's part; MaxDev the
+	// largest |share / weight share − 1| among them. Both need two
+	// backlogged tenants (Jain 1 and MaxDev 0 with one).
+	Jain   float64 `json:"jain"`
 	MaxDev float64 `json:"max_deviation"`
+	// Tenants in key order, with their demand, service and max-min fair
+	// share of the window, in prefill tokens computed; MaxMinDev is the
+	// largest |service / fair − 1| over them.
+	Tenants   []tenantShare `json:"tenants"`
+	MaxMinDev float64       `json:"max_min_deviation"`
 }
 
 // tenantShare is one tenant of a fairness window.
@@ -110,6 +121,18 @@ func computeFleetMetrics(cs []loadgen.Completion, requests int, speedup, ideal f
 	m.TTFTp50, m.TTFTp90, m.TTFTp99 = quantile(ttft, 0.5), quantile(ttft, 0.9), quantile(ttft, 0.99)
 	m.E2Ep50, m.E2Ep99 = quantile(e2e, 0.5), quantile(e2e, 0.99)
 	m.HopP50 = quantile(hop, 0.5)
+	byTenant := map[string][]float64{}
+	for _, c := range cs {
+		if c.Tenant != "" {
+			byTenant[c.Tenant] = append(byTenant[c.Tenant], sec(c.TTFT))
+		}
+	}
+	if len(byTenant) > 0 {
+		m.TTFTp99Tenant = map[string]float64{}
+		for k, v := range byTenant {
+			m.TTFTp99Tenant[k] = quantile(v, 0.99)
+		}
+	}
 	if span := sec(last.Sub(first)); span > 0 {
 		m.OutputTPS = float64(out) / span
 		m.Throughput = float64(len(cs)) / span
@@ -135,14 +158,16 @@ func quantile(xs []float64, q float64) float64 {
 // over the longest stretch, before the last publication (after it the
 // backlog only drains), during which more than backlogThreshold requests per
 // engine were published and not started (waiting in a dispatcher's queue or
-// an engine's). A tenant's demand is the cost (prefill tokens computed) of
-// its requests waiting at the window's start or published in it; its
-// service the cost of its requests started in it. nil without tenants or a
-// backlog.
+// an engine's), if it lasts at least minWindow. A tenant is backlogged
+// throughout when it had a request waiting at every moment of it. Service
+// is the cost (prefill tokens computed) of the requests started in the
+// window; a tenant's demand the cost of its requests waiting at the window's
+// start or published in it. nil without tenants or such a window.
 func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, engines int, weights map[string]float64) *fairness {
 	type ev struct {
-		at    time.Time
-		delta int
+		at     time.Time
+		delta  int
+		tenant string
 	}
 	var evs []ev
 	var lastPub time.Time
@@ -150,12 +175,19 @@ func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, e
 		if c.Tenant == "" {
 			return nil
 		}
-		evs = append(evs, ev{c.PublishedAt, +1}, ev{c.StartedAt, -1})
+		evs = append(evs, ev{c.PublishedAt, +1, c.Tenant}, ev{c.StartedAt, -1, c.Tenant})
 		if c.PublishedAt.After(lastPub) {
 			lastPub = c.PublishedAt
 		}
 	}
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+	// At equal times a publication comes first: a request started the
+	// moment it arrived never makes its tenant look idle.
+	sort.SliceStable(evs, func(i, j int) bool {
+		if !evs[i].at.Equal(evs[j].at) {
+			return evs[i].at.Before(evs[j].at)
+		}
+		return evs[i].delta > evs[j].delta
+	})
 	var from, to, start time.Time
 	waiting, above := 0, false
 	for _, e := range evs {
@@ -179,9 +211,36 @@ func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, e
 	if to.Sub(from).Seconds()*speedup < minWindow {
 		return nil
 	}
+	// Who was backlogged throughout: waiting at from, and never idle
+	// before to.
+	per := map[string]int{}
+	through := map[string]bool{}
+	inWindow := false
+	for _, e := range evs {
+		if e.at.After(to) {
+			break
+		}
+		if e.at.After(from) && !inWindow {
+			for k, n := range per {
+				through[k] = n > 0
+			}
+			inWindow = true
+		}
+		if per[e.tenant] += e.delta; inWindow && per[e.tenant] == 0 {
+			through[e.tenant] = false
+		}
+	}
+	if !inWindow {
+		for k, n := range per {
+			through[k] = n > 0
+		}
+	}
 	demand, service := map[string]float64{}, map[string]float64{}
 	for _, c := range cs {
 		cost := float64(c.PrefillTokens)
+		if _, ok := demand[c.Tenant]; !ok {
+			demand[c.Tenant] = 0
+		}
 		waitingAtFrom := !c.PublishedAt.After(from) && c.StartedAt.After(from)
 		publishedIn := c.PublishedAt.After(from) && !c.PublishedAt.After(to)
 		if waitingAtFrom || publishedIn {
@@ -189,9 +248,6 @@ func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, e
 		}
 		if c.StartedAt.After(from) && !c.StartedAt.After(to) {
 			service[c.Tenant] += cost
-		}
-		if _, ok := demand[c.Tenant]; !ok {
-			demand[c.Tenant] = 0
 		}
 	}
 	var keys []string
@@ -201,7 +257,7 @@ func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, e
 		total += service[k]
 	}
 	slices.Sort(keys)
-	f := &fairness{From: from.Sub(first).Seconds() * speedup, To: to.Sub(first).Seconds() * speedup}
+	f := &fairness{From: from.Sub(first).Seconds() * speedup, To: to.Sub(first).Seconds() * speedup, Jain: 1}
 	w := make([]float64, len(keys))
 	d := make([]float64, len(keys))
 	for i, k := range keys {
@@ -211,21 +267,30 @@ func tenantFairness(cs []loadgen.Completion, first time.Time, speedup float64, e
 		}
 	}
 	fair := waterFill(total, w, d)
-	var sx, sxx float64
-	n := 0
+	var bw, bs float64
 	for i, k := range keys {
 		f.Tenants = append(f.Tenants, tenantShare{Key: k, Weight: w[i], Demand: d[i], Service: service[k], Fair: fair[i]})
-		if fair[i] <= 0 {
-			continue
+		if fair[i] > 0 {
+			f.MaxMinDev = max(f.MaxMinDev, math.Abs(service[k]/fair[i]-1))
 		}
-		x := service[k] / fair[i]
-		sx += x
-		sxx += x * x
-		n++
-		f.MaxDev = max(f.MaxDev, math.Abs(x-1))
+		if through[k] {
+			f.Backlogged = append(f.Backlogged, k)
+			bw += w[i]
+			bs += service[k]
+		}
 	}
-	if n > 0 && sxx > 0 {
-		f.Jain = sx * sx / (float64(n) * sxx)
+	if len(f.Backlogged) >= 2 && bs > 0 {
+		var sx, sxx float64
+		for i, k := range keys {
+			if !through[k] {
+				continue
+			}
+			x := (service[k] / bs) / (w[i] / bw)
+			sx += x
+			sxx += x * x
+			f.MaxDev = max(f.MaxDev, math.Abs(x-1))
+		}
+		f.Jain = sx * sx / (float64(len(f.Backlogged)) * sxx)
 	}
 	return f
 }

@@ -31,46 +31,77 @@ func TestWaterFill(t *testing.T) {
 	}
 }
 
-// A backlogged window in which the queue served arrivals in order: the
-// small tenants got their arrival share, not their fair share (they asked
-// for less than an equal split), and the index shows it; a fair split
-// passes.
-func TestTenantFairness(t *testing.T) {
+// queue builds completions of a queue on two engines (backlog threshold: 4
+// waiting): 20 requests arrive at once, then one every 10 ms, tenant[i]
+// naming request i's tenant; the fleet starts one every 12 ms, taking
+// request order[k] k-th (nil: in arrival order).
+func queue(tenant []string, order []int) []loadgen.Completion {
 	t0 := time.Unix(100, 0)
-	// Two engines, so the backlog threshold is 4 waiting requests. Twenty
-	// requests arrive at once (a 4:1 split of t1 and t2), then one every 10
-	// ms; the fleet starts one every 12 ms in arrival order.
-	var cs []loadgen.Completion
-	for i := range 60 {
+	cs := make([]loadgen.Completion, len(tenant))
+	for i := range cs {
 		pub := t0
 		if i >= 20 {
 			pub = t0.Add(time.Duration(i-20) * 10 * time.Millisecond)
 		}
-		tenant := "t1"
-		if i%5 == 4 {
-			tenant = "t2"
+		cs[i] = loadgen.Completion{Tenant: tenant[i], PublishedAt: pub, PrefillTokens: 1000}
+	}
+	for k := range cs {
+		i := k
+		if order != nil {
+			i = order[k]
 		}
-		start := t0.Add(time.Duration(i) * 12 * time.Millisecond)
-		cs = append(cs, loadgen.Completion{Tenant: tenant, PublishedAt: pub, StartedAt: start, FinishedAt: start.Add(time.Millisecond), PrefillTokens: 1000})
+		start := t0.Add(time.Duration(k) * 12 * time.Millisecond)
+		if start.Before(cs[i].PublishedAt) {
+			start = cs[i].PublishedAt
+		}
+		cs[i].StartedAt, cs[i].FinishedAt = start, start.Add(time.Millisecond)
 	}
-	f := tenantFairness(cs, t0, 1000, 2, map[string]float64{"t1": 1, "t2": 1}) // 1000x: the window lasts minutes
+	return cs
+}
+
+// Served in arrival order, a 4:1 mix keeps both tenants backlogged and gives
+// the heavy one four fifths: far from the equal split of their weights, and
+// the light one short of its max-min due (all it asked). Served by turns
+// while both wait, the split is the weights'. Without a backlog there is no
+// window.
+func TestTenantFairness(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	weights := map[string]float64{"t1": 1, "t2": 1}
+	mix := make([]string, 200)
+	for i := range mix {
+		mix[i] = "t1"
+		if i%5 == 4 {
+			mix[i] = "t2"
+		}
+	}
+	f := tenantFairness(queue(mix, nil), t0, 1000, 2, weights) // 1000x: the window lasts minutes
 	if f == nil {
-		t.Fatal("no backlogged window")
+		t.Fatal("arrival order: no backlogged window")
 	}
-	if f.To <= f.From || len(f.Tenants) != 2 {
-		t.Fatalf("window %v to %v, tenants %+v", f.From, f.To, f.Tenants)
+	if len(f.Backlogged) != 2 || f.MaxDev < 0.5 || f.Jain > 0.8 {
+		t.Errorf("arrival order: backlogged %v, max dev %.2f, Jain %.2f; want both, about 0.6, about 0.74", f.Backlogged, f.MaxDev, f.Jain)
 	}
-	// FCFS serves t2 a fifth; its demand is a fifth of the arrivals, under
-	// an equal split, so its fair share is all of its demand.
-	t2 := f.Tenants[1]
-	if t2.Key != "t2" || t2.Service >= t2.Fair || f.MaxDev < 0.05 || f.Jain > 0.999 {
-		t.Errorf("in-order service: got t2 service %v fair %v, max dev %v, Jain %v; want t2 short of its share", t2.Service, t2.Fair, f.MaxDev, f.Jain)
+	if t2 := f.Tenants[1]; t2.Key != "t2" || t2.Service >= t2.Fair || f.MaxMinDev < 0.05 {
+		t.Errorf("arrival order: t2 service %v, due %v, max-min dev %.2f; want t2 short of its due", t2.Service, t2.Fair, f.MaxMinDev)
 	}
-	// Without a backlog (each request starts as it arrives) there is no window.
-	for i := range cs {
-		cs[i].StartedAt = cs[i].PublishedAt
+
+	even := make([]string, 200)
+	for i := range even {
+		even[i] = []string{"t1", "t2"}[i%2]
 	}
-	if f := tenantFairness(cs, t0, 1000, 2, nil); f != nil {
+	byTurns := make([]int, 0, 200)
+	for i := range 100 { // t1's i-th, then t2's i-th
+		byTurns = append(byTurns, 2*i, 2*i+1)
+	}
+	if f := tenantFairness(queue(even, byTurns), t0, 1000, 2, weights); f == nil || len(f.Backlogged) != 2 || f.MaxDev > 0.05 || f.Jain < 0.99 {
+		t.Errorf("by turns: got %+v, want both backlogged, within 5%%", f)
+	}
+
+	idle := queue(mix, nil)
+	for i := range idle {
+		idle[i].StartedAt = idle[i].PublishedAt
+	}
+	if f := tenantFairness(idle, t0, 1000, 2, weights); f != nil {
 		t.Errorf("no backlog: got window %v to %v", f.From, f.To)
 	}
 }

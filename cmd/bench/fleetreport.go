@@ -19,8 +19,8 @@ func (r *fleetResults) markdown() string {
 	fmt.Fprintf(&b, "%d requests of the Mooncake trace (%.2f requests/s of its own time) against %d engines of %s, at %gx. "+
 		"Ideal hit rate (an unbounded cache shared by the fleet): %.3f. ", r.Requests, r.TraceRate, r.Engines, r.Model, r.Speedup, r.Ideal)
 	if len(r.CapacityRuns) > 0 {
-		fmt.Fprintf(&b, "Capacity: %.2f requests/s (%.2fx the trace's rate), the larger of the completion rates with the trace at %gx "+
-			"its rate (the middle 80%% of the completions):", r.Capacity, r.Capacity/r.TraceRate, fleetOverload)
+		fmt.Fprintf(&b, "Capacity: %.2f requests/s (%.2fx the trace's rate), the larger of the two cache-aware systems' completion rates "+
+			"with the trace at %gx its rate (the middle 80%% of the completions; least loaded's for comparison):", r.Capacity, r.Capacity/r.TraceRate, fleetOverload)
 		for _, c := range r.CapacityRuns {
 			fmt.Fprintf(&b, " %s %.2f (hit rate %.3f);", c.System, c.Metrics.Saturated, c.Metrics.HitRate)
 		}
@@ -28,30 +28,34 @@ func (r *fleetResults) markdown() string {
 	} else {
 		fmt.Fprintf(&b, "Capacity: %.2f requests/s (given).\n\n", r.Capacity)
 	}
-	b.WriteString("Times in seconds of the engines' time (wall time × their speedup); fairness over the longest backlogged window " +
-		"of at least 30 s (service in prefill tokens against the weighted max-min fair share given each tenant's demand; – when none).\n\n")
-	b.WriteString("| load | system | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p99 | output tok/s | hit rate | of ideal | Jain | max dev | window s | hop p50 | completed | other CPU |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Times in seconds of the engines' time (wall time × their speedup). Fairness over the longest backlogged window of at least " +
+		"30 s (– when none): Jain's index and the largest deviation of share over weight share among the tenants backlogged throughout it " +
+		"(how many), and the largest deviation of any tenant's service from its weighted max-min fair share given what it asked " +
+		"(service in prefill tokens computed). Publish to engine: the median from publication to the engine's receipt.\n\n")
+	b.WriteString("| load | system | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p99 | output tok/s | hit rate | of ideal | Jain | max dev (backlogged) | max-min dev | window s | publish to engine | completed | other CPU |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, run := range r.Runs {
 		m := run.Metrics
 		if run.Error != "" {
 			fmt.Fprintf(&b, "| %.0f%% | %s | error: %s |||||||||||||||\n", 100*run.Load, run.System, run.Error)
 			continue
 		}
-		jain, dev, window := "–", "–", "–"
+		jain, dev, mmdev, window := "–", "–", "–", "–"
 		if f := m.Fair; f != nil {
-			jain, dev, window = fmt.Sprintf("%.3f", f.Jain), fmt.Sprintf("%.1f%%", 100*f.MaxDev), fmt.Sprintf("%.0f–%.0f", f.From, f.To)
+			jain, window = fmt.Sprintf("%.3f", f.Jain), fmt.Sprintf("%.0f–%.0f", f.From, f.To)
+			dev, mmdev = fmt.Sprintf("%.1f%% (%d)", 100*f.MaxDev, len(f.Backlogged)), fmt.Sprintf("%.1f%%", 100*f.MaxMinDev)
 		}
-		fmt.Fprintf(&b, "| %.0f%% | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f | %.2f | %s | %s | %s | %.2f | %d/%d | %.0f%% |\n",
+		fmt.Fprintf(&b, "| %.0f%% | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f | %.2f | %s | %s | %s | %s | %.2f | %d/%d | %.0f%% |\n",
 			100*run.Load, run.System, m.TTFTp50, m.TTFTp90, m.TTFTp99, m.E2Ep50, m.E2Ep99, m.OutputTPS, m.HitRate, m.HitRate/m.Ideal,
-			jain, dev, window, m.HopP50, m.Completed, m.Requests, 100*run.Other)
+			jain, dev, mmdev, window, m.HopP50, m.Completed, m.Requests, 100*run.Other)
 	}
 	b.WriteString("\n")
 	for _, run := range r.Runs {
 		if f := run.Metrics.Fair; f != nil && run.Load > 1 {
-			fmt.Fprintf(&b, "%s at %.0f%%, tenants (demand / service / fair share, millions of prefill tokens):", run.System, 100*run.Load)
+			fmt.Fprintf(&b, "%s at %.0f%%, backlogged throughout %v; tenants (demand / service / max-min fair share, millions of prefill tokens):",
+				run.System, 100*run.Load, f.Backlogged)
 			for _, t := range f.Tenants {
-				fmt.Fprintf(&b, " %s %.1f/%.1f/%.1f;", t.Key, t.Demand/1e6, t.Service/1e6, t.Fair/1e6)
+				fmt.Fprintf(&b, " %s %.1f/%.1f/%.1f (TTFT p99 %.0f s);", t.Key, t.Demand/1e6, t.Service/1e6, t.Fair/1e6, run.Metrics.TTFTp99Tenant[t.Key])
 			}
 			b.WriteString("\n\n")
 		}
@@ -62,18 +66,19 @@ func (r *fleetResults) markdown() string {
 // fleetChart is one metric's plot across loads, a line per system.
 type fleetChart struct {
 	file, title, ylabel string
+	log                 bool // a logarithmic y axis
 	value               func(fleetMetrics) (float64, bool)
 }
 
 var fleetCharts = []fleetChart{
-	{"fleet-ttft-p50.png", "Time to first token, p50", "seconds", func(m fleetMetrics) (float64, bool) { return m.TTFTp50, true }},
-	{"fleet-ttft-p90.png", "Time to first token, p90", "seconds", func(m fleetMetrics) (float64, bool) { return m.TTFTp90, true }},
-	{"fleet-ttft-p99.png", "Time to first token, p99", "seconds", func(m fleetMetrics) (float64, bool) { return m.TTFTp99, true }},
-	{"fleet-e2e-p50.png", "End-to-end latency, p50", "seconds", func(m fleetMetrics) (float64, bool) { return m.E2Ep50, true }},
-	{"fleet-e2e-p99.png", "End-to-end latency, p99", "seconds", func(m fleetMetrics) (float64, bool) { return m.E2Ep99, true }},
-	{"fleet-output-tps.png", "Output tokens per second", "tokens/s", func(m fleetMetrics) (float64, bool) { return m.OutputTPS, true }},
-	{"fleet-hit-rate.png", "Prefix cache hit rate / the trace's ideal", "share of the ideal", func(m fleetMetrics) (float64, bool) { return m.HitRate / m.Ideal, m.Ideal > 0 }},
-	{"fleet-jain.png", "Tenants' share against weight while backlogged (Jain)", "Jain's index", func(m fleetMetrics) (float64, bool) {
+	{"fleet-ttft-p50.png", "Time to first token, p50", "seconds (log)", true, func(m fleetMetrics) (float64, bool) { return m.TTFTp50, true }},
+	{"fleet-ttft-p90.png", "Time to first token, p90", "seconds (log)", true, func(m fleetMetrics) (float64, bool) { return m.TTFTp90, true }},
+	{"fleet-ttft-p99.png", "Time to first token, p99", "seconds (log)", true, func(m fleetMetrics) (float64, bool) { return m.TTFTp99, true }},
+	{"fleet-e2e-p50.png", "End-to-end latency, p50", "seconds (log)", true, func(m fleetMetrics) (float64, bool) { return m.E2Ep50, true }},
+	{"fleet-e2e-p99.png", "End-to-end latency, p99", "seconds (log)", true, func(m fleetMetrics) (float64, bool) { return m.E2Ep99, true }},
+	{"fleet-output-tps.png", "Output tokens per second", "tokens/s", false, func(m fleetMetrics) (float64, bool) { return m.OutputTPS, true }},
+	{"fleet-hit-rate.png", "Prefix cache hit rate / the trace's ideal", "share of the ideal", false, func(m fleetMetrics) (float64, bool) { return m.HitRate / m.Ideal, m.Ideal > 0 }},
+	{"fleet-jain.png", "Tenants' share against weight while backlogged (Jain)", "Jain's index", false, func(m fleetMetrics) (float64, bool) {
 		if m.Fair == nil {
 			return 0, false
 		}
@@ -96,6 +101,10 @@ func (r *fleetResults) charts(dir string) ([]string, error) {
 	var files []string
 	for _, ch := range fleetCharts {
 		p := plot.New()
+		if ch.log {
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		}
 		p.Title.Text = ch.title
 		p.X.Label.Text = "load (share of the fleet's capacity)"
 		p.Y.Label.Text = ch.ylabel
@@ -129,7 +138,7 @@ func (r *fleetResults) charts(dir string) ([]string, error) {
 		p.Legend.Left = true
 		p.Legend.TextStyle.Font.Size = vg.Points(7)
 		path := filepath.Join(dir, ch.file)
-		if err := p.Save(6*vg.Inch, 4*vg.Inch, path); err != nil {
+		if err := p.Save(5*vg.Inch, 3.4*vg.Inch, path); err != nil {
 			return files, err
 		}
 		files = append(files, path)
