@@ -29,31 +29,30 @@ func (r *fleetResults) markdown() string {
 		fmt.Fprintf(&b, "Capacity: %.2f requests/s (given).\n\n", r.Capacity)
 	}
 	b.WriteString("Times in seconds of the engines' time (wall time × their speedup). Fairness over the longest backlogged window of at least " +
-		"30 s (– when none): Jain's index and the largest deviation of share over weight share among the tenants backlogged throughout it " +
-		"(how many), and the largest deviation of any tenant's service from its weighted max-min fair share given what it asked " +
-		"(service in prefill tokens computed). Publish to engine: the median from publication to the engine's receipt.\n\n")
-	b.WriteString("| load | system | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p99 | output tok/s | hit rate | of ideal | Jain | max dev (backlogged) | max-min dev | window s | publish to engine | completed | other CPU |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"30 s (– when none): each tenant's service (prefill tokens computed on requests started in the window) against its weighted " +
+		"max-min fair share of the window's service given what it asked (its weight's part, or all it asked when that is less): " +
+		"Jain's index of service over share, and the largest deviation. Publish to engine: the median from publication to the engine's receipt.\n\n")
+	b.WriteString("| load | system | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p99 | output tok/s | hit rate | of ideal | Jain | max dev | window s | publish to engine | completed | other CPU |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, run := range r.Runs {
 		m := run.Metrics
 		if run.Error != "" {
 			fmt.Fprintf(&b, "| %.0f%% | %s | error: %s |||||||||||||||\n", 100*run.Load, run.System, run.Error)
 			continue
 		}
-		jain, dev, mmdev, window := "–", "–", "–", "–"
+		jain, dev, window := "–", "–", "–"
 		if f := m.Fair; f != nil {
-			jain, window = fmt.Sprintf("%.3f", f.Jain), fmt.Sprintf("%.0f–%.0f", f.From, f.To)
-			dev, mmdev = fmt.Sprintf("%.1f%% (%d)", 100*f.MaxDev, len(f.Backlogged)), fmt.Sprintf("%.1f%%", 100*f.MaxMinDev)
+			jain, dev, window = fmt.Sprintf("%.3f", f.Jain), fmt.Sprintf("%.1f%%", 100*f.MaxDev), fmt.Sprintf("%.0f–%.0f", f.From, f.To)
 		}
-		fmt.Fprintf(&b, "| %.0f%% | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f | %.2f | %s | %s | %s | %s | %.2f | %d/%d | %.0f%% |\n",
+		fmt.Fprintf(&b, "| %.0f%% | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f | %.2f | %s | %s | %s | %.2f | %d/%d | %.0f%% |\n",
 			100*run.Load, run.System, m.TTFTp50, m.TTFTp90, m.TTFTp99, m.E2Ep50, m.E2Ep99, m.OutputTPS, m.HitRate, m.HitRate/m.Ideal,
-			jain, dev, mmdev, window, m.HopP50, m.Completed, m.Requests, 100*run.Other)
+			jain, dev, window, m.HopP50, m.Completed, m.Requests, 100*run.Other)
 	}
 	b.WriteString("\n")
 	for _, run := range r.Runs {
 		if f := run.Metrics.Fair; f != nil && run.Load > 1 {
-			fmt.Fprintf(&b, "%s at %.0f%%, backlogged throughout %v; tenants (demand / service / max-min fair share, millions of prefill tokens):",
-				run.System, 100*run.Load, f.Backlogged)
+			fmt.Fprintf(&b, "%s at %.0f%%, tenants (demand / service / max-min fair share, millions of prefill tokens; with a request waiting "+
+				"throughout: %v, their split against their weights off by up to %.1f%%):", run.System, 100*run.Load, f.Backlogged, 100*f.BackloggedDev)
 			for _, t := range f.Tenants {
 				fmt.Fprintf(&b, " %s %.1f/%.1f/%.1f (TTFT p99 %.0f s);", t.Key, t.Demand/1e6, t.Service/1e6, t.Fair/1e6, run.Metrics.TTFTp99Tenant[t.Key])
 			}
