@@ -192,6 +192,10 @@ type Summary struct {
 	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
 	CacheHitRate  float64        `json:"cache_hit_rate,omitempty"`
 	PerWorker     map[string]int `json:"completions_per_worker,omitempty"`
+	// TTFTP50Ms and TTFTP99Ms are the time to first token's percentiles,
+	// when the workers' records carry first_token_at.
+	TTFTP50Ms float64 `json:"ttft_p50_ms,omitempty"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms,omitempty"`
 }
 
 // ClassSummary is one class of a Summary.
@@ -227,6 +231,16 @@ func (r *Result) Summarize(firstClassCount int) Summary {
 			s.PerWorker[c.WorkerID]++
 		}
 	}
+	var ttft []time.Duration
+	for _, c := range r.Completions {
+		if c.TTFT > 0 {
+			ttft = append(ttft, c.TTFT)
+		}
+	}
+	if len(ttft) > 0 {
+		p50, _, p99 := percentiles(ttft)
+		s.TTFTP50Ms, s.TTFTP99Ms = ms(p50), ms(p99)
+	}
 	for _, c := range r.Classes {
 		st := r.PerClass[c]
 		s.Classes = append(s.Classes, ClassSummary{Class: c, Published: st.Published, Dispatched: st.Dispatched,
@@ -259,6 +273,9 @@ func (s Summary) String() string {
 	}
 	for k, n := range s.RejectedBy {
 		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	}
+	if s.TTFTP50Ms > 0 {
+		fmt.Fprintf(&b, "time to first token p50 %.1f ms p99 %.1f ms\n", s.TTFTP50Ms, s.TTFTP99Ms)
 	}
 	if s.CacheHitRate > 0 {
 		fmt.Fprintf(&b, "prefix cache hit rate %.3f; completions per worker:", s.CacheHitRate)

@@ -73,9 +73,6 @@ type run struct {
 	perClass    map[string]*ClassStats
 	byKey       map[string]int // completions per fairness key
 	allEnded    chan struct{}
-	// slots bounds the unfinished requests of a closed-loop replay
-	// (Replay.Concurrency); nil otherwise.
-	slots chan struct{}
 }
 
 // Run publishes the workload of cfg on nc and follows it until every request
@@ -118,9 +115,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 	}
 	if r.total == 0 {
 		close(r.allEnded)
-	}
-	if cfg.Replay != nil && cfg.Replay.Concurrency > 0 {
-		r.slots = make(chan struct{}, cfg.Replay.Concurrency)
 	}
 
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*cfg.Window+2))
@@ -337,13 +331,7 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 		}
 	}
 	for n, class := range classes {
-		if r.slots != nil {
-			select {
-			case r.slots <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-		} else if r.cfg.Rate > 0 || rp != nil {
+		if r.cfg.Rate > 0 || rp != nil {
 			var at time.Time
 			if rp != nil {
 				at = r.start.Add(time.Duration(float64(rp.Requests[n].At) / rp.Speedup))
@@ -435,9 +423,6 @@ func (r *run) endLocked(q *request) {
 	}
 	q.ended = true
 	r.ended++
-	if r.slots != nil {
-		<-r.slots
-	}
 	if r.ended == r.total {
 		close(r.allEnded)
 	}

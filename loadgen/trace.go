@@ -238,11 +238,6 @@ type Replay struct {
 	// SendKeys sends each request's tenant as Dispatch-Fairness-Key; false
 	// sends none (the completions still name the tenant).
 	SendKeys bool
-	// Concurrency, when > 0, ignores the timestamps: the requests go out in
-	// order, each as soon as fewer than Concurrency are unfinished (a closed
-	// loop, for a saturation measurement that keeps the trace's order and a
-	// bounded backlog).
-	Concurrency int
 }
 
 // TraceDirEnv names the environment variable that, when set, is the

@@ -53,8 +53,9 @@ const fleetClass = "chat"
 
 // fleetPolicy is fairdispatch's policy for the replay: one class, its
 // tenants as fairness keys of weight 1, queueing in the dispatcher once
-// every engine has two steps' worth (16,384 tokens) of prefill to do.
-const fleetPolicy = `default_policy_family: chat
+// every engine has busy tokens of prefill to do (--fleet-busy-tokens).
+func fleetPolicy(busy int) string {
+	return fmt.Sprintf(`default_policy_family: chat
 uncached_isl_buckets:
   - min_tokens: 0
     bucket: all
@@ -64,9 +65,10 @@ policy_classes:
     cache_bucket: all
     queue_policy: fcfs
     quantum: 8192
-    prefill_busy_threshold: 16384
+    prefill_busy_threshold: %d
     default_key_weight: 1
-`
+`, busy)
+}
 
 // fleetOptions are the fleet replay's flags.
 type fleetOptions struct {
@@ -79,6 +81,7 @@ type fleetOptions struct {
 	capacity float64 // requests per trace second; 0 measures it
 	timeout  time.Duration
 	fairArgs string // more dispatcher flags, for experiments
+	busy     int    // fairdispatch's prefill_busy_threshold
 }
 
 func (o *fleetOptions) flags(fs *flag.FlagSet, loads, systems *string) {
@@ -90,6 +93,7 @@ func (o *fleetOptions) flags(fs *flag.FlagSet, loads, systems *string) {
 	fs.IntVar(&o.requests, "fleet-requests", 0, "replay only the first N requests of the trace (0: all)")
 	fs.Float64Var(&o.capacity, "fleet-capacity", 0, "the fleet's capacity in trace requests per second (0: measure it)")
 	fs.DurationVar(&o.timeout, "fleet-timeout", 5*time.Minute, "bound of one replay")
+	fs.IntVar(&o.busy, "fleet-busy-tokens", 16384, "fairdispatch's prefill_busy_threshold: it queues once every engine has this many prefill tokens to do")
 	fs.StringVar(&o.fairArgs, "fleet-fair-args", "", "more flags for fairdispatch's dispatcher, space-separated (experiments: the table is then not the documented one)")
 }
 
@@ -384,7 +388,7 @@ func (b *bench) startFleetMiddle(sys fleetSystem, engines, blockSize int) (func(
 		extra = append(extra, "--kv-index", "--overlap-score-credit", "2")
 	}
 	extra = append(extra, strings.Fields(b.opt.fleet.fairArgs)...)
-	s, err := b.startDispatcher("fleet-"+sys.key, fleetPolicy, extra...)
+	s, err := b.startDispatcher("fleet-"+sys.key, fleetPolicy(b.opt.fleet.busy), extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,12 +3,16 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // markdown renders the fleet replay's table and notes.
@@ -108,14 +112,16 @@ func (r *fleetResults) charts(dir string) ([]string, error) {
 		p.X.Label.Text = "load (share of the fleet's capacity)"
 		p.Y.Label.Text = ch.ylabel
 		p.Add(plotter.NewGrid())
+		top, bottom := 0.0, math.Inf(1)
 		for i, sys := range fleetSystems {
 			var pts plotter.XYs
 			for _, run := range r.Runs {
 				if run.Key != sys.key || run.Error != "" {
 					continue
 				}
-				if v, ok := ch.value(run.Metrics); ok {
+				if v, ok := ch.value(run.Metrics); ok && (!ch.log || v > 0) {
 					pts = append(pts, plotter.XY{X: run.Load, Y: v})
+					top, bottom = max(top, v), min(bottom, v)
 				}
 			}
 			if len(pts) == 0 {
@@ -133,14 +139,36 @@ func (r *fleetResults) charts(dir string) ([]string, error) {
 			p.Add(l, sc)
 			p.Legend.Add(sys.name, l, sc)
 		}
+		// Room above the lines for the legend.
+		if ch.log {
+			p.Y.Min, p.Y.Max = bottom/1.5, top*6
+		} else {
+			p.Y.Min, p.Y.Max = 0, top*1.6
+		}
 		p.Legend.Top = true
 		p.Legend.Left = true
-		p.Legend.TextStyle.Font.Size = vg.Points(7)
+		p.Legend.TextStyle.Font.Size = vg.Points(8)
 		path := filepath.Join(dir, ch.file)
-		if err := p.Save(5*vg.Inch, 3.4*vg.Inch, path); err != nil {
+		if err := savePNG(p, path); err != nil {
 			return files, err
 		}
 		files = append(files, path)
 	}
 	return files, nil
+}
+
+// savePNG writes p as a 6.5 x 4.2 inch PNG at 72 dpi (about 40 KB: small
+// enough to commit).
+func savePNG(p *plot.Plot, path string) error {
+	c := vgimg.NewWith(vgimg.UseWH(6.5*vg.Inch, 4.2*vg.Inch), vgimg.UseDPI(72))
+	p.Draw(draw.New(c))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -57,6 +57,7 @@ type options struct {
 	prefix        string
 	names         naming.Names // of prefix
 	fleetMode     bool         // run the fleet replay (fleet.go) instead
+	fleetFrom     string       // redo the fleet replay's table and charts from its fleet.json
 	fleet         fleetOptions
 }
 
@@ -107,6 +108,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	fs.BoolVar(&o.fleetMode, "fleet", false, "run the fleet replay instead (issue 27): the Mooncake trace against batched mock engines behind every baseline router and fairdispatch, at three loads; the --fleet-* flags tune it")
+	fs.StringVar(&o.fleetFrom, "fleet-from", "", "print the table and render the charts of a fleet replay's fleet.json again, into --out; runs nothing")
 	var fleetLoads, fleetSystems string
 	o.fleet.flags(fs, &fleetLoads, &fleetSystems)
 	if err := fs.Parse(args); err != nil {
@@ -157,6 +159,9 @@ func run(args []string) error {
 		return opt.only == "" || strings.Contains(","+opt.only+",", ","+part+",")
 	}
 
+	if opt.fleetFrom != "" {
+		return replotFleet(opt.fleetFrom, opt.out)
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
 		return fmt.Errorf("run from inside the fairdispatch module (go env GOMOD: %v)", err)
@@ -332,4 +337,26 @@ func (b *bench) runFleet(args []string) error {
 		return err
 	}
 	return cerr
+}
+
+// replotFleet prints the table of a saved fleet replay and renders its
+// charts into dir.
+func replotFleet(path, dir string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res fleetResults
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	fmt.Print(res.markdown())
+	files, err := res.charts(dir)
+	for _, f := range files {
+		fmt.Fprintln(os.Stderr, "chart", f)
+	}
+	return err
 }
