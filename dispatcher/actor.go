@@ -17,6 +17,7 @@ import (
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -54,7 +55,7 @@ type Config struct {
 	Now             func() time.Time
 	// PolicyRevision is the policy bucket's revision the scheduler starts
 	// with (0: not from the bucket); PolicySource is "bucket", "file" or
-	// "flags" (PolicyView).
+	// "flags" (wire.PolicyView).
 	PolicyRevision uint64
 	PolicySource   string
 }
@@ -67,7 +68,7 @@ type Deps struct {
 	Consumer    Releaser // the first consumer; SetConsumer replaces it when the role changes
 	Keeper      *ingest.Keeper
 	Gate        PullGate // closed during a fleet outage; nil: none
-	Outcome     func(subject string, o bus.OutcomeMsg) error
+	Outcome     func(subject string, o wire.Outcome) error
 	Metrics     *metrics.Metrics
 	Trace       Tracer // the traffic trace; nil: none
 	Log         zerolog.Logger
@@ -79,6 +80,9 @@ type Deps struct {
 	KVResync func(worker string, rank int32) error
 	// KVMetrics counts the index's events and records its size; nil: none.
 	KVMetrics *metrics.KV
+	// CancelWorker forwards a cancellation to the worker running the
+	// request, on <prefix>.cancel.<worker> (bus.PublishCancel); nil: never.
+	CancelWorker func(worker string, c wire.Cancel) error
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
@@ -97,6 +101,7 @@ type held struct {
 	attempt  uint32 // the JetStream delivery count (docs/protocol.md, Outcomes: attempt)
 	inFlight bool
 	dead     bool       // being dead-lettered
+	cancel   bool       // cancelled while in a handshake (cancel.go)
 	form     letterForm // the form of the dead letter being stored
 }
 
@@ -123,6 +128,7 @@ type Actor struct {
 	dlq         *mailbox[dlqDone]
 	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
+	cancels     *mailbox[string]  // ids of cancellations (cancel.go)
 	thresholds  chan thresholdReq
 	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
@@ -131,6 +137,9 @@ type Actor struct {
 
 	cur         *term // the term deliveries are admitted from
 	held        map[uint64]*held
+	byID        map[string]uint64 // held requests' stream sequences by request id
+	cancelled   *memo[struct{}]   // ids cancelled lately (cancel.go)
+	running     *memo[runRef]     // where requests were dispatched lately (cancel.go)
 	inFlight    int
 	connected   bool
 	sendPaused  bool // a send failed for the connection's fault: wait for the next tick or connection event
@@ -154,11 +163,11 @@ type Actor struct {
 	kvStale []kvindex.Rank // scratch
 	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
-	stats  []scheduler.ClassStats // scratch for publishView
-	served map[string]*served     // per class name, for the view (view.go)
+	stats  []wire.ClassStats  // scratch for publishView
+	served map[string]*served // per class name, for the view (view.go)
 
-	view      atomic.Pointer[View]
-	polView   atomic.Pointer[PolicyView]
+	view      atomic.Pointer[wire.QueueView]
+	polView   atomic.Pointer[wire.PolicyView]
 	polMu     sync.Mutex // serialises writers of polView
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
@@ -195,6 +204,10 @@ func New(cfg Config, d Deps) *Actor {
 		dlq:         newMailbox[dlqDone](),
 		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
+		cancels:     newMailbox[string](),
+		byID:        make(map[string]uint64),
+		cancelled:   newMemo[struct{}](maxCancelled, int64(cancelMemoAge)),
+		running:     newMemo[runRef](maxRunning, int64(cancelMemoAge)),
 		thresholds:  make(chan thresholdReq),
 		policies:    make(chan policyReq),
 		polRev:      cfg.PolicyRevision,
@@ -214,7 +227,7 @@ func New(cfg Config, d Deps) *Actor {
 	if src == "" {
 		src = "file"
 	}
-	a.polView.Store(&PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
+	a.polView.Store(&wire.PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
 	if cfg.PolicyRevision > 0 {
 		d.Metrics.PolicyApplied(cfg.PolicyRevision)
 	}
@@ -394,6 +407,10 @@ func (a *Actor) Run(ctx context.Context) {
 			for _, d := range a.done.take() {
 				a.settle(d)
 			}
+		case <-a.cancels.wake:
+			for _, id := range a.cancels.take() {
+				a.cancel(id)
+			}
 		case <-a.kv.wake:
 			evs := a.kv.take()
 			for i := range evs {
@@ -420,6 +437,8 @@ func (a *Actor) Run(ctx context.Context) {
 			now := a.cfg.Now()
 			a.tick(now)
 			a.kvTick(now)
+			a.cancelled.expire(now.UnixNano())
+			a.running.expire(now.UnixNano())
 			if now.Sub(lastView) >= time.Second {
 				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)

@@ -7,6 +7,7 @@ import (
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 // letterForm is how much of the request a dead letter carries. A letter the
@@ -68,11 +69,11 @@ func (a *Actor) deadLettered(d dlqDone) {
 	if err := h.msg.Ack(); err != nil {
 		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
 	}
-	delete(a.held, d.seq)
+	a.dropHeld(d.seq, h)
 	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
-		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: uint64(h.attempt)}
+		o := wire.Outcome{RequestID: r.ID, Status: wire.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: uint64(h.attempt)}
 		if r.Class >= 0 {
 			o.PolicyClass = a.className(r.Class)
 		}
@@ -104,7 +105,7 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 		a.storeDead(h)
 		return
 	}
-	delete(a.held, r.Ref)
+	a.dropHeld(r.Ref, h)
 	h.rel.Release(1)
 	if errors.Is(err, bus.ErrClosed) { // shutting down: the next dispatcher takes it at once
 		_ = h.msg.Nak()
@@ -115,7 +116,7 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 	_ = h.msg.NakWithDelay(a.cfg.AckWait)
 }
 
-func (a *Actor) outcome(subject string, o bus.OutcomeMsg) {
+func (a *Actor) outcome(subject string, o wire.Outcome) {
 	if err := a.d.Outcome(subject, o); err != nil {
 		a.log.Warn().Err(err).Str("request_id", o.RequestID).Str("subject", subject).Msg("outcome not published")
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -244,15 +243,15 @@ func (r *run) replayMessage(n int, id, inbox string) *nats.Msg {
 	rr := &r.cfg.Replay.Requests[n]
 	m := nats.NewMsg(r.names.Req(rr.Class))
 	m.Header.Set(jetstream.MsgIDHeader, id)
-	m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(rr.ISL))
-	m.Header.Set("Dispatch-Output-Tokens", strconv.Itoa(rr.Output))
+	m.Header.Set(wire.HeaderISLTokens, strconv.Itoa(rr.ISL))
+	m.Header.Set(wire.HeaderOutputTokens, strconv.Itoa(rr.Output))
 	if rr.encoded != "" {
-		m.Header.Set("Dispatch-Block-Hashes", rr.encoded)
+		m.Header.Set(wire.HeaderBlockHashes, rr.encoded)
 	}
 	if r.cfg.Replay.SendKeys && rr.Tenant != "" {
-		m.Header.Set("Dispatch-Fairness-Key", rr.Tenant)
+		m.Header.Set(wire.HeaderFairnessKey, rr.Tenant)
 	}
-	m.Header.Set("Dispatch-Reply-To", inbox)
+	m.Header.Set(wire.HeaderReplyTo, inbox)
 	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, r.cfg.RunID, n, rr.Class)
 	return m
 }
@@ -266,27 +265,27 @@ func (r *run) message(n int, class, id, inbox string) (*nats.Msg, uint64) {
 	if r.prefixes != nil {
 		hashes, _ := r.prefixes.next(n)
 		isl = uint64(len(hashes) * cfg.Prefixes.BlockSize)
-		m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(hashes))
+		m.Header.Set(wire.HeaderBlockHashes, wire.EncodeHashes(hashes))
 	}
-	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(isl, 10))
+	m.Header.Set(wire.HeaderISLTokens, strconv.FormatUint(isl, 10))
 	if cfg.Cached > 0 {
-		m.Header.Set("Dispatch-Cached-Tokens", strconv.FormatUint(cfg.Cached, 10))
+		m.Header.Set(wire.HeaderCachedTokens, strconv.FormatUint(cfg.Cached, 10))
 	}
-	m.Header.Set("Dispatch-Reply-To", inbox)
+	m.Header.Set(wire.HeaderReplyTo, inbox)
 	if cfg.OutputTokens > 0 {
-		m.Header.Set("Dispatch-Output-Tokens", strconv.Itoa(cfg.OutputTokens))
+		m.Header.Set(wire.HeaderOutputTokens, strconv.Itoa(cfg.OutputTokens))
 	}
 	if cfg.Pin != "" {
-		m.Header.Set("Dispatch-Worker", cfg.Pin)
+		m.Header.Set(wire.HeaderWorker, cfg.Pin)
 	}
 	if cfg.Priority > 0 {
-		m.Header.Set("Dispatch-Priority", strconv.FormatFloat(cfg.Priority, 'g', -1, 64))
+		m.Header.Set(wire.HeaderPriority, strconv.FormatFloat(cfg.Priority, 'g', -1, 64))
 	}
 	if cfg.Strict > 0 {
-		m.Header.Set("Dispatch-Strict-Priority", strconv.FormatUint(cfg.Strict, 10))
+		m.Header.Set(wire.HeaderStrictPriority, strconv.FormatUint(cfg.Strict, 10))
 	}
 	if cfg.DeadlineMs > 0 {
-		m.Header.Set("Dispatch-Deadline-Ms", strconv.FormatUint(cfg.DeadlineMs, 10))
+		m.Header.Set(wire.HeaderDeadlineMs, strconv.FormatUint(cfg.DeadlineMs, 10))
 	}
 	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, cfg.RunID, n, class)
 	return m, isl
@@ -366,7 +365,7 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 			m, isl = r.message(n, class, id, inbox)
 			key := tenants.next(class)
 			if key != "" {
-				m.Header.Set("Dispatch-Fairness-Key", key)
+				m.Header.Set(wire.HeaderFairnessKey, key)
 			}
 			q = &request{class: class, isl: isl, key: key, tenant: key}
 		}

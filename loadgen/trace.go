@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 // TraceBlockTokens is the block size of the Mooncake trace format: each of
@@ -133,7 +133,7 @@ type ReplayRequest struct {
 	ISL, Output int
 	// Hashes are the chained protocol block hashes of the prompt's full
 	// blocks of BlockSize tokens (docs/protocol.md, Block hashes), the
-	// tokens taken from TraceTokens; at most kvindex.MaxHashes.
+	// tokens taken from TraceTokens; at most wire.MaxHashes.
 	Hashes []uint64
 	// Conversation is the record's first hash id.
 	Conversation int64
@@ -165,14 +165,14 @@ func PrepareReplay(recs []TraceRecord, o ReplayOptions) ([]ReplayRequest, error)
 			n := min(TraceBlockTokens, rec.InputLength-b*TraceBlockTokens)
 			tokens = TraceTokens(tokens, id, n)
 		}
-		hashes := kvindex.ChainHashes(nil, tokens, o.BlockSize)
-		if len(hashes) > kvindex.MaxHashes {
-			return nil, fmt.Errorf("loadgen: trace record %d: %d blocks of %d tokens, over the %d a request may carry", i, len(hashes), o.BlockSize, kvindex.MaxHashes)
+		hashes := wire.ChainHashes(nil, tokens, o.BlockSize)
+		if len(hashes) > wire.MaxHashes {
+			return nil, fmt.Errorf("loadgen: trace record %d: %d blocks of %d tokens, over the %d a request may carry", i, len(hashes), o.BlockSize, wire.MaxHashes)
 		}
 		rr := ReplayRequest{At: time.Duration(rec.Timestamp) * time.Millisecond, ISL: rec.InputLength, Output: rec.OutputLength,
 			Hashes: hashes, Conversation: rec.HashIDs[0], Class: o.Class}
 		if len(hashes) > 0 {
-			rr.encoded = kvindex.EncodeHashes(hashes)
+			rr.encoded = wire.EncodeHashes(hashes)
 		}
 		rr.Tenant = TenantOf(rr.Conversation, o.Tenants)
 		out = append(out, rr)

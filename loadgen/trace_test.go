@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/kvindex"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
 	"fairdispatch/mockworker/batching"
+	"fairdispatch/wire"
 )
 
 const mooncake = "mooncake-synthetic.jsonl.gz"
@@ -124,7 +124,7 @@ func TestReplayHashesShareExactlyTheSharedBlocks(t *testing.T) {
 		// derived tokens.
 		tokens := append(loadgen.TraceTokens(nil, 7, 512), loadgen.TraceTokens(nil, 8, 512)...)
 		tokens = append(tokens, loadgen.TraceTokens(nil, 9, 512)...)
-		if want := kvindex.ChainHashes(nil, tokens, bs); !slices.Equal(reqs[0].Hashes, want) {
+		if want := wire.ChainHashes(nil, tokens, bs); !slices.Equal(reqs[0].Hashes, want) {
 			t.Errorf("block size %d: hashes are not the chained hashes of the derived tokens", bs)
 		}
 	}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/mockworker/batching"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -26,8 +26,8 @@ type cacheEvents struct {
 	rank int
 }
 
-func (c cacheEvents) Stored(h []uint64)  { _ = c.m.helper.CacheStored(c.rank, kvindex.Device, h) }
-func (c cacheEvents) Removed(h []uint64) { _ = c.m.helper.CacheRemoved(c.rank, kvindex.Device, h) }
+func (c cacheEvents) Stored(h []uint64)  { _ = c.m.helper.CacheStored(c.rank, wire.Device, h) }
+func (c cacheEvents) Removed(h []uint64) { _ = c.m.helper.CacheRemoved(c.rank, wire.Device, h) }
 
 // newBatched builds the ranks' engines; the helper must exist.
 func (m *Worker) newBatched() error {
@@ -38,14 +38,16 @@ func (m *Worker) newBatched() error {
 		}
 		m.bat = append(m.bat, batchedRank{eng: e})
 	}
+	m.batJobs = map[*workerkit.Request]*job{}
+	m.eng.alt = batchedTiming{m}
 	return m.helper.EnableKVEvents(workerkit.KVConfig{Resync: m.resyncBatched})
 }
 
 // offerBatched gives j's request to its rank's engine at now.
 func (m *Worker) offerBatched(now time.Time, r *workerkit.Request, j *job) error {
 	var hashes []uint64
-	if v := workerkit.HeaderValue(r.Header, workerkit.HeaderBlockHashes); v != "" {
-		if h, err := kvindex.DecodeHashes(nil, v); err == nil {
+	if v := workerkit.HeaderValue(r.Header, wire.HeaderBlockHashes); v != "" {
+		if h, err := wire.DecodeHashes(nil, v); err == nil {
 			hashes = h
 		}
 	}
@@ -53,11 +55,12 @@ func (m *Worker) offerBatched(now time.Time, r *workerkit.Request, j *job) error
 	if isl < 1 {
 		isl = int(max(1, j.uncached))
 	}
-	_, err := m.bat[j.rank-m.cfg.DPStart].eng.Add(now, &batching.Request{ID: r.RequestID, ISL: isl, Output: j.out, Hashes: hashes, Tag: j})
+	s, err := m.bat[j.rank-m.cfg.DPStart].eng.Add(now, &batching.Request{ID: r.RequestID, ISL: isl, Output: j.out, Hashes: hashes, Tag: j})
 	if err != nil {
 		return fmt.Errorf("mock: %w", err)
 	}
-	j.receivedAt = now
+	j.receivedAt, j.seq, j.phase = now, s, phaseWaiting
+	m.batJobs[r] = j
 	return nil
 }
 
@@ -72,8 +75,8 @@ func (m *Worker) advanceBatched(now time.Time) []*job {
 			}
 			s := ev.Seq
 			j := s.Req.Tag.(*job)
-			j.startedAt, j.prefillEnd, j.finishAt = s.Started, s.FirstToken, s.Finished
-			j.uncached, j.cached = uint64(s.PrefillTokens), uint64(s.CachedTokens)
+			syncJob(j)
+			delete(m.batJobs, j.req)
 			if len(s.Req.Hashes) > 0 {
 				m.cacheStats.Requests++
 				m.cacheStats.PromptTokens += uint64(s.Req.ISL)
@@ -106,9 +109,53 @@ func (m *Worker) loadBatched(rank int) workerkit.RankLoad {
 func (m *Worker) resyncBatched(rank int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var held [kvindex.NumTiers][]uint64
-	held[kvindex.Device] = m.bat[rank-m.cfg.DPStart].eng.CachedBlocks()
+	var held [wire.NumTiers][]uint64
+	held[wire.Device] = m.bat[rank-m.cfg.DPStart].eng.CachedBlocks()
 	if err := m.helper.CacheResync(rank, &held); err != nil {
 		m.log.Error().Err(err).Int("dp_rank", rank).Msg("KV cache resync")
 	}
+}
+
+// syncJob copies what the batched engine knows of j's sequence into the
+// job's fields, which the completion record and the cancellation read.
+func syncJob(j *job) {
+	s := j.seq
+	j.startedAt, j.finishAt = s.Started, s.Finished
+	j.uncached, j.cached = uint64(s.PrefillTokens), uint64(s.CachedTokens)
+	switch {
+	case s.Started.IsZero():
+		j.phase = phaseWaiting
+	case s.FirstToken.IsZero():
+		j.phase, j.prefillEnd = phasePrefill, time.Time{}.Add(1<<63-1)
+	default:
+		j.phase, j.prefillEnd = phaseDecode, s.FirstToken
+	}
+}
+
+// batchedTiming answers engine_hooks.go's questions for the batched
+// engines. m.mu is held.
+type batchedTiming struct{ m *Worker }
+
+// tokenAt is known for the next token only, and only while it is being
+// made: at the end of the step in progress when the sequence is in it.
+func (b batchedTiming) tokenAt(j *job, k int) (time.Time, bool) {
+	s := j.seq
+	if k <= s.Generated {
+		return time.Time{}, false // already out; not asked
+	}
+	if at, ok := b.m.bat[j.rank-b.m.cfg.DPStart].eng.NextToken(s); ok && k == s.Generated+1 {
+		return at, true
+	}
+	return time.Time{}, false
+}
+
+func (b batchedTiming) produced(j *job, _ time.Time) int { return j.seq.Generated }
+
+func (b batchedTiming) remove(j *job, now time.Time) bool {
+	ok := b.m.bat[j.rank-b.m.cfg.DPStart].eng.Remove(now, j.seq)
+	syncJob(j)
+	if ok {
+		delete(b.m.batJobs, j.req)
+	}
+	return ok
 }

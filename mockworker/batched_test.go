@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/kvindex"
 	"fairdispatch/mockworker"
 	"fairdispatch/mockworker/batching"
+	"fairdispatch/wire"
 )
 
 // The batched engine behind the fake dispatcher: output lengths honoured, the
@@ -54,13 +54,13 @@ func TestBatchedEngineServesFromItsCache(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = uint32(i)
 	}
-	hashes := kvindex.ChainHashes(nil, tokens, model.BlockSize) // 64 blocks
+	hashes := wire.ChainHashes(nil, tokens, model.BlockSize) // 64 blocks
 	send := func(id string, out int) {
 		m := nats.NewMsg("dispatch.req.chat")
 		m.Header.Set(jetstream.MsgIDHeader, id)
 		m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(len(tokens)))
 		m.Header.Set("Dispatch-Output-Tokens", strconv.Itoa(out))
-		m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(hashes))
+		m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(hashes))
 		if _, err := js.PublishMsg(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
@@ -100,4 +100,47 @@ func TestBatchedEngineServesFromItsCache(t *testing.T) {
 		info, err := st.Info(context.Background())
 		return err == nil && info.State.Msgs >= 2 // the start's resync and a's blocks
 	}, "KV cache events")
+}
+
+// The batched engine streams one chunk per output token and stops a request
+// cancelled midway, as the default engine does (engine_hooks.go answers
+// through the batched engines).
+func TestBatchedEngineStreamsAndCancels(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	acks := confirmAcks(t, nc)
+	var mu sync.Mutex
+	var recs []wire.Completion
+	if _, err := nc.Subscribe("dispatch.done.w1", func(m *nats.Msg) {
+		var c wire.Completion
+		_ = json.Unmarshal(m.Data, &c)
+		mu.Lock()
+		recs = append(recs, c)
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	model := batching.Llama70BH100.Scaled(10) // about 2 ms a decode step
+	w := startMock(t, nc, mockworker.Config{ID: "w1", Model: &model})
+	p := newRespProducer(t, nc, "resp.s1")
+	dispatchTo(t, nc, "s1", 1, "resp.s1", map[string]string{wire.HeaderOutputTokens: "7"}, "prompt")
+	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgEnd)) == 1 }, "the end marker")
+	if n := len(p.of(wire.MsgChunk)); n != 7 {
+		t.Errorf("%d chunks, want 7", n)
+	}
+	natstest.Eventually(t, wait, func() bool { return len(acks("s1")) == 1 }, "the confirmed +ACK")
+
+	q := newRespProducer(t, nc, "resp.c1")
+	dispatchTo(t, nc, "c1", 2, "resp.c1", map[string]string{wire.HeaderOutputTokens: "100000"}, "")
+	natstest.Eventually(t, wait, func() bool { return len(q.of(wire.MsgChunk)) >= 3 }, "a few chunks")
+	q.mu.Lock()
+	q.cancel = true
+	q.mu.Unlock()
+	natstest.Eventually(t, wait, func() bool { return w.Stats().Cancelled == 1 }, "the job stopped")
+	natstest.Eventually(t, wait, func() bool { return len(acks("c1")) == 1 && acks("c1")[0] == "+TERM cancelled" }, "the +TERM")
+	natstest.Eventually(t, wait, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(recs) == 2 && recs[1].Status == wire.StatusCancelled && recs[1].OutputTokens > 0 && recs[1].OutputTokens < 100000
+	}, "a cancelled record with the tokens made")
+	natstest.Eventually(t, wait, func() bool { return w.Helper().Held() == 0 }, "nothing held")
 }

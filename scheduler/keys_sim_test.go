@@ -8,6 +8,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
@@ -130,7 +131,7 @@ func runKeyed(t testing.TB, run keyedRun) keyedResult {
 				for queued[ct] < run.depth(class, tn) {
 					seq++
 					est, actual := run.cost(rng, tn)
-					a := &Arrival{ID: fmt.Sprintf("%s/%d", tn, seq), Token: class, ISL: est, Published: now}
+					a := &request.Arrival{ID: fmt.Sprintf("%s/%d", tn, seq), Token: class, ISL: est, Published: now}
 					if !run.noKeys {
 						a.Key = tn
 					}
@@ -369,156 +370,5 @@ policy_classes:
 	t.Logf("premium real-cost share with settlement %.3f", premiumShare(with))
 	if sh := premiumShare(with); sh < 0.77 || sh > 0.83 {
 		t.Errorf("with settlement: premium got %.3f of the real cost, want 0.80 +- 0.03", sh)
-	}
-}
-
-// TestSettleOutcomes: unknown, foreign and already settled records change
-// nothing; a hand-back drops the record.
-func TestSettleOutcomes(t *testing.T) {
-	pol, err := configs.Parse("k.yaml", []byte(oneClass(", output_token_weight: 0.5")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var now int64 = 1e18
-	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
-	w := &keyedWorker{id: "w1"}
-	w.running = []keyedReq{{actual: 5000}} // busy: the class gate holds
-	s.Report(now, w.report())
-	for i := range 2 {
-		if d := s.Arrive(now, &Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: "k"}); d.Kind != Queued {
-			t.Fatalf("got %d, want queued", d.Kind)
-		}
-	}
-	w.running = nil
-	s.Report(now, w.report())
-	d := s.Next(now)
-	if d.Kind != Dispatch {
-		t.Fatalf("got %d, want a dispatch", d.Kind)
-	}
-	deficit := s.arb.Deficit(0)
-	v0, _ := s.Class(0).Service("k")
-	for _, tc := range []struct {
-		worker string
-		c      Completion
-		want   SettleOutcome
-	}{
-		{"w1", Completion{Seq: d.Seq + 100, RequestID: d.Req.ID}, Unknown},
-		{"w2", Completion{Seq: d.Seq, RequestID: d.Req.ID}, Unknown}, // a forged record from another worker
-		{"w1", Completion{Seq: d.Seq, RequestID: "someone-else"}, Foreign},
-	} {
-		if got := s.Settle(tc.worker, tc.c); got.Outcome != tc.want {
-			t.Errorf("%s %+v: got %v, want %v", tc.worker, tc.c, got.Outcome, tc.want)
-		}
-	}
-	if s.arb.Deficit(0) != deficit {
-		t.Fatalf("ignored records changed the deficit: %d, want %d", s.arb.Deficit(0), deficit)
-	}
-	got := s.Settle("w1", Completion{Seq: d.Seq, RequestID: d.Req.ID, PrefillTokens: 300, OutputTokens: 100})
-	if got.Outcome != Settled || got.Correction != 300+50-100 {
-		t.Fatalf("got %v correction %d, want settled 250", got.Outcome, got.Correction)
-	}
-	if v, _ := s.Class(0).Service("k"); v != v0+250 {
-		t.Errorf("key service: got %v, want %v", v, v0+250)
-	}
-	if s.arb.Deficit(0) != deficit-250 {
-		t.Errorf("deficit: got %d, want %d", s.arb.Deficit(0), deficit-250)
-	}
-	if got := s.Settle("w1", Completion{Seq: d.Seq, RequestID: d.Req.ID, PrefillTokens: 1}); got.Outcome != AlreadySettled {
-		t.Errorf("second record: got %v, want already settled", got.Outcome)
-	}
-	// A hand-back forgets the dispatch's record.
-	d2 := s.Next(now)
-	if d2.Kind != Dispatch {
-		t.Fatalf("got %d, want a dispatch", d2.Kind)
-	}
-	s.Return(now, d2.Req, d2.Worker, d2.Seq)
-	if got := s.Settle("w1", Completion{Seq: d2.Seq}); got.Outcome != Unknown {
-		t.Errorf("record of a handed-back dispatch: got %v, want unknown", got.Outcome)
-	}
-}
-
-// TestSettleReleases: a dispatch whose request leaves (refused and handed back to
-// the stream, or unsendable) releases its key; one whose request waits again
-// keeps the key owed, and the next dispatch's record takes over.
-func TestSettleReleases(t *testing.T) {
-	pol, err := configs.Parse("k.yaml", []byte(oneClass("")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var now int64 = 1e18
-	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
-	w := &keyedWorker{id: "w1", running: []keyedReq{{actual: 5000}}}
-	s.Report(now, w.report())
-	for i, key := range []string{"a", "b", "c"} {
-		if d := s.Arrive(now, &Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: key}); d.Kind != Queued {
-			t.Fatalf("got %d, want queued", d.Kind)
-		}
-	}
-	w.running = nil
-	s.Report(now, w.report())
-	keys := s.Class(0)
-	da := s.Next(now) // a: refused, handed back to the stream
-	s.Refused(now, da.Worker, da.Seq)
-	s.Accepted(da.Worker) // lift the refusal's exclusion
-	if _, ok := keys.Service("a"); ok {
-		t.Error("key a still tracked after its only request was refused and handed back")
-	}
-	db := s.Next(now) // b: unsendable, dead-lettered by the caller
-	if db.Kind != Dispatch {
-		t.Fatalf("got %d, want b dispatched", db.Kind)
-	}
-	s.Unsent(db.Req, db.Worker, db.Seq, false)
-	if _, ok := keys.Service("b"); ok {
-		t.Error("key b still tracked after its only request could not be sent")
-	}
-	dc := s.Next(now) // c: the connection failed, the request waits again
-	if dc.Kind != Dispatch {
-		t.Fatalf("got %d, want c dispatched", dc.Kind)
-	}
-	s.Unsent(dc.Req, dc.Worker, dc.Seq, true)
-	if _, ok := keys.Service("c"); !ok {
-		t.Fatal("key c forgotten while its request waits again")
-	}
-	if got := s.Settle(dc.Worker, Completion{Seq: dc.Seq}); got.Outcome != Unknown {
-		t.Errorf("record of an unsent dispatch: got %v, want unknown", got.Outcome)
-	}
-	dc2 := s.Next(now)
-	if dc2.Kind != Dispatch || dc2.Req != dc.Req {
-		t.Fatalf("want c dispatched again")
-	}
-	if got := s.Settle(dc2.Worker, Completion{Seq: dc2.Seq, RequestID: dc.Req.ID, PrefillTokens: 100}); got.Outcome != Settled {
-		t.Fatalf("got %v, want settled", got.Outcome)
-	}
-	if keys.Keys() != 0 {
-		t.Errorf("got %d keys tracked after every dispatch settled or released, want 0", keys.Keys())
-	}
-}
-
-// TestStatsTopKeys: the stats list the keys with the most queued requests,
-// most first, with their weight and lead over the class's virtual time.
-func TestStatsTopKeys(t *testing.T) {
-	pol, err := configs.Parse("k.yaml", []byte(oneClass(", key_weights: {k3: 2}")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var now int64 = 1e18
-	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
-	w := &keyedWorker{id: "w1", running: []keyedReq{{actual: 5000}}}
-	s.Report(now, w.report()) // busy: everything queues
-	n := 0
-	for k := range 12 {
-		for range k + 1 {
-			n++
-			s.Arrive(now, &Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: fmt.Sprint("k", k)})
-		}
-	}
-	top := s.Stats(nil)[0].TopKeys
-	if len(top) != TopKeys || top[0].Key != "k11" || top[0].Queued != 12 || top[9].Key != "k2" {
-		t.Fatalf("got top keys %+v, want k11 (12 queued) down to k2", top)
-	}
-	for _, ks := range top {
-		if want := map[bool]float64{true: 2, false: 1}[ks.Key == "k3"]; ks.Weight != want || ks.Lead != 0 {
-			t.Errorf("key %s: got weight %v lead %v, want %v and 0", ks.Key, ks.Weight, ks.Lead, want)
-		}
 	}
 }

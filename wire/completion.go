@@ -25,7 +25,8 @@ type Completion struct {
 	PrefillTokens uint64 `json:"prefill_tokens"`
 	// OutputTokens is the output tokens generated, at most 2^40.
 	OutputTokens uint64 `json:"output_tokens"`
-	// Status is how the request ended: StatusOK or StatusFailed ("" reads as ok).
+	// Status is how the request ended: StatusOK, StatusFailed or
+	// StatusCancelled ("" reads as ok).
 	Status string `json:"status,omitempty"`
 	// CachedTokens is the prompt tokens the worker found in its prefix
 	// cache (the mock worker with --kv-capacity); omitted when 0.
@@ -35,7 +36,7 @@ type Completion struct {
 	FirstTokenAt time.Time `json:"first_token_at,omitzero"`
 }
 
-// The statuses of a completion record.
+// The statuses of a completion record (and StatusCancelled).
 const (
 	StatusOK     = "ok"
 	StatusFailed = "failed"

@@ -31,8 +31,8 @@ const routerHandshakeTimeout = 2 * time.Second
 
 // dispatchHeaders are the headers a dispatch sets (docs/protocol.md,
 // Dispatch handshake): a producer's variant of any is dropped.
-var dispatchHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-Rank", "Dispatch-Seq",
-	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack", "Dispatch-Ack-Wait-Ms"}
+var dispatchHeaders = []string{wire.HeaderRequestID, wire.HeaderClass, wire.HeaderDPRank, wire.HeaderSeq,
+	wire.HeaderCost, wire.HeaderQueuedMs, wire.HeaderAck, wire.HeaderAckWaitMs}
 
 // pending is a dispatch awaiting the worker's answer.
 type pending struct {
@@ -195,12 +195,13 @@ func (r *router) subscribe(ctx context.Context, kv bool) error {
 	}
 	_, err = cons.Consume(func(m jetstream.Msg) {
 		id := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
-		var ev wire.KVEvent
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+		ev, err := wire.ParseKVEvent(m.Data())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "router: kv event of %s: %v\n", id, err)
 			return
 		}
 		r.mu.Lock()
-		err := r.pick.kvEvent(id, &ev)
+		err = r.pick.kvEvent(id, &ev)
 		r.mu.Unlock()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "router: kv event of %s: %v\n", id, err)
@@ -215,10 +216,10 @@ func (r *router) subscribe(ctx context.Context, kv bool) error {
 // place chooses a worker for m and sends it the dispatch.
 func (r *router) place(m jetstream.Msg) {
 	h := m.Headers()
-	isl, _ := strconv.Atoi(strings.TrimSpace(h.Get("Dispatch-ISL-Tokens")))
+	isl, _ := strconv.Atoi(strings.TrimSpace(h.Get(wire.HeaderISLTokens)))
 	var hashes []uint64
-	if v := h.Get("Dispatch-Block-Hashes"); v != "" {
-		hashes, _ = decodeHashList(v)
+	if v := h.Get(wire.HeaderBlockHashes); v != "" {
+		hashes, _ = wire.DecodeHashes(nil, v)
 	}
 	id := h.Get(jetstream.MsgIDHeader)
 	class := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
@@ -252,14 +253,14 @@ func (r *router) place(m jetstream.Msg) {
 			}
 		}
 	}
-	out["Dispatch-Request-Id"] = []string{id}
-	out["Dispatch-Class"] = []string{class}
-	out["Dispatch-DP-Rank"] = []string{"0"}
-	out["Dispatch-Seq"] = []string{strconv.FormatUint(seq, 10)}
-	out["Dispatch-Cost"] = []string{strconv.FormatUint(cost, 10)}
-	out["Dispatch-Queued-Ms"] = []string{strconv.FormatInt(queued, 10)}
-	out["Dispatch-Ack"] = []string{m.Reply()}
-	out["Dispatch-Ack-Wait-Ms"] = []string{strconv.FormatInt(routerAckWait.Milliseconds(), 10)}
+	out[wire.HeaderRequestID] = []string{id}
+	out[wire.HeaderClass] = []string{class}
+	out[wire.HeaderDPRank] = []string{"0"}
+	out[wire.HeaderSeq] = []string{strconv.FormatUint(seq, 10)}
+	out[wire.HeaderCost] = []string{strconv.FormatUint(cost, 10)}
+	out[wire.HeaderQueuedMs] = []string{strconv.FormatInt(queued, 10)}
+	out[wire.HeaderAck] = []string{m.Reply()}
+	out[wire.HeaderAckWaitMs] = []string{strconv.FormatInt(routerAckWait.Milliseconds(), 10)}
 	if err := r.nc.PublishMsg(&nats.Msg{Subject: r.names.Work(w.id), Reply: r.inbox + "." + token, Header: out, Data: m.Data()}); err != nil {
 		fmt.Fprintf(os.Stderr, "router: dispatch %s: %v\n", id, err)
 	}
@@ -272,7 +273,7 @@ func (r *router) answer(m *nats.Msg) {
 	r.mu.Lock()
 	p, ok := r.pending[token]
 	delete(r.pending, token)
-	refused := ok && (m.Header.Get("Dispatch-Status") != "" || m.Header.Get("Status") != "")
+	refused := ok && (m.Header.Get(wire.HeaderStatus) != "" || m.Header.Get("Status") != "")
 	if refused {
 		r.pick.undo(p.w, p.id, p.seq)
 		r.retries++

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 
@@ -252,67 +250,39 @@ func (p *picker) completed(id string) {
 }
 
 // kvEvent applies one KV cache event of worker id (docs/protocol.md, The
-// event): a new instance or any cleared tier drops what the worker held
-// (the mock engines have one tier), then removed, then stored.
+// event; parsed by wire.ParseKVEvent): a new instance or any cleared tier
+// drops what the worker held (the mock engines have one tier), then removed,
+// then stored.
 func (p *picker) kvEvent(id string, ev *wire.KVEvent) error {
 	w, err := p.worker(id)
 	if err != nil {
 		return err
 	}
 	bit := uint64(1) << w.idx
-	drop := func() {
-		for h, s := range p.held {
-			if s &^= bit; s == 0 {
-				delete(p.held, h)
-			} else {
-				p.held[h] = s
+	drop := func(h uint64) {
+		if s := p.held[h] &^ bit; s == 0 {
+			delete(p.held, h)
+		} else {
+			p.held[h] = s
+		}
+	}
+	if ev.Instance != w.instance || ev.Cleared != 0 {
+		if w.instance != "" || ev.Cleared != 0 {
+			for h := range p.held {
+				drop(h)
 			}
 		}
+		w.instance = ev.Instance
 	}
-	if ev.Instance != nil && *ev.Instance != w.instance {
-		if w.instance != "" {
-			drop()
-		}
-		w.instance = *ev.Instance
-	}
-	if len(ev.Cleared) > 0 {
-		drop()
-	}
-	for _, list := range ev.Removed {
-		hs, err := decodeHashList(list)
-		if err != nil {
-			return err
-		}
+	for _, hs := range ev.Removed {
 		for _, h := range hs {
-			if s := p.held[h] &^ bit; s == 0 {
-				delete(p.held, h)
-			} else {
-				p.held[h] = s
-			}
+			drop(h)
 		}
 	}
-	for _, list := range ev.Stored {
-		hs, err := decodeHashList(list)
-		if err != nil {
-			return err
-		}
+	for _, hs := range ev.Stored {
 		for _, h := range hs {
 			p.held[h] |= bit
 		}
 	}
 	return nil
-}
-
-// decodeHashList decodes a list of block hashes (docs/protocol.md, Block
-// hashes: little-endian uint64s, base64url without padding).
-func decodeHashList(s string) ([]uint64, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b)%8 != 0 {
-		return nil, fmt.Errorf("hash list %.20q: not base64url of whole 8-byte hashes", s)
-	}
-	out := make([]uint64, len(b)/8)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint64(b[8*i:])
-	}
-	return out, nil
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"testing"
 
 	"fairdispatch/wire"
@@ -22,18 +20,11 @@ func testPicker(t *testing.T, policy string, workers ...string) *picker {
 	return p
 }
 
-func encode(hs ...uint64) string {
-	b := make([]byte, 8*len(hs))
-	for i, h := range hs {
-		binary.LittleEndian.PutUint64(b[8*i:], h)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
 func stored(p *picker, t *testing.T, worker string, hs ...uint64) {
 	t.Helper()
-	inst := "i-" + worker
-	if err := p.kvEvent(worker, &wire.KVEvent{Instance: &inst, Stored: map[string]string{"device": encode(hs...)}}); err != nil {
+	ev := wire.KVEvent{Instance: "i-" + worker}
+	ev.Stored[wire.Device] = hs
+	if err := p.kvEvent(worker, &ev); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,8 +119,9 @@ func TestRouterKVEvents(t *testing.T) {
 	p := testPicker(t, policyKV, "a", "b")
 	stored(p, t, "a", 1, 2, 3)
 	stored(p, t, "b", 1, 2)
-	inst := "i-a"
-	if err := p.kvEvent("a", &wire.KVEvent{Instance: &inst, Removed: map[string]string{"device": encode(2)}}); err != nil {
+	rm := wire.KVEvent{Instance: "i-a"}
+	rm.Removed[wire.Device] = []uint64{2}
+	if err := p.kvEvent("a", &rm); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.overlap(p.byID["a"], []uint64{1, 2, 3}); got != 1 {
@@ -138,22 +130,34 @@ func TestRouterKVEvents(t *testing.T) {
 	if got := p.overlap(p.byID["b"], []uint64{1, 2, 3}); got != 2 {
 		t.Errorf("b untouched: overlap %d, want 2", got)
 	}
-	restarted := "i-a2"
-	if err := p.kvEvent("a", &wire.KVEvent{Instance: &restarted}); err != nil {
+	if err := p.kvEvent("a", &wire.KVEvent{Instance: "i-a2"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.overlap(p.byID["a"], []uint64{1}); got != 0 {
 		t.Errorf("a after a restart: overlap %d, want 0", got)
 	}
-	instB := "i-b"
-	if err := p.kvEvent("b", &wire.KVEvent{Instance: &instB, Cleared: []string{"device", "host", "disk", "shared"}}); err != nil {
+	if err := p.kvEvent("b", &wire.KVEvent{Instance: "i-b", Cleared: wire.AllTiers}); err != nil {
 		t.Fatal(err)
 	}
 	if len(p.held) != 0 {
 		t.Errorf("after both dropped everything: %d blocks held", len(p.held))
 	}
-	if err := p.kvEvent("b", &wire.KVEvent{Instance: &instB, Stored: map[string]string{"device": "%%%"}}); err == nil {
-		t.Errorf("a malformed hash list: got nil, want an error")
+	// What the router reads off the stream: an encoded event, parsed.
+	ev := wire.KVEvent{Instance: "i-b", ID: 9}
+	ev.Stored[wire.Device] = []uint64{7, 8}
+	data, err := wire.EncodeKVEvent(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := wire.ParseKVEvent(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.kvEvent("b", &parsed); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.overlap(p.byID["b"], []uint64{7, 8, 9}); got != 2 {
+		t.Errorf("b after an encoded event: overlap %d, want 2", got)
 	}
 }
 

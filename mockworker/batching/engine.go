@@ -2,6 +2,7 @@ package batching
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -293,6 +294,60 @@ func (e *Engine) finish() {
 	}
 	clear(e.running[len(kept):])
 	e.running = kept
+}
+
+// NextToken returns when s's next token comes out, if the step in progress
+// makes it (a decode, or the chunk that ends its prefill); ok is false when
+// s is waiting or has more prompt to compute after this step.
+func (e *Engine) NextToken(s *Seq) (at time.Time, ok bool) {
+	if !e.busy {
+		return time.Time{}, false
+	}
+	if slices.Contains(e.decodes, s) {
+		return e.stepEnd, true
+	}
+	for _, c := range e.chunks {
+		if c.s == s && s.prefilled+c.n == s.Req.ISL {
+			return e.stepEnd, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// Remove takes s out of the engine at now (after advancing it to now),
+// wherever it is: waiting, or running (its blocks released; the step in
+// progress keeps its length, as a batch already launched would). It reports
+// whether s was in the engine.
+func (e *Engine) Remove(now time.Time, s *Seq) bool {
+	e.advance(now)
+	for i, w := range e.waiting {
+		if w == s {
+			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+			return true
+		}
+	}
+	i := slices.Index(e.running, s)
+	if i < 0 {
+		return false
+	}
+	e.running = append(e.running[:i], e.running[i+1:]...)
+	e.pool.release(s.held, s.private)
+	s.held = nil
+	if j := slices.Index(e.decodes, s); j >= 0 {
+		e.decodes = append(e.decodes[:j], e.decodes[j+1:]...)
+		e.context -= s.Req.ISL + s.Generated
+		if s.Generated+1 == s.Req.Output {
+			e.finishing--
+		}
+	}
+	e.chunks = slices.DeleteFunc(e.chunks, func(c chunk) bool { return c.s == s })
+	if len(e.decodes) == 0 && len(e.chunks) == 0 {
+		e.busy = false // nothing left of the step; the next Add starts one
+		if len(e.running) > 0 || len(e.waiting) > 0 {
+			e.start(now)
+		}
+	}
+	return true
 }
 
 // Load returns the engine's load now (as of the last Add or Advance).

@@ -309,3 +309,32 @@ func TestEngineRejectsEmptyRequests(t *testing.T) {
 		}
 	}
 }
+
+// Remove takes a request out wherever it is: a waiting one simply leaves;
+// a running one frees its slot and blocks for the next, and never finishes.
+func TestEngineRemove(t *testing.T) {
+	m := small
+	m.MaxSeqs = 1
+	e := newEngine(t, m, nil)
+	a := add(t, e, t0, &Request{ID: "a", ISL: 50, Output: 100, Hashes: hashes(1, 5)})
+	b := add(t, e, t0, &Request{ID: "b", ISL: 50, Output: 1})
+	c := add(t, e, t0, &Request{ID: "c", ISL: 50, Output: 1})
+	at := t0.Add(small.StepTime(50, 0) + time.Microsecond) // a decodes
+	if !e.Remove(at, b) || e.Remove(at, b) {
+		t.Fatalf("removing waiting b: want true once")
+	}
+	if !e.Remove(at, a) {
+		t.Fatalf("removing running a: got false")
+	}
+	evs := runAll(e) // a's first token, before its removal, then c's two
+	if len(evs) != 3 || evs[0].Seq != a || evs[2].Seq != c || evs[2].Kind != Finished || !c.Started.Equal(at) {
+		t.Errorf("after the removals: events %+v, c started %v; want a's first token, then c, started when a left", evs, c.Started.Sub(t0))
+	}
+	if !a.Finished.IsZero() || e.pool.used() != 0 {
+		t.Errorf("a finished %v, %d blocks held; want never, 0", a.Finished, e.pool.used())
+	}
+	// a's prompt blocks stay cached.
+	if got := e.pool.prefix(hashes(1, 5)); got != 5 {
+		t.Errorf("a's blocks cached after its removal: got %d, want 5", got)
+	}
+}
