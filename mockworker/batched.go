@@ -159,3 +159,18 @@ func (b batchedTiming) remove(j *job, now time.Time) bool {
 	}
 	return ok
 }
+
+// EngineStats returns the batched engines' counters summed over the ranks
+// (zero without Config.Model).
+func (m *Worker) EngineStats() batching.Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out batching.Stats
+	for _, br := range m.bat {
+		s := br.eng.Stats()
+		out.Steps += s.Steps
+		out.Evictions += s.Evictions
+		out.Busy += s.Busy
+	}
+	return out
+}

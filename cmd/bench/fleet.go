@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -82,6 +83,7 @@ type fleetOptions struct {
 	timeout  time.Duration
 	fairArgs string // more dispatcher flags, for experiments
 	busy     int    // fairdispatch's prefill_busy_threshold
+	dump     bool   // write every run's completions to --out
 }
 
 func (o *fleetOptions) flags(fs *flag.FlagSet, loads, systems *string) {
@@ -94,6 +96,7 @@ func (o *fleetOptions) flags(fs *flag.FlagSet, loads, systems *string) {
 	fs.Float64Var(&o.capacity, "fleet-capacity", 0, "the fleet's capacity in trace requests per second (0: measure it)")
 	fs.DurationVar(&o.timeout, "fleet-timeout", 5*time.Minute, "bound of one replay")
 	fs.IntVar(&o.busy, "fleet-busy-tokens", 16384, "fairdispatch's prefill_busy_threshold: it queues once every engine has this many prefill tokens to do")
+	fs.BoolVar(&o.dump, "fleet-dump", false, "also write each replay's completions (loadgen.Completion, JSON lines) to --out as completions-<system>-<load>.jsonl, for analysis")
 	fs.StringVar(&o.fairArgs, "fleet-fair-args", "", "more flags for fairdispatch's dispatcher, space-separated (experiments: the table is then not the documented one)")
 }
 
@@ -135,7 +138,9 @@ type fleetRun struct {
 	Metrics fleetMetrics `json:"metrics"`
 	// Other is the share of the machine's CPU other processes used.
 	Other float64 `json:"other_processes_cpu"`
-	Error string  `json:"error,omitempty"`
+	// Steps counts the engines' steps.
+	Steps uint64 `json:"engine_steps"`
+	Error string `json:"error,omitempty"`
 }
 
 // fleetResults is the whole fleet replay.
@@ -247,7 +252,7 @@ func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.
 		return fail("reset streams", err)
 	}
 	model := batching.Llama70BH100.Scaled(o.speedup)
-	stopEngines, err := b.startEngines(model, o.engines)
+	engines, stopEngines, err := b.startEngines(model, o.engines)
 	if err != nil {
 		return fail("engines", err)
 	}
@@ -286,6 +291,16 @@ func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.
 	run.Other = sampleCPU(b.server.pid(), 0).sub(before).foreign()
 	if r == nil {
 		return fail("loadgen", err)
+	}
+	var steps uint64
+	for _, w := range engines {
+		steps += w.EngineStats().Steps
+	}
+	run.Steps = steps
+	if o.dump {
+		if err := dumpCompletions(filepath.Join(b.opt.out, fmt.Sprintf("completions-%s-%.0f.jsonl", sys.key, 100*load)), r.Completions); err != nil {
+			b.logf("fleet %s: dump: %v", tag, err)
+		}
 	}
 	weights := map[string]float64{}
 	for _, tn := range fleetTenants {
@@ -342,11 +357,11 @@ func (b *bench) resetFleetStreams() error {
 }
 
 // startEngines starts n batched mock engines e0..e<n-1>, one connection
-// each, and returns a function stopping them.
-func (b *bench) startEngines(model batching.Model, n int) (func(), error) {
+// each, and returns them with a function stopping them.
+func (b *bench) startEngines(model batching.Model, n int) ([]*mockworker.Worker, func(), error) {
 	conns, err := b.connect("bench-fleet-engine", n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var ws []*mockworker.Worker
 	stop := func() {
@@ -364,11 +379,11 @@ func (b *bench) startEngines(model batching.Model, n int) (func(), error) {
 		}
 		if err != nil {
 			stop()
-			return nil, err
+			return nil, nil, err
 		}
 		ws = append(ws, w)
 	}
-	return stop, flushAll(conns)
+	return ws, stop, flushAll(conns)
 }
 
 // startFleetMiddle starts sys's middle process (a router or the dispatcher)
@@ -410,4 +425,20 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// dumpCompletions writes cs as JSON lines to path.
+func dumpCompletions(path string, cs []loadgen.Completion) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for i := range cs {
+		if err := enc.Encode(&cs[i]); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
 }

@@ -222,6 +222,7 @@ func traceConfig(cfg *loadgen.Config, path string, speedup float64, class, tenan
 		return err
 	}
 	cfg.Replay = &loadgen.Replay{Requests: reqs, Speedup: speedup, SendKeys: len(ts) > 0}
+	cfg.Classes = []loadgen.ClassCount{{Class: class, Count: len(reqs)}}
 	cfg.ISL = 0
 	return nil
 }

@@ -122,6 +122,7 @@ type Engine struct {
 
 	events, spare []Event // pending events, and the slice the last Advance returned
 	steps         uint64
+	busyTime      time.Duration // sum of the steps' durations
 }
 
 // New returns an idle engine with model m (validated) telling obs (may be
@@ -253,8 +254,10 @@ func (e *Engine) start(t time.Time) {
 	}
 	e.busy = true
 	e.observe = len(e.chunks) > 0 || e.finishing > 0
-	e.stepEnd = t.Add(e.m.StepTime(work, e.context))
+	d := e.m.StepTime(work, e.context)
+	e.stepEnd = t.Add(d)
 	e.steps++
+	e.busyTime += d
 }
 
 // finish applies the step in progress at its end.
@@ -376,7 +379,14 @@ func (e *Engine) CachedBlocks() []uint64 { return e.pool.cachedHashes() }
 type Stats struct {
 	// Steps run, and blocks evicted from the prefix cache.
 	Steps, Evictions uint64
+	// Busy is the time spent in steps (started so far, the one in progress
+	// included), in wall time (the steps' durations, scaled). A continuously
+	// batched engine steps whenever a sequence runs, however few: it says
+	// when the engine worked, not how full its steps were.
+	Busy time.Duration
 }
 
 // Stats returns the counters so far.
-func (e *Engine) Stats() Stats { return Stats{Steps: e.steps, Evictions: e.pool.evictions} }
+func (e *Engine) Stats() Stats {
+	return Stats{Steps: e.steps, Evictions: e.pool.evictions, Busy: e.busyTime}
+}
