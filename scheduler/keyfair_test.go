@@ -7,13 +7,14 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/wire"
 )
 
 // TestKeyFairnessWeights: two keys weighted 3:1 and both backlogged are
 // served in proportion, and the window says so: Jain's index near 1, each
 // key's share next to its weight's share (0.75 and 0.25).
 func TestKeyFairnessWeights(t *testing.T) {
-	var last []ClassStats
+	var last []wire.ClassStats
 	var lastAt, firstAt int64
 	res := runKeyed(t, keyedRun{
 		yaml:    oneClass(", key_weights: {gold: 3, bronze: 1}"),
@@ -103,7 +104,7 @@ func TestKeyFairnessStarved(t *testing.T) {
 		}
 	}
 	topUp()
-	check := func() []ClassStats {
+	check := func() []wire.ClassStats {
 		st := s.Stats(nil)
 		s.KeyFairness(now, st)
 		return st

@@ -9,6 +9,7 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -53,10 +54,10 @@ func (w *kvSimWorker) receive(t *testing.T, x *kvindex.Index, tick int, prompt [
 	w.requests++
 	w.cached += uint64(hit * block)
 	w.prompt += uint64(len(prompt) * block)
-	ev := &kvindex.Event{Instance: "sim", Rank: 0}
+	ev := &wire.KVEvent{Instance: "sim", Rank: 0}
 	for _, h := range prompt {
 		if _, ok := w.lastUse[h]; !ok {
-			ev.Stored[kvindex.Device] = append(ev.Stored[kvindex.Device], h)
+			ev.Stored[wire.Device] = append(ev.Stored[wire.Device], h)
 		}
 		w.lastUse[h] = tick
 	}
@@ -69,7 +70,7 @@ func (w *kvSimWorker) receive(t *testing.T, x *kvindex.Index, tick int, prompt [
 			}
 		}
 		delete(w.lastUse, victim)
-		ev.Removed[kvindex.Device] = append(ev.Removed[kvindex.Device], victim)
+		ev.Removed[wire.Device] = append(ev.Removed[wire.Device], victim)
 	}
 	w.eventID++
 	ev.ID = w.eventID

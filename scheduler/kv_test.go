@@ -7,6 +7,7 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 // kvFixture is a fixture whose scheduler scores with a KV cache index.
@@ -27,8 +28,8 @@ func kvFixture(t *testing.T) (*fixture, *kvindex.Index) {
 // kvApply applies an event of instance "a" to the index, failing the test on error.
 func kvApply(t *testing.T, x *kvindex.Index, w string, id uint64, stored, removed []uint64) {
 	t.Helper()
-	ev := &kvindex.Event{Instance: "a", ID: id}
-	ev.Stored[kvindex.Device], ev.Removed[kvindex.Device] = stored, removed
+	ev := &wire.KVEvent{Instance: "a", ID: id}
+	ev.Stored[wire.Device], ev.Removed[wire.Device] = stored, removed
 	if r, err := x.Apply(w, ev); err != nil || r.Gap {
 		t.Fatalf("Apply: %+v, %v", r, err)
 	}
@@ -105,7 +106,7 @@ func TestKVExpiredWorkerDropped(t *testing.T) {
 	if st := x.Stats(); st.Ranks != 0 || st.Blocks != 0 {
 		t.Fatalf("after the worker expired: %+v, want an empty index", st)
 	}
-	ev := &kvindex.Event{Instance: "a", ID: 2}
+	ev := &wire.KVEvent{Instance: "a", ID: 2}
 	if r, err := x.Apply("w1", ev); err != nil || !r.Gap {
 		t.Fatalf("its next event: %+v, %v; want a gap", r, err)
 	}
