@@ -11,43 +11,26 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-)
 
-// Tier names of docs/protocol.md, The event.
-const (
-	TierDevice = "device"
-	TierHost   = "host"
-	TierDisk   = "disk"
-	TierShared = "shared"
+	"fairdispatch/wire"
 )
-
-// AllTiers lists the four tiers in the protocol's order.
-var AllTiers = [4]string{TierDevice, TierHost, TierDisk, TierShared}
 
 // TierOf maps an engine's medium to a tier: none or "GPU" is the device
-// (vllm/distributed/kv_events.py MEDIUM_GPU), "CPU" the host, "DISK" and
-// "STORAGE" (MEDIUM_STORAGE) the disk. Another medium is an error naming it.
-func TierOf(medium string) (string, error) {
+// (vllm/distributed/kv_events.py MEDIUM_GPU), "CPU" the host (MEDIUM_CPU),
+// "DISK" and "STORAGE" (MEDIUM_STORAGE) the disk. Another medium is an error
+// naming it.
+func TierOf(medium string) (wire.Tier, error) {
 	switch strings.ToUpper(medium) {
 	case "", "GPU", "DEVICE":
-		return TierDevice, nil
+		return wire.Device, nil
 	case "CPU", "HOST":
-		return TierHost, nil
+		return wire.Host, nil
 	case "DISK", "STORAGE", "SSD":
-		return TierDisk, nil
+		return wire.Disk, nil
 	case "SHARED":
-		return TierShared, nil
+		return wire.Shared, nil
 	}
-	return "", fmt.Errorf("%w: medium %q", ErrLayout, medium)
-}
-
-func tierIndex(t string) int {
-	for i, n := range AllTiers {
-		if n == t {
-			return i
-		}
-	}
-	return -1
+	return 0, fmt.Errorf("%w: medium %q", ErrLayout, medium)
 }
 
 // Op is the kind of a [Change].
@@ -63,7 +46,7 @@ const (
 // Change is one change of a rank's caches in fairdispatch's terms.
 type Change struct {
 	Op     Op
-	Tier   string   // OpStored and OpRemoved
+	Tier   wire.Tier // OpStored and OpRemoved
 	Hashes []uint64 // OpStored and OpRemoved
 }
 
@@ -106,7 +89,7 @@ type chainState struct {
 type engineBlock struct {
 	after chainState
 	ours  []uint64 // our blocks this engine block completed
-	tiers uint8    // bit i: held in AllTiers[i]
+	tiers wire.Tiers
 }
 
 // Chain translates one rank's engine events. It is not safe for concurrent use.
@@ -136,14 +119,14 @@ func (c *Chain) Len() int { return len(c.blocks) }
 // Reset forgets every block.
 func (c *Chain) Reset() { c.blocks = map[string]*engineBlock{} }
 
-// Held returns our hashes per tier, in AllTiers order, of every block held:
+// Held returns our hashes per tier, indexed by tier, of every block held:
 // the snapshot of a resynchronisation. Cost: O(blocks).
-func (c *Chain) Held() [4][]uint64 {
-	var out [4][]uint64
+func (c *Chain) Held() [wire.NumTiers][]uint64 {
+	var out [wire.NumTiers][]uint64
 	for _, b := range c.blocks {
-		for i := range AllTiers {
-			if b.tiers&(1<<i) != 0 {
-				out[i] = append(out[i], b.ours...)
+		for t := range wire.NumTiers {
+			if b.tiers.Has(t) {
+				out[t] = append(out[t], b.ours...)
 			}
 		}
 	}
@@ -169,7 +152,7 @@ func (c *Chain) Apply(ev Event, out []Change) ([]Change, error) {
 		if err != nil {
 			return out, err
 		}
-		bit := uint8(1) << tierIndex(tier)
+		bit := wire.Tiers(1) << tier
 		var gone []uint64
 		for _, h := range ev.Hashes {
 			b := c.blocks[h]
@@ -197,7 +180,7 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 	if err != nil {
 		return out, err
 	}
-	bit := uint8(1) << tierIndex(tier)
+	bit := wire.Tiers(1) << tier
 	if len(ev.Tokens) != len(ev.Hashes)*ev.BlockSize {
 		// An offloading medium may store known blocks without their tokens.
 		if len(ev.Tokens) != 0 {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"fairdispatch/wire"
 )
 
 // docs/protocol.md, Block hashes: tokens 1..10, B = 4.
@@ -54,6 +56,9 @@ func TestChainMatchesTheProtocolVector(t *testing.T) {
 			t.Errorf("%s: got %x, want %x %x first", c.name, got, uint64(vec0), uint64(vec1))
 		}
 	}
+	if want := wire.ChainHashes(nil, seq(1, 12), 4); blockHash(blockHash(blockHash(0, seq(1, 4)), seq(5, 8)), seq(9, 12)) != want[2] {
+		t.Errorf("blockHash chained differs from wire.ChainHashes")
+	}
 	if got := blockHash(0, seq(1, 4)); got != vec0 {
 		t.Errorf("blockHash: got %x, want %x", got, uint64(vec0))
 	}
@@ -64,19 +69,19 @@ func TestChainChanges(t *testing.T) {
 	apply := func(ev Event) ([]Change, error) { return ch.Apply(ev, nil) }
 
 	got, err := apply(storedEv("", 4, seq(1, 8), "a", "b"))
-	if want := []Change{{Op: OpStored, Tier: TierDevice, Hashes: []uint64{vec0, vec1}}}; err != nil || !reflect.DeepEqual(got, want) {
+	if want := []Change{{Op: OpStored, Tier: wire.Device, Hashes: []uint64{vec0, vec1}}}; err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("stored: got %v %v, want %v", got, err, want)
 	}
 	// Offloaded to the CPU: known blocks, no tokens needed.
 	got, _ = apply(Event{Kind: BlockStored, Hashes: []string{"a"}, BlockSize: 4, Medium: "CPU", Group: -1})
-	if want := []Change{{Op: OpStored, Tier: TierHost, Hashes: []uint64{vec0}}}; !reflect.DeepEqual(got, want) {
+	if want := []Change{{Op: OpStored, Tier: wire.Host, Hashes: []uint64{vec0}}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("offload: got %v, want %v", got, want)
 	}
 	got, _ = apply(Event{Kind: BlockRemoved, Hashes: []string{"b", "zz"}, Group: -1})
-	if want := []Change{{Op: OpRemoved, Tier: TierDevice, Hashes: []uint64{vec1}}}; !reflect.DeepEqual(got, want) {
+	if want := []Change{{Op: OpRemoved, Tier: wire.Device, Hashes: []uint64{vec1}}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("removed: got %v, want %v", got, want)
 	}
-	if held := ch.Held(); !reflect.DeepEqual(held, [4][]uint64{{vec0}, {vec0}}) {
+	if held := ch.Held(); !reflect.DeepEqual(held, [wire.NumTiers][]uint64{{vec0}, {vec0}}) {
 		t.Errorf("held: got %v", held)
 	}
 	if _, err := apply(storedEv("b", 4, seq(9, 12), "c")); !errors.Is(err, ErrUnknownParent) {
