@@ -47,7 +47,7 @@ const (
 type Change struct {
 	Op     Op
 	Tier   wire.Tier // OpStored and OpRemoved
-	Hashes []uint64 // OpStored and OpRemoved
+	Hashes []uint64  // OpStored and OpRemoved
 }
 
 // ErrUnknownParent is returned by [Chain.Apply] for a BlockStored whose

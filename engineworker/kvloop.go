@@ -1,0 +1,176 @@
+package engineworker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"fairdispatch/wire"
+)
+
+// HeaderAPI names the OpenAI endpoint a request body is for:
+// chat.completions or completions (the response path design's convention).
+const HeaderAPI = "Dispatch-Api"
+
+// replayTimeout bounds one replay.
+const replayTimeout = 2 * time.Second
+
+// kvRank is one rank's view of the engine's event stream.
+type kvRank struct {
+	rank   int // the engine's rank (DPStart + index)
+	idx    int
+	last   int64 // last seq applied, -1 none
+	replay string
+	// complete: every batch of this engine process since seq 0 was applied,
+	// so a parent the chain does not know means events were lost.
+	complete bool
+}
+
+// kvLoop follows rank idx's events until ctx ends.
+func (w *Worker) kvLoop(ctx context.Context, idx int) {
+	rank := w.cfg.Worker.DPStart + idx
+	ep, err := OffsetEndpoint(w.cfg.KVEndpoint, rank)
+	if err != nil {
+		w.log.Error().Err(err).Msg("kv endpoint")
+		return
+	}
+	rs := &kvRank{rank: rank, idx: idx, last: -1}
+	if rs.replay, err = OffsetEndpoint(w.cfg.ReplayEndpoint, rank); err != nil {
+		w.log.Error().Err(err).Msg("kv replay endpoint")
+		return
+	}
+	msgs := make(chan zmqMsg, 1024)
+	go subscribe(ctx, ep, w.cfg.KVTopic, msgs, func(err error) {
+		if errors.Is(err, ErrLayout) {
+			w.count(func(s *Stats) { s.LayoutErrors++ })
+		}
+		w.log.Warn().Err(err).Int("dp_rank", rank).Msg("kv events")
+	})
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-msgs:
+			w.onBatch(ctx, rs, m)
+		}
+	}
+}
+
+// onBatch applies one live batch, healing a gap first: by replay when the
+// engine has a replay socket and still holds the range, else by a reset
+// (every tier cleared: docs/protocol.md, Resynchronisation).
+func (w *Worker) onBatch(ctx context.Context, rs *kvRank, m zmqMsg) {
+	switch {
+	case rs.last >= 0 && m.seq <= rs.last:
+		// The sequence went back: a new engine process, an empty cache.
+		w.log.Info().Int("dp_rank", rs.rank).Int64("seq", m.seq).Int64("last", rs.last).Msg("engine restarted: clearing the rank")
+		w.reset(rs)
+		rs.complete = m.seq == 0
+		if m.seq > 0 {
+			w.fill(ctx, rs, 0, m.seq-1)
+		}
+	case rs.last < 0:
+		rs.complete = m.seq == 0
+		if m.seq > 0 {
+			w.fill(ctx, rs, 0, m.seq-1) // started late: learn what the engine holds
+		}
+	case m.seq > rs.last+1:
+		w.count(func(s *Stats) { s.Gaps++ })
+		w.fill(ctx, rs, rs.last+1, m.seq-1)
+	}
+	w.apply(rs, m)
+}
+
+// fill replays [from, to]; when it cannot, the rank is reset unless from is
+// 0 (a late start: nothing applied that could be wrong).
+func (w *Worker) fill(ctx context.Context, rs *kvRank, from, to int64) {
+	if rs.replay != "" {
+		got, err := replay(ctx, rs.replay, from, to, replayTimeout)
+		if err == nil {
+			w.count(func(s *Stats) { s.Replays++ })
+			for _, g := range got {
+				w.apply(rs, g)
+			}
+			if from == 0 {
+				rs.complete = true
+			}
+			return
+		}
+		w.log.Warn().Err(err).Int("dp_rank", rs.rank).Int64("from", from).Int64("to", to).Msg("kv replay failed")
+	}
+	if from > 0 {
+		w.reset(rs)
+	}
+	rs.complete = false
+}
+
+// reset clears the rank: the chain forgets everything and the helper
+// publishes a cleared of every tier.
+func (w *Worker) reset(rs *kvRank) {
+	w.count(func(s *Stats) { s.Resets++ })
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
+	w.chains[rs.idx].Reset()
+	_ = w.wk.CacheCleared(rs.rank, wire.AllTiers)
+}
+
+func (w *Worker) apply(rs *kvRank, m zmqMsg) {
+	rs.last = m.seq
+	b, err := DecodeBatch(m.payload)
+	if err != nil {
+		// A batch we cannot read may hold removals: the rank is reset.
+		w.count(func(s *Stats) { s.LayoutErrors++ })
+		w.log.Error().Err(err).Int("dp_rank", rs.rank).Int64("seq", m.seq).Msg("kv batch refused")
+		w.reset(rs)
+		rs.complete = false
+		return
+	}
+	w.count(func(s *Stats) { s.Batches++ })
+	if b.Rank >= 0 && b.Rank != rs.rank {
+		w.log.Warn().Int("dp_rank", rs.rank).Int("batch_rank", b.Rank).Msg("kv batch of another rank ignored")
+		return
+	}
+	w.kvMu.Lock()
+	ch := w.chains[rs.idx]
+	var changes []Change
+	resetNeeded := false
+	for _, ev := range b.Events {
+		var err error
+		changes, err = ch.Apply(ev, changes)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrUnknownParent):
+			w.count(func(s *Stats) { s.UnknownParents++ })
+			if rs.complete {
+				resetNeeded = true // events were lost without a gap in seq
+			}
+		default:
+			w.log.Warn().Err(err).Int("dp_rank", rs.rank).Msg("kv event")
+			resetNeeded = true
+		}
+	}
+	for _, c := range changes {
+		switch c.Op {
+		case OpStored:
+			_ = w.wk.CacheStored(rs.rank, c.Tier, c.Hashes)
+		case OpRemoved:
+			_ = w.wk.CacheRemoved(rs.rank, c.Tier, c.Hashes)
+		case OpCleared:
+			_ = w.wk.CacheCleared(rs.rank, wire.AllTiers)
+		}
+	}
+	w.kvMu.Unlock()
+	if resetNeeded {
+		w.reset(rs)
+		rs.complete = false
+	}
+}
+
+// resync answers the helper's resynchronisation of a rank with everything
+// the chain holds, under the lock of the Cache calls.
+func (w *Worker) resync(rank int) {
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
+	held := w.chains[rank-w.cfg.Worker.DPStart].Held()
+	_ = w.wk.CacheResync(rank, &held)
+}
