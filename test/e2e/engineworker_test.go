@@ -129,7 +129,9 @@ func publishChat(t *testing.T, nc *nats.Conn, id string, msgs []fakeengine.Messa
 func runChatFleet(t *testing.T, kvIndex bool) (float64, []uint64) {
 	ns := startNATS(t)
 	nc := connect(t, ns.URL())
-	args := []string{"--leader-election=false", "--overlap-score-credit", "2"}
+	// --queue-threshold 1: the default class queues (a rank at its capacity,
+	// max_num_seqs, takes nothing more), so the backlog waits for the engines.
+	args := []string{"--leader-election=false", "--overlap-score-credit", "2", "--queue-threshold", "1"}
 	if kvIndex {
 		args = append(args, "--kv-index")
 	}
