@@ -40,27 +40,17 @@ var names = [numHeaders]string{
 	wire.HeaderFairnessKey, wire.HeaderBlockHashes,
 }
 
-// Headers holds the decoded request headers. Zero values mean absent, unless a
-// Has* flag says otherwise. Strings and list items are substrings of the header
-// values as received (no copies).
+// Headers holds the decoded request headers: what the scheduler takes in,
+// request.Arrival (whose message facts, ID, Ref, Token and Published, the
+// queue actor fills), and the two headers only the actor uses. Zero values
+// mean absent, unless a Has* flag says otherwise. Strings and list items are
+// substrings of the header values as received (no copies); Hashes is decoded
+// into a new slice. Bounds: wire.MaxTokens, wire.MaxStrict, ... (docs/protocol.md,
+// Request headers).
 type Headers struct {
-	MsgID       string            // Nats-Msg-Id (exact-case match); "" when absent or empty
-	ISL         uint64            // Dispatch-ISL-Tokens, tokens, <= wire.MaxTokens
-	Cached      uint64            // Dispatch-Cached-Tokens, tokens, <= wire.MaxTokens (clamped to ISL later, by the scheduler)
-	Overlap     []request.Overlap // Dispatch-Worker-Overlap "id=tokens,..."; nil when absent
-	Strict      uint32            // Dispatch-Strict-Priority, <= wire.MaxStrict
-	Jump        float64           // Dispatch-Priority, seconds of jump: finite, in [0, wire.MaxJump]
-	Pin         request.Target    // Dispatch-Worker and Dispatch-DP-Rank; Rank is request.AnyRank when no rank is given
-	Allowed     []string          // Dispatch-Allowed-Workers "id,id"; nil when absent
-	Required    []string          // Dispatch-Required-Taints "t,t"; nil when absent
-	Preferred   []request.Taint   // Dispatch-Preferred-Taints "t=w,t" (bare taint weighs 1); nil when absent
-	DeadlineMs  uint64            // Dispatch-Deadline-Ms, milliseconds after publication, <= wire.MaxDeadlineMs
-	HasDeadline bool              // Dispatch-Deadline-Ms is present (0 is a valid deadline)
-	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
-	Key         string            // Dispatch-Fairness-Key: 1 to wire.MaxKeyLen bytes of [A-Za-z0-9_.:@-]; "" when absent
-	// Hashes is Dispatch-Block-Hashes: the prompt's chained block hashes, 1 to
-	// wire.MaxHashes of them; nil when absent. Decoded into a new slice.
-	Hashes []uint64
+	request.Arrival
+	MsgID   string // Nats-Msg-Id (exact-case match); "" when absent or empty
+	ReplyTo string // Dispatch-Reply-To: a literal NATS subject; "" when absent
 }
 
 // HeaderError names a malformed header (docs/protocol.md, Request headers: the request is rejected as
@@ -164,7 +154,7 @@ func (s *scan) add(k, v string) {
 
 // decode parses what s collected (see Decode).
 func (s *scan) decode() (Headers, error) {
-	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
+	d := Headers{Arrival: request.Arrival{Pin: request.Target{Rank: request.AnyRank}}}
 	var first *HeaderError
 	note := func(e *HeaderError) {
 		if first == nil {

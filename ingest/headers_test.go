@@ -26,7 +26,7 @@ func hdr(kv ...string) nats.Header {
 
 // with returns the decoded value of no headers, changed by f.
 func with(f func(*Headers)) Headers {
-	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
+	d := Headers{Arrival: request.Arrival{Pin: request.Target{Rank: request.AnyRank}}}
 	if f != nil {
 		f(&d)
 	}
@@ -248,9 +248,9 @@ var decodeCases = []decodeCase{
 	{name: "all", h: hdr("Nats-Msg-Id", "r1", wire.HeaderISLTokens, "100", wire.HeaderCachedTokens, "40", wire.HeaderWorkerOverlap, "w1=40",
 		wire.HeaderStrictPriority, "1", wire.HeaderPriority, "0.5", wire.HeaderWorker, "w1", wire.HeaderDPRank, "1", wire.HeaderAllowedWorkers, "w1,w2",
 		wire.HeaderRequiredTaints, "h200", wire.HeaderPreferredTaints, "h200=2", wire.HeaderDeadlineMs, "500", wire.HeaderReplyTo, "o.r1"),
-		want: Headers{MsgID: "r1", ISL: 100, Cached: 40, Overlap: []request.Overlap{ov("w1", 40)}, Strict: 1, Jump: 0.5,
-			Pin: request.Target{Worker: "w1", Rank: 1}, Allowed: []string{"w1", "w2"}, Required: []string{"h200"},
-			Preferred: []request.Taint{taint("h200", 2)}, DeadlineMs: 500, HasDeadline: true, ReplyTo: "o.r1"}},
+		want: Headers{MsgID: "r1", ReplyTo: "o.r1", Arrival: request.Arrival{ISL: 100, Cached: 40, Overlap: []request.Overlap{ov("w1", 40)},
+			Strict: 1, Jump: 0.5, Pin: request.Target{Worker: "w1", Rank: 1}, Allowed: []string{"w1", "w2"}, Required: []string{"h200"},
+			Preferred: []request.Taint{taint("h200", 2)}, DeadlineMs: 500, HasDeadline: true}}},
 }
 
 func TestDecode(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 	"fairdispatch/wire"
 )
 
@@ -84,7 +85,7 @@ func TestKeyFairnessStarved(t *testing.T) {
 	n, queued := 0, 0
 	arrive := func(key, pin string) {
 		n++
-		a := &Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: key, Published: now}
+		a := &request.Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: key, Published: now}
 		if pin != "" {
 			a.Pin.Worker, a.Pin.Rank = pin, 0
 		}

@@ -9,6 +9,7 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
+	"fairdispatch/request"
 	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
@@ -157,7 +158,7 @@ policy_classes:
 		for j := range 4 {
 			prompt = append(prompt, 1<<62|uint64(tick)<<8|uint64(j))
 		}
-		a := &Arrival{ID: fmt.Sprint("r", tick), Token: "all", ISL: uint64(len(prompt) * 16), Published: now}
+		a := &request.Arrival{ID: fmt.Sprint("r", tick), Token: "all", ISL: uint64(len(prompt) * 16), Published: now}
 		if withHashes {
 			a.Hashes = prompt
 		}

@@ -7,6 +7,7 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
+	"fairdispatch/request"
 	"fairdispatch/wire"
 )
 
@@ -45,14 +46,14 @@ func TestKVOverlapAtAdmission(t *testing.T) {
 	f.report("w2", 5000)
 	kvApply(t, x, "w1", 1, prompt[:6], nil)
 	kvApply(t, x, "gone", 1, prompt, nil) // not a live worker: not eligible
-	d := f.arrive("premium", 400, func(a *Arrival) {
+	d := f.arrive("premium", 400, func(a *request.Arrival) {
 		a.Hashes = prompt
 		a.Cached = 300
 	})
 	if d.Req.Cached != 6*16 {
 		t.Fatalf("cached = %d, want %d (6 blocks of 16 tokens)", d.Req.Cached, 6*16)
 	}
-	d = f.arrive("premium", 400, func(a *Arrival) { a.Hashes = []uint64{9}; a.Cached = 300 })
+	d = f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = []uint64{9}; a.Cached = 300 })
 	if d.Req.Cached != 0 {
 		t.Fatalf("cached with no overlap = %d, want 0 (the hashes replace Dispatch-Cached-Tokens)", d.Req.Cached)
 	}
@@ -68,7 +69,7 @@ func TestKVFreshOverlapAtDispatch(t *testing.T) {
 	f.report("w1", 5000)
 	f.report("w2", 5000)
 	kvApply(t, x, "w1", 1, prompt, nil)
-	d := f.arrive("premium", 400, func(a *Arrival) { a.Hashes = prompt })
+	d := f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = prompt })
 	f.wantKind(d, Queued)
 	if d.Req.Cached != 8*16 {
 		t.Fatalf("cached at arrival = %d, want %d", d.Req.Cached, 8*16)

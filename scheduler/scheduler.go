@@ -57,28 +57,6 @@ const (
 	DefaultMaxUnsettled    = 1000000
 )
 
-// Arrival is a request entering the dispatcher: its decoded headers and the
-// facts of its message. Slices are kept, not copied.
-type Arrival struct {
-	ID          string
-	Ref         uint64
-	Token       string // the subject's class token
-	ISL         uint64
-	Cached      uint64
-	Overlap     []request.Overlap // nil: Dispatch-Cached-Tokens stands
-	Hashes      []uint64          // Dispatch-Block-Hashes; nil when absent
-	Strict      uint32
-	Jump        float64
-	Pin         request.Target
-	Allowed     []string
-	Required    []string
-	Preferred   []request.Taint
-	Published   int64 // Unix nanoseconds
-	DeadlineMs  uint64
-	HasDeadline bool
-	Key         string // Dispatch-Fairness-Key; "" for the default key "_"
-}
-
 // Kind says what a Decision is.
 type Kind uint8
 
@@ -232,7 +210,7 @@ func (s *Scheduler) holding(now int64) bool {
 // During a fleet outage every request is queued without limit checks (but
 // for an expired deadline); once the outage has lasted the no-workers
 // timeout, every request fails as no_endpoints (docs/design.md, Fleet outage).
-func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
+func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 	r := s.snapshot(a)
 	cls, cfg := s.classes[r.Class], &s.pol.Classes[r.Class]
 	if s.InGrace(now) {
@@ -267,7 +245,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 }
 
 // snapshot builds the immutable snapshot of docs/design.md, Snapshot.
-func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
+func (s *Scheduler) snapshot(a *request.Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
 		ID: a.ID, Ref: a.Ref, Token: a.Token, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
@@ -304,7 +282,7 @@ func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
 // bestCached is the pinned worker's overlap when pinned, else the largest
 // overlap among live workers passing the allow-list and taints, or
 // Dispatch-Cached-Tokens when no per-worker overlap is given.
-func (s *Scheduler) bestCached(a *Arrival, r *request.Snapshot) uint64 {
+func (s *Scheduler) bestCached(a *request.Arrival, r *request.Snapshot) uint64 {
 	if s.kv != nil && a.Hashes != nil {
 		return s.kvCached(a, r)
 	}
@@ -696,7 +674,7 @@ func (s *Scheduler) Overloaded(w *workers.Worker) bool { return s.sel.Thresholds
 // block hashes (docs/protocol.md, Overlap): the best weighted overlap over the
 // eligible ranks (the pinned worker's, or its pinned rank's, when pinned),
 // converted to tokens with the scoring's block size.
-func (s *Scheduler) kvCached(a *Arrival, r *request.Snapshot) uint64 {
+func (s *Scheduler) kvCached(a *request.Arrival, r *request.Snapshot) uint64 {
 	s.kv.Overlap(a.Hashes, &s.kvOut)
 	best := 0.0
 	for _, h := range s.kvOut.Hits {
