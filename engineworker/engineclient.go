@@ -35,6 +35,22 @@ func (u Usage) Uncached() uint64 {
 	return u.PromptTokens - u.CachedTokens
 }
 
+// Result is what the engine answered for one request.
+type Result struct {
+	// Usage is the engine's usage (Reported false when it sent none).
+	Usage Usage
+	// FinishReason is the last finish_reason the engine gave ("stop",
+	// "length", ...), "" when none.
+	FinishReason string
+	// Chunks counts the chunks passed to emit.
+	Chunks int
+}
+
+// ErrBadRequest is wrapped by the errors about a request the worker cannot
+// send to the engine (an unknown Dispatch-Api, a body that is not a JSON
+// object): the request fails without reaching the engine.
+var ErrBadRequest = errors.New("engineworker: request cannot be sent to the engine")
+
 // EngineError is an answer of the engine with a status other than 200.
 type EngineError struct {
 	Status int
@@ -56,7 +72,7 @@ func Endpoint(api string) (string, error) {
 	case "completions":
 		return "/v1/completions", nil
 	}
-	return "", fmt.Errorf("engineworker: Dispatch-Api %q: want chat.completions or completions", api)
+	return "", fmt.Errorf("%w: Dispatch-Api %q: want chat.completions or completions", ErrBadRequest, api)
 }
 
 // prepare rewrites an OpenAI request body for the engine: a stream asks for
@@ -65,7 +81,7 @@ func Endpoint(api string) (string, error) {
 func prepare(body []byte) (out []byte, stream, callerUsage bool, err error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, false, false, fmt.Errorf("engineworker: request body: %w", err)
+		return nil, false, false, fmt.Errorf("%w: the body is not a JSON object: %v", ErrBadRequest, err)
 	}
 	if s, ok := m["stream"]; ok {
 		_ = json.Unmarshal(s, &stream)
@@ -76,7 +92,7 @@ func prepare(body []byte) (out []byte, stream, callerUsage bool, err error) {
 	opts := map[string]json.RawMessage{}
 	if o, ok := m["stream_options"]; ok && string(o) != "null" {
 		if err := json.Unmarshal(o, &opts); err != nil {
-			return nil, false, false, fmt.Errorf("engineworker: stream_options: %w", err)
+			return nil, false, false, fmt.Errorf("%w: stream_options: %v", ErrBadRequest, err)
 		}
 	}
 	if u, ok := opts["include_usage"]; ok {
@@ -105,54 +121,75 @@ func (u *usageJSON) usage() Usage {
 	return out
 }
 
+// finishReason returns the last non-null finish_reason of choices, or had.
+func finishReason(choices []json.RawMessage, had string) string {
+	for _, c := range choices {
+		var v struct {
+			FinishReason *string `json:"finish_reason"`
+		}
+		if json.Unmarshal(c, &v) == nil && v.FinishReason != nil && *v.FinishReason != "" {
+			had = *v.FinishReason
+		}
+	}
+	return had
+}
+
 // Call sends one request to the engine at base and passes its answer to
 // emit: each streaming chunk (the JSON of one SSE data line, [DONE] left
-// out), or the whole answer of a non-streaming request. rank >= 0 adds the
+// out, the usage chunk left out unless the caller asked for it), or the
+// whole answer of a non-streaming request. rank >= 0 adds the
 // X-data-parallel-rank header (vLLM's and SGLang's way to pin a DP rank).
-// It returns the engine's usage and the chunks emitted.
-func Call(ctx context.Context, c *http.Client, base, api string, body []byte, rank int, emit func([]byte) error) (Usage, int, error) {
+// An error of emit stops the call. Cancelling ctx (or emit failing) closes
+// the HTTP stream, which aborts the request in the engine.
+func Call(ctx context.Context, c *http.Client, base, api string, body []byte, rank int, emit func([]byte) error) (Result, error) {
+	var res Result
 	path, err := Endpoint(api)
 	if err != nil {
-		return Usage{}, 0, err
+		return res, err
 	}
 	body, stream, callerUsage, err := prepare(body)
 	if err != nil {
-		return Usage{}, 0, err
+		return res, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
-		return Usage{}, 0, err
+		return res, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
 	if rank >= 0 {
 		req.Header.Set("X-data-parallel-rank", strconv.Itoa(rank))
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return Usage{}, 0, err
+		return res, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return Usage{}, 0, &EngineError{Status: resp.StatusCode, Body: b}
+		return res, &EngineError{Status: resp.StatusCode, Body: b}
 	}
 	if !stream {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 		if err != nil {
-			return Usage{}, 0, err
+			return res, err
 		}
-		var v struct{ Usage *usageJSON }
+		var v struct {
+			Choices []json.RawMessage `json:"choices"`
+			Usage   *usageJSON        `json:"usage"`
+		}
 		if err := json.Unmarshal(b, &v); err != nil {
-			return Usage{}, 0, fmt.Errorf("engineworker: engine answer: %w", err)
+			return res, fmt.Errorf("engineworker: engine answer: %w", err)
 		}
-		var u Usage
 		if v.Usage != nil {
-			u = v.Usage.usage()
+			res.Usage = v.Usage.usage()
 		}
-		return u, 1, emit(b)
+		res.FinishReason = finishReason(v.Choices, "")
+		res.Chunks = 1
+		return res, emit(b)
 	}
-	var u Usage
-	chunks := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxBody)
 	for sc.Scan() {
@@ -162,28 +199,35 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 		}
 		data := bytes.TrimSpace(line[5:])
 		if string(data) == "[DONE]" {
-			return u, chunks, nil
+			return res, nil
 		}
 		var v struct {
 			Choices []json.RawMessage `json:"choices"`
 			Usage   *usageJSON        `json:"usage"`
 		}
 		if err := json.Unmarshal(data, &v); err != nil {
-			return u, chunks, fmt.Errorf("engineworker: stream chunk: %w", err)
+			return res, fmt.Errorf("engineworker: stream chunk: %w", err)
 		}
+		res.FinishReason = finishReason(v.Choices, res.FinishReason)
 		if v.Usage != nil {
-			u = v.Usage.usage()
+			u := v.Usage.usage()
+			// continuous_usage_stats puts usage without cached tokens in
+			// every chunk: the last one, with the details, wins.
+			if u.CachedTokens == 0 && res.Usage.CachedTokens > 0 && u.PromptTokens == res.Usage.PromptTokens {
+				u.CachedTokens = res.Usage.CachedTokens
+			}
+			res.Usage = u
 			if len(v.Choices) == 0 && !callerUsage {
 				continue // the usage chunk the worker asked for
 			}
 		}
-		chunks++
+		res.Chunks++
 		if err := emit(append([]byte(nil), data...)); err != nil {
-			return u, chunks, err
+			return res, err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return u, chunks, err
+		return res, err
 	}
-	return u, chunks, errors.New("engineworker: stream ended without [DONE]")
+	return res, errors.New("engineworker: stream ended without [DONE]")
 }

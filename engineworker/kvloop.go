@@ -8,12 +8,17 @@ import (
 	"fairdispatch/wire"
 )
 
-// HeaderAPI names the OpenAI endpoint a request body is for:
-// chat.completions or completions (the response path design's convention).
-const HeaderAPI = "Dispatch-Api"
-
 // replayTimeout bounds one replay.
 const replayTimeout = 2 * time.Second
+
+// cacheSink takes a rank's cache changes in fairdispatch's terms: the
+// helper (workerkit's Cache calls), or a test's recorder.
+type cacheSink interface {
+	CacheStored(rank int, tier wire.Tier, hashes []uint64) error
+	CacheRemoved(rank int, tier wire.Tier, hashes []uint64) error
+	CacheCleared(rank int, tiers wire.Tiers) error
+	CacheResync(rank int, held *[wire.NumTiers][]uint64) error
+}
 
 // kvRank is one rank's view of the engine's event stream.
 type kvRank struct {
@@ -52,6 +57,12 @@ func (w *Worker) kvLoop(ctx context.Context, idx int) {
 			return
 		case m := <-msgs:
 			w.onBatch(ctx, rs, m)
+		case <-w.gone[idx]:
+			// The engine process is gone (healthLoop): so is its cache. Its
+			// successor's first batch has seq 0 and starts a complete chain.
+			w.log.Info().Int("dp_rank", rank).Msg("engine gone: clearing the rank")
+			w.reset(rs)
+			rs.last, rs.complete = -1, false
 		}
 	}
 }
@@ -111,7 +122,7 @@ func (w *Worker) reset(rs *kvRank) {
 	w.kvMu.Lock()
 	defer w.kvMu.Unlock()
 	w.chains[rs.idx].Reset()
-	_ = w.wk.CacheCleared(rs.rank, wire.AllTiers)
+	_ = w.kv.CacheCleared(rs.rank, wire.AllTiers)
 }
 
 func (w *Worker) apply(rs *kvRank, m zmqMsg) {
@@ -152,11 +163,11 @@ func (w *Worker) apply(rs *kvRank, m zmqMsg) {
 	for _, c := range changes {
 		switch c.Op {
 		case OpStored:
-			_ = w.wk.CacheStored(rs.rank, c.Tier, c.Hashes)
+			_ = w.kv.CacheStored(rs.rank, c.Tier, c.Hashes)
 		case OpRemoved:
-			_ = w.wk.CacheRemoved(rs.rank, c.Tier, c.Hashes)
+			_ = w.kv.CacheRemoved(rs.rank, c.Tier, c.Hashes)
 		case OpCleared:
-			_ = w.wk.CacheCleared(rs.rank, wire.AllTiers)
+			_ = w.kv.CacheCleared(rs.rank, wire.AllTiers)
 		}
 	}
 	w.kvMu.Unlock()
@@ -172,5 +183,5 @@ func (w *Worker) resync(rank int) {
 	w.kvMu.Lock()
 	defer w.kvMu.Unlock()
 	held := w.chains[rank-w.cfg.Worker.DPStart].Held()
-	_ = w.wk.CacheResync(rank, &held)
+	_ = w.kv.CacheResync(rank, &held)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/naming"
 	"fairdispatch/workerkit"
 )
 
@@ -19,7 +19,8 @@ import (
 type Config struct {
 	// Worker is the worker helper's configuration (id, prefix, ranks, TTL...).
 	// MaxActiveRequests defaults to MaxNumSeqs, MaxNumBatchedTokens and
-	// TotalKVBlocks to what the engine says.
+	// TotalKVBlocks to what the engine says (SGLang's /get_server_info,
+	// vLLM's vllm:cache_config_info).
 	Worker workerkit.Config
 	// Engine is "vllm" or "sglang".
 	Engine string
@@ -27,8 +28,10 @@ type Config struct {
 	EngineURL string
 	// MetricsURL is where its metrics are, default EngineURL + "/metrics".
 	MetricsURL string
-	// MaxNumSeqs is the engine's --max-num-seqs (SGLang: read from
-	// /get_server_info when 0); it becomes the ranks' capacity.
+	// MaxNumSeqs is the engine's --max-num-seqs (SGLang's
+	// --max-running-requests); it becomes the ranks' capacity. Required for
+	// vLLM, which does not expose it; for SGLang 0 reads max_running_requests
+	// from /get_server_info.
 	MaxNumSeqs uint64
 	// BlockSize is our block size in tokens (docs/protocol.md, Block hashes), default 16.
 	BlockSize int
@@ -48,6 +51,10 @@ type Config struct {
 	// HealthTimeout), checked every HealthInterval. Defaults 500ms, 1s, 2.
 	HealthInterval, HealthTimeout time.Duration
 	HealthFailures                int
+	// StopGrace is how long Run lets running requests finish once its
+	// context ends, default 8s; those still running are then handed back
+	// (before their first chunk) or end failed.
+	StopGrace time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -56,6 +63,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.EngineURL == "" {
 		return c, errors.New("engineworker: engine URL required")
+	}
+	if c.Engine == "vllm" && c.MaxNumSeqs == 0 {
+		return c, errors.New("engineworker: max_num_seqs required for vLLM (its --max-num-seqs; the engine does not expose it)")
 	}
 	if c.MetricsURL == "" {
 		c.MetricsURL = c.EngineURL + "/metrics"
@@ -75,24 +85,29 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HealthFailures == 0 {
 		c.HealthFailures = 2
 	}
+	if c.StopGrace == 0 {
+		c.StopGrace = 8 * time.Second
+	}
 	if c.Worker.DPSize == 0 {
 		c.Worker.DPSize = 1
 	}
 	return c, nil
 }
 
-// errUnhealthy is the cause of a request stopped because its engine failed
-// its health check.
-var errUnhealthy = errors.New("engineworker: engine unhealthy")
-
-// job is one request at the engine.
-type job struct {
-	r        *workerkit.Request
-	uncached uint64
-	prefill  bool // not yet past its first chunk
-	chunks   int
-	cancel   context.CancelCauseFunc
+// HealthPeriod returns the longest time from an engine hanging to the
+// worker reporting it: one interval until the next check, then
+// HealthFailures checks that each time out.
+func (c Config) HealthPeriod() time.Duration {
+	return c.HealthInterval + time.Duration(c.HealthFailures)*c.HealthTimeout
 }
+
+// Causes of a request stopped by the worker itself.
+var (
+	// errUnhealthy: the engine failed its health checks.
+	errUnhealthy = errors.New("engineworker: engine unhealthy")
+	// errShutdown: Run returned with the request still running.
+	errShutdown = errors.New("engineworker: worker stopped")
+)
 
 // rankLoad is the worker's own count of one rank and the engine's last word.
 type rankLoad struct {
@@ -105,29 +120,50 @@ type rankLoad struct {
 type Worker struct {
 	cfg  Config
 	log  zerolog.Logger
-	wk   *workerkit.Worker
+	nc   *nats.Conn
 	http *http.Client
+	done string // <prefix>.done.<id>
 
-	mu       sync.Mutex
-	jobs     map[*workerkit.Request]*job
-	loads    []rankLoad
-	chains   []*Chain // guarded by kvMu
-	healthy  bool
-	totalKV  uint64
-	kvMu     sync.Mutex
-	stats    Stats
-	runCtx   context.Context
-	fallback context.Context
+	// base is every request's parent context, cancelled when Run returns.
+	base     context.Context
+	stopJobs context.CancelCauseFunc
+	ready    chan struct{} // closed once the helper started
+
+	mu         sync.Mutex
+	wk         *workerkit.Worker
+	jobs       map[*workerkit.Request]*job
+	loads      []rankLoad
+	healthy    bool
+	drain      bool // SetDraining
+	engineDown bool // the last health check found no engine listening
+	totalKV    uint64
+	stats      Stats
+
+	kvMu   sync.Mutex // the chains and the helper's Cache calls
+	kv     cacheSink  // the helper, set by Run before the KV loops start
+	chains []*Chain
+	gone   []chan struct{} // per rank: the engine process went away
 }
 
 // Stats counts what the worker did.
 type Stats struct {
-	Done, Failed, HandedBack       uint64
+	// Done, Failed, HandedBack and Cancelled count requests: answered,
+	// ended failed, handed back before their first chunk, ended by the
+	// helper (cancelled, nobody listening, taken, stopped).
+	Done, Failed, HandedBack, Cancelled uint64
+	// Aborted counts engine requests stopped before the engine finished
+	// them (their HTTP stream closed).
+	Aborted uint64
+	// Unhealthy counts the times the engine was found unhealthy.
+	Unhealthy                      uint64
 	Batches, Replays, Resets, Gaps uint64
 	LayoutErrors, UnknownParents   uint64
+	// Scrapes counts the metrics read.
+	Scrapes uint64
 }
 
-// New builds a worker on the connection nc.
+// New checks cfg and builds a worker on the connection nc. Nothing runs
+// before [Worker.Run].
 func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -136,25 +172,54 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	if cfg.Worker.MaxActiveRequests == 0 {
 		cfg.Worker.MaxActiveRequests = cfg.MaxNumSeqs
 	}
-	w := &Worker{cfg: cfg, log: log.With().Str("component", "engineworker").Logger(),
-		http: &http.Client{}, jobs: map[*workerkit.Request]*job{}, healthy: true,
-		loads: make([]rankLoad, cfg.Worker.DPSize), fallback: context.Background()}
-	for range cfg.Worker.DPSize {
-		w.chains = append(w.chains, NewChain(cfg.BlockSize, cfg.KVGroup, 1<<22))
+	// The helper checks its configuration now, so that a bad flag fails at
+	// once; Run builds the one that runs, with what the engine says.
+	probe := cfg.Worker
+	if probe.MaxActiveRequests == 0 {
+		probe.MaxActiveRequests = 1
 	}
-	if w.wk, err = workerkit.New(nc, cfg.Worker, w, log); err != nil {
+	if _, err := workerkit.New(nc, probe, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), log); err != nil {
 		return nil, err
 	}
-	if cfg.KVEndpoint != "" {
-		if err := w.wk.EnableKVEvents(workerkit.KVConfig{Resync: w.resync}); err != nil {
-			return nil, err
-		}
+	names, err := naming.New(probe.Prefix)
+	if probe.Prefix == "" {
+		names, err = naming.New(workerkit.DefaultPrefix)
+	}
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, log: log.With().Str("component", "engineworker").Str("worker_id", cfg.Worker.ID).Logger(),
+		nc: nc, done: names.Done(cfg.Worker.ID), ready: make(chan struct{}),
+		http: &http.Client{Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second,
+		}},
+		jobs: map[*workerkit.Request]*job{}, healthy: true, loads: make([]rankLoad, cfg.Worker.DPSize)}
+	w.base, w.stopJobs = context.WithCancelCause(context.Background())
+	for range cfg.Worker.DPSize {
+		w.chains = append(w.chains, NewChain(cfg.BlockSize, cfg.KVGroup, 1<<22))
+		w.gone = append(w.gone, make(chan struct{}, 1))
 	}
 	return w, nil
 }
 
-// Helper returns the worker helper (for its instance and stats).
-func (w *Worker) Helper() *workerkit.Worker { return w.wk }
+// Config returns the configuration with defaults applied and, once
+// [Worker.Ready], what the engine said.
+func (w *Worker) Config() Config {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cfg
+}
+
+// Ready is closed once Run has learnt the engine's settings and started
+// the helper: the worker then reports and takes requests.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Helper returns the worker helper, nil before [Worker.Ready].
+func (w *Worker) Helper() *workerkit.Worker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wk
+}
 
 // Stats returns the counters.
 func (w *Worker) Stats() Stats {
@@ -163,38 +228,82 @@ func (w *Worker) Stats() Stats {
 	return w.stats
 }
 
-// Run starts the worker and runs it until ctx ends, then stops it, handing
-// back what it holds.
-func (w *Worker) Run(ctx context.Context) error {
+// SetDraining makes the worker report draining (it takes no new requests,
+// its running ones finish) or not; an unhealthy engine drains it too.
+func (w *Worker) SetDraining(on bool) {
 	w.mu.Lock()
-	w.runCtx = ctx
+	w.drain = on
 	w.mu.Unlock()
-	if err := w.wk.Start(); err != nil {
+	w.updateDraining()
+}
+
+// updateDraining tells the helper whether the worker drains now.
+func (w *Worker) updateDraining() {
+	w.mu.Lock()
+	wk, draining := w.wk, w.drain || !w.healthy
+	w.mu.Unlock()
+	if wk != nil {
+		wk.SetDraining(draining)
+	}
+}
+
+// Run waits for the engine and learns its settings, starts the worker and
+// runs it until ctx ends. It then stops taking requests, lets the running
+// ones finish for StopGrace and hands back, or ends failed, those still
+// running (docs/protocol.md, What a worker does with each answer).
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.stopJobs(errShutdown)
+	if err := w.discover(ctx); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	cfg := w.cfg
+	w.mu.Unlock()
+	wk, err := workerkit.New(w.nc, cfg.Worker, w, w.log)
+	if err != nil {
+		return err
+	}
+	if cfg.KVEndpoint != "" {
+		if err := wk.EnableKVEvents(workerkit.KVConfig{Resync: w.resync}); err != nil {
+			return err
+		}
+	}
+	w.kv = wk
+	w.mu.Lock()
+	w.wk = wk
+	draining := w.drain || !w.healthy
+	w.mu.Unlock()
+	wk.SetDraining(draining)
+	if err := wk.Start(); err != nil {
+		return err
+	}
+	close(w.ready)
+	lctx, stopLoops := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); w.scrapeLoop(ctx) }()
-	go func() { defer wg.Done(); w.healthLoop(ctx) }()
-	if w.cfg.KVEndpoint != "" {
-		for i := range w.cfg.Worker.DPSize {
+	go func() { defer wg.Done(); w.scrapeLoop(lctx) }()
+	go func() { defer wg.Done(); w.healthLoop(lctx) }()
+	if cfg.KVEndpoint != "" {
+		for i := range cfg.Worker.DPSize {
 			wg.Add(1)
-			go func() { defer wg.Done(); w.kvLoop(ctx, i) }()
+			go func() { defer wg.Done(); w.kvLoop(lctx, i) }()
 		}
 	}
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopGrace)
 	defer cancel()
-	err := w.wk.Stop(sctx)
+	err = wk.Stop(sctx)
+	stopLoops()
 	wg.Wait()
 	return err
 }
 
-// Offer accepts every request in range: the dispatcher never sends a rank
-// more than its capacity (max_num_seqs).
+// Offer accepts every request in range while the engine is healthy and the
+// worker not draining: the dispatcher never sends a rank more than its
+// capacity (max_num_seqs).
 func (w *Worker) Offer(r *workerkit.Request) bool {
 	w.mu.Lock()
-	if !w.healthy {
+	if !w.healthy || w.drain {
 		w.mu.Unlock()
 		return false
 	}
@@ -202,14 +311,10 @@ func (w *Worker) Offer(r *workerkit.Request) bool {
 	if uncached == 0 {
 		uncached = r.ISL
 	}
-	ctx := w.runCtx
-	if ctx == nil {
-		ctx = w.fallback
-	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	j := &job{r: r, uncached: uncached, prefill: true, cancel: cancel}
-	w.jobs[r] = j
+	jctx, cancel := context.WithCancelCause(w.base)
 	rank := r.DPRank - w.cfg.Worker.DPStart
+	j := &job{r: r, resp: r.Response(), rank: rank, uncached: uncached, prefill: true, cancel: cancel}
+	w.jobs[r] = j
 	w.loads[rank].active++
 	w.loads[rank].prefillTokens += uncached
 	w.setLoadLocked(rank)
@@ -218,186 +323,31 @@ func (w *Worker) Offer(r *workerkit.Request) bool {
 	return true
 }
 
+// Cancelled stops the engine request of r, which the helper ended on its
+// own (cancelled, nobody listening, taken over, or stopped): closing its
+// HTTP stream aborts it in the engine.
+func (w *Worker) Cancelled(r *workerkit.Request, cause error) {
+	w.mu.Lock()
+	j := w.jobs[r]
+	w.mu.Unlock()
+	if j != nil {
+		j.cancel(cause)
+	}
+}
+
+// setLoadLocked tells the helper rank's load; w.mu is held.
 func (w *Worker) setLoadLocked(rank int) {
+	if w.wk == nil {
+		return
+	}
 	l := w.loads[rank]
 	_ = w.wk.SetLoad(w.cfg.Worker.DPStart+rank, workerkit.RankLoad{
 		ActiveRequests: l.active + l.foreign, ActivePrefillTokens: l.prefillTokens, KVUsedBlocks: l.kvUsed,
 	})
 }
 
-// firstChunk moves j past its prefill in the load.
-func (w *Worker) firstChunk(j *job) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	j.chunks++
-	if j.prefill {
-		j.prefill = false
-		rank := j.r.DPRank - w.cfg.Worker.DPStart
-		w.loads[rank].prefillTokens -= j.uncached
-		w.setLoadLocked(rank)
-	}
-}
-
-func (w *Worker) run(ctx context.Context, j *job) {
-	r := j.r
-	rank := -1
-	if w.cfg.Worker.DPSize > 1 {
-		rank = r.DPRank
-	}
-	api := workerkit.HeaderValue(r.Header, HeaderAPI)
-	u, _, err := Call(ctx, w.http, w.cfg.EngineURL, api, r.Data, rank, func(chunk []byte) error {
-		w.firstChunk(j)
-		return nil // the response path (Dispatch-Response-To) carries chunks once workerkit has it
-	})
-	w.mu.Lock()
-	delete(w.jobs, r)
-	idx := r.DPRank - w.cfg.Worker.DPStart
-	w.loads[idx].active--
-	if j.prefill {
-		w.loads[idx].prefillTokens -= j.uncached
-	}
-	chunks := j.chunks
-	w.setLoadLocked(idx)
-	w.mu.Unlock()
-	j.cancel(nil)
-	var ee *EngineError
-	switch {
-	case err == nil:
-		if cerr := r.DoneConfirmed(context.Background()); cerr != nil {
-			w.log.Warn().Err(cerr).Str("request_id", r.RequestID).Msg("ack unconfirmed")
-		}
-		_ = r.Complete(u.Uncached(), u.CompletionTokens, false)
-		w.count(func(s *Stats) { s.Done++ })
-	case chunks == 0 && (errors.Is(context.Cause(ctx), errUnhealthy) || !errors.As(err, &ee) || ee.Status >= 500):
-		// Nothing reached the caller: another worker runs it.
-		_ = r.Nak()
-		w.count(func(s *Stats) { s.HandedBack++ })
-	default:
-		// The engine refused it (4xx) or it broke after its first chunk: it
-		// is not run again; the record settles what it used.
-		w.log.Warn().Err(err).Str("request_id", r.RequestID).Int("chunks", chunks).Msg("request failed")
-		_ = r.Term()
-		_ = r.Complete(u.Uncached(), u.CompletionTokens, true)
-		w.count(func(s *Stats) { s.Failed++ })
-	}
-}
-
 func (w *Worker) count(f func(*Stats)) {
 	w.mu.Lock()
 	f(&w.stats)
 	w.mu.Unlock()
-}
-
-// healthLoop checks /health; HealthFailures failures in a row make the
-// worker drain (the dispatcher stops sending at once) and stop its
-// requests: those without a chunk are handed back, the others end failed.
-func (w *Worker) healthLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.HealthInterval)
-	defer t.Stop()
-	fails := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if w.checkHealth(ctx) {
-			fails = 0
-			w.mu.Lock()
-			was := w.healthy
-			w.healthy = true
-			w.mu.Unlock()
-			if !was {
-				w.log.Info().Msg("engine healthy again")
-				w.wk.SetDraining(false)
-			}
-			continue
-		}
-		if fails++; fails < w.cfg.HealthFailures {
-			continue
-		}
-		w.mu.Lock()
-		was := w.healthy
-		w.healthy = false
-		var stop []*job
-		for _, j := range w.jobs {
-			stop = append(stop, j)
-		}
-		w.mu.Unlock()
-		if was {
-			w.log.Warn().Int("failures", fails).Msg("engine unhealthy: draining")
-			w.wk.SetDraining(true)
-		}
-		for _, j := range stop {
-			j.cancel(errUnhealthy)
-		}
-	}
-}
-
-func (w *Worker) checkHealth(ctx context.Context) bool {
-	hctx, cancel := context.WithTimeout(ctx, w.cfg.HealthTimeout)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(hctx, http.MethodGet, w.cfg.EngineURL+"/health", nil)
-	resp, err := w.http.Do(req)
-	if err != nil {
-		return false
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// scrapeLoop reads the engine's metrics every ScrapeInterval into the load.
-func (w *Worker) scrapeLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.ScrapeInterval)
-	defer t.Stop()
-	prefix := "vllm:"
-	if w.cfg.Engine == "sglang" {
-		prefix = "sglang:"
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sctx, cancel := context.WithTimeout(ctx, w.cfg.ScrapeInterval*4)
-		req, _ := http.NewRequestWithContext(sctx, http.MethodGet, w.cfg.MetricsURL, nil)
-		resp, err := w.http.Do(req)
-		if err != nil {
-			cancel()
-			continue
-		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		resp.Body.Close()
-		cancel()
-		if err != nil {
-			continue
-		}
-		samples, err := ParseMetrics(b, prefix)
-		if err != nil {
-			w.log.Warn().Err(err).Msg("engine metrics")
-			continue
-		}
-		loads := LoadsFromMetrics(w.cfg.Engine, samples, w.cfg.Worker.DPStart)
-		w.mu.Lock()
-		for i := range w.loads {
-			l, ok := loads[w.cfg.Worker.DPStart+i]
-			if !ok {
-				continue
-			}
-			total := w.cfg.Worker.TotalKVBlocks
-			if total == 0 {
-				total = l.TotalKVBlocks
-			}
-			engine := uint64(l.Running + l.Waiting)
-			w.loads[i].foreign = 0
-			if engine > w.loads[i].active {
-				w.loads[i].foreign = engine - w.loads[i].active
-			}
-			w.loads[i].kvUsed = uint64(l.KVUsage*float64(total) + 0.5)
-			w.setLoadLocked(i)
-		}
-		w.mu.Unlock()
-	}
 }

@@ -45,9 +45,9 @@ func run() error {
 	flag.StringVar(&cfg.Worker.Prefix, "subject-prefix", workerkit.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix")
 	flag.IntVar(&cfg.Worker.DPStart, "dp-start", 0, "first data-parallel rank the engine serves through this worker")
 	flag.IntVar(&cfg.Worker.DPSize, "dp-size", 1, "number of data-parallel ranks")
-	flag.Uint64Var(&cfg.MaxNumSeqs, "max-num-seqs", 0, "the engine's --max-num-seqs (SGLang: --max-running-requests): each rank's capacity; required")
-	flag.Uint64Var(&cfg.Worker.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "the engine's --max-num-batched-tokens (SGLang: --chunked-prefill-size); 0 unknown")
-	flag.Uint64Var(&cfg.Worker.TotalKVBlocks, "total-kv-blocks", 0, "KV blocks per rank; 0: vllm:cache_config_info's num_gpu_blocks")
+	flag.Uint64Var(&cfg.MaxNumSeqs, "max-num-seqs", 0, "the engine's --max-num-seqs (SGLang: --max-running-requests): each rank's capacity; required for vLLM, read from /get_server_info for SGLang when 0")
+	flag.Uint64Var(&cfg.Worker.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "the engine's --max-num-batched-tokens (SGLang: --chunked-prefill-size, read from /get_server_info when 0); 0 unknown")
+	flag.Uint64Var(&cfg.Worker.TotalKVBlocks, "total-kv-blocks", 0, "KV blocks per rank; 0: vllm:cache_config_info's num_gpu_blocks, SGLang's max_total_num_tokens / --block-size")
 	flag.DurationVar(&cfg.Worker.TTL, "ttl", workerkit.DefaultTTL, "load report TTL (100ms to 600s)")
 	flag.IntVar(&cfg.BlockSize, "block-size", 16, "our block size in tokens: the producers' and the dispatcher's --block-size")
 	flag.StringVar(&cfg.KVEndpoint, "kv-endpoint", "", "the engine's ZMQ KV event endpoint for rank 0 (its kv-events-config endpoint, * read as 127.0.0.1); rank r at port + r; empty: no KV events")
@@ -58,15 +58,13 @@ func run() error {
 	flag.DurationVar(&cfg.HealthInterval, "health-interval", 500*time.Millisecond, "how often /health is checked")
 	flag.DurationVar(&cfg.HealthTimeout, "health-timeout", time.Second, "a /health check slower than this fails")
 	flag.IntVar(&cfg.HealthFailures, "health-failures", 2, "failed checks in a row that make the engine unhealthy")
+	flag.DurationVar(&cfg.StopGrace, "stop-grace", 8*time.Second, "on SIGTERM, how long running requests may finish before they are handed back (or end failed)")
 	flag.Parse()
 	if err := fromEnv(); err != nil {
 		return err
 	}
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
-	}
-	if cfg.MaxNumSeqs == 0 {
-		return fmt.Errorf("--max-num-seqs: required (the engine's --max-num-seqs)")
 	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil {

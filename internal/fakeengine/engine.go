@@ -94,14 +94,21 @@ func (c Config) withDefaults() (Config, error) {
 
 // Stats are the engine's counters since it started.
 type Stats struct {
-	Requests      uint64
-	PromptTokens  uint64
-	CachedTokens  uint64 // prompt tokens found in the prefix cache
-	OutputTokens  uint64
-	Running       int
-	Waiting       int
-	CachedBlocks  int
+	Requests     uint64
+	PromptTokens uint64
+	CachedTokens uint64 // prompt tokens found in the prefix cache
+	OutputTokens uint64
+	Running      int
+	Waiting      int
+	CachedBlocks int
+	// UsedBlocks are the blocks of running requests (the usage metrics').
+	UsedBlocks    int
 	BatchesPublic uint64 // KV event batches published (or dropped on purpose)
+	// Aborted counts requests whose client closed the connection before
+	// their end (vLLM aborts them: serving_chat.py, the disconnect check).
+	Aborted uint64
+	// Scrapes counts the /metrics answers served.
+	Scrapes uint64
 }
 
 // Engine is a fake engine. Build it with [New].
@@ -116,6 +123,11 @@ type Engine struct {
 	stats   Stats
 	hung    chan struct{} // non-nil while hung; closed on unhang
 	gen     uint64        // restarts, to tell requests of an earlier life
+	// inUse counts the blocks of running requests: what vLLM's
+	// kv_cache_usage_perc counts (vllm/v1/core/block_pool.py get_usage: 1 -
+	// free / total, a cached block no request holds being free) and
+	// SGLang's token_usage likewise (evictable tokens are not used).
+	inUse int
 }
 
 // New starts a fake engine's event publisher (when configured). Serve its
@@ -150,7 +162,7 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.stats
-	s.Running, s.Waiting, s.CachedBlocks = e.running, len(e.waiting), e.cache.len()
+	s.Running, s.Waiting, s.CachedBlocks, s.UsedBlocks = e.running, len(e.waiting), e.cache.len(), e.inUse
 	return s
 }
 
@@ -216,6 +228,13 @@ func (e *Engine) publish(evs []kvEvent) {
 // blocks, prefill, then emit out tokens through emit (called once per
 // token, from the request's goroutine). It returns the cached tokens.
 func (e *Engine) run(ctx context.Context, tokens []uint32, out int, emit func(i int) error) (cached int, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			e.mu.Lock()
+			e.stats.Aborted++
+			e.mu.Unlock()
+		}
+	}()
 	e.mu.Lock()
 	e.stats.Requests++
 	var slot chan struct{}
@@ -244,7 +263,14 @@ func (e *Engine) run(ctx context.Context, tokens []uint32, out int, emit func(i 
 	defer e.release()
 
 	keys := chain(tokens, e.cfg.BlockSize)
+	held := (len(tokens) + e.cfg.BlockSize - 1) / e.cfg.BlockSize // the prompt's blocks; the output's are not modelled
 	e.mu.Lock()
+	e.inUse += held
+	defer func() {
+		e.mu.Lock()
+		e.inUse -= held
+		e.mu.Unlock()
+	}()
 	hit := e.cache.hits(keys)
 	evicted := e.cache.insert(keys, hit)
 	cached = hit * e.cfg.BlockSize

@@ -246,8 +246,11 @@ func (e *Engine) serverInfo(w http.ResponseWriter, _ *http.Request) {
 // metrics writes the Prometheus text of vllm/v1/metrics/loggers.py (labels
 // model_name and engine) or python/sglang/srt/metrics/collector.py.
 func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	e.stats.Scrapes++
+	e.mu.Unlock()
 	s := e.Stats()
-	usage := float64(s.CachedBlocks) / float64(e.cfg.NumGPUBlocks)
+	usage := min(float64(s.UsedBlocks)/float64(e.cfg.NumGPUBlocks), 1)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	var b strings.Builder
 	if e.cfg.Kind == "sglang" {
@@ -255,7 +258,7 @@ func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(&b, "# HELP sglang:num_running_reqs The number of running requests.\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs%s %d\n", l, s.Running)
 		fmt.Fprintf(&b, "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.\n# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs%s %d\n", l, s.Waiting)
 		fmt.Fprintf(&b, "# HELP sglang:token_usage The token usage.\n# TYPE sglang:token_usage gauge\nsglang:token_usage%s %g\n", l, usage)
-		fmt.Fprintf(&b, "# HELP sglang:num_used_tokens The number of used tokens.\n# TYPE sglang:num_used_tokens gauge\nsglang:num_used_tokens%s %d\n", l, s.CachedBlocks*e.cfg.BlockSize)
+		fmt.Fprintf(&b, "# HELP sglang:num_used_tokens The number of used tokens.\n# TYPE sglang:num_used_tokens gauge\nsglang:num_used_tokens%s %d\n", l, s.UsedBlocks*e.cfg.BlockSize)
 		hit := 0.0
 		if s.PromptTokens > 0 {
 			hit = float64(s.CachedTokens) / float64(s.PromptTokens)

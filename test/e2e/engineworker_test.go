@@ -113,7 +113,7 @@ func publishChat(t *testing.T, nc *nats.Conn, id string, msgs []fakeengine.Messa
 	m := nats.NewMsg("dispatch.req.default")
 	m.Data = body
 	m.Header.Set("Nats-Msg-Id", id)
-	m.Header.Set(engineworker.HeaderAPI, "chat.completions")
+	m.Header.Set(wire.HeaderAPI, "chat.completions")
 	m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(len(toks)))
 	if hs := wire.ChainHashes(nil, toks, 16); len(hs) > 0 {
 		m.Header.Set(wire.HeaderBlockHashes, wire.EncodeHashes(hs))
