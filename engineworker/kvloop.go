@@ -29,6 +29,9 @@ type kvRank struct {
 	// complete: every batch of this engine process since seq 0 was applied,
 	// so a parent the chain does not know means events were lost.
 	complete bool
+	// dupFrom..dupTo were applied from a replay after a (re)connection: live
+	// copies of them still queued are duplicates, not a restart. dupFrom -1: none.
+	dupFrom, dupTo int64
 }
 
 // kvLoop follows rank idx's events until ctx ends.
@@ -39,7 +42,7 @@ func (w *Worker) kvLoop(ctx context.Context, idx int) {
 		w.log.Error().Err(err).Msg("kv endpoint")
 		return
 	}
-	rs := &kvRank{rank: rank, idx: idx, last: -1}
+	rs := &kvRank{rank: rank, idx: idx, last: -1, dupFrom: -1}
 	if rs.replay, err = OffsetEndpoint(w.cfg.ReplayEndpoint, rank); err != nil {
 		w.log.Error().Err(err).Msg("kv replay endpoint")
 		return
@@ -56,6 +59,10 @@ func (w *Worker) kvLoop(ctx context.Context, idx int) {
 		case <-ctx.Done():
 			return
 		case m := <-msgs:
+			if m.seq == seqConnected {
+				w.caughtUp(ctx, rs)
+				continue
+			}
 			w.onBatch(ctx, rs, m)
 		case <-w.gone[idx]:
 			// The engine process is gone (healthLoop): so is its cache. Its
@@ -67,10 +74,39 @@ func (w *Worker) kvLoop(ctx context.Context, idx int) {
 	}
 }
 
+// caughtUp applies, after the subscription (re)connected, what the engine
+// published while it was not connected: everything its replay socket holds
+// after the last batch applied (from 0 after the engine went away). Without
+// a replay socket the next batch shows the gap.
+func (w *Worker) caughtUp(ctx context.Context, rs *kvRank) {
+	if rs.replay == "" {
+		return
+	}
+	got, err := replay(ctx, rs.replay, rs.last+1, -1, replayTimeout)
+	if err != nil {
+		w.log.Debug().Err(err).Int("dp_rank", rs.rank).Msg("kv replay after connecting")
+		return
+	}
+	if len(got) == 0 {
+		return
+	}
+	w.count(func(s *Stats) { s.Replays++ })
+	for _, g := range got {
+		w.onBatch(ctx, rs, g)
+	}
+	rs.dupFrom, rs.dupTo = got[0].seq, rs.last
+}
+
 // onBatch applies one live batch, healing a gap first: by replay when the
 // engine has a replay socket and still holds the range, else by a reset
 // (every tier cleared: docs/protocol.md, Resynchronisation).
 func (w *Worker) onBatch(ctx context.Context, rs *kvRank, m zmqMsg) {
+	if rs.dupFrom >= 0 {
+		if m.seq >= rs.dupFrom && m.seq <= rs.dupTo {
+			return // applied from the replay already
+		}
+		rs.dupFrom = -1
+	}
 	switch {
 	case rs.last >= 0 && m.seq <= rs.last:
 		// The sequence went back: a new engine process, an empty cache.

@@ -64,14 +64,27 @@ func parseSeq(b []byte) (int64, error) {
 	return int64(binary.BigEndian.Uint64(b[:8])), nil
 }
 
+// seqConnected is the seq of the message subscribe sends when it has
+// (re)connected: what the engine published meanwhile is lost to the
+// subscription (a PUB drops what no subscriber takes), so the loop asks the
+// replay socket for it.
+const seqConnected = -2
+
 // subscribe receives the engine's live batches until ctx ends, reconnecting
-// as ZMQ does. Messages go to out; a malformed one is reported on errs.
+// as ZMQ does. Messages go to out, after a seqConnected one on each
+// connection; a malformed one is reported on errs.
 func subscribe(ctx context.Context, endpoint, topic string, out chan<- zmqMsg, errs func(error)) {
 	for ctx.Err() == nil {
 		sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerRetry(200*time.Millisecond))
 		err := sub.Dial(endpoint)
 		if err == nil {
 			err = sub.SetOption(zmq4.OptionSubscribe, topic)
+		}
+		if err == nil {
+			select {
+			case out <- zmqMsg{seq: seqConnected}:
+			case <-ctx.Done():
+			}
 		}
 		for err == nil {
 			var m zmq4.Msg
@@ -109,7 +122,8 @@ var errReplay = errors.New("engineworker: replay incomplete")
 // replay asks the replay socket for every batch from start up to and
 // including last, within timeout. It returns them in order; errReplay when
 // the first batch returned is not start or the range ends early (the
-// engine's buffer no longer holds it, or it restarted).
+// engine's buffer no longer holds it, or it restarted). With last < 0 it
+// returns whatever the engine holds from start on, a gap included.
 func replay(ctx context.Context, endpoint string, start, last int64, timeout time.Duration) ([]zmqMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -147,12 +161,16 @@ func replay(ctx context.Context, endpoint string, start, last int64, timeout tim
 			return got, err
 		}
 		if seq == -1 {
-			if want <= last {
+			if last >= 0 && want <= last {
 				return got, errReplay
 			}
 			return got, nil
 		}
 		if seq < want {
+			continue
+		}
+		if last < 0 {
+			got, want = append(got, zmqMsg{seq, f[1]}), seq+1
 			continue
 		}
 		if seq > want {

@@ -57,7 +57,9 @@ func startFleet(t *testing.T, nc *nats.Conn, n int, cfg fakeengine.Config, wcfg 
 		t.Cleanup(fe.killEngine)
 		wc := wcfg
 		wc.Worker.ID, wc.Engine, wc.EngineURL = fe.id, "vllm", "http://"+fe.addr
-		wc.MaxNumSeqs = uint64(fe.e.Config().MaxNumSeqs)
+		if wc.MaxNumSeqs == 0 {
+			wc.MaxNumSeqs = uint64(fe.e.Config().MaxNumSeqs)
+		}
 		wc.KVEndpoint, wc.ReplayEndpoint = c.KVEndpoint, c.ReplayEndpoint
 		fe.wcfg = wc
 		fe.startWorker(nc)
