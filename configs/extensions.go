@@ -42,10 +42,10 @@ const (
 	keyPreemptAfter   = "preempt_after_ms"
 	keyMinShare       = "min_share"
 
-	keyRate      = "tokens_per_second"
-	keyBurst     = "burst"
-	keyConserve  = "work_conserving"
-	budgetNone   = "unlimited"
+	keyRate     = "tokens_per_second"
+	keyBurst    = "burst"
+	keyConserve = "work_conserving"
+	budgetNone  = "unlimited"
 )
 
 var (
