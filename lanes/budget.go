@@ -28,6 +28,7 @@ type bucket struct {
 	at       int64
 	conserve bool
 	key      *key    // the tracked key, nil once it is forgotten
+	queued   float64 // the cost of the key's queued requests not yet charged
 	need     float64 // while throttled: the level the key waits for
 	ready    int64   // while throttled: when the level reaches need
 	tpos     int     // position in Keyed.throttled, -1 when not throttled
@@ -159,19 +160,25 @@ func (c *Keyed) NextReady() int64 {
 }
 
 // BudgetWait returns how long, in nanoseconds from now, a request of cost
-// under key name would wait for the key's budget alone (its level and
-// rate; the work ahead of it is not counted), and whether the key has a
-// budget. O(1).
-func (c *Keyed) BudgetWait(now int64, name string, cost uint64) (int64, bool) {
+// queued now under key name would wait for the key's budget alone: until
+// the level pays for the key's requests queued ahead of it and then for
+// itself (other keys and the fleet are not counted). conserving reports a
+// work-conserving budget, ok whether the key has a budget at all. O(1).
+func (c *Keyed) BudgetWait(now int64, name string, cost uint64) (wait int64, conserving, ok bool) {
 	bg := c.budgetOf(name)
 	if bg == nil {
-		return 0, false
+		return 0, false, false
 	}
 	b := c.buckets[name]
 	if b == nil {
-		return 0, true // a full bucket
+		b = &bucket{rate: bg.Rate, burst: float64(bg.Burst), level: float64(bg.Burst), at: now}
 	}
-	return b.wait(now, b.needFor(cost)), true
+	need := b.queued + b.needFor(cost)
+	lack := need - b.levelAt(now)
+	if lack <= 0 {
+		return 0, bg.WorkConserving, true
+	}
+	return int64(min(math.Ceil(lack/b.rate*1e9), math.MaxInt64/4)), bg.WorkConserving, true
 }
 
 // BudgetLevel returns key name's budget level in cost units at now, its

@@ -32,6 +32,16 @@ type KeyConfig struct {
 	// MinShare maps a strict tier to its floor: the least share of its key's
 	// cost served it gets while backlogged (docs/design.md, Tier floors).
 	MinShare map[uint32]float64
+	// Tally, when set, is told of every request entering and leaving the
+	// class's queue (the scheduler's shedding estimate, docs/design.md,
+	// Shedding).
+	Tally Tally
+}
+
+// Tally follows the requests queued in a class.
+type Tally interface {
+	Add(r *request.Snapshot)
+	Sub(r *request.Snapshot)
 }
 
 // key is one fairness key of a class: its normalized service and its own lanes.
@@ -241,6 +251,12 @@ func (c *Keyed) Push(r *request.Snapshot) {
 	c.n++
 	c.isl += r.ISL
 	c.cached += r.Cached
+	if b := k.budget(); b != nil {
+		b.queued += float64(r.DRRCost())
+	}
+	if c.cfg.Tally != nil {
+		c.cfg.Tally.Add(r)
+	}
 	if !r.Pin.Pinned() {
 		if c.cfg.MinShare != nil {
 			if f := c.floorFor(k, r.Strict); f != nil {
@@ -392,6 +408,12 @@ counted:
 	c.n--
 	c.isl -= r.ISL
 	c.cached -= r.Cached
+	if b := k.budget(); b != nil {
+		b.queued = max(0, b.queued-float64(r.DRRCost()))
+	}
+	if c.cfg.Tally != nil {
+		c.cfg.Tally.Sub(r)
+	}
 }
 
 // Candidate returns the DRR cost of the class candidate (docs/design.md, Fairness
