@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 
 	"fairdispatch/configs"
 	"fairdispatch/request"
@@ -105,15 +107,17 @@ const (
 // dueTally is a histogram of a class's queued cost by deadline, for the
 // work ahead of a new request (docs/design.md, Shedding): a ring of
 // dueSlots slots of dueSlot from the slot of base, the cost due before it
-// (past), the cost due beyond the ring by slot (far), and the cost with no
-// deadline (none). It implements lanes.Tally. Add and Sub are O(1)
-// amortized; ahead is O(dueSlots).
+// (past: about to expire), the cost due beyond the ring by slot (far), the
+// cost with no deadline (none) and that of preempted requests, which go
+// first (head). It implements lanes.Tally. Add and Sub are O(1) amortized;
+// ahead is O(dueSlots + far slots).
 type dueTally struct {
 	base  int64 // the ring's first slot (absolute: deadline / dueSlot)
 	ring  [dueSlots]float64
 	past  float64
 	far   map[int64]float64
 	none  float64
+	head  float64
 	total float64
 }
 
@@ -132,9 +136,11 @@ func (t *dueTally) move(r *request.Snapshot, c float64) {
 	t.total += c
 	sl, ok := t.slot(r)
 	switch {
+	case r.Preempted > 0:
+		t.head += c
 	case !ok:
 		t.none += c
-	case sl < t.base || r.Preempted > 0:
+	case sl < t.base:
 		t.past += c
 	case sl >= t.base+dueSlots:
 		t.far[sl] += c
@@ -189,25 +195,44 @@ func (t *dueTally) advance(now int64) {
 	}
 }
 
-// ahead returns the queued cost due before deadline due (half of its own
-// slot's), at now.
-func (t *dueTally) ahead(due int64) float64 {
+// ahead returns the queued cost that earliest-deadline-first serves before a
+// request due at due, at now, draining rate cost units per nanosecond:
+// preempted requests first, then slot by slot in deadline order, each slot
+// counted only as far as it can still be served before its own deadline (the
+// rest expires instead of taking capacity), half of due's own slot. What is
+// about to expire (past) takes nothing.
+func (t *dueTally) ahead(now, due int64, rate float64) float64 {
 	sl := due / dueSlot
-	a := t.past
-	if sl >= t.base+dueSlots {
-		a = t.total - t.none
-		for s, c := range t.far {
-			if s >= sl {
-				a -= c
+	a := t.head
+	take := func(s int64, c float64) {
+		if c <= 0 {
+			return
+		}
+		room := rate*float64((s+1)*dueSlot-now) - a
+		a += max(0, min(c, room))
+	}
+	last := min(sl-1, t.base+dueSlots-1)
+	for s := t.base; s <= last; s++ {
+		take(s, t.ring[s%dueSlots])
+	}
+	if sl >= t.base && sl < t.base+dueSlots {
+		a += t.ring[sl%dueSlots] / 2 // its own slot: not clamped, r is among it
+	}
+	if sl >= t.base+dueSlots && len(t.far) > 0 {
+		slots := make([]int64, 0, len(t.far))
+		for s := range t.far {
+			if s <= sl {
+				slots = append(slots, s)
 			}
 		}
-		return a
-	}
-	for s := t.base; s < sl; s++ {
-		a += t.ring[s%dueSlots]
-	}
-	if sl >= t.base {
-		a += t.ring[sl%dueSlots] / 2
+		slices.Sort(slots)
+		for _, s := range slots {
+			if s == sl {
+				a += t.far[s] / 2
+				continue
+			}
+			take(s, t.far[s])
+		}
 	}
 	return a
 }
@@ -217,6 +242,48 @@ type shedState struct {
 	drain drainRate
 	edf   bool      // ahead is what is due before; otherwise everything queued
 	tally *dueTally // the class's queued cost by deadline
+	// arrivals is the cost arriving in an edf class by the time left to its
+	// deadline at arrival, bucket b holding times in [2^(b-1), 2^b) ms,
+	// weighted by exp(-age / drainTau); arrivedSince is when it started.
+	arrivals     [40]float64
+	arrivedAt    int64
+	arrivedSince int64
+}
+
+// arrivalBucket is the bucket of arrivals of a request with left
+// nanoseconds to its deadline.
+func arrivalBucket(left int64) int {
+	return min(39, bits.Len64(uint64(max(0, left/1e6))))
+}
+
+// arrived counts a request of cost arriving at now with left to its deadline.
+func (st *shedState) arrived(now, left int64, cost uint64) {
+	if st.arrivedSince == 0 {
+		st.arrivedSince, st.arrivedAt = now, now
+	}
+	if dt := now - st.arrivedAt; dt > 0 {
+		f := math.Exp(-float64(dt) / drainTau)
+		for i := range st.arrivals {
+			st.arrivals[i] *= f
+		}
+		st.arrivedAt = now
+	}
+	st.arrivals[arrivalBucket(left)] += float64(cost)
+}
+
+// jumpRate is the rate, in cost units per nanosecond, at which work arrives
+// that earliest-deadline-first will serve before a request with left to its
+// deadline: requests whose whole bucket of time left is shorter.
+func (st *shedState) jumpRate(now, left int64) float64 {
+	span := drainTau * (1 - math.Exp(-float64(now-st.arrivedSince)/drainTau))
+	if span < minDrainBusy {
+		return 0
+	}
+	var sum float64
+	for b := range arrivalBucket(left) {
+		sum += st.arrivals[b]
+	}
+	return sum / span
 }
 
 // projectWait returns the wait projected for r, queued now in its shedding
@@ -231,13 +298,25 @@ func (s *Scheduler) projectWait(now int64, r *request.Snapshot) (int64, bool) {
 		return 0, false
 	}
 	st.tally.advance(now)
-	ahead := st.tally.total
+	ahead := st.tally.total - st.tally.past
 	if st.edf && r.Deadline != 0 {
-		ahead = st.tally.ahead(r.Deadline)
+		left := r.Deadline - now
+		st.arrived(now, left, r.Cost)
+		ahead = st.tally.ahead(now, r.Deadline, rate)
+		// What arrives later with less time left goes first: the rate left
+		// for r is the drain rate less that arrival rate.
+		rate -= st.jumpRate(now, left)
+		if rate <= 0 {
+			return math.MaxInt64 / 4, true
+		}
 	}
 	ahead += float64(r.Cost)
 	return int64(min(ahead/rate, math.MaxInt64/4)), true
 }
+
+// shedSlack is the margin of shedding: a request is shed only when its
+// projected wait passes its time left by more than this fraction of it.
+const shedSlack = 0.25
 
 // checkShed rejects r at admission as deadline_unreachable when its class
 // sheds and r's projected wait passes its deadline (docs/design.md,
@@ -251,10 +330,10 @@ func (s *Scheduler) checkShed(now int64, r *request.Snapshot) (int64, *Error) {
 	if !ok {
 		return -1, nil
 	}
-	if r.Deadline == 0 || now+wait <= r.Deadline || r.Preempted > 0 {
+	left := max(0, r.Deadline-now)
+	if r.Deadline == 0 || float64(wait) <= float64(left)*(1+shedSlack) || r.Preempted > 0 {
 		return wait, nil
 	}
-	left := max(0, r.Deadline-now)
 	return wait, &Error{Code: request.DeadlineUnreachable, Projected: wait,
 		Message: fmt.Sprintf("projected wait %d ms passes the deadline in %d ms", wait/1e6, left/1e6)}
 }
