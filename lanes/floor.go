@@ -10,12 +10,13 @@ import (
 // (docs/design.md, Tier floors): the key's unpinned requests of that tier,
 // held apart from its shared lane, and the service the tier is owed.
 //
-// The tier is owed credit: every dispatch of the key, of any tier, adds
-// share × cost while the tier is backlogged, and a dispatch of the tier takes
-// its cost. While the credit is positive the tier's head goes before the
-// key's higher tiers; otherwise strict order decides as usual. So over any
-// time the tier stays backlogged it gets at least share of the key's cost
-// served, less one request's cost.
+// The tier is owed credit: every dispatch of a higher tier of the key adds
+// share / (1 - share) × its cost while the tier is backlogged, and a
+// dispatch of the tier takes its cost. While the credit is positive the
+// tier's head goes before the key's higher tiers; otherwise strict order
+// decides as usual. So over any time the tier stays backlogged under a
+// higher tier it gets at least share of the key's cost served, less one
+// request's cost.
 type floor struct {
 	tier   uint32
 	share  float64
@@ -86,28 +87,29 @@ func (c *Keyed) floorCandidate(k *key, best *request.Snapshot) *request.Snapshot
 			continue
 		}
 		if c.check.Dispatchable(h) {
-			best = h
+			best, c.candOwed = h, owed
 		}
 	}
 	return best
 }
 
-// chargeFloors accounts a dispatch of r (cost) from key k: every backlogged
-// floor is owed share × cost, r's own floor pays cost; a floor's credit is
-// kept within one cost below zero (a tier served by strict order alone
-// earns no debt), and an empty floor keeps no credit.
-func chargeFloors(k *key, r *request.Snapshot, from *floor, cost float64) {
+// chargeFloors accounts a dispatch of r (cost) from key k, out of floor
+// from (nil: not a floor's): every backlogged floor of a lower tier than r's
+// is owed share / (1 - share) × cost (the service it lost to a higher
+// tier); r's own floor pays cost, down to one cost below zero when it went
+// ahead of a higher tier (owed), down to zero otherwise. An empty floor
+// keeps no credit.
+func chargeFloors(k *key, r *request.Snapshot, from *floor, cost float64, owed bool) {
 	for i := range k.x.floors {
 		f := &k.x.floors[i]
-		if len(f.q) == 0 && f != from {
-			f.credit = min(f.credit, 0)
-			continue
-		}
-		f.credit += f.share * cost
-		if f == from {
+		switch {
+		case f == from && owed:
 			f.credit -= cost
+		case f == from:
+			f.credit = max(0, f.credit-cost)
+		case f.tier < r.Strict && len(f.q) > 0:
+			f.credit += f.share / (1 - f.share) * cost
 		}
-		f.credit = max(f.credit, -cost)
 		if len(f.q) == 0 {
 			f.credit = min(f.credit, 0)
 		}

@@ -141,6 +141,7 @@ type Keyed struct {
 	candKey    *key
 	candFree   bool // the candidate is a throttled key's, served by SetConserve: not charged to its budget
 	lastFree   bool // candFree of the last Pop
+	candOwed   bool // the candidate is an owed floor head, gone before a higher tier
 
 	// Budgets (budget.go): the time, every key's budget state that is not
 	// full or whose key is tracked, the keys waiting for their budget.
@@ -423,7 +424,7 @@ counted:
 // Cost: one Checker call for the gated keys, plus per key examined the calls of
 // the lanes' Candidate and O(log K) when it leaves the heap.
 func (c *Keyed) Candidate() (uint64, bool) {
-	c.cand, c.candKey, c.candFree = nil, nil, false
+	c.cand, c.candKey, c.candFree, c.candOwed = nil, nil, false, false
 	if len(c.throttled) > 0 {
 		c.unthrottle()
 	}
@@ -509,7 +510,7 @@ func (c *Keyed) Pop() {
 	}
 	c.remove(k, r)
 	if k.x != nil && k.x.floors != nil {
-		chargeFloors(k, r, from, float64(r.Cost))
+		chargeFloors(k, r, from, float64(r.Cost), c.candOwed)
 	}
 	if b := k.budget(); b != nil && !c.candFree {
 		b.charge(c.now, float64(cost))
