@@ -6,6 +6,7 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/lanes"
 	"fairdispatch/request"
+	"fairdispatch/wire"
 )
 
 // lanesBudget converts a policy budget.
@@ -98,4 +99,27 @@ func (s *Scheduler) checkBudget(now int64, r *request.Snapshot) *Error {
 	return &Error{Code: request.BudgetExceeded, Projected: wait, RetryAfter: wait - left,
 		Message: fmt.Sprintf("fairness key %q would wait %d ms for its token budget, past its deadline in %d ms",
 			r.Key, wait/1e6, left/1e6)}
+}
+
+// extensionStats fills the budget and shedding parts of class k's stats
+// (wire.ClassStats.ThrottledKeys, DrainRate, KeyStats.Budget), at the
+// latest now the scheduler saw. O(top keys).
+func (s *Scheduler) extensionStats(k int, cs *wire.ClassStats) {
+	c := s.classes[k]
+	if c.Budgeted() {
+		n := c.Throttled()
+		cs.ThrottledKeys = &n
+		for i := range cs.TopKeys {
+			ks := &cs.TopKeys[i]
+			if level, rate, burst, thr, ok := c.BudgetLevel(s.now, ks.Key); ok {
+				ks.Budget = &wire.KeyBudget{TokensPerSecond: rate, Burst: burst, Level: level, Throttled: thr}
+			}
+		}
+	}
+	if st := s.shed[k]; st != nil {
+		if r, ok := st.drain.rate(); ok {
+			r *= 1e9
+			cs.DrainRate = &r
+		}
+	}
 }

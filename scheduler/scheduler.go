@@ -716,10 +716,12 @@ func (s *Scheduler) Stats(dst []wire.ClassStats) []wire.ClassStats {
 	for k, c := range s.classes {
 		isl, cached := c.Tokens()
 		pinned, blocked := c.Lanes()
-		dst = append(dst, wire.ClassStats{
+		cs := wire.ClassStats{
 			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
 			Deficit: s.arb.Deficit(k), Keys: c.Keys(), TopKeys: topKeys(c), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
-		})
+		}
+		s.extensionStats(k, &cs)
+		dst = append(dst, cs)
 	}
 	return dst
 }
