@@ -454,10 +454,16 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		}
 		_ = l.Close()
 	}
-	srv, err := server.NewServer(&server.Options{
+	sync, err := bus.ParseSync(s.natsSync) // validated with the flags
+	if err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
 		JetStream: true, StoreDir: s.dataDir, NoLog: true, NoSigs: true,
-	})
+	}
+	sync.Apply(opts)
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
@@ -466,6 +472,7 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded nats-server on %s did not start (is the port taken?)", s.natsListen)
 	}
-	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Msg("embedded nats-server with JetStream started")
+	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Str("sync", sync.String()).
+		Msg("embedded nats-server with JetStream started; it stops with the dispatcher")
 	return srv, nil
 }
