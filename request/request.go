@@ -123,6 +123,11 @@ type Snapshot struct {
 	// Preempted counts how often the request was preempted (docs/design.md,
 	// Preemption); a preempted request waits at the head of its lane.
 	Preempted uint8
+	// Paid is set when DRR charged the request its cost, at its first
+	// arbitration. Charged without Paid is a request dispatched at arrival
+	// (never arbitrated) and refused: it is queued as charged without having
+	// paid, so cancelling it refunds nothing.
+	Paid bool
 	// Refused is set when a worker refused the request (or did not answer); such
 	// a request waits in its lane whatever its class's queueing (docs/protocol.md, Dispatch handshake).
 	Refused bool

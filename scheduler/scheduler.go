@@ -398,6 +398,9 @@ func (s *Scheduler) Next(now int64) Decision {
 	c := s.classes[k]
 	r := c.Last()
 	cost := r.DRRCost()
+	if !r.Charged {
+		r.Paid = true // charged its cost just now
+	}
 	r.Charged = true
 	removeDeadline(&s.dl, r)
 	if s.shed[k] != nil {
