@@ -31,8 +31,12 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if id == "" {
 		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
 	}
+	if a.cancelledAtAdmission(now, dl, id) {
+		return
+	}
 	h := &held{msg: dl.Msg, rel: a.cur.rel, replyTo: dl.Headers.ReplyTo, attempt: deliveryCount(dl)}
 	a.held[dl.StreamSeq] = h
+	a.byID[id] = dl.StreamSeq
 	if msg, replyBad := a.malformed(dl); msg != "" {
 		if replyBad {
 			h.replyTo = "" // the reply subject itself is what is refused
