@@ -93,6 +93,7 @@ func TestRefusedByTheEngine(t *testing.T) {
 	a := k.acks("r1")
 	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, []byte(`{"model":"other","messages":[{"role":"user","content":"x"}]}`))
 	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok }, "the record")
+	natstest.Eventually(t, wait, func() bool { _, ok := p.end(); return ok && len(a.final()) > 0 }, "the end marker and the acknowledgement")
 	e, _ := p.end()
 	c, _ := k.record("r1")
 	if e.Status != wire.EndFailed || !strings.Contains(e.Error, "does not exist") || c.Status != wire.StatusFailed || c.PrefillTokens != 0 || !slices.Equal(a.final(), []string{"+ACK"}) {
@@ -124,6 +125,9 @@ func TestCancelAbortsTheEngineRequest(t *testing.T) {
 		natstest.Eventually(t, wait, func() bool { _, ok := k.record(id); return ok }, "%s: the record", id)
 		natstest.Eventually(t, wait, func() bool { return k.e.Stats().Aborted == uint64(i+1) && k.e.Stats().Running == 0 },
 			"%s: the engine aborts the request (stats %+v)", id, k.e.Stats())
+		// The record, the end marker and the acknowledgement reach the test
+		// on different subscriptions: wait for each, as their order is not defined.
+		natstest.Eventually(t, wait, func() bool { _, ok := p.end(); return ok && len(a.final()) > 0 }, "%s: the end marker and the acknowledgement", id)
 		e, _ := p.end()
 		c, _ := k.record(id)
 		if e.Status != wire.EndCancelled || c.Status != wire.StatusCancelled || c.OutputTokens == 0 || !slices.Equal(a.final(), []string{"+TERM cancelled"}) {
