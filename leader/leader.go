@@ -23,11 +23,28 @@
 // most TTL after the dead leader's last renewal, so a standby leads within
 // about TTL + TTL/4 of a crash (plus the server's expiry scan), and at once
 // after a clean shutdown, which deletes the key.
+//
+// # Storage
+//
+// The bucket is created in memory storage. A lease lives one TTL, so nothing
+// of it needs to outlive a server restart (after one the next campaign
+// creates the key again), and it must not share the fate of the file store:
+// at the server's store limit (max_file_store) JetStream refuses every write
+// to every file-backed stream, and a file-backed lease would lose its
+// renewals exactly when the leader must keep dispatching, so that workers
+// acknowledge requests and free the store (docs/operations.md, When storage
+// runs out). Where memory storage is refused (an account or server without
+// JetStream memory), the bucket is created in file storage, with a warning.
+// An existing bucket is bound to as it is, whatever its storage: JetStream
+// cannot change a stream's storage in place, and deleting a lease bucket in
+// use could let two leaders overlap. A file-backed one (made by an older
+// dispatcher) is warned about, with how to move it.
 package leader
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -52,8 +69,13 @@ type Config struct {
 	ID       string // this process's id, stored as the key's value; required
 	TTL      time.Duration
 	Replicas int
-	Storage  jetstream.StorageType
-	Now      func() time.Time
+	// RenewalFailed, when not nil, is called from Run's goroutine with the
+	// error of each renewal that failed for another reason than the lease
+	// being taken (which steps down): unanswered, or refused by JetStream
+	// (for a file-backed bucket, a full store). Each is retried TTL/4 later;
+	// the lease is lost when none succeeds within 3/4 TTL.
+	RenewalFailed func(error)
+	Now           func() time.Time
 }
 
 // Elector campaigns for the lease and keeps it.
@@ -64,7 +86,8 @@ type Elector struct {
 	leader atomic.Bool
 }
 
-// New creates (or updates) the lease bucket.
+// New binds to the lease bucket, creating it in memory storage when missing
+// (see Storage in the package doc), and updates its TTL and replicas to cfg's.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Elector, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = DefaultBucket
@@ -81,14 +104,61 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Lo
 	if cfg.ID == "" {
 		return nil, errors.New("leader: an id is required")
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: cfg.Bucket, Description: "fairdispatch dispatcher leader lease",
-		History: 1, TTL: cfg.TTL, Replicas: max(cfg.Replicas, 1), Storage: cfg.Storage,
-	})
+	log = log.With().Str("component", "leader").Str("id", cfg.ID).Logger()
+	kv, err := bind(ctx, js, cfg, log)
 	if err != nil {
-		return nil, errors.Join(errors.New("leader: lease bucket "+cfg.Bucket), err)
+		return nil, fmt.Errorf("leader: lease bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Elector{cfg: cfg, kv: kv, log: log.With().Str("component", "leader").Str("id", cfg.ID).Logger()}, nil
+	return &Elector{cfg: cfg, kv: kv, log: log}, nil
+}
+
+// jsErrMemoryResources is nats-server's JSMemoryResourcesExceededErr:
+// "insufficient memory resources available", the refusal to create a memory
+// stream where the server or the account has no JetStream memory left.
+const jsErrMemoryResources jetstream.ErrorCode = 10028
+
+// bind returns the lease bucket: the existing one, in its own storage, or a
+// new one in memory storage (file storage where memory is refused).
+func bind(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
+	want := jetstream.KeyValueConfig{
+		Bucket: cfg.Bucket, Description: "fairdispatch dispatcher leader lease",
+		History: 1, TTL: cfg.TTL, Replicas: max(cfg.Replicas, 1), Storage: jetstream.MemoryStorage,
+	}
+	for range 2 { // a bucket created meanwhile by another dispatcher is bound to on the second round
+		kv, err := js.KeyValue(ctx, cfg.Bucket)
+		if err == nil {
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				want.Storage = bs.StreamInfo().Config.Storage
+			}
+			if want.Storage == jetstream.FileStorage {
+				log.Warn().Str("bucket", cfg.Bucket).
+					Msg("the lease bucket is file-backed (made by an older dispatcher, or where memory storage was refused): when the JetStream " +
+						"store is full its renewals are refused and no dispatcher can lead; to move it to memory storage, stop every dispatcher " +
+						"of this pool, delete it (nats kv del " + cfg.Bucket + ") and start them again (docs/operations.md, When storage runs out)")
+			}
+			return js.UpdateKeyValue(ctx, want)
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, err
+		}
+		kv, err = js.CreateKeyValue(ctx, want)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrMemoryResources {
+			log.Warn().Err(err).Str("bucket", cfg.Bucket).
+				Msg("memory storage refused for the lease bucket: creating it in file storage, whose renewals a full JetStream store refuses " +
+					"(docs/operations.md, When storage runs out)")
+			want.Storage = jetstream.FileStorage
+			kv, err = js.CreateKeyValue(ctx, want)
+		}
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			return kv, err
+		}
+	}
+	return nil, errors.New("created and deleted meanwhile by another process")
 }
 
 // Leader reports whether this process holds the lease now.
@@ -135,6 +205,9 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 				case ctx.Err() != nil: // shutting down: the release follows
 				default:
 					e.log.Warn().Err(err).Time("valid_until", validUntil).Msg("lease renewal failed; retrying")
+					if e.cfg.RenewalFailed != nil {
+						e.cfg.RenewalFailed(err)
+					}
 				}
 			}
 		} else {

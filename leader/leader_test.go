@@ -2,7 +2,9 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,7 +39,7 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, Storage: jetstream.MemoryStorage}, zerolog.Nop())
+	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +165,7 @@ func TestReleaseAfterAStaleRevision(t *testing.T) {
 }
 
 // TestBucketPerPrefix: dispatchers of different pools (naming's lease bucket
-// per prefix) lead at the same time, each in its own bucket; the longest
-// prefix naming accepts makes a bucket JetStream stores on file.
+// per prefix) lead at the same time, each in its own bucket.
 func TestBucketPerPrefix(t *testing.T) {
 	s := startServer(t)
 	nc, err := nats.Connect(s.ClientURL())
@@ -179,7 +180,7 @@ func TestBucketPerPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second, Storage: jetstream.FileStorage}, zerolog.Nop())
+		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second}, zerolog.Nop())
 		if err != nil {
 			t.Fatalf("prefix %.10s...: %v", prefix, err)
 		}
@@ -200,4 +201,147 @@ func TestBucketPerPrefix(t *testing.T) {
 	if _, err := js.KeyValue(context.Background(), DefaultBucket); err == nil {
 		t.Errorf("bucket %s exists, want only the pools' buckets", DefaultBucket)
 	}
+}
+
+// leaseStorage returns the storage of the lease bucket's stream.
+func leaseStorage(t *testing.T, js jetstream.JetStream, bucket string) jetstream.StorageType {
+	t.Helper()
+	st, err := js.Stream(context.Background(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config.Storage
+}
+
+// TestLeaseSurvivesAFullFileStore: the lease bucket is created in memory
+// storage, so with the server's file store full (every write to a
+// file-backed stream refused, "insufficient resources") the leader's
+// renewals are stored and it keeps leading. A lease bucket in file storage
+// (as an older dispatcher made it) is bound to as it is, with a warning
+// saying how to move it; in the full store its renewals are refused, each
+// reported to RenewalFailed, and the leader steps down. The file-backed
+// bucket is the one of the longest prefix naming accepts: its stream name
+// fits the file store.
+func TestLeaseSurvivesAFullFileStore(t *testing.T) {
+	s := natstest.Start(t, func(o *server.Options) { o.JetStreamMaxStore = 32 << 10 }).Running()
+	nc := natstest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	long, err := naming.New(strings.Repeat("x", 232))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileBucket := long.LeaderBucket()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: fileBucket, History: 1, TTL: time.Second, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	type run struct {
+		e      *Elector
+		failed atomic.Int32
+		logs   syncBuf
+	}
+	elect := func(bucket string) *run {
+		r := &run{}
+		var err error
+		cfg := Config{Bucket: bucket, ID: "d1", TTL: time.Second, RenewalFailed: func(error) { r.failed.Add(1) }}
+		if r.e, err = New(ctx, js, cfg, zerolog.New(&r.logs)); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.e.Run(runCtx, func(bool) {}) }()
+		t.Cleanup(func() { cancel(); <-done })
+		waitFor(t, 10*time.Second, bucket+" to lead", r.e.Leader)
+		return r
+	}
+	mem, file := elect(DefaultBucket), elect(fileBucket)
+	if got := leaseStorage(t, js, DefaultBucket); got != jetstream.MemoryStorage {
+		t.Fatalf("new lease bucket in %v storage, want memory", got)
+	}
+	if got := leaseStorage(t, js, fileBucket); got != jetstream.FileStorage {
+		t.Fatalf("existing lease bucket moved to %v storage, want it kept in file storage", got)
+	}
+	if out := file.logs.String(); !strings.Contains(out, "file-backed") || !strings.Contains(out, "nats kv del "+fileBucket) {
+		t.Errorf("binding to the file-backed bucket logged %q, want a warning saying how to move it", out)
+	}
+	if out := mem.logs.String(); strings.Contains(out, `"warn"`) {
+		t.Errorf("the memory bucket's elector warned: %q", out)
+	}
+
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := js.Publish(ctx, "fill", make([]byte, 1024))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == 10023 {
+			break // insufficient resources: the store is full
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r0, err := mem.e.kv.Get(ctx, DefaultKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the file-backed lease lost", func() bool { return !file.e.Leader() })
+	waitFor(t, 10*time.Second, "four renewals of the memory lease stored in the full store", func() bool {
+		e, err := mem.e.kv.Get(ctx, DefaultKey)
+		return err == nil && e.Revision() >= r0.Revision()+4
+	})
+	if !mem.e.Leader() || mem.failed.Load() != 0 {
+		t.Fatalf("memory lease: leader %v, %d renewals failed; want true, 0", mem.e.Leader(), mem.failed.Load())
+	}
+	if file.failed.Load() == 0 {
+		t.Fatal("the file-backed lease's refused renewals were not reported")
+	}
+}
+
+// TestLeaseBucketFallsBackToFile: where JetStream memory is refused (here
+// the account's memory limit is 0), the lease bucket is created in file
+// storage, with a warning, and the election works.
+func TestLeaseBucketFallsBackToFile(t *testing.T) {
+	s := startServer(t)
+	if err := s.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+		"": {MaxMemory: 0, MaxStore: -1, MaxStreams: -1, MaxConsumers: -1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	var logs syncBuf
+	e, err := New(context.Background(), js, Config{ID: "d1", TTL: time.Second}, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := leaseStorage(t, js, DefaultBucket); got != jetstream.FileStorage {
+		t.Fatalf("lease bucket in %v storage, want file", got)
+	}
+	if !strings.Contains(logs.String(), "memory storage refused") {
+		t.Errorf("logged %q, want a warning that memory storage was refused", logs.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, func(bool) {}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 10*time.Second, "to lead", e.Leader)
+}
+
+// syncBuf is a log sink safe to read while an elector writes to it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
