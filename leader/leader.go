@@ -39,6 +39,16 @@
 // cannot change a stream's storage in place, and deleting a lease bucket in
 // use could let two leaders overlap. A file-backed one (made by an older
 // dispatcher) is warned about, with how to move it.
+//
+// A memory bucket is lost when its server restarts (for one replica; with
+// three, when all restart), and with it the key of a leader that may still
+// count its lease valid for up to 3/4 TTL: the safety argument above needs
+// the key to outlive the leader's validity. So a leader whose bucket has
+// gone steps down at once; a campaign that finds the bucket gone creates it
+// again; and no process creates the key in a bucket younger than one TTL (by
+// the server's clock: its stream info's creation and current times) when a
+// dispatcher may have led before it existed (Config.MayHaveLed). A fresh
+// deployment's first bucket is used at once.
 package leader
 
 import (
@@ -75,13 +85,20 @@ type Config struct {
 	// (for a file-backed bucket, a full store). Each is retried TTL/4 later;
 	// the lease is lost when none succeeds within 3/4 TTL.
 	RenewalFailed func(error)
-	Now           func() time.Time
+	// MayHaveLed reports whether a dispatcher may have held a lease before
+	// the bucket existed (the dispatcher: the request stream's durable
+	// consumer exists). It is asked only while the bucket is younger than
+	// one TTL; then, when true, campaigns wait until it is a TTL old (see
+	// the package doc). nil: always true.
+	MayHaveLed func(ctx context.Context) bool
+	Now        func() time.Time
 }
 
 // Elector campaigns for the lease and keeps it.
 type Elector struct {
 	cfg    Config
-	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue // replaced by Run's goroutine when the bucket is created again
 	log    zerolog.Logger
 	leader atomic.Bool
 }
@@ -109,7 +126,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("leader: lease bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Elector{cfg: cfg, kv: kv, log: log}, nil
+	return &Elector{cfg: cfg, js: js, kv: kv, log: log}, nil
 }
 
 // jsErrMemoryResources is nats-server's JSMemoryResourcesExceededErr:
@@ -202,6 +219,10 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 					rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
 				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
 					e.stepDown("lease taken: "+err.Error(), onChange)
+				case errors.Is(err, jetstream.ErrNoStreamResponse) && ctx.Err() == nil && e.bucketGone(ctx):
+					// Its server restarted (a memory bucket) or it was deleted:
+					// the key is gone, and another process may create it.
+					e.stepDown("the lease bucket is gone: "+err.Error(), onChange)
 				case ctx.Err() != nil: // shutting down: the release follows
 				default:
 					e.log.Warn().Err(err).Time("valid_until", validUntil).Msg("lease renewal failed; retrying")
@@ -210,7 +231,7 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 					}
 				}
 			}
-		} else {
+		} else if e.mayCampaign(ctx) {
 			r, err := e.call(ctx, func(c context.Context) (uint64, error) {
 				return e.kv.Create(c, e.cfg.Key, []byte(e.cfg.ID))
 			})
@@ -225,6 +246,67 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 		}
 		t.Reset(every)
 	}
+}
+
+// mayCampaign reports whether a campaign may try to create the key now: the
+// bucket exists (one that is gone is created again, and the campaign waits
+// for the next round) and is at least a TTL old, or no dispatcher may have
+// led before it existed (see the package doc). It costs one stream info
+// request, and MayHaveLed's while the bucket is young.
+func (e *Elector) mayCampaign(ctx context.Context) bool {
+	info, err := e.streamInfo(ctx)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		e.rebind(ctx)
+		return false
+	}
+	if err != nil {
+		e.log.Debug().Err(err).Msg("campaign deferred: lease bucket not readable")
+		return false
+	}
+	now := info.TimeStamp // the server's clock, like Created (absent from servers before 2.10: then ours)
+	if now.IsZero() {
+		now = e.cfg.Now()
+	}
+	if age := now.Sub(info.Created); age < e.cfg.TTL {
+		c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+		defer cancel()
+		if e.cfg.MayHaveLed == nil || e.cfg.MayHaveLed(c) {
+			e.log.Debug().Dur("bucket_age", age).Msg("campaign deferred: the lease bucket is younger than the lease, and a leader may have held a key in an earlier one")
+			return false
+		}
+	}
+	return true
+}
+
+// bucketGone reports whether the lease bucket's stream no longer exists.
+func (e *Elector) bucketGone(ctx context.Context) bool {
+	_, err := e.streamInfo(ctx)
+	return errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+func (e *Elector) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+	defer cancel()
+	s, err := e.js.Stream(c, "KV_"+e.cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
+
+// rebind creates the lease bucket again after it was lost (a memory bucket
+// whose server restarted).
+func (e *Elector) rebind(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+	defer cancel()
+	kv, err := bind(c, e.js, e.cfg, e.log)
+	if err != nil {
+		e.log.Warn().Err(err).Str("bucket", e.cfg.Bucket).Msg("the lease bucket is gone and could not be created again; retrying")
+		return
+	}
+	e.kv = kv
+	e.log.Warn().Str("bucket", e.cfg.Bucket).Dur("ttl", e.cfg.TTL).
+		Msg("the lease bucket was gone (its server restarted?): created again; where a dispatcher may have led, none leads before it is a lease TTL old")
 }
 
 // release deletes the key if it is still ours, so that a standby leads at

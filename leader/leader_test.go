@@ -23,6 +23,9 @@ func startServer(t *testing.T) *server.Server {
 	return natstest.Start(t, nil).Running()
 }
 
+// never is a MayHaveLed for a fresh deployment: no dispatcher led before.
+func never(context.Context) bool { return false }
+
 type candidate struct {
 	e      *Elector
 	nc     *nats.Conn
@@ -39,7 +42,7 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl}, zerolog.Nop())
+	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: never}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +183,7 @@ func TestBucketPerPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second}, zerolog.Nop())
+		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second, MayHaveLed: never}, zerolog.Nop())
 		if err != nil {
 			t.Fatalf("prefix %.10s...: %v", prefix, err)
 		}
@@ -243,7 +246,7 @@ func TestLeaseSurvivesAFullFileStore(t *testing.T) {
 	elect := func(bucket string) *run {
 		r := &run{}
 		var err error
-		cfg := Config{Bucket: bucket, ID: "d1", TTL: time.Second, RenewalFailed: func(error) { r.failed.Add(1) }}
+		cfg := Config{Bucket: bucket, ID: "d1", TTL: time.Second, RenewalFailed: func(error) { r.failed.Add(1) }, MayHaveLed: never}
 		if r.e, err = New(ctx, js, cfg, zerolog.New(&r.logs)); err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +314,7 @@ func TestLeaseBucketFallsBackToFile(t *testing.T) {
 	nc := natstest.Connect(t, s)
 	js, _ := jetstream.New(nc)
 	var logs syncBuf
-	e, err := New(context.Background(), js, Config{ID: "d1", TTL: time.Second}, zerolog.New(&logs))
+	e, err := New(context.Background(), js, Config{ID: "d1", TTL: time.Second, MayHaveLed: never}, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,4 +347,70 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestLeaseBucketLostWithItsServer: the memory lease bucket is lost when its
+// (single) server restarts. The leader, finding it gone, steps down at once;
+// a campaign creates it again; and since a dispatcher led before
+// (MayHaveLed), nobody creates the key until the new bucket is a TTL old by
+// the server's clock, so that a leader that missed the loss has stopped
+// first. Then one of the two leads again, and the two never lead at once.
+func TestLeaseBucketLostWithItsServer(t *testing.T) {
+	ns := natstest.Start(t, nil)
+	const ttl = 1500 * time.Millisecond
+	var led atomic.Bool
+	start := func(id string) *candidate {
+		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: func(context.Context) bool { return led.Load() }}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
+		go func() {
+			defer close(c.done)
+			e.Run(ctx, func(lead bool) {
+				c.events.Add(1)
+				if lead {
+					led.Store(true)
+				}
+			})
+		}()
+		t.Cleanup(func() { cancel(); <-c.done })
+		return c
+	}
+	a := start("a")
+	waitFor(t, 10*time.Second, "a to lead at once in a fresh deployment", a.e.Leader)
+	b := start("b")
+	stop := watch(t, a, b)
+	ns.Restart()
+	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 20*time.Second, "a or b to lead again", func() bool { return a.e.Leader() || b.e.Leader() })
+	stop()
+	js, _ := jetstream.New(natstest.Connect(t, ns.Running()))
+	st, err := js.Stream(context.Background(), "KV_"+DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CachedInfo().Config.Storage != jetstream.MemoryStorage {
+		t.Errorf("lease bucket created again in %v storage, want memory", st.CachedInfo().Config.Storage)
+	}
+	kv, err := js.KeyValue(context.Background(), DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := kv.Get(context.Background(), DefaultKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key's first revision in the new bucket is its creation: history 1
+	// keeps only the last, whose time is no earlier.
+	if age := key.Created().Sub(st.CachedInfo().Created); age < ttl {
+		t.Fatalf("the new lease was taken %v after its bucket was created, want at least the TTL %v", age, ttl)
+	}
 }

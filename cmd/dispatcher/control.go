@@ -64,11 +64,13 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	var late, retries uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first { // the gauges are read once at start, then every tick
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		for n := hs.Late(); late < n; late++ {
 			m.Handshake(metrics.OutcomeLate)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -352,7 +353,7 @@ func (p *process) run(ctx context.Context) error {
 	electDone := make(chan struct{})
 	if s.election {
 		el, err := leader.New(ctx, p.js, leader.Config{Bucket: p.names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas,
-			RenewalFailed: func(error) { p.m.LeaseRenewalFailed() }}, log)
+			RenewalFailed: func(error) { p.m.LeaseRenewalFailed() }, MayHaveLed: p.mayHaveLed}, log)
 		if err != nil {
 			return err
 		}
@@ -386,6 +387,14 @@ func (p *process) run(ctx context.Context) error {
 	a.Run(actorCtx)
 	p.shutdown(stopElect, electDone)
 	return fatal
+}
+
+// mayHaveLed tells the elector whether a dispatcher may have led before its
+// lease bucket existed (leader.Config.MayHaveLed): the durable consumer on
+// the request stream exists (any error but "not found" counts as yes).
+func (p *process) mayHaveLed(ctx context.Context) bool {
+	_, err := p.js.Consumer(ctx, p.names.ReqStream(), p.names.Durable())
+	return !errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // inFlight is --max-in-worker, by default four times --max-held.

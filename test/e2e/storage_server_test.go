@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -42,7 +43,8 @@ policy_classes:
 // gauges show the server's store at its limit. Once workers start, the
 // dispatcher dispatches what fills the store, every request completes and
 // the store drains; then a policy put is stored and applied and new
-// requests complete. Before the fix the lease bucket was file-backed: its
+// requests complete. fairctl's error is the one docs/operations.md, When
+// storage runs out, shows. Before the fix the lease bucket was file-backed: its
 // renewals were refused, the leader stepped down and nobody could take the
 // lease while the store stayed full, so nothing was dispatched to drain it.
 func TestStorageServerStoreFull(t *testing.T) {
@@ -93,7 +95,10 @@ func TestStorageServerStoreFull(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), wire.RefusalInsufficientResources) || !strings.Contains(string(out), "store is full") {
 		t.Fatalf("fairctl policy put into a full store: %v\n%s\nwant a failure saying the store is full (insufficient resources)", err, out)
 	}
-	t.Logf("fairctl policy put: %s", strings.TrimSpace(string(out[strings.LastIndex(string(out[:len(out)-1]), "\n")+1:])))
+	last := strings.TrimSpace(string(out[strings.LastIndex(string(out[:len(out)-1]), "\n")+1:]))
+	if doc, err := os.ReadFile("../../docs/operations.md"); err != nil || !strings.Contains(string(doc), "\n"+last+"\n") {
+		t.Errorf("docs/operations.md, When storage runs out, does not show fairctl's error as it is now (%v):\n%s", err, last)
+	}
 
 	for i := range 2 {
 		startMock(t, nc, mockworker.Config{ID: fmt.Sprint("w", i+1), MaxNumSeqs: 4})
