@@ -47,8 +47,8 @@
 // gone steps down at once; a campaign that finds the bucket gone creates it
 // again; and no process creates the key in a bucket younger than one TTL (by
 // the server's clock: its stream info's creation and current times) when a
-// dispatcher may have led before it existed (Config.MayHaveLed). A fresh
-// deployment's first bucket is used at once.
+// dispatcher may have led with an earlier bucket (Config.MayHaveLed). A
+// fresh deployment's first bucket is used at once, and a handover in it too.
 package leader
 
 import (
@@ -85,12 +85,14 @@ type Config struct {
 	// (for a file-backed bucket, a full store). Each is retried TTL/4 later;
 	// the lease is lost when none succeeds within 3/4 TTL.
 	RenewalFailed func(error)
-	// MayHaveLed reports whether a dispatcher may have held a lease before
-	// the bucket existed (the dispatcher: the request stream's durable
-	// consumer exists). It is asked only while the bucket is younger than
-	// one TTL; then, when true, campaigns wait until it is a TTL old (see
-	// the package doc). nil: always true.
-	MayHaveLed func(ctx context.Context) bool
+	// MayHaveLed reports whether a dispatcher may have held a lease in a
+	// bucket before the current one, created at created (the server's
+	// clock); the dispatcher's answer: the request stream's durable
+	// consumer, which the first leader creates, is older than the bucket.
+	// It is asked only while the bucket is younger than one TTL; then, when
+	// true, campaigns wait until it is a TTL old (see the package doc). nil:
+	// always true.
+	MayHaveLed func(ctx context.Context, created time.Time) bool
 	Now        func() time.Time
 }
 
@@ -270,7 +272,7 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 	if age := now.Sub(info.Created); age < e.cfg.TTL {
 		c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
 		defer cancel()
-		if e.cfg.MayHaveLed == nil || e.cfg.MayHaveLed(c) {
+		if e.cfg.MayHaveLed == nil || e.cfg.MayHaveLed(c, info.Created) {
 			e.log.Debug().Dur("bucket_age", age).Msg("campaign deferred: the lease bucket is younger than the lease, and a leader may have held a key in an earlier one")
 			return false
 		}

@@ -24,7 +24,7 @@ func startServer(t *testing.T) *server.Server {
 }
 
 // never is a MayHaveLed for a fresh deployment: no dispatcher led before.
-func never(context.Context) bool { return false }
+func never(context.Context, time.Time) bool { return false }
 
 type candidate struct {
 	e      *Elector
@@ -127,7 +127,7 @@ func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
 	// watch checks the safety (never two leaders); the deadline here is only
 	// generous, not a measure of speed.
-	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 10*time.Second, "b to step down", func() bool { return !b.e.Leader() })
 	waitFor(t, 20*time.Second, "b to lead", b.e.Leader)
 	stop()
 	if a.events.Load() != 2 {
@@ -349,16 +349,26 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// TestLeaseBucketLostWithItsServer: the memory lease bucket is lost when its
-// (single) server restarts. The leader, finding it gone, steps down at once;
-// a campaign creates it again; and since a dispatcher led before
-// (MayHaveLed), nobody creates the key until the new bucket is a TTL old by
-// the server's clock, so that a leader that missed the loss has stopped
-// first. Then one of the two leads again, and the two never lead at once.
+// TestLeaseBucketLostWithItsServer: in a fresh deployment's first bucket a
+// lease is taken at once, and handed over at once after a release. The
+// memory lease bucket is lost when its (single) server restarts. The
+// leader, finding it gone, steps down at once; a campaign creates it again;
+// and since a dispatcher led before it was created (MayHaveLed), nobody
+// creates the key until the new bucket is a TTL old by the server's clock,
+// so that a leader that missed the loss has stopped first. Then one of the
+// two leads again, and the two never lead at once.
 func TestLeaseBucketLostWithItsServer(t *testing.T) {
 	ns := natstest.Start(t, nil)
 	const ttl = 1500 * time.Millisecond
-	var led atomic.Bool
+	// A lease was first taken at ledAt (as the dispatcher's durable consumer
+	// records it): a bucket created later may have lost one.
+	var ledMu sync.Mutex
+	var ledAt time.Time
+	mayHaveLed := func(_ context.Context, created time.Time) bool {
+		ledMu.Lock()
+		defer ledMu.Unlock()
+		return !ledAt.IsZero() && ledAt.Before(created)
+	}
 	start := func(id string) *candidate {
 		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 		if err != nil {
@@ -366,7 +376,7 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 		}
 		t.Cleanup(nc.Close)
 		js, _ := jetstream.New(nc)
-		e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: func(context.Context) bool { return led.Load() }}, zerolog.Nop())
+		e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,9 +386,11 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 			defer close(c.done)
 			e.Run(ctx, func(lead bool) {
 				c.events.Add(1)
-				if lead {
-					led.Store(true)
+				ledMu.Lock()
+				if lead && ledAt.IsZero() {
+					ledAt = time.Now()
 				}
+				ledMu.Unlock()
 			})
 		}()
 		t.Cleanup(func() { cancel(); <-c.done })
@@ -388,8 +400,15 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 	waitFor(t, 10*time.Second, "a to lead at once in a fresh deployment", a.e.Leader)
 	b := start("b")
 	stop := watch(t, a, b)
+	// A handover in the first bucket is at once, however young the bucket.
+	a.cancel()
+	<-a.done
+	waitFor(t, 10*time.Second, "b to lead after a released", b.e.Leader)
+	a = start("a")
+	stop()
+	stop = watch(t, b, a)
 	ns.Restart()
-	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 10*time.Second, "b to step down", func() bool { return !b.e.Leader() })
 	waitFor(t, 20*time.Second, "a or b to lead again", func() bool { return a.e.Leader() || b.e.Leader() })
 	stop()
 	js, _ := jetstream.New(natstest.Connect(t, ns.Running()))

@@ -389,12 +389,17 @@ func (p *process) run(ctx context.Context) error {
 	return fatal
 }
 
-// mayHaveLed tells the elector whether a dispatcher may have led before its
-// lease bucket existed (leader.Config.MayHaveLed): the durable consumer on
-// the request stream exists (any error but "not found" counts as yes).
-func (p *process) mayHaveLed(ctx context.Context) bool {
-	_, err := p.js.Consumer(ctx, p.names.ReqStream(), p.names.Durable())
-	return !errors.Is(err, jetstream.ErrConsumerNotFound)
+// mayHaveLed tells the elector whether a dispatcher may have led with a
+// lease bucket older than the one created at created (leader.Config.MayHaveLed):
+// the durable consumer on the request stream, which the first leader creates,
+// is older than the bucket (a memory bucket created again after its server
+// restarted). Any error but "not found" counts as yes.
+func (p *process) mayHaveLed(ctx context.Context, created time.Time) bool {
+	c, err := p.js.Consumer(ctx, p.names.ReqStream(), p.names.Durable())
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false
+	}
+	return err != nil || c.CachedInfo().Created.Before(created)
 }
 
 // inFlight is --max-in-worker, by default four times --max-held.
