@@ -11,31 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"fairdispatch/wire"
+
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-)
-
-// Header names written on a dead letter (docs/protocol.md, Outcomes), in their canonical spelling.
-const (
-	HeaderError        = "Dispatch-Error"
-	HeaderErrorMessage = "Dispatch-Error-Message"
-	HeaderRequestID    = "Dispatch-Request-Id"
-	HeaderClass        = "Dispatch-Class"
-	// HeaderMsgID is JetStream's dedupe key; it is matched exactly.
-	HeaderMsgID = "Nats-Msg-Id"
-	// HeaderBodyDropped marks a dead letter stored without the request's body
-	// (too large to store or to forward); its value is the body's size in bytes.
-	HeaderBodyDropped = "Dispatch-Body-Dropped"
-	// HeaderHeadersDropped lists, quoted and comma-separated, the request's
-	// headers left out of its dead letter because NATS cannot send their names,
-	// or "all" when every original header was left out (DeadLetter.Bare).
-	HeaderHeadersDropped = "Dispatch-Headers-Dropped"
-	// HeaderSubject is the subject the request was published to
-	// ("<prefix>.req.<token>"): where fairctl dlq replay republishes it
-	// (docs/protocol.md, Dead letters).
-	HeaderSubject = "Dispatch-Subject"
 )
 
 // Tuning of DeadLetterer.
@@ -252,7 +233,7 @@ func letterBody(dl DeadLetter) []byte {
 // Dispatch-Headers-Dropped, so that a request is never refused by the DLQ for
 // a header its producer got past the server.
 func dlqHeader(dl DeadLetter) nats.Header {
-	ours := []string{HeaderError, HeaderErrorMessage, HeaderRequestID, HeaderClass, HeaderHeadersDropped, HeaderBodyDropped, HeaderSubject}
+	ours := []string{wire.HeaderError, wire.HeaderErrorMessage, wire.HeaderRequestID, wire.HeaderClass, wire.HeaderHeadersDropped, wire.HeaderBodyDropped, wire.HeaderSubject}
 	h := make(nats.Header, len(dl.Header)+len(ours)+1)
 	var dropped []string
 	for k, v := range dl.Header {
@@ -273,22 +254,22 @@ func dlqHeader(dl DeadLetter) nats.Header {
 	}
 	switch {
 	case dl.Bare && len(dl.Header) > 0:
-		h.Set(HeaderHeadersDropped, "all")
+		h.Set(wire.HeaderHeadersDropped, "all")
 	case len(dropped) > 0:
 		slices.Sort(dropped)
-		h.Set(HeaderHeadersDropped, quoteNames(dropped))
+		h.Set(wire.HeaderHeadersDropped, quoteNames(dropped))
 	}
 	if dl.DropBody || dl.Bare {
-		h.Set(HeaderBodyDropped, strconv.Itoa(len(dl.Body)))
+		h.Set(wire.HeaderBodyDropped, strconv.Itoa(len(dl.Body)))
 	}
-	h.Set(HeaderError, headerValue(dl.Code))
-	h.Set(HeaderErrorMessage, headerValue(dl.Message))
-	h.Set(HeaderRequestID, headerValue(dl.RequestID))
-	h.Set(HeaderClass, dl.Class)
+	h.Set(wire.HeaderError, headerValue(dl.Code))
+	h.Set(wire.HeaderErrorMessage, headerValue(dl.Message))
+	h.Set(wire.HeaderRequestID, headerValue(dl.RequestID))
+	h.Set(wire.HeaderClass, dl.Class)
 	if dl.Subject != "" {
-		h.Set(HeaderSubject, headerValue(dl.Subject))
+		h.Set(wire.HeaderSubject, headerValue(dl.Subject))
 	}
-	h.Set(HeaderMsgID, headerValue(dl.RequestID))
+	h.Set(wire.HeaderMsgID, headerValue(dl.RequestID))
 	return h
 }
 

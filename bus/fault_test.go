@@ -142,8 +142,8 @@ func TestDeadLetterLeavesOutUnsendableHeaders(t *testing.T) {
 		t.Fatalf("done: %v", err)
 	}
 	m := lastDLQ(t, js, "dispatch.dlq.premium")
-	if got := m.Header.Get(HeaderHeadersDropped); got != `"X/Y", "a b"` {
-		t.Errorf("%s = %q, want the two names", HeaderHeadersDropped, got)
+	if got := m.Header.Get(wire.HeaderHeadersDropped); got != `"X/Y", "a b"` {
+		t.Errorf("%s = %q, want the two names", wire.HeaderHeadersDropped, got)
 	}
 	if m.Header.Get("Dispatch-ISL-Tokens") != "100" || string(m.Data) != "the body" {
 		t.Errorf("the rest of the letter is not kept: headers %v body %q", m.Header, m.Data)
@@ -165,7 +165,7 @@ func TestDeadLetterForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := lastDLQ(t, js, "dispatch.dlq.bodiless")
-	if len(m.Data) != 0 || m.Header.Get(HeaderBodyDropped) != "8" || m.Header.Get("Dispatch-ISL-Tokens") != "100" {
+	if len(m.Data) != 0 || m.Header.Get(wire.HeaderBodyDropped) != "8" || m.Header.Get("Dispatch-ISL-Tokens") != "100" {
 		t.Errorf("bodiless letter: body %q, headers %v", m.Data, m.Header)
 	}
 	dl = sampleLetter()
@@ -174,8 +174,8 @@ func TestDeadLetterForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	m = lastDLQ(t, js, "dispatch.dlq.bare")
-	if len(m.Data) != 0 || m.Header.Get(HeaderBodyDropped) != "8" || m.Header.Get(HeaderHeadersDropped) != "all" ||
-		m.Header.Get("Dispatch-ISL-Tokens") != "" || m.Header.Get(HeaderError) != "queue_full" {
+	if len(m.Data) != 0 || m.Header.Get(wire.HeaderBodyDropped) != "8" || m.Header.Get(wire.HeaderHeadersDropped) != "all" ||
+		m.Header.Get("Dispatch-ISL-Tokens") != "" || m.Header.Get(wire.HeaderError) != "queue_full" {
 		t.Errorf("bare letter: body %q, headers %v", m.Data, m.Header)
 	}
 }

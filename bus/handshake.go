@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"fairdispatch/wire"
+
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -16,8 +18,6 @@ import (
 // Header names of the handshake (docs/protocol.md, Dispatch handshake). Readers match Dispatch-* names
 // case-insensitively.
 const (
-	// HeaderDispatchStatus is set by a worker that refuses a request, with the value "busy".
-	HeaderDispatchStatus = "Dispatch-Status"
 	// statusHeader and noResponders are NATS's own status message marking:
 	// "Status: 503" with an empty body means nobody listens on the subject.
 	statusHeader = "Status"
@@ -316,7 +316,7 @@ func (h *Handshaker) onReply(m *nats.Msg) {
 
 	out := classify(m)
 	if out == Refused {
-		if st := headerFold(m.Header, HeaderDispatchStatus); !strings.EqualFold(strings.TrimSpace(st), "busy") {
+		if st := headerFold(m.Header, wire.HeaderStatus); !strings.EqualFold(strings.TrimSpace(st), "busy") {
 			h.log.Warn().Str("worker_id", c.worker).Str("status", st).Str("nats_status", m.Header.Get(statusHeader)).
 				Msg("unexpected handshake answer, counted as refused")
 		}
@@ -332,7 +332,7 @@ func classify(m *nats.Msg) Outcome {
 		}
 		return Refused // a NATS status message is never an acceptance
 	}
-	if headerFold(m.Header, HeaderDispatchStatus) == "" {
+	if headerFold(m.Header, wire.HeaderStatus) == "" {
 		return Accepted
 	}
 	return Refused

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"fairdispatch/wire"
 )
 
 func TestOutcomeJSONMatchesSpec(t *testing.T) {
@@ -12,28 +14,28 @@ func TestOutcomeJSONMatchesSpec(t *testing.T) {
 	negative := int64(-5)
 	for _, c := range []struct {
 		name string
-		o    OutcomeMsg
+		o    wire.Outcome
 		want string
 	}{
 		{
 			"dispatched",
-			OutcomeMsg{RequestID: "r1", Status: StatusDispatched, PolicyClass: "premium", WorkerID: "w1", DPRank: &rank, QueuedMs: &queued, Attempt: 1},
+			wire.Outcome{RequestID: "r1", Status: wire.StatusDispatched, PolicyClass: "premium", WorkerID: "w1", DPRank: &rank, QueuedMs: &queued, Attempt: 1},
 			`{"request_id":"r1","status":"dispatched","policy_class":"premium","worker_id":"w1","dp_rank":0,"queued_ms":12,"attempt":1}`,
 		},
 		{
 			"dispatched again after a redelivery",
-			OutcomeMsg{RequestID: "r1", Status: StatusDispatched, PolicyClass: "premium", WorkerID: "w2", DPRank: &rank, QueuedMs: &queued, Attempt: 2},
+			wire.Outcome{RequestID: "r1", Status: wire.StatusDispatched, PolicyClass: "premium", WorkerID: "w2", DPRank: &rank, QueuedMs: &queued, Attempt: 2},
 			`{"request_id":"r1","status":"dispatched","policy_class":"premium","worker_id":"w2","dp_rank":0,"queued_ms":12,"attempt":2}`,
 		},
 		{
 			"rejected after a redelivery",
-			OutcomeMsg{RequestID: "r5", Status: StatusRejected, PolicyClass: "regular", Error: "expired", Message: "m", Attempt: 3},
+			wire.Outcome{RequestID: "r5", Status: wire.StatusRejected, PolicyClass: "regular", Error: "expired", Message: "m", Attempt: 3},
 			`{"request_id":"r5","status":"rejected","policy_class":"regular","attempt":3,"error":"expired","message":"m"}`,
 		},
 		{
 			"rejected",
-			OutcomeMsg{
-				RequestID: "r2", Status: StatusRejected, PolicyClass: "regular", Error: "queue_full",
+			wire.Outcome{
+				RequestID: "r2", Status: wire.StatusRejected, PolicyClass: "regular", Error: "queue_full",
 				Message: `policy class "regular" queue requests limit reached (current=2, limit=2)`,
 				Details: map[string]any{"limit_kind": "requests", "current": 2, "limit": 2},
 			},
@@ -41,16 +43,16 @@ func TestOutcomeJSONMatchesSpec(t *testing.T) {
 		},
 		{
 			"negative queued time is zero",
-			OutcomeMsg{RequestID: "r3", Status: StatusDispatched, QueuedMs: &negative},
+			wire.Outcome{RequestID: "r3", Status: wire.StatusDispatched, QueuedMs: &negative},
 			`{"request_id":"r3","status":"dispatched","queued_ms":0}`,
 		},
 		{
 			"rejected without a class",
-			OutcomeMsg{RequestID: "r4", Status: StatusRejected, Error: "bad_request", Message: "header Dispatch-Priority: not a number"},
+			wire.Outcome{RequestID: "r4", Status: wire.StatusRejected, Error: "bad_request", Message: "header Dispatch-Priority: not a number"},
 			`{"request_id":"r4","status":"rejected","error":"bad_request","message":"header Dispatch-Priority: not a number"}`,
 		},
 	} {
-		got, err := MarshalOutcome(c.o)
+		got, err := wire.MarshalOutcome(c.o)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -61,7 +63,7 @@ func TestOutcomeJSONMatchesSpec(t *testing.T) {
 	if negative != -5 {
 		t.Error("MarshalOutcome changed the caller's value")
 	}
-	if _, err := MarshalOutcome(OutcomeMsg{RequestID: "r", Status: "done"}); err == nil {
+	if _, err := wire.MarshalOutcome(wire.Outcome{RequestID: "r", Status: "done"}); err == nil {
 		t.Error("unknown status accepted")
 	}
 }
@@ -74,8 +76,8 @@ func TestPublishOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := OutcomeMsg{
-		RequestID: "r2", Status: StatusRejected, PolicyClass: "regular", Error: "queue_full",
+	o := wire.Outcome{
+		RequestID: "r2", Status: wire.StatusRejected, PolicyClass: "regular", Error: "queue_full",
 		Message: `policy class "regular" queue requests limit reached (current=2, limit=2)`,
 		Details: map[string]any{"limit_kind": "requests", "current": 2, "limit": 2},
 	}

@@ -17,6 +17,7 @@ import (
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -54,7 +55,7 @@ type Config struct {
 	Now             func() time.Time
 	// PolicyRevision is the policy bucket's revision the scheduler starts
 	// with (0: not from the bucket); PolicySource is "bucket", "file" or
-	// "flags" (PolicyView).
+	// "flags" (wire.PolicyView).
 	PolicyRevision uint64
 	PolicySource   string
 }
@@ -67,7 +68,7 @@ type Deps struct {
 	Consumer    Releaser // the first consumer; SetConsumer replaces it when the role changes
 	Keeper      *ingest.Keeper
 	Gate        PullGate // closed during a fleet outage; nil: none
-	Outcome     func(subject string, o bus.OutcomeMsg) error
+	Outcome     func(subject string, o wire.Outcome) error
 	Metrics     *metrics.Metrics
 	Trace       Tracer // the traffic trace; nil: none
 	Log         zerolog.Logger
@@ -154,11 +155,11 @@ type Actor struct {
 	kvStale []kvindex.Rank // scratch
 	kvAsked time.Time      // when stale ranks were last asked to resynchronise
 
-	stats  []scheduler.ClassStats // scratch for publishView
-	served map[string]*served     // per class name, for the view (view.go)
+	stats  []wire.ClassStats  // scratch for publishView
+	served map[string]*served // per class name, for the view (view.go)
 
-	view      atomic.Pointer[View]
-	polView   atomic.Pointer[PolicyView]
+	view      atomic.Pointer[wire.QueueView]
+	polView   atomic.Pointer[wire.PolicyView]
 	polMu     sync.Mutex // serialises writers of polView
 	th        atomic.Pointer[filters.Thresholds]
 	connState atomic.Bool
@@ -214,7 +215,7 @@ func New(cfg Config, d Deps) *Actor {
 	if src == "" {
 		src = "file"
 	}
-	a.polView.Store(&PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
+	a.polView.Store(&wire.PolicyView{Revision: cfg.PolicyRevision, Source: src, Classes: classNamesOf(d.Scheduler.Policy())})
 	if cfg.PolicyRevision > 0 {
 		d.Metrics.PolicyApplied(cfg.PolicyRevision)
 	}

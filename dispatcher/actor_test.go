@@ -18,6 +18,7 @@ import (
 	"fairdispatch/internal/natstest"
 	"fairdispatch/metrics"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -126,7 +127,7 @@ type fixture struct {
 	a        *Actor
 	b        *fakeBus
 	rel      *countingReleaser
-	outcomes []bus.OutcomeMsg
+	outcomes []wire.Outcome
 	now      time.Time
 }
 
@@ -143,7 +144,7 @@ func newFixture(t testing.TB, policy string) *fixture {
 		Now: func() time.Time { return f.now }}, Deps{
 		Scheduler: s, Handshaker: f.b, DeadLetters: f.b, Consumer: f.rel,
 		Keeper:  ingest.NewKeeper(30*time.Second, zerolog.Nop()),
-		Outcome: func(_ string, o bus.OutcomeMsg) error { f.outcomes = append(f.outcomes, o); return nil },
+		Outcome: func(_ string, o wire.Outcome) error { f.outcomes = append(f.outcomes, o); return nil },
 		Metrics: metrics.New(nil, classNames(pol)), Log: zerolog.Nop(),
 	})
 	f.a.SetLeader(true)
@@ -197,7 +198,7 @@ func TestActorDispatchesAcceptsAndReleases(t *testing.T) {
 	if f.rel.released != 1 || len(f.a.held) != 0 || len(m.log()) != 0 {
 		t.Fatalf("after accept: released %d held %d acks %v; want 1, 0, none (the worker owns the message)", f.rel.released, len(f.a.held), m.log())
 	}
-	if len(f.outcomes) != 1 || f.outcomes[0].Status != bus.StatusDispatched || f.outcomes[0].WorkerID != "w1" {
+	if len(f.outcomes) != 1 || f.outcomes[0].Status != wire.StatusDispatched || f.outcomes[0].WorkerID != "w1" {
 		t.Fatalf("outcomes %+v, want one dispatched to w1", f.outcomes)
 	}
 }

@@ -48,14 +48,9 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	}
 	token := dl.Msg.Token()
 	a.noteToken(token)
-	hd := &dl.Headers
-	arr := scheduler.Arrival{
-		ID: id, Ref: dl.StreamSeq, Token: token, ISL: hd.ISL, Cached: hd.Cached, Overlap: hd.Overlap, Hashes: hd.Hashes,
-		Strict: hd.Strict, Jump: hd.Jump, Pin: hd.Pin, Allowed: hd.Allowed, Required: hd.Required,
-		Preferred: hd.Preferred, Published: dl.Published.UnixNano(), DeadlineMs: hd.DeadlineMs, HasDeadline: hd.HasDeadline,
-		Key: hd.Key,
-	}
-	d := a.d.Scheduler.Arrive(now.UnixNano(), &arr)
+	arr := &dl.Headers.Arrival
+	arr.ID, arr.Ref, arr.Token, arr.Published = id, dl.StreamSeq, token, dl.Published.UnixNano()
+	d := a.d.Scheduler.Arrive(now.UnixNano(), arr)
 	h.snap = d.Req
 	a.traceArrive(now, h)
 	if d.Kind == scheduler.Queued {

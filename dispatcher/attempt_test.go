@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
+	"fairdispatch/wire"
 )
 
 // deliverAttempt is deliver for the nd-th delivery of the message.
@@ -40,7 +41,7 @@ func TestActorRedispatchAfterRedeliveryHasAttempt2(t *testing.T) {
 		t.Fatalf("outcomes %+v, want two", f.outcomes)
 	}
 	for i, o := range f.outcomes {
-		if o.RequestID != "r1" || o.Status != bus.StatusDispatched || o.Attempt != uint64(i+1) {
+		if o.RequestID != "r1" || o.Status != wire.StatusDispatched || o.Attempt != uint64(i+1) {
 			t.Errorf("outcome %d: %+v, want r1 dispatched with attempt %d", i, o, i+1)
 		}
 	}
@@ -52,7 +53,7 @@ func TestActorRejectedOutcomeHasAttempt(t *testing.T) {
 	f.now = f.now.Add(time.Second)
 	f.deliverAttempt(3, 4, "premium", nats.Header{"Dispatch-ISL-Tokens": {"abc"}, "Dispatch-Reply-To": {"out.3"}})
 	f.a.deadLettered(dlqDone{seq: 3})
-	if len(f.outcomes) != 1 || f.outcomes[0].Status != bus.StatusRejected || f.outcomes[0].Attempt != 4 {
+	if len(f.outcomes) != 1 || f.outcomes[0].Status != wire.StatusRejected || f.outcomes[0].Attempt != 4 {
 		t.Fatalf("outcomes %+v, want one rejected with attempt 4", f.outcomes)
 	}
 }

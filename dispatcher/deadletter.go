@@ -7,6 +7,7 @@ import (
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 // letterForm is how much of the request a dead letter carries. A letter the
@@ -72,7 +73,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
-		o := bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: uint64(h.attempt)}
+		o := wire.Outcome{RequestID: r.ID, Status: wire.StatusRejected, Error: string(e.Code), Message: e.Message, Attempt: uint64(h.attempt)}
 		if r.Class >= 0 {
 			o.PolicyClass = a.className(r.Class)
 		}
@@ -115,7 +116,7 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 	_ = h.msg.NakWithDelay(a.cfg.AckWait)
 }
 
-func (a *Actor) outcome(subject string, o bus.OutcomeMsg) {
+func (a *Actor) outcome(subject string, o wire.Outcome) {
 	if err := a.d.Outcome(subject, o); err != nil {
 		a.log.Warn().Err(err).Str("request_id", o.RequestID).Str("subject", subject).Msg("outcome not published")
 	}

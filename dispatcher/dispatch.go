@@ -41,11 +41,6 @@ func (a *Actor) decide(now time.Time, h *held, d scheduler.Decision) {
 	}
 }
 
-// dispatch headers the actor sets; any producer-sent variant of them is removed.
-// They are sent with exactly this casing (docs/protocol.md, Dispatch handshake).
-var ownHeaders = []string{"Dispatch-Request-Id", "Dispatch-Class", "Dispatch-DP-Rank", "Dispatch-Seq",
-	"Dispatch-Cost", "Dispatch-Queued-Ms", "Dispatch-Ack", "Dispatch-Ack-Wait-Ms"}
-
 func (a *Actor) send(now time.Time, h *held, d scheduler.Decision) {
 	r := h.snap
 	h.inFlight, h.worker, h.rank, h.seq, h.rev = true, d.Worker, d.Rank, d.Seq, a.polRev
@@ -73,7 +68,7 @@ func (a *Actor) dispatchHeaders(now time.Time, h *held, d scheduler.Decision) na
 	r := h.snap
 	hdr := a.hdr
 	clear(hdr)
-	n := h.msg.HeaderValues() + len(ownHeaders)
+	n := h.msg.HeaderValues() + len(wire.DispatchHeaders)
 	if cap(a.hdrVals) < n {
 		a.hdrVals = make([]string, n)
 	}
@@ -81,7 +76,7 @@ func (a *Actor) dispatchHeaders(now time.Time, h *held, d scheduler.Decision) na
 	v[0], v[1], v[2] = r.ID, a.className(r.Class), strconv.Itoa(int(d.Rank))
 	v[3], v[4] = strconv.FormatUint(d.Seq, 10), strconv.FormatUint(r.Cost, 10)
 	v[5], v[6], v[7] = strconv.FormatInt(queuedMs(now, r), 10), h.msg.Reply(), a.ackWaitMs
-	for i, k := range ownHeaders {
+	for i, k := range wire.DispatchHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
 	return hdr
@@ -164,10 +159,10 @@ func (a *Actor) sendFailed(now time.Time, h *held, d scheduler.Decision, err err
 }
 
 func isOwnHeader(k string) bool {
-	if len(k) < 9 || !strings.EqualFold(k[:9], "Dispatch-") {
+	if p := len(wire.HeaderPrefix); len(k) < p || !strings.EqualFold(k[:p], wire.HeaderPrefix) {
 		return false
 	}
-	for _, o := range ownHeaders {
+	for _, o := range wire.DispatchHeaders {
 		if strings.EqualFold(k, o) {
 			return true
 		}
@@ -196,7 +191,7 @@ func (a *Actor) answer(res bus.Result) {
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
 		if h.replyTo != "" {
 			rank, q := int(h.rank), queuedMs(now, r)
-			a.outcome(h.replyTo, bus.OutcomeMsg{RequestID: r.ID, Status: bus.StatusDispatched,
+			a.outcome(h.replyTo, wire.Outcome{RequestID: r.ID, Status: wire.StatusDispatched,
 				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: uint64(h.attempt),
 				PolicyRevision: h.rev})
 		}

@@ -4,21 +4,22 @@ import (
 	"time"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
 // kvEvent is a parsed KV cache event waiting for the actor.
 type kvEvent struct {
 	worker    string
-	ev        kvindex.Event
+	ev        wire.KVEvent
 	published time.Time
 }
 
-// KVTiers are the tier names, in kvindex.Tier order: the label values of
+// KVTiers are the tier names, in wire.Tier order: the label values of
 // fairdispatch_kv_index_blocks (metrics.NewKV).
 var KVTiers = func() []string {
 	var t []string
-	for i := range kvindex.NumTiers {
+	for i := range wire.NumTiers {
 		t = append(t, i.String())
 	}
 	return t
@@ -51,7 +52,7 @@ func (a *Actor) KVEvent(token string, data []byte, published time.Time) {
 		a.droppedKV(token, "the subject token is not a worker id", nil)
 		return
 	}
-	ev, err := kvindex.ParseEvent(data)
+	ev, err := wire.ParseKVEvent(data)
 	if err != nil {
 		a.droppedKV(token, "invalid", err)
 		return

@@ -8,13 +8,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/bus"
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
 	"fairdispatch/kvindex"
 	"fairdispatch/metrics"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 type resyncCall struct {
@@ -42,7 +42,7 @@ func newKVFixture(t *testing.T) (*fixture, *kvindex.Index, *[]resyncCall) {
 		Now: func() time.Time { return f.now }}, Deps{
 		Scheduler: s, Handshaker: f.b, DeadLetters: f.b, Consumer: f.rel,
 		Keeper:  ingest.NewKeeper(30*time.Second, zerolog.Nop()),
-		Outcome: func(_ string, o bus.OutcomeMsg) error { f.outcomes = append(f.outcomes, o); return nil },
+		Outcome: func(_ string, o wire.Outcome) error { f.outcomes = append(f.outcomes, o); return nil },
 		Metrics: metrics.New(nil, classNames(pol)), Log: zerolog.Nop(),
 		KV: x,
 		KVResync: func(w string, rank int32) error {
@@ -55,8 +55,8 @@ func newKVFixture(t *testing.T) (*fixture, *kvindex.Index, *[]resyncCall) {
 }
 
 // kv hands a raw event to the actor and applies what it queued, as Run does.
-func (f *fixture) kv(token string, ev *kvindex.Event) {
-	b, err := kvindex.EncodeEvent(ev)
+func (f *fixture) kv(token string, ev *wire.KVEvent) {
+	b, err := wire.EncodeKVEvent(ev)
 	if err != nil {
 		panic(err)
 	}
@@ -82,15 +82,15 @@ func TestActorKVEvents(t *testing.T) {
 	f.report("w1", 0)
 	f.report("w2", 0)
 	prompt := []uint64{11, 12, 13, 14}
-	ev := &kvindex.Event{Instance: "i", ID: 1}
-	ev.Stored[kvindex.Device] = prompt
+	ev := &wire.KVEvent{Instance: "i", ID: 1}
+	ev.Stored[wire.Device] = prompt
 	f.kv("w2", ev)
 	f.kvRaw("w 1", []byte(`{"instance":"i","event_id":1}`))      // not a worker id
 	f.kvRaw("w1", []byte(`{"instance":"i","event_id":1,"x":[}`)) // not JSON
 	if st := x.Stats(); st.Blocks != 4 || st.Ranks != 1 {
 		t.Fatalf("index %+v, want w2's 4 blocks only", st)
 	}
-	f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"64"}, "Dispatch-Block-Hashes": {kvindex.EncodeHashes(prompt)}})
+	f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"64"}, "Dispatch-Block-Hashes": {wire.EncodeHashes(prompt)}})
 	if len(f.b.sent) != 1 || f.b.sent[0].worker != "w2" {
 		t.Fatalf("sent %+v, want one dispatch to w2, which holds the prompt", f.b.sent)
 	}
@@ -98,7 +98,7 @@ func TestActorKVEvents(t *testing.T) {
 		t.Fatalf("Dispatch-Cost %q, want 1 (64 tokens, all cached at admission)", got)
 	}
 
-	gap := &kvindex.Event{Instance: "i", ID: 3, Rank: 1}
+	gap := &wire.KVEvent{Instance: "i", ID: 3, Rank: 1}
 	f.kv("w1", gap)
 	if len(*calls) != 1 || (*calls)[0] != (resyncCall{"w1", 1}) {
 		t.Fatalf("resync requests %v, want one for w1 rank 1", *calls)
@@ -107,7 +107,7 @@ func TestActorKVEvents(t *testing.T) {
 	if len(*calls) != 2 {
 		t.Fatalf("after %v: %d resync requests, want a second one", kvResyncEvery, len(*calls))
 	}
-	resync := &kvindex.Event{Instance: "i", ID: 4, Rank: 1, Cleared: kvindex.AllTiers}
+	resync := &wire.KVEvent{Instance: "i", ID: 4, Rank: 1, Cleared: wire.AllTiers}
 	f.kv("w1", resync)
 	f.a.kvTick(f.now.Add(2 * kvResyncEvery))
 	if len(*calls) != 2 || x.Stale("w1", 1) {

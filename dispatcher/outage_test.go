@@ -9,12 +9,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/bus"
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/ingest"
 	"fairdispatch/metrics"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 // outageFixture is a fixture whose scheduler has a no-workers timeout and
@@ -34,7 +34,7 @@ func outageFixture(t *testing.T, timeout time.Duration) (*fixture, *ingest.Gate)
 		Now: func() time.Time { return f.now }}, Deps{
 		Scheduler: s, Handshaker: f.b, DeadLetters: f.b, Consumer: f.rel, Gate: gate,
 		Keeper:  ingest.NewKeeper(30*time.Second, zerolog.Nop()),
-		Outcome: func(_ string, o bus.OutcomeMsg) error { f.outcomes = append(f.outcomes, o); return nil },
+		Outcome: func(_ string, o wire.Outcome) error { f.outcomes = append(f.outcomes, o); return nil },
 		Metrics: metrics.New(nil, classNames(pol)), Log: zerolog.Nop(),
 	})
 	f.a.SetLeader(true)

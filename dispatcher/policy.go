@@ -5,34 +5,8 @@ import (
 	"time"
 
 	"fairdispatch/configs"
+	"fairdispatch/wire"
 )
-
-// PolicyView is the policy a dispatcher runs, in its View (docs/design.md,
-// Live policy).
-type PolicyView struct {
-	// Revision is the policy bucket's revision that runs; 0 when the policy
-	// is not one of the bucket's (--policy-config or the flags).
-	Revision uint64 `json:"revision"`
-	// Source is "bucket", "file" (--policy-config) or "flags" (the synthetic
-	// one-class policy).
-	Source string `json:"source"`
-	// Classes are the running policy's class names, in DRR ring order.
-	Classes []string `json:"classes"`
-	// AppliedAt is when the running revision was applied (absent for the
-	// policy a dispatcher started with).
-	AppliedAt *time.Time `json:"applied_at,omitempty"`
-	// Refused counts the revisions refused since start; LastRefused is the
-	// latest of them.
-	Refused     uint64         `json:"refused"`
-	LastRefused *RefusedPolicy `json:"last_refused,omitempty"`
-}
-
-// RefusedPolicy is a revision refused as invalid.
-type RefusedPolicy struct {
-	Revision uint64    `json:"revision"`
-	At       time.Time `json:"at"`
-	Error    string    `json:"error"` // every problem, one a line, as --check-config prints them
-}
 
 type policyReq struct {
 	rev     uint64
@@ -57,12 +31,12 @@ func (a *Actor) RefusePolicy(rev uint64, created time.Time, err error) {
 	defer a.polMu.Unlock()
 	v := *a.polView.Load()
 	v.Refused++
-	v.LastRefused = &RefusedPolicy{Revision: rev, At: a.cfg.Now(), Error: err.Error()}
+	v.LastRefused = &wire.RefusedPolicy{Revision: rev, At: a.cfg.Now(), Error: err.Error()}
 	a.polView.Store(&v)
 }
 
 // Policy returns the policy the actor runs, as its View shows it.
-func (a *Actor) Policy() PolicyView { return *a.polView.Load() }
+func (a *Actor) Policy() wire.PolicyView { return *a.polView.Load() }
 
 // applyPolicy runs on the actor's goroutine: the scheduler takes the new
 // policy, requests in flight get their new class, the metrics follow the new

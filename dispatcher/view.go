@@ -5,50 +5,8 @@ import (
 	"time"
 
 	"fairdispatch/metrics"
-	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
-
-// View is the immutable snapshot of the actor's state that the admin API
-// serves at /debug/queues. The actor publishes a new one about every second.
-type View struct {
-	At        time.Time    `json:"at"`
-	Connected bool         `json:"connected"`
-	Grace     bool         `json:"startup_grace"`
-	Held      int          `json:"held"`
-	InFlight  int          `json:"in_flight"`
-	Classes   []ClassView  `json:"classes"`
-	Workers   []WorkerView `json:"workers"`
-	Policy    PolicyView   `json:"policy"`
-
-	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
-	// outage), which began at OutageSince.
-	NoLiveWorkers bool       `json:"no_live_workers"`
-	OutageSince   *time.Time `json:"outage_since,omitempty"`
-}
-
-// ClassView is one class in a View: the scheduler's stats (whose JSON fields
-// it keeps at the top level), plus what only the actor knows. The status page
-// (/ui) derives service share against quantum share from Quantum and the
-// cumulative DispatchedCost (docs/operations.md, The status page).
-type ClassView struct {
-	scheduler.ClassStats
-	// OldestWaitMs is how long the oldest queued request of the class
-	// (waiting in a lane, not being sent) has waited since its publication, in
-	// milliseconds; 0 when none is queued.
-	OldestWaitMs int64 `json:"oldest_wait_ms"`
-	// Dispatched counts the class's requests accepted by a worker since this
-	// process started, and DispatchedCost the sum of their costs (uncached
-	// input tokens, what DRR charges). Both are kept per class name, so that
-	// they survive a policy change that renumbers the classes.
-	Dispatched     uint64 `json:"dispatched"`
-	DispatchedCost uint64 `json:"dispatched_cost"`
-	// Quantum is the class's DRR quantum in the policy in force: its weight.
-	Quantum uint64 `json:"quantum"`
-	// DispatchRate is Dispatched's rate per second over the interval since
-	// the previous View (about a second); 0 in the first View (fairctl
-	// queues shows it; docs/operations.md, Queues, workers and fairctl top).
-	DispatchRate float64 `json:"dispatch_rate"`
-}
 
 // rateMemo is what the actor keeps from one View to the next for DispatchRate.
 type rateMemo struct {
@@ -75,39 +33,13 @@ func (a *Actor) countServed(k int, cost uint64) {
 	sv.cost += cost
 }
 
-// WorkerView is one live worker in a View.
-type WorkerView struct {
-	ID         string     `json:"worker_id"`
-	Instance   string     `json:"instance"`
-	Draining   bool       `json:"draining"`
-	Excluded   bool       `json:"excluded"`
-	Refusals   int        `json:"refusals"`            // refused probes in a row
-	MaxActive  uint64     `json:"max_active_requests"` // per rank; 0: no capacity`
-	Compact    uint8      `json:"compact_dispatch"`    // the compact form's version it is sent; 0: headers
-	Overloaded bool       `json:"overloaded"`
-	Bookings   int        `json:"bookings"`
-	Ranks      []RankView `json:"ranks"`
-}
-
-// RankView is one rank's load: as reported, as booked since, and the sum.
-type RankView struct {
-	Rank            int32  `json:"dp_rank"`
-	ReportedPrefill uint64 `json:"reported_prefill_tokens"`
-	BookedPrefill   uint64 `json:"booked_prefill_tokens"`
-	Prefill         uint64 `json:"active_prefill_tokens"`
-	DecodeBlocks    uint64 `json:"active_decode_blocks"`
-	KVUsedBlocks    uint64 `json:"kv_used_blocks"`
-	ActiveRequests  uint64 `json:"active_requests"`
-	DecodeLatch     bool   `json:"decode_latch"`
-}
-
 // View returns the last published snapshot.
-func (a *Actor) View() *View { return a.view.Load() }
+func (a *Actor) View() *wire.QueueView { return a.view.Load() }
 
 // publishView builds a new View and updates the gauges from it.
 func (a *Actor) publishView(now time.Time) {
 	s := a.d.Scheduler
-	v := &View{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
+	v := &wire.QueueView{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
 	if a.out {
 		since := time.Unix(0, a.outSince)
 		v.NoLiveWorkers, v.OutageSince = true, &since
@@ -115,7 +47,7 @@ func (a *Actor) publishView(now time.Time) {
 	v.Policy = a.Policy()
 	a.stats = s.Stats(a.stats[:0])
 	s.KeyFairness(now.UnixNano(), a.stats)
-	v.Classes = make([]ClassView, len(a.stats))
+	v.Classes = make([]wire.ClassView, len(a.stats))
 	pol := s.Policy()
 	for k, c := range a.stats {
 		cv := &v.Classes[k]
@@ -152,14 +84,14 @@ func (a *Actor) publishView(now time.Time) {
 	for k := range v.Classes {
 		a.d.Metrics.SetOldestQueued(k, float64(v.Classes[k].OldestWaitMs)/1e3)
 	}
-	v.Workers = make([]WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
+	v.Workers = make([]wire.WorkerView, 0, s.Workers().Len()) // [] when none is live, never null
 	for _, w := range s.Workers().All() {
-		wv := WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,
+		wv := wire.WorkerView{ID: w.ID, Instance: w.Instance, Draining: w.Draining, Excluded: w.Excluded,
 			Refusals: w.Refusals(), MaxActive: w.MaxActive, Compact: w.Compact, Overloaded: s.Overloaded(w), Bookings: w.Bookings()}
 		for i := range w.Ranks {
 			rk := &w.Ranks[i]
 			l := rk.Load()
-			wv.Ranks = append(wv.Ranks, RankView{
+			wv.Ranks = append(wv.Ranks, wire.RankView{
 				Rank: int32(w.Start) + int32(i), ReportedPrefill: rk.Reported.ActivePrefillTokens, BookedPrefill: rk.Booked,
 				Prefill: l.ActivePrefillTokens, DecodeBlocks: l.ActiveDecodeBlocks, KVUsedBlocks: l.KVUsedBlocks,
 				ActiveRequests: l.ActiveRequests, DecodeLatch: rk.Latch,
@@ -190,7 +122,7 @@ func (a *Actor) publishView(now time.Time) {
 
 // keyFairness converts a class's key fairness for the gauges: NaN for what was
 // not measured.
-func keyFairness(f *scheduler.KeyFairness) metrics.KeyFairness {
+func keyFairness(f *wire.KeyFairness) metrics.KeyFairness {
 	val := func(p *float64) float64 {
 		if p == nil {
 			return math.NaN()

@@ -9,6 +9,7 @@ import (
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
 	"fairdispatch/request"
+	"fairdispatch/wire"
 )
 
 // TestSelectDoesNotAllocate checks the promise of Selector: once warm, Select
@@ -46,8 +47,8 @@ func TestSelectWithKVDoesNotAllocate(t *testing.T) {
 	prompt := []uint64{1, 2, 3, 4}
 	for _, w := range []string{"a", "b", "c", "d", "e"} {
 		for rank := range int32(3) {
-			ev := &kvindex.Event{Instance: "i", ID: 1, Rank: rank}
-			ev.Stored[kvindex.Host] = prompt[:1+rank]
+			ev := &wire.KVEvent{Instance: "i", ID: 1, Rank: rank}
+			ev.Stored[wire.Host] = prompt[:1+rank]
 			if _, err := x.Apply(w, ev); err != nil {
 				t.Fatal(err)
 			}

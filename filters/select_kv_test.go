@@ -6,6 +6,7 @@ import (
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
 	"fairdispatch/request"
+	"fairdispatch/wire"
 )
 
 // TestSelectKVPerRank: with the index, the credit is per rank and replaces
@@ -19,8 +20,8 @@ func TestSelectKVPerRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := []uint64{1, 2, 3, 4}
-	ev := &kvindex.Event{Instance: "i", ID: 1, Rank: 1}
-	ev.Stored[kvindex.Device] = prompt
+	ev := &wire.KVEvent{Instance: "i", ID: 1, Rank: 1}
+	ev.Stored[wire.Device] = prompt
 	if _, err := x.Apply("a", ev); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
 )
 
 // env is an embedded nats-server with the request stream.
@@ -128,7 +129,7 @@ func TestRunDelivers(t *testing.T) {
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("r%d", i)
 		seqs[id] = e.publish(t, fmt.Sprintf("class%d", i%3), nats.Header{
-			"Nats-Msg-Id": {id}, HeaderISL: {fmt.Sprint(100 + i)}, "dispatch-reply-to": {"out." + id},
+			"Nats-Msg-Id": {id}, wire.HeaderISLTokens: {fmt.Sprint(100 + i)}, "dispatch-reply-to": {"out." + id},
 		})
 	}
 	r := start(t, e, testConfig())
@@ -249,13 +250,13 @@ func TestRunStopsAtMaxHeld(t *testing.T) {
 
 func TestRunMalformedHeader(t *testing.T) {
 	e := newEnv(t)
-	e.publish(t, "c", nats.Header{"Nats-Msg-Id": {"bad1"}, "Dispatch-ISL-Tokens": {"abc"}, HeaderReplyTo: {"out.bad1"}})
+	e.publish(t, "c", nats.Header{"Nats-Msg-Id": {"bad1"}, "Dispatch-ISL-Tokens": {"abc"}, wire.HeaderReplyTo: {"out.bad1"}})
 	e.publish(t, "c", nats.Header{"Nats-Msg-Id": {"good"}})
 	r := start(t, e, testConfig())
 	got := r.take(t, 2)
 	var he *HeaderError
-	if !errors.As(got[0].Err, &he) || he.Header != HeaderISL {
-		t.Fatalf("got error %v, want a *HeaderError naming %s", got[0].Err, HeaderISL)
+	if !errors.As(got[0].Err, &he) || he.Header != wire.HeaderISLTokens {
+		t.Fatalf("got error %v, want a *HeaderError naming %s", got[0].Err, wire.HeaderISLTokens)
 	}
 	if h := got[0].Headers; h.MsgID != "bad1" || h.ReplyTo != "out.bad1" {
 		t.Fatalf("got headers %+v, want MsgID and ReplyTo kept", h)

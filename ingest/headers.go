@@ -8,53 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/request"
-)
-
-// Bounds of the request headers (docs/protocol.md, Request headers).
-const (
-	MaxTokens     = 1 << 40    // Dispatch-ISL-Tokens, Dispatch-Cached-Tokens, overlap tokens
-	MaxStrict     = 1<<31 - 1  // Dispatch-Strict-Priority
-	MaxJump       = 1e6        // Dispatch-Priority
-	MaxWeight     = 1e6        // magnitude of a Dispatch-Preferred-Taints weight
-	MaxRank       = 65535      // Dispatch-DP-Rank
-	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
-	MaxTokenLen   = 128        // bytes in a worker id or a taint
-	MaxKeyLen     = 64         // bytes in a Dispatch-Fairness-Key
-	// MaxListItems bounds the items of each list header: Dispatch-Worker-Overlap,
-	// Dispatch-Allowed-Workers, Dispatch-Required-Taints and
-	// Dispatch-Preferred-Taints. A longer list is malformed (bad_request).
-	MaxListItems = 256
-	// MaxValueBytes bounds the length in bytes of the value of Nats-Msg-Id and of
-	// each Dispatch-* header but Dispatch-Block-Hashes, surrounding whitespace included. A longer value is
-	// malformed (bad_request). Every valid value of docs/protocol.md, Request headers fits easily: the
-	// longest, a 256-item overlap list, is under 37 KiB. The whole message, headers
-	// and body, is bounded by the NATS server's max_payload.
-	MaxValueBytes = 64 << 10
-	// MaxHashValueBytes bounds the value of Dispatch-Block-Hashes instead of
-	// MaxValueBytes: kvindex.MaxHashes hashes take 87,382 bytes, and the rest
-	// leaves room for the optional whitespace.
-	MaxHashValueBytes = 96 << 10
-)
-
-// Header names, spelt as in docs/protocol.md, Request headers. Dispatch-* names match case-insensitively.
-const (
-	HeaderMsgID     = "Nats-Msg-Id"
-	HeaderISL       = "Dispatch-ISL-Tokens"
-	HeaderCached    = "Dispatch-Cached-Tokens"
-	HeaderOverlap   = "Dispatch-Worker-Overlap"
-	HeaderStrict    = "Dispatch-Strict-Priority"
-	HeaderPriority  = "Dispatch-Priority"
-	HeaderWorker    = "Dispatch-Worker"
-	HeaderRank      = "Dispatch-DP-Rank"
-	HeaderAllowed   = "Dispatch-Allowed-Workers"
-	HeaderRequired  = "Dispatch-Required-Taints"
-	HeaderPreferred = "Dispatch-Preferred-Taints"
-	HeaderDeadline  = "Dispatch-Deadline-Ms"
-	HeaderReplyTo   = "Dispatch-Reply-To"
-	HeaderKey       = "Dispatch-Fairness-Key"
-	HeaderHashes    = "Dispatch-Block-Hashes"
+	"fairdispatch/wire"
 )
 
 // Slots of the Dispatch-* headers, in the order of the docs/protocol.md, Request headers table; Decode
@@ -79,35 +34,23 @@ const (
 
 // names maps a slot to its header name.
 var names = [numHeaders]string{
-	HeaderISL, HeaderCached, HeaderOverlap, HeaderStrict, HeaderPriority, HeaderWorker,
-	HeaderRank, HeaderAllowed, HeaderRequired, HeaderPreferred, HeaderDeadline, HeaderReplyTo,
-	HeaderKey,
-	HeaderHashes,
+	wire.HeaderISLTokens, wire.HeaderCachedTokens, wire.HeaderWorkerOverlap, wire.HeaderStrictPriority,
+	wire.HeaderPriority, wire.HeaderWorker, wire.HeaderDPRank, wire.HeaderAllowedWorkers,
+	wire.HeaderRequiredTaints, wire.HeaderPreferredTaints, wire.HeaderDeadlineMs, wire.HeaderReplyTo,
+	wire.HeaderFairnessKey, wire.HeaderBlockHashes,
 }
 
-const dispatchPrefix = "Dispatch-"
-
-// Headers holds the decoded request headers. Zero values mean absent, unless a
-// Has* flag says otherwise. Strings and list items are substrings of the header
-// values as received (no copies).
+// Headers holds the decoded request headers: what the scheduler takes in,
+// request.Arrival (whose message facts, ID, Ref, Token and Published, the
+// queue actor fills), and the two headers only the actor uses. Zero values
+// mean absent, unless a Has* flag says otherwise. Strings and list items are
+// substrings of the header values as received (no copies); Hashes is decoded
+// into a new slice. Bounds: wire.MaxTokens, wire.MaxStrict, ... (docs/protocol.md,
+// Request headers).
 type Headers struct {
-	MsgID       string            // Nats-Msg-Id (exact-case match); "" when absent or empty
-	ISL         uint64            // Dispatch-ISL-Tokens, tokens, <= MaxTokens
-	Cached      uint64            // Dispatch-Cached-Tokens, tokens, <= MaxTokens (clamped to ISL later, by the scheduler)
-	Overlap     []request.Overlap // Dispatch-Worker-Overlap "id=tokens,..."; nil when absent
-	Strict      uint32            // Dispatch-Strict-Priority, <= MaxStrict
-	Jump        float64           // Dispatch-Priority, seconds of jump: finite, in [0, MaxJump]
-	Pin         request.Target    // Dispatch-Worker and Dispatch-DP-Rank; Rank is request.AnyRank when no rank is given
-	Allowed     []string          // Dispatch-Allowed-Workers "id,id"; nil when absent
-	Required    []string          // Dispatch-Required-Taints "t,t"; nil when absent
-	Preferred   []request.Taint   // Dispatch-Preferred-Taints "t=w,t" (bare taint weighs 1); nil when absent
-	DeadlineMs  uint64            // Dispatch-Deadline-Ms, milliseconds after publication, <= MaxDeadlineMs
-	HasDeadline bool              // Dispatch-Deadline-Ms is present (0 is a valid deadline)
-	ReplyTo     string            // Dispatch-Reply-To: a literal NATS subject; "" when absent
-	Key         string            // Dispatch-Fairness-Key: 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-]; "" when absent
-	// Hashes is Dispatch-Block-Hashes: the prompt's chained block hashes, 1 to
-	// kvindex.MaxHashes of them; nil when absent. Decoded into a new slice.
-	Hashes []uint64
+	request.Arrival
+	MsgID   string // Nats-Msg-Id (exact-case match); "" when absent or empty
+	ReplyTo string // Dispatch-Reply-To: a literal NATS subject; "" when absent
 }
 
 // HeaderError names a malformed header (docs/protocol.md, Request headers: the request is rejected as
@@ -165,9 +108,9 @@ func cut(s string) string {
 // Duplicate items inside one list are kept as sent.
 //
 // Bounds: a value of Nats-Msg-Id or of a Dispatch-* header longer than
-// MaxValueBytes (Dispatch-Block-Hashes: MaxHashValueBytes), a list header with
-// more than MaxListItems items, and a Dispatch-Block-Hashes of more than
-// kvindex.MaxHashes hashes, are
+// wire.MaxValueBytes (Dispatch-Block-Hashes: wire.MaxHashValueBytes), a list header with
+// more than wire.MaxListItems items, and a Dispatch-Block-Hashes of more than
+// wire.MaxHashes hashes, are
 // malformed; both are checked before anything is parsed or allocated, so a
 // hostile value costs at most one scan of its bytes. An oversized Nats-Msg-Id is
 // reported under that name and left out (MsgID is then "", and the default
@@ -194,7 +137,7 @@ type scan struct {
 }
 
 func (s *scan) add(k, v string) {
-	if k == HeaderMsgID {
+	if k == wire.HeaderMsgID {
 		s.msgID, s.hasMsgID = v, true
 		return
 	}
@@ -211,7 +154,7 @@ func (s *scan) add(k, v string) {
 
 // decode parses what s collected (see Decode).
 func (s *scan) decode() (Headers, error) {
-	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
+	d := Headers{Arrival: request.Arrival{Pin: request.Target{Rank: request.AnyRank}}}
 	var first *HeaderError
 	note := func(e *HeaderError) {
 		if first == nil {
@@ -219,8 +162,8 @@ func (s *scan) decode() (Headers, error) {
 		}
 	}
 	if s.hasMsgID {
-		if len(s.msgID) > MaxValueBytes {
-			note(&HeaderError{Header: HeaderMsgID, Value: cut(s.msgID), Reason: tooLong})
+		if len(s.msgID) > wire.MaxValueBytes {
+			note(&HeaderError{Header: wire.HeaderMsgID, Value: cut(s.msgID), Reason: tooLong})
 		} else {
 			d.MsgID = s.msgID
 		}
@@ -250,7 +193,7 @@ func (s *scan) decode() (Headers, error) {
 
 	big(hISL)
 	if has(hISL) {
-		n, err := parseUint(hISL, vals[hISL], MaxTokens)
+		n, err := parseUint(hISL, vals[hISL], wire.MaxTokens)
 		d.ISL = n
 		if err != nil {
 			note(err)
@@ -258,7 +201,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hCached)
 	if has(hCached) {
-		n, err := parseUint(hCached, vals[hCached], MaxTokens)
+		n, err := parseUint(hCached, vals[hCached], wire.MaxTokens)
 		d.Cached = n
 		if err != nil {
 			note(err)
@@ -274,7 +217,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hStrict)
 	if has(hStrict) {
-		n, err := parseUint(hStrict, vals[hStrict], MaxStrict)
+		n, err := parseUint(hStrict, vals[hStrict], wire.MaxStrict)
 		d.Strict = uint32(n)
 		if err != nil {
 			note(err)
@@ -282,7 +225,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hPriority)
 	if has(hPriority) {
-		f, err := parseFloat(hPriority, vals[hPriority], 0, MaxJump)
+		f, err := parseFloat(hPriority, vals[hPriority], 0, wire.MaxJump)
 		d.Jump = f
 		if err != nil {
 			note(err)
@@ -301,13 +244,13 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hRank)
 	if has(hRank) {
-		n, err := parseUint(hRank, vals[hRank], MaxRank)
+		n, err := parseUint(hRank, vals[hRank], wire.MaxRank)
 		switch {
 		case err != nil:
 			note(err)
 			d.Pin = request.Target{Rank: request.AnyRank}
 		case !has(hWorker):
-			note(headerErr(hRank, vals[hRank], "needs "+HeaderWorker))
+			note(headerErr(hRank, vals[hRank], "needs "+wire.HeaderWorker))
 		case workerOK:
 			d.Pin.Rank = int32(n)
 		}
@@ -338,7 +281,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hDeadline)
 	if has(hDeadline) {
-		n, err := parseUint(hDeadline, vals[hDeadline], MaxDeadlineMs)
+		n, err := parseUint(hDeadline, vals[hDeadline], wire.MaxDeadlineMs)
 		if err != nil {
 			note(err)
 		} else {
@@ -365,7 +308,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hHashes)
 	if has(hHashes) {
-		hs, err := kvindex.DecodeHashes(nil, trim(vals[hHashes]))
+		hs, err := wire.DecodeHashes(nil, trim(vals[hHashes]))
 		if err != nil {
 			note(headerErr(hHashes, vals[hHashes], err.Error()))
 		} else {
@@ -379,13 +322,13 @@ func (s *scan) decode() (Headers, error) {
 }
 
 // checkKey returns "" when s is a fairness key (docs/protocol.md, Request
-// headers: 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-]), else the reason.
+// headers: 1 to wire.MaxKeyLen bytes of [A-Za-z0-9_.:@-]), else the reason.
 func checkKey(s string) string {
 	switch {
 	case s == "":
 		return "is not a fairness key (empty)"
-	case len(s) > MaxKeyLen:
-		return "is not a fairness key (longer than " + strconv.Itoa(MaxKeyLen) + " bytes)"
+	case len(s) > wire.MaxKeyLen:
+		return "is not a fairness key (longer than " + strconv.Itoa(wire.MaxKeyLen) + " bytes)"
 	}
 	for i := 0; i < len(s); i++ {
 		if !keyChars[s[i]] {
@@ -398,15 +341,15 @@ func checkKey(s string) string {
 // maxValue returns the bound on the value length of a slot's header.
 func maxValue(slot int) int {
 	if slot == hHashes {
-		return MaxHashValueBytes
+		return wire.MaxHashValueBytes
 	}
-	return MaxValueBytes
+	return wire.MaxValueBytes
 }
 
 // slotOf returns the slot of a Dispatch-* header name in any case, or -1.
 func slotOf(k string) int {
-	const p = len(dispatchPrefix)
-	if len(k) <= p || k[0]|0x20 != 'd' || !strings.EqualFold(k[:p], dispatchPrefix) {
+	const p = len(wire.HeaderPrefix)
+	if len(k) <= p || k[0]|0x20 != 'd' || !strings.EqualFold(k[:p], wire.HeaderPrefix) {
 		return -1
 	}
 	rest := k[p:]
@@ -541,8 +484,8 @@ func checkToken(s string, set *[256]bool, what string) string {
 	if s == "" {
 		return "is not a " + what + " (empty)"
 	}
-	if len(s) > MaxTokenLen {
-		return "is not a " + what + " (longer than " + strconv.Itoa(MaxTokenLen) + " bytes)"
+	if len(s) > wire.MaxTokenLen {
+		return "is not a " + what + " (longer than " + strconv.Itoa(wire.MaxTokenLen) + " bytes)"
 	}
 	for i := 0; i < len(s); i++ {
 		if !set[s[i]] {
@@ -584,17 +527,17 @@ func items(s string) int { return strings.Count(s, ",") + 1 }
 
 // The reasons of the size bounds.
 var (
-	tooLong = longerThan(MaxValueBytes)
-	tooMany = "has more than " + strconv.Itoa(MaxListItems) + " items"
+	tooLong = longerThan(wire.MaxValueBytes)
+	tooMany = "has more than " + strconv.Itoa(wire.MaxListItems) + " items"
 )
 
 func longerThan(n int) string { return "is longer than " + strconv.Itoa(n) + " bytes" }
 
-// checkItems returns the reason when s has more than MaxListItems items, else
+// checkItems returns the reason when s has more than wire.MaxListItems items, else
 // "". It runs before the list is allocated, so that a value of commas cannot
-// make Decode allocate more than MaxListItems items.
+// make Decode allocate more than wire.MaxListItems items.
 func checkItems(s string) string {
-	if n := items(s); n > MaxListItems {
+	if n := items(s); n > wire.MaxListItems {
 		return tooMany + " (" + strconv.Itoa(n) + ")"
 	}
 	return ""
@@ -668,7 +611,7 @@ func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
 		if r := checkToken(id, &workerChars, "worker id"); r != "" {
 			return nil, headerErr(hOverlap, raw, itemReason(n, item, "worker "+r))
 		}
-		t, r := uintValue(tok, MaxTokens)
+		t, r := uintValue(tok, wire.MaxTokens)
 		if r != "" {
 			return nil, headerErr(hOverlap, raw, itemReason(n, item, "tokens "+r))
 		}
@@ -699,7 +642,7 @@ func parsePreferred(raw string) ([]request.Taint, *HeaderError) {
 		}
 		weight := 1.0
 		if hasW {
-			f, r := floatValue(w, -MaxWeight, MaxWeight)
+			f, r := floatValue(w, -wire.MaxWeight, wire.MaxWeight)
 			if r != "" {
 				return nil, headerErr(hPreferred, raw, itemReason(n, item, "weight "+r))
 			}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/request"
+	"fairdispatch/wire"
 )
 
 // hdr builds a header from name/value pairs, adding repeated names in order.
@@ -26,7 +26,7 @@ func hdr(kv ...string) nats.Header {
 
 // with returns the decoded value of no headers, changed by f.
 func with(f func(*Headers)) Headers {
-	d := Headers{Pin: request.Target{Rank: request.AnyRank}}
+	d := Headers{Arrival: request.Arrival{Pin: request.Target{Rank: request.AnyRank}}}
 	if f != nil {
 		f(&d)
 	}
@@ -53,7 +53,7 @@ var decodeCases = []decodeCase{
 	{name: "nil", h: nil, want: with(nil)},
 	{name: "empty", h: nats.Header{}, want: with(nil)},
 	{name: "unrelated", h: hdr("Content-Type", "x", "Dispatch-Unknown", "1"), want: with(nil)},
-	{name: "no values", h: nats.Header{HeaderISL: {}}, want: with(nil)},
+	{name: "no values", h: nats.Header{wire.HeaderISLTokens: {}}, want: with(nil)},
 
 	// Nats-Msg-Id: exact case only; empty means absent.
 	{name: "msg id", h: hdr("Nats-Msg-Id", "r1"), want: with(func(d *Headers) { d.MsgID = "r1" })},
@@ -62,195 +62,195 @@ var decodeCases = []decodeCase{
 	{name: "msg id empty", h: hdr("Nats-Msg-Id", ""), want: with(nil)},
 
 	// Dispatch-Fairness-Key: 1 to 64 bytes of [A-Za-z0-9_.:@-].
-	{name: "key", h: hdr(HeaderKey, "tenant-7"), want: with(func(d *Headers) { d.Key = "tenant-7" })},
+	{name: "key", h: hdr(wire.HeaderFairnessKey, "tenant-7"), want: with(func(d *Headers) { d.Key = "tenant-7" })},
 	{name: "key every char", h: hdr("dispatch-fairness-key", " a.B:c@d-e_9 "), want: with(func(d *Headers) { d.Key = "a.B:c@d-e_9" })},
-	{name: "key at max", h: hdr(HeaderKey, strings.Repeat("k", 64)), want: with(func(d *Headers) { d.Key = strings.Repeat("k", 64) })},
-	{name: "key past max", h: hdr(HeaderKey, strings.Repeat("k", 65)), wantErr: HeaderKey},
-	{name: "key empty", h: hdr(HeaderKey, ""), wantErr: HeaderKey},
-	{name: "key blank", h: hdr(HeaderKey, "  "), wantErr: HeaderKey},
-	{name: "key slash", h: hdr(HeaderKey, "a/b"), wantErr: HeaderKey},
-	{name: "key space inside", h: hdr(HeaderKey, "a b"), wantErr: HeaderKey},
-	{name: "key non-ascii", h: hdr(HeaderKey, "t\u00e9"), wantErr: HeaderKey},
-	{name: "key repeated first counts", h: hdr(HeaderKey, "a", HeaderKey, "b"), want: with(func(d *Headers) { d.Key = "a" })},
+	{name: "key at max", h: hdr(wire.HeaderFairnessKey, strings.Repeat("k", 64)), want: with(func(d *Headers) { d.Key = strings.Repeat("k", 64) })},
+	{name: "key past max", h: hdr(wire.HeaderFairnessKey, strings.Repeat("k", 65)), wantErr: wire.HeaderFairnessKey},
+	{name: "key empty", h: hdr(wire.HeaderFairnessKey, ""), wantErr: wire.HeaderFairnessKey},
+	{name: "key blank", h: hdr(wire.HeaderFairnessKey, "  "), wantErr: wire.HeaderFairnessKey},
+	{name: "key slash", h: hdr(wire.HeaderFairnessKey, "a/b"), wantErr: wire.HeaderFairnessKey},
+	{name: "key space inside", h: hdr(wire.HeaderFairnessKey, "a b"), wantErr: wire.HeaderFairnessKey},
+	{name: "key non-ascii", h: hdr(wire.HeaderFairnessKey, "t\u00e9"), wantErr: wire.HeaderFairnessKey},
+	{name: "key repeated first counts", h: hdr(wire.HeaderFairnessKey, "a", wire.HeaderFairnessKey, "b"), want: with(func(d *Headers) { d.Key = "a" })},
 
 	// Dispatch-ISL-Tokens.
-	{name: "isl", h: hdr(HeaderISL, "4096"), want: with(func(d *Headers) { d.ISL = 4096 })},
-	{name: "isl zero", h: hdr(HeaderISL, "0"), want: with(nil)},
-	{name: "isl leading zeros", h: hdr(HeaderISL, "007"), want: with(func(d *Headers) { d.ISL = 7 })},
-	{name: "isl spaces", h: hdr(HeaderISL, " 12\t"), want: with(func(d *Headers) { d.ISL = 12 })},
-	{name: "isl at max", h: hdr(HeaderISL, "1099511627776"), want: with(func(d *Headers) { d.ISL = 1 << 40 })},
-	{name: "isl past max", h: hdr(HeaderISL, "1099511627777"), wantErr: HeaderISL},
-	{name: "isl huge", h: hdr(HeaderISL, "99999999999999999999999999"), wantErr: HeaderISL},
-	{name: "isl not number", h: hdr(HeaderISL, "abc"), wantErr: HeaderISL},
-	{name: "isl huge then junk", h: hdr(HeaderISL, "99999999999999999999999x"), wantErr: HeaderISL},
-	{name: "isl negative", h: hdr(HeaderISL, "-1"), wantErr: HeaderISL},
-	{name: "isl minus zero", h: hdr(HeaderISL, "-0"), wantErr: HeaderISL},
-	{name: "isl plus", h: hdr(HeaderISL, "+1"), wantErr: HeaderISL},
-	{name: "isl minus", h: hdr(HeaderISL, "-"), wantErr: HeaderISL},
-	{name: "isl float", h: hdr(HeaderISL, "1.5"), wantErr: HeaderISL},
-	{name: "isl empty", h: hdr(HeaderISL, ""), wantErr: HeaderISL},
-	{name: "isl inner space", h: hdr(HeaderISL, "1 2"), wantErr: HeaderISL},
+	{name: "isl", h: hdr(wire.HeaderISLTokens, "4096"), want: with(func(d *Headers) { d.ISL = 4096 })},
+	{name: "isl zero", h: hdr(wire.HeaderISLTokens, "0"), want: with(nil)},
+	{name: "isl leading zeros", h: hdr(wire.HeaderISLTokens, "007"), want: with(func(d *Headers) { d.ISL = 7 })},
+	{name: "isl spaces", h: hdr(wire.HeaderISLTokens, " 12\t"), want: with(func(d *Headers) { d.ISL = 12 })},
+	{name: "isl at max", h: hdr(wire.HeaderISLTokens, "1099511627776"), want: with(func(d *Headers) { d.ISL = 1 << 40 })},
+	{name: "isl past max", h: hdr(wire.HeaderISLTokens, "1099511627777"), wantErr: wire.HeaderISLTokens},
+	{name: "isl huge", h: hdr(wire.HeaderISLTokens, "99999999999999999999999999"), wantErr: wire.HeaderISLTokens},
+	{name: "isl not number", h: hdr(wire.HeaderISLTokens, "abc"), wantErr: wire.HeaderISLTokens},
+	{name: "isl huge then junk", h: hdr(wire.HeaderISLTokens, "99999999999999999999999x"), wantErr: wire.HeaderISLTokens},
+	{name: "isl negative", h: hdr(wire.HeaderISLTokens, "-1"), wantErr: wire.HeaderISLTokens},
+	{name: "isl minus zero", h: hdr(wire.HeaderISLTokens, "-0"), wantErr: wire.HeaderISLTokens},
+	{name: "isl plus", h: hdr(wire.HeaderISLTokens, "+1"), wantErr: wire.HeaderISLTokens},
+	{name: "isl minus", h: hdr(wire.HeaderISLTokens, "-"), wantErr: wire.HeaderISLTokens},
+	{name: "isl float", h: hdr(wire.HeaderISLTokens, "1.5"), wantErr: wire.HeaderISLTokens},
+	{name: "isl empty", h: hdr(wire.HeaderISLTokens, ""), wantErr: wire.HeaderISLTokens},
+	{name: "isl inner space", h: hdr(wire.HeaderISLTokens, "1 2"), wantErr: wire.HeaderISLTokens},
 	{name: "isl lower case", h: hdr("dispatch-isl-tokens", "5"), want: with(func(d *Headers) { d.ISL = 5 })},
 	{name: "isl upper case", h: hdr("DISPATCH-ISL-TOKENS", "5"), want: with(func(d *Headers) { d.ISL = 5 })},
-	{name: "isl repeated", h: hdr(HeaderISL, "5", HeaderISL, "6"), want: with(func(d *Headers) { d.ISL = 5 })},
-	{name: "isl repeated, bad second", h: hdr(HeaderISL, "5", HeaderISL, "x"), want: with(func(d *Headers) { d.ISL = 5 })},
-	{name: "isl two cases, byte-wise first wins", h: hdr("dispatch-isl-tokens", "6", HeaderISL, "5", "dispatch-ISL-tokens", "7"), want: with(func(d *Headers) { d.ISL = 5 })},
-	{name: "isl two cases, upper wins", h: hdr("DISPATCH-ISL-TOKENS", "8", HeaderISL, "5"), want: with(func(d *Headers) { d.ISL = 8 })},
+	{name: "isl repeated", h: hdr(wire.HeaderISLTokens, "5", wire.HeaderISLTokens, "6"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl repeated, bad second", h: hdr(wire.HeaderISLTokens, "5", wire.HeaderISLTokens, "x"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl two cases, byte-wise first wins", h: hdr("dispatch-isl-tokens", "6", wire.HeaderISLTokens, "5", "dispatch-ISL-tokens", "7"), want: with(func(d *Headers) { d.ISL = 5 })},
+	{name: "isl two cases, upper wins", h: hdr("DISPATCH-ISL-TOKENS", "8", wire.HeaderISLTokens, "5"), want: with(func(d *Headers) { d.ISL = 8 })},
 
 	// Dispatch-Cached-Tokens.
-	{name: "cached", h: hdr(HeaderCached, "100"), want: with(func(d *Headers) { d.Cached = 100 })},
-	{name: "cached above isl kept", h: hdr(HeaderISL, "10", HeaderCached, "100"), want: with(func(d *Headers) { d.ISL, d.Cached = 10, 100 })},
-	{name: "cached at max", h: hdr(HeaderCached, "1099511627776"), want: with(func(d *Headers) { d.Cached = 1 << 40 })},
-	{name: "cached past max", h: hdr(HeaderCached, "1099511627777"), wantErr: HeaderCached},
-	{name: "cached negative", h: hdr(HeaderCached, "-5"), wantErr: HeaderCached},
-	{name: "cached junk", h: hdr(HeaderCached, "5k"), wantErr: HeaderCached},
+	{name: "cached", h: hdr(wire.HeaderCachedTokens, "100"), want: with(func(d *Headers) { d.Cached = 100 })},
+	{name: "cached above isl kept", h: hdr(wire.HeaderISLTokens, "10", wire.HeaderCachedTokens, "100"), want: with(func(d *Headers) { d.ISL, d.Cached = 10, 100 })},
+	{name: "cached at max", h: hdr(wire.HeaderCachedTokens, "1099511627776"), want: with(func(d *Headers) { d.Cached = 1 << 40 })},
+	{name: "cached past max", h: hdr(wire.HeaderCachedTokens, "1099511627777"), wantErr: wire.HeaderCachedTokens},
+	{name: "cached negative", h: hdr(wire.HeaderCachedTokens, "-5"), wantErr: wire.HeaderCachedTokens},
+	{name: "cached junk", h: hdr(wire.HeaderCachedTokens, "5k"), wantErr: wire.HeaderCachedTokens},
 	{name: "cached mixed case", h: hdr("dIsPaTcH-cAcHeD-tOkEnS", "3"), want: with(func(d *Headers) { d.Cached = 3 })},
 
 	// Dispatch-Worker-Overlap.
-	{name: "overlap", h: hdr(HeaderOverlap, "w1=100, w-2 = 0,w_3=1099511627776"), want: with(func(d *Headers) {
+	{name: "overlap", h: hdr(wire.HeaderWorkerOverlap, "w1=100, w-2 = 0,w_3=1099511627776"), want: with(func(d *Headers) {
 		d.Overlap = []request.Overlap{ov("w1", 100), ov("w-2", 0), ov("w_3", 1<<40)}
 	})},
-	{name: "overlap one", h: hdr(HeaderOverlap, "w1=5"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov("w1", 5)} })},
-	{name: "overlap duplicates kept", h: hdr(HeaderOverlap, "w1=5,w1=6"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov("w1", 5), ov("w1", 6)} })},
-	{name: "overlap tokens past max", h: hdr(HeaderOverlap, "w1=1099511627777"), wantErr: HeaderOverlap},
-	{name: "overlap no =", h: hdr(HeaderOverlap, "w1"), wantErr: HeaderOverlap},
-	{name: "overlap no tokens", h: hdr(HeaderOverlap, "w1="), wantErr: HeaderOverlap},
-	{name: "overlap no id", h: hdr(HeaderOverlap, "=5"), wantErr: HeaderOverlap},
-	{name: "overlap bad id", h: hdr(HeaderOverlap, "w.1=5"), wantErr: HeaderOverlap},
-	{name: "overlap negative", h: hdr(HeaderOverlap, "w1=-5"), wantErr: HeaderOverlap},
-	{name: "overlap two =", h: hdr(HeaderOverlap, "w1=5=6"), wantErr: HeaderOverlap},
-	{name: "overlap empty item", h: hdr(HeaderOverlap, "w1=5,,w2=6"), wantErr: HeaderOverlap},
-	{name: "overlap trailing comma", h: hdr(HeaderOverlap, "w1=5,"), wantErr: HeaderOverlap},
-	{name: "overlap empty", h: hdr(HeaderOverlap, ""), wantErr: HeaderOverlap},
-	{name: "overlap id at 128", h: hdr(HeaderOverlap, long128+"=1"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov(long128, 1)} })},
-	{name: "overlap id at 129", h: hdr(HeaderOverlap, long129+"=1"), wantErr: HeaderOverlap},
+	{name: "overlap one", h: hdr(wire.HeaderWorkerOverlap, "w1=5"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov("w1", 5)} })},
+	{name: "overlap duplicates kept", h: hdr(wire.HeaderWorkerOverlap, "w1=5,w1=6"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov("w1", 5), ov("w1", 6)} })},
+	{name: "overlap tokens past max", h: hdr(wire.HeaderWorkerOverlap, "w1=1099511627777"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap no =", h: hdr(wire.HeaderWorkerOverlap, "w1"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap no tokens", h: hdr(wire.HeaderWorkerOverlap, "w1="), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap no id", h: hdr(wire.HeaderWorkerOverlap, "=5"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap bad id", h: hdr(wire.HeaderWorkerOverlap, "w.1=5"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap negative", h: hdr(wire.HeaderWorkerOverlap, "w1=-5"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap two =", h: hdr(wire.HeaderWorkerOverlap, "w1=5=6"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap empty item", h: hdr(wire.HeaderWorkerOverlap, "w1=5,,w2=6"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap trailing comma", h: hdr(wire.HeaderWorkerOverlap, "w1=5,"), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap empty", h: hdr(wire.HeaderWorkerOverlap, ""), wantErr: wire.HeaderWorkerOverlap},
+	{name: "overlap id at 128", h: hdr(wire.HeaderWorkerOverlap, long128+"=1"), want: with(func(d *Headers) { d.Overlap = []request.Overlap{ov(long128, 1)} })},
+	{name: "overlap id at 129", h: hdr(wire.HeaderWorkerOverlap, long129+"=1"), wantErr: wire.HeaderWorkerOverlap},
 
 	// Dispatch-Strict-Priority.
-	{name: "strict", h: hdr(HeaderStrict, "3"), want: with(func(d *Headers) { d.Strict = 3 })},
-	{name: "strict at max", h: hdr(HeaderStrict, "2147483647"), want: with(func(d *Headers) { d.Strict = math.MaxInt32 })},
-	{name: "strict past max", h: hdr(HeaderStrict, "2147483648"), wantErr: HeaderStrict},
-	{name: "strict negative", h: hdr(HeaderStrict, "-1"), wantErr: HeaderStrict},
-	{name: "strict junk", h: hdr(HeaderStrict, "high"), wantErr: HeaderStrict},
+	{name: "strict", h: hdr(wire.HeaderStrictPriority, "3"), want: with(func(d *Headers) { d.Strict = 3 })},
+	{name: "strict at max", h: hdr(wire.HeaderStrictPriority, "2147483647"), want: with(func(d *Headers) { d.Strict = math.MaxInt32 })},
+	{name: "strict past max", h: hdr(wire.HeaderStrictPriority, "2147483648"), wantErr: wire.HeaderStrictPriority},
+	{name: "strict negative", h: hdr(wire.HeaderStrictPriority, "-1"), wantErr: wire.HeaderStrictPriority},
+	{name: "strict junk", h: hdr(wire.HeaderStrictPriority, "high"), wantErr: wire.HeaderStrictPriority},
 
 	// Dispatch-Priority.
-	{name: "jump", h: hdr(HeaderPriority, "2.5"), want: with(func(d *Headers) { d.Jump = 2.5 })},
-	{name: "jump exponent", h: hdr(HeaderPriority, "1e3"), want: with(func(d *Headers) { d.Jump = 1000 })},
-	{name: "jump at max", h: hdr(HeaderPriority, "1000000"), want: with(func(d *Headers) { d.Jump = 1e6 })},
-	{name: "jump past max", h: hdr(HeaderPriority, "1000000.0001"), wantErr: HeaderPriority},
-	{name: "jump zero", h: hdr(HeaderPriority, "0"), want: with(nil)},
-	{name: "jump minus zero", h: hdr(HeaderPriority, "-0"), want: with(nil)},
-	{name: "jump negative", h: hdr(HeaderPriority, "-0.5"), wantErr: HeaderPriority},
-	{name: "jump NaN", h: hdr(HeaderPriority, "NaN"), wantErr: HeaderPriority},
-	{name: "jump Inf", h: hdr(HeaderPriority, "+Inf"), wantErr: HeaderPriority},
-	{name: "jump overflow", h: hdr(HeaderPriority, "1e400"), wantErr: HeaderPriority},
-	{name: "jump junk", h: hdr(HeaderPriority, "soon"), wantErr: HeaderPriority},
-	{name: "jump empty", h: hdr(HeaderPriority, ""), wantErr: HeaderPriority},
+	{name: "jump", h: hdr(wire.HeaderPriority, "2.5"), want: with(func(d *Headers) { d.Jump = 2.5 })},
+	{name: "jump exponent", h: hdr(wire.HeaderPriority, "1e3"), want: with(func(d *Headers) { d.Jump = 1000 })},
+	{name: "jump at max", h: hdr(wire.HeaderPriority, "1000000"), want: with(func(d *Headers) { d.Jump = 1e6 })},
+	{name: "jump past max", h: hdr(wire.HeaderPriority, "1000000.0001"), wantErr: wire.HeaderPriority},
+	{name: "jump zero", h: hdr(wire.HeaderPriority, "0"), want: with(nil)},
+	{name: "jump minus zero", h: hdr(wire.HeaderPriority, "-0"), want: with(nil)},
+	{name: "jump negative", h: hdr(wire.HeaderPriority, "-0.5"), wantErr: wire.HeaderPriority},
+	{name: "jump NaN", h: hdr(wire.HeaderPriority, "NaN"), wantErr: wire.HeaderPriority},
+	{name: "jump Inf", h: hdr(wire.HeaderPriority, "+Inf"), wantErr: wire.HeaderPriority},
+	{name: "jump overflow", h: hdr(wire.HeaderPriority, "1e400"), wantErr: wire.HeaderPriority},
+	{name: "jump junk", h: hdr(wire.HeaderPriority, "soon"), wantErr: wire.HeaderPriority},
+	{name: "jump empty", h: hdr(wire.HeaderPriority, ""), wantErr: wire.HeaderPriority},
 
 	// Dispatch-Worker and Dispatch-DP-Rank.
-	{name: "worker", h: hdr(HeaderWorker, "w-1_A"), want: with(func(d *Headers) { d.Pin.Worker = "w-1_A" })},
-	{name: "worker at 128", h: hdr(HeaderWorker, long128), want: with(func(d *Headers) { d.Pin.Worker = long128 })},
-	{name: "worker at 129", h: hdr(HeaderWorker, long129), wantErr: HeaderWorker},
-	{name: "worker dot", h: hdr(HeaderWorker, "w.1"), wantErr: HeaderWorker},
-	{name: "worker inner space", h: hdr(HeaderWorker, "w 1"), wantErr: HeaderWorker},
-	{name: "worker empty", h: hdr(HeaderWorker, ""), wantErr: HeaderWorker},
-	{name: "worker utf8", h: hdr(HeaderWorker, "wé"), wantErr: HeaderWorker},
-	{name: "worker and rank", h: hdr(HeaderWorker, "w1", HeaderRank, "3"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 3} })},
-	{name: "rank zero", h: hdr(HeaderWorker, "w1", HeaderRank, "0"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 0} })},
-	{name: "rank at max", h: hdr(HeaderWorker, "w1", HeaderRank, "65535"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 65535} })},
-	{name: "rank past max", h: hdr(HeaderWorker, "w1", HeaderRank, "65536"), want: with(nil), wantErr: HeaderRank},
-	{name: "rank negative", h: hdr(HeaderWorker, "w1", HeaderRank, "-1"), want: with(nil), wantErr: HeaderRank},
-	{name: "rank junk", h: hdr(HeaderWorker, "w1", HeaderRank, "any"), want: with(nil), wantErr: HeaderRank},
-	{name: "rank without worker", h: hdr(HeaderRank, "1"), want: with(nil), wantErr: HeaderRank},
-	{name: "rank with bad worker", h: hdr(HeaderWorker, "w.1", HeaderRank, "1"), want: with(nil), wantErr: HeaderWorker},
+	{name: "worker", h: hdr(wire.HeaderWorker, "w-1_A"), want: with(func(d *Headers) { d.Pin.Worker = "w-1_A" })},
+	{name: "worker at 128", h: hdr(wire.HeaderWorker, long128), want: with(func(d *Headers) { d.Pin.Worker = long128 })},
+	{name: "worker at 129", h: hdr(wire.HeaderWorker, long129), wantErr: wire.HeaderWorker},
+	{name: "worker dot", h: hdr(wire.HeaderWorker, "w.1"), wantErr: wire.HeaderWorker},
+	{name: "worker inner space", h: hdr(wire.HeaderWorker, "w 1"), wantErr: wire.HeaderWorker},
+	{name: "worker empty", h: hdr(wire.HeaderWorker, ""), wantErr: wire.HeaderWorker},
+	{name: "worker utf8", h: hdr(wire.HeaderWorker, "wé"), wantErr: wire.HeaderWorker},
+	{name: "worker and rank", h: hdr(wire.HeaderWorker, "w1", wire.HeaderDPRank, "3"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 3} })},
+	{name: "rank zero", h: hdr(wire.HeaderWorker, "w1", wire.HeaderDPRank, "0"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 0} })},
+	{name: "rank at max", h: hdr(wire.HeaderWorker, "w1", wire.HeaderDPRank, "65535"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 65535} })},
+	{name: "rank past max", h: hdr(wire.HeaderWorker, "w1", wire.HeaderDPRank, "65536"), want: with(nil), wantErr: wire.HeaderDPRank},
+	{name: "rank negative", h: hdr(wire.HeaderWorker, "w1", wire.HeaderDPRank, "-1"), want: with(nil), wantErr: wire.HeaderDPRank},
+	{name: "rank junk", h: hdr(wire.HeaderWorker, "w1", wire.HeaderDPRank, "any"), want: with(nil), wantErr: wire.HeaderDPRank},
+	{name: "rank without worker", h: hdr(wire.HeaderDPRank, "1"), want: with(nil), wantErr: wire.HeaderDPRank},
+	{name: "rank with bad worker", h: hdr(wire.HeaderWorker, "w.1", wire.HeaderDPRank, "1"), want: with(nil), wantErr: wire.HeaderWorker},
 	{name: "worker case", h: hdr("dispatch-worker", "w1", "DISPATCH-DP-RANK", "2"), want: with(func(d *Headers) { d.Pin = request.Target{Worker: "w1", Rank: 2} })},
 
 	// Dispatch-Allowed-Workers.
-	{name: "allowed", h: hdr(HeaderAllowed, "w1, w2,w3"), want: with(func(d *Headers) { d.Allowed = []string{"w1", "w2", "w3"} })},
-	{name: "allowed one", h: hdr(HeaderAllowed, "w1"), want: with(func(d *Headers) { d.Allowed = []string{"w1"} })},
-	{name: "allowed at 128", h: hdr(HeaderAllowed, "a,"+long128), want: with(func(d *Headers) { d.Allowed = []string{"a", long128} })},
-	{name: "allowed at 129", h: hdr(HeaderAllowed, "a,"+long129), wantErr: HeaderAllowed},
-	{name: "allowed empty", h: hdr(HeaderAllowed, ""), wantErr: HeaderAllowed},
-	{name: "allowed spaces only", h: hdr(HeaderAllowed, "  "), wantErr: HeaderAllowed},
-	{name: "allowed empty item", h: hdr(HeaderAllowed, "w1,,w2"), wantErr: HeaderAllowed},
-	{name: "allowed leading comma", h: hdr(HeaderAllowed, ",w1"), wantErr: HeaderAllowed},
-	{name: "allowed trailing comma", h: hdr(HeaderAllowed, "w1,"), wantErr: HeaderAllowed},
-	{name: "allowed taint chars", h: hdr(HeaderAllowed, "w1,zone:a"), wantErr: HeaderAllowed},
+	{name: "allowed", h: hdr(wire.HeaderAllowedWorkers, "w1, w2,w3"), want: with(func(d *Headers) { d.Allowed = []string{"w1", "w2", "w3"} })},
+	{name: "allowed one", h: hdr(wire.HeaderAllowedWorkers, "w1"), want: with(func(d *Headers) { d.Allowed = []string{"w1"} })},
+	{name: "allowed at 128", h: hdr(wire.HeaderAllowedWorkers, "a,"+long128), want: with(func(d *Headers) { d.Allowed = []string{"a", long128} })},
+	{name: "allowed at 129", h: hdr(wire.HeaderAllowedWorkers, "a,"+long129), wantErr: wire.HeaderAllowedWorkers},
+	{name: "allowed empty", h: hdr(wire.HeaderAllowedWorkers, ""), wantErr: wire.HeaderAllowedWorkers},
+	{name: "allowed spaces only", h: hdr(wire.HeaderAllowedWorkers, "  "), wantErr: wire.HeaderAllowedWorkers},
+	{name: "allowed empty item", h: hdr(wire.HeaderAllowedWorkers, "w1,,w2"), wantErr: wire.HeaderAllowedWorkers},
+	{name: "allowed leading comma", h: hdr(wire.HeaderAllowedWorkers, ",w1"), wantErr: wire.HeaderAllowedWorkers},
+	{name: "allowed trailing comma", h: hdr(wire.HeaderAllowedWorkers, "w1,"), wantErr: wire.HeaderAllowedWorkers},
+	{name: "allowed taint chars", h: hdr(wire.HeaderAllowedWorkers, "w1,zone:a"), wantErr: wire.HeaderAllowedWorkers},
 
 	// Dispatch-Required-Taints.
-	{name: "required", h: hdr(HeaderRequired, "h200,zone-a, gpu.type/x:1"), want: with(func(d *Headers) { d.Required = []string{"h200", "zone-a", "gpu.type/x:1"} })},
-	{name: "required at 128", h: hdr(HeaderRequired, long128), want: with(func(d *Headers) { d.Required = []string{long128} })},
-	{name: "required at 129", h: hdr(HeaderRequired, long129), wantErr: HeaderRequired},
-	{name: "required bad char", h: hdr(HeaderRequired, "a=b"), wantErr: HeaderRequired},
-	{name: "required empty item", h: hdr(HeaderRequired, "a,,b"), wantErr: HeaderRequired},
-	{name: "required empty", h: hdr(HeaderRequired, ""), wantErr: HeaderRequired},
+	{name: "required", h: hdr(wire.HeaderRequiredTaints, "h200,zone-a, gpu.type/x:1"), want: with(func(d *Headers) { d.Required = []string{"h200", "zone-a", "gpu.type/x:1"} })},
+	{name: "required at 128", h: hdr(wire.HeaderRequiredTaints, long128), want: with(func(d *Headers) { d.Required = []string{long128} })},
+	{name: "required at 129", h: hdr(wire.HeaderRequiredTaints, long129), wantErr: wire.HeaderRequiredTaints},
+	{name: "required bad char", h: hdr(wire.HeaderRequiredTaints, "a=b"), wantErr: wire.HeaderRequiredTaints},
+	{name: "required empty item", h: hdr(wire.HeaderRequiredTaints, "a,,b"), wantErr: wire.HeaderRequiredTaints},
+	{name: "required empty", h: hdr(wire.HeaderRequiredTaints, ""), wantErr: wire.HeaderRequiredTaints},
 
 	// Dispatch-Preferred-Taints.
-	{name: "preferred", h: hdr(HeaderPreferred, "h200=2.5, zone-a ,slow=-3, x = 1e6"), want: with(func(d *Headers) {
+	{name: "preferred", h: hdr(wire.HeaderPreferredTaints, "h200=2.5, zone-a ,slow=-3, x = 1e6"), want: with(func(d *Headers) {
 		d.Preferred = []request.Taint{taint("h200", 2.5), taint("zone-a", 1), taint("slow", -3), taint("x", 1e6)}
 	})},
-	{name: "preferred weight at -max", h: hdr(HeaderPreferred, "a=-1000000"), want: with(func(d *Headers) { d.Preferred = []request.Taint{taint("a", -1e6)} })},
-	{name: "preferred weight past max", h: hdr(HeaderPreferred, "a=1000000.5"), wantErr: HeaderPreferred},
-	{name: "preferred weight past -max", h: hdr(HeaderPreferred, "a=-1000000.5"), wantErr: HeaderPreferred},
-	{name: "preferred weight NaN", h: hdr(HeaderPreferred, "a=NaN"), wantErr: HeaderPreferred},
-	{name: "preferred weight Inf", h: hdr(HeaderPreferred, "a=-Inf"), wantErr: HeaderPreferred},
-	{name: "preferred weight empty", h: hdr(HeaderPreferred, "a="), wantErr: HeaderPreferred},
-	{name: "preferred weight junk", h: hdr(HeaderPreferred, "a=high"), wantErr: HeaderPreferred},
-	{name: "preferred no taint", h: hdr(HeaderPreferred, "=1"), wantErr: HeaderPreferred},
-	{name: "preferred taint at 129", h: hdr(HeaderPreferred, long129+"=1"), wantErr: HeaderPreferred},
-	{name: "preferred empty item", h: hdr(HeaderPreferred, "a,,b"), wantErr: HeaderPreferred},
-	{name: "preferred empty", h: hdr(HeaderPreferred, ""), wantErr: HeaderPreferred},
+	{name: "preferred weight at -max", h: hdr(wire.HeaderPreferredTaints, "a=-1000000"), want: with(func(d *Headers) { d.Preferred = []request.Taint{taint("a", -1e6)} })},
+	{name: "preferred weight past max", h: hdr(wire.HeaderPreferredTaints, "a=1000000.5"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred weight past -max", h: hdr(wire.HeaderPreferredTaints, "a=-1000000.5"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred weight NaN", h: hdr(wire.HeaderPreferredTaints, "a=NaN"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred weight Inf", h: hdr(wire.HeaderPreferredTaints, "a=-Inf"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred weight empty", h: hdr(wire.HeaderPreferredTaints, "a="), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred weight junk", h: hdr(wire.HeaderPreferredTaints, "a=high"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred no taint", h: hdr(wire.HeaderPreferredTaints, "=1"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred taint at 129", h: hdr(wire.HeaderPreferredTaints, long129+"=1"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred empty item", h: hdr(wire.HeaderPreferredTaints, "a,,b"), wantErr: wire.HeaderPreferredTaints},
+	{name: "preferred empty", h: hdr(wire.HeaderPreferredTaints, ""), wantErr: wire.HeaderPreferredTaints},
 
 	// Dispatch-Deadline-Ms.
-	{name: "deadline", h: hdr(HeaderDeadline, "1500"), want: with(func(d *Headers) { d.DeadlineMs, d.HasDeadline = 1500, true })},
-	{name: "deadline zero", h: hdr(HeaderDeadline, "0"), want: with(func(d *Headers) { d.HasDeadline = true })},
-	{name: "deadline at max", h: hdr(HeaderDeadline, "86400000"), want: with(func(d *Headers) { d.DeadlineMs, d.HasDeadline = 86400000, true })},
-	{name: "deadline past max", h: hdr(HeaderDeadline, "86400001"), wantErr: HeaderDeadline},
-	{name: "deadline negative", h: hdr(HeaderDeadline, "-1"), wantErr: HeaderDeadline},
-	{name: "deadline junk", h: hdr(HeaderDeadline, "1s"), wantErr: HeaderDeadline},
+	{name: "deadline", h: hdr(wire.HeaderDeadlineMs, "1500"), want: with(func(d *Headers) { d.DeadlineMs, d.HasDeadline = 1500, true })},
+	{name: "deadline zero", h: hdr(wire.HeaderDeadlineMs, "0"), want: with(func(d *Headers) { d.HasDeadline = true })},
+	{name: "deadline at max", h: hdr(wire.HeaderDeadlineMs, "86400000"), want: with(func(d *Headers) { d.DeadlineMs, d.HasDeadline = 86400000, true })},
+	{name: "deadline past max", h: hdr(wire.HeaderDeadlineMs, "86400001"), wantErr: wire.HeaderDeadlineMs},
+	{name: "deadline negative", h: hdr(wire.HeaderDeadlineMs, "-1"), wantErr: wire.HeaderDeadlineMs},
+	{name: "deadline junk", h: hdr(wire.HeaderDeadlineMs, "1s"), wantErr: wire.HeaderDeadlineMs},
 
 	// Dispatch-Reply-To.
-	{name: "reply", h: hdr(HeaderReplyTo, "_INBOX.abc.1"), want: with(func(d *Headers) { d.ReplyTo = "_INBOX.abc.1" })},
-	{name: "reply one token", h: hdr(HeaderReplyTo, "out"), want: with(func(d *Headers) { d.ReplyTo = "out" })},
-	{name: "reply star inside token", h: hdr(HeaderReplyTo, "a.b*c"), want: with(func(d *Headers) { d.ReplyTo = "a.b*c" })},
-	{name: "reply star", h: hdr(HeaderReplyTo, "a.*.c"), wantErr: HeaderReplyTo},
-	{name: "reply gt", h: hdr(HeaderReplyTo, "a.>"), wantErr: HeaderReplyTo},
-	{name: "reply empty token", h: hdr(HeaderReplyTo, "a..b"), wantErr: HeaderReplyTo},
-	{name: "reply leading dot", h: hdr(HeaderReplyTo, ".a"), wantErr: HeaderReplyTo},
-	{name: "reply trailing dot", h: hdr(HeaderReplyTo, "a."), wantErr: HeaderReplyTo},
-	{name: "reply space", h: hdr(HeaderReplyTo, "a b"), wantErr: HeaderReplyTo},
-	{name: "reply control", h: hdr(HeaderReplyTo, "a\x00b"), wantErr: HeaderReplyTo},
-	{name: "reply empty", h: hdr(HeaderReplyTo, ""), wantErr: HeaderReplyTo},
+	{name: "reply", h: hdr(wire.HeaderReplyTo, "_INBOX.abc.1"), want: with(func(d *Headers) { d.ReplyTo = "_INBOX.abc.1" })},
+	{name: "reply one token", h: hdr(wire.HeaderReplyTo, "out"), want: with(func(d *Headers) { d.ReplyTo = "out" })},
+	{name: "reply star inside token", h: hdr(wire.HeaderReplyTo, "a.b*c"), want: with(func(d *Headers) { d.ReplyTo = "a.b*c" })},
+	{name: "reply star", h: hdr(wire.HeaderReplyTo, "a.*.c"), wantErr: wire.HeaderReplyTo},
+	{name: "reply gt", h: hdr(wire.HeaderReplyTo, "a.>"), wantErr: wire.HeaderReplyTo},
+	{name: "reply empty token", h: hdr(wire.HeaderReplyTo, "a..b"), wantErr: wire.HeaderReplyTo},
+	{name: "reply leading dot", h: hdr(wire.HeaderReplyTo, ".a"), wantErr: wire.HeaderReplyTo},
+	{name: "reply trailing dot", h: hdr(wire.HeaderReplyTo, "a."), wantErr: wire.HeaderReplyTo},
+	{name: "reply space", h: hdr(wire.HeaderReplyTo, "a b"), wantErr: wire.HeaderReplyTo},
+	{name: "reply control", h: hdr(wire.HeaderReplyTo, "a\x00b"), wantErr: wire.HeaderReplyTo},
+	{name: "reply empty", h: hdr(wire.HeaderReplyTo, ""), wantErr: wire.HeaderReplyTo},
 	{name: "reply case", h: hdr("dispatch-reply-to", "x.y"), want: with(func(d *Headers) { d.ReplyTo = "x.y" })},
 
 	// Dispatch-Block-Hashes: the vector of docs/protocol.md, Block hashes.
-	{name: "hashes", h: hdr(HeaderHashes, "wT_9PiW6dX6CFylZ_27bbA"), want: with(func(d *Headers) {
+	{name: "hashes", h: hdr(wire.HeaderBlockHashes, "wT_9PiW6dX6CFylZ_27bbA"), want: with(func(d *Headers) {
 		d.Hashes = []uint64{0x7e75ba253efd3fc1, 0x6cdb6eff59291782}
 	})},
 	{name: "hashes one, spaces, lower case", h: hdr("dispatch-block-hashes", " wT_9PiW6dX4\t"), want: with(func(d *Headers) {
 		d.Hashes = []uint64{0x7e75ba253efd3fc1}
 	})},
-	{name: "hashes empty", h: hdr(HeaderHashes, ""), wantErr: HeaderHashes},
-	{name: "hashes padded", h: hdr(HeaderHashes, "wT_9PiW6dX4="), wantErr: HeaderHashes},
-	{name: "hashes standard alphabet", h: hdr(HeaderHashes, "wT/9PiW6dX4"), wantErr: HeaderHashes},
-	{name: "hashes inner space", h: hdr(HeaderHashes, "wT_9P W6dX4"), wantErr: HeaderHashes},
-	{name: "hashes partial hash", h: hdr(HeaderHashes, "wT_9PiW6dX"), wantErr: HeaderHashes},
-	{name: "hashes trailing bits", h: hdr(HeaderHashes, "wT_9PiW6dX5"), wantErr: HeaderHashes},
-	{name: "hashes last in table order", h: hdr(HeaderHashes, "x", HeaderReplyTo, "a..b"), wantErr: HeaderReplyTo},
+	{name: "hashes empty", h: hdr(wire.HeaderBlockHashes, ""), wantErr: wire.HeaderBlockHashes},
+	{name: "hashes padded", h: hdr(wire.HeaderBlockHashes, "wT_9PiW6dX4="), wantErr: wire.HeaderBlockHashes},
+	{name: "hashes standard alphabet", h: hdr(wire.HeaderBlockHashes, "wT/9PiW6dX4"), wantErr: wire.HeaderBlockHashes},
+	{name: "hashes inner space", h: hdr(wire.HeaderBlockHashes, "wT_9P W6dX4"), wantErr: wire.HeaderBlockHashes},
+	{name: "hashes partial hash", h: hdr(wire.HeaderBlockHashes, "wT_9PiW6dX"), wantErr: wire.HeaderBlockHashes},
+	{name: "hashes trailing bits", h: hdr(wire.HeaderBlockHashes, "wT_9PiW6dX5"), wantErr: wire.HeaderBlockHashes},
+	{name: "hashes last in table order", h: hdr(wire.HeaderBlockHashes, "x", wire.HeaderReplyTo, "a..b"), wantErr: wire.HeaderReplyTo},
 
 	// Several headers; the first malformed one in table order is reported, and
 	// the others still decode.
-	{name: "typical", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "4096", HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
+	{name: "typical", h: hdr("Nats-Msg-Id", "r1", wire.HeaderISLTokens, "4096", wire.HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
 		d.MsgID, d.ISL, d.ReplyTo = "r1", 4096, "out.r1"
 	})},
-	{name: "partial on error", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "x", HeaderStrict, "2", HeaderDeadline, "-1", HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
+	{name: "partial on error", h: hdr("Nats-Msg-Id", "r1", wire.HeaderISLTokens, "x", wire.HeaderStrictPriority, "2", wire.HeaderDeadlineMs, "-1", wire.HeaderReplyTo, "out.r1"), want: with(func(d *Headers) {
 		d.MsgID, d.Strict, d.ReplyTo = "r1", 2, "out.r1"
-	}), wantErr: HeaderISL},
-	{name: "all", h: hdr("Nats-Msg-Id", "r1", HeaderISL, "100", HeaderCached, "40", HeaderOverlap, "w1=40",
-		HeaderStrict, "1", HeaderPriority, "0.5", HeaderWorker, "w1", HeaderRank, "1", HeaderAllowed, "w1,w2",
-		HeaderRequired, "h200", HeaderPreferred, "h200=2", HeaderDeadline, "500", HeaderReplyTo, "o.r1"),
-		want: Headers{MsgID: "r1", ISL: 100, Cached: 40, Overlap: []request.Overlap{ov("w1", 40)}, Strict: 1, Jump: 0.5,
-			Pin: request.Target{Worker: "w1", Rank: 1}, Allowed: []string{"w1", "w2"}, Required: []string{"h200"},
-			Preferred: []request.Taint{taint("h200", 2)}, DeadlineMs: 500, HasDeadline: true, ReplyTo: "o.r1"}},
+	}), wantErr: wire.HeaderISLTokens},
+	{name: "all", h: hdr("Nats-Msg-Id", "r1", wire.HeaderISLTokens, "100", wire.HeaderCachedTokens, "40", wire.HeaderWorkerOverlap, "w1=40",
+		wire.HeaderStrictPriority, "1", wire.HeaderPriority, "0.5", wire.HeaderWorker, "w1", wire.HeaderDPRank, "1", wire.HeaderAllowedWorkers, "w1,w2",
+		wire.HeaderRequiredTaints, "h200", wire.HeaderPreferredTaints, "h200=2", wire.HeaderDeadlineMs, "500", wire.HeaderReplyTo, "o.r1"),
+		want: Headers{MsgID: "r1", ReplyTo: "o.r1", Arrival: request.Arrival{ISL: 100, Cached: 40, Overlap: []request.Overlap{ov("w1", 40)},
+			Strict: 1, Jump: 0.5, Pin: request.Target{Worker: "w1", Rank: 1}, Allowed: []string{"w1", "w2"}, Required: []string{"h200"},
+			Preferred: []request.Taint{taint("h200", 2)}, DeadlineMs: 500, HasDeadline: true}}},
 }
 
 func TestDecode(t *testing.T) {
@@ -285,7 +285,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestHeaderErrorMessage(t *testing.T) {
-	_, err := Decode(hdr(HeaderISL, "abc"))
+	_, err := Decode(hdr(wire.HeaderISLTokens, "abc"))
 	if got, want := err.Error(), `header Dispatch-ISL-Tokens: "abc" is not an unsigned integer`; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
@@ -293,7 +293,7 @@ func TestHeaderErrorMessage(t *testing.T) {
 	if got, want := err.Error(), `header Dispatch-Allowed-Workers: "w1,,w2" has an empty item (item 2)`; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	_, err = Decode(hdr(HeaderISL, strings.Repeat("9", 1000)))
+	_, err = Decode(hdr(wire.HeaderISLTokens, strings.Repeat("9", 1000)))
 	var he *HeaderError
 	if !errors.As(err, &he) || len(he.Value) > maxErrValue+3 {
 		t.Fatalf("got value of %d bytes in %v, want at most %d", len(he.Value), err, maxErrValue+3)
@@ -313,7 +313,7 @@ func TestDecodeCaseRuleDeterministic(t *testing.T) {
 }
 
 // typical is the header set of most requests: an id, an ISL and a reply subject.
-var typical = hdr("Nats-Msg-Id", "req-0000000001", HeaderISL, "4096", HeaderReplyTo, "_INBOX.loadgen.0001")
+var typical = hdr("Nats-Msg-Id", "req-0000000001", wire.HeaderISLTokens, "4096", wire.HeaderReplyTo, "_INBOX.loadgen.0001")
 
 func TestDecodeTypicalAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _, _ = Decode(typical) }); n != 0 {
@@ -358,7 +358,7 @@ func FuzzDecode(f *testing.F) {
 			if !errors.As(err, &he) {
 				t.Fatalf("got %T error %v, want *HeaderError", err, err)
 			}
-			if he.Header == HeaderMsgID {
+			if he.Header == wire.HeaderMsgID {
 				return
 			}
 			for _, n := range names {
@@ -369,7 +369,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("error names unknown header %q", he.Header)
 		}
 		checkBounds(t, d)
-		if len(d.MsgID) > MaxValueBytes {
+		if len(d.MsgID) > wire.MaxValueBytes {
 			t.Fatalf("msg id of %d bytes", len(d.MsgID))
 		}
 	})
@@ -377,19 +377,19 @@ func FuzzDecode(f *testing.F) {
 
 func checkBounds(t *testing.T, d Headers) {
 	t.Helper()
-	if d.ISL > MaxTokens || d.Cached > MaxTokens || d.Strict > MaxStrict || d.DeadlineMs > MaxDeadlineMs {
+	if d.ISL > wire.MaxTokens || d.Cached > wire.MaxTokens || d.Strict > wire.MaxStrict || d.DeadlineMs > wire.MaxDeadlineMs {
 		t.Fatalf("number out of range: %+v", d)
 	}
 	if !d.HasDeadline && d.DeadlineMs != 0 {
 		t.Fatalf("deadline without HasDeadline: %+v", d)
 	}
-	if math.IsNaN(d.Jump) || d.Jump < 0 || d.Jump > MaxJump || math.Signbit(d.Jump) {
+	if math.IsNaN(d.Jump) || d.Jump < 0 || d.Jump > wire.MaxJump || math.Signbit(d.Jump) {
 		t.Fatalf("jump out of range: %v", d.Jump)
 	}
 	if d.Key != "" && checkKey(d.Key) != "" {
 		t.Fatalf("bad fairness key %q", d.Key)
 	}
-	if d.Pin.Rank < request.AnyRank || d.Pin.Rank > MaxRank {
+	if d.Pin.Rank < request.AnyRank || d.Pin.Rank > wire.MaxRank {
 		t.Fatalf("rank out of range: %v", d.Pin.Rank)
 	}
 	if d.Pin.Rank != request.AnyRank && d.Pin.Worker == "" {
@@ -399,7 +399,7 @@ func checkBounds(t *testing.T, d Headers) {
 		t.Fatalf("bad worker %q", d.Pin.Worker)
 	}
 	for _, o := range d.Overlap {
-		if checkToken(o.Worker, &workerChars, "") != "" || o.Tokens > MaxTokens {
+		if checkToken(o.Worker, &workerChars, "") != "" || o.Tokens > wire.MaxTokens {
 			t.Fatalf("bad overlap %+v", o)
 		}
 	}
@@ -411,9 +411,9 @@ func checkBounds(t *testing.T, d Headers) {
 			t.Fatalf("empty non-nil list")
 		}
 	}
-	if len(d.Allowed) > MaxListItems || len(d.Required) > MaxListItems || len(d.Preferred) > MaxListItems || len(d.Overlap) > MaxListItems {
+	if len(d.Allowed) > wire.MaxListItems || len(d.Required) > wire.MaxListItems || len(d.Preferred) > wire.MaxListItems || len(d.Overlap) > wire.MaxListItems {
 		t.Fatalf("a list over %d items: %d allowed, %d required, %d preferred, %d overlap",
-			MaxListItems, len(d.Allowed), len(d.Required), len(d.Preferred), len(d.Overlap))
+			wire.MaxListItems, len(d.Allowed), len(d.Required), len(d.Preferred), len(d.Overlap))
 	}
 	for _, a := range d.Allowed {
 		if checkToken(a, &workerChars, "") != "" {
@@ -426,14 +426,14 @@ func checkBounds(t *testing.T, d Headers) {
 		}
 	}
 	for _, p := range d.Preferred {
-		if checkToken(p.Name, &taintChars, "") != "" || math.IsNaN(p.Weight) || math.Abs(p.Weight) > MaxWeight {
+		if checkToken(p.Name, &taintChars, "") != "" || math.IsNaN(p.Weight) || math.Abs(p.Weight) > wire.MaxWeight {
 			t.Fatalf("bad preferred %+v", p)
 		}
 	}
 	if d.ReplyTo != "" && checkSubject(d.ReplyTo) != "" {
 		t.Fatalf("bad reply subject %q", d.ReplyTo)
 	}
-	if d.Hashes != nil && (len(d.Hashes) == 0 || len(d.Hashes) > kvindex.MaxHashes) {
+	if d.Hashes != nil && (len(d.Hashes) == 0 || len(d.Hashes) > wire.MaxHashes) {
 		t.Fatalf("%d hashes", len(d.Hashes))
 	}
 }
@@ -443,10 +443,10 @@ func list(item string, n int) string {
 	return strings.TrimSuffix(strings.Repeat(item+",", n), ",")
 }
 
-// TestDecodeBounds checks the size bounds: MaxListItems items in each list
-// header and MaxValueBytes in each value, both inclusive.
+// TestDecodeBounds checks the size bounds: wire.MaxListItems items in each list
+// header and wire.MaxValueBytes in each value, both inclusive.
 func TestDecodeBounds(t *testing.T) {
-	atLimit := strings.Repeat("0", MaxValueBytes-1) + "7" // a valid number, MaxValueBytes long
+	atLimit := strings.Repeat("0", wire.MaxValueBytes-1) + "7" // a valid number, wire.MaxValueBytes long
 	tests := []struct {
 		name    string
 		h       nats.Header
@@ -454,41 +454,41 @@ func TestDecodeBounds(t *testing.T) {
 		reason  string // part of the reason
 		check   func(Headers) bool
 	}{
-		{"allowed at limit", hdr(HeaderAllowed, list("w1", MaxListItems)), "", "",
-			func(d Headers) bool { return len(d.Allowed) == MaxListItems }},
-		{"allowed over limit", hdr(HeaderAllowed, list("w1", MaxListItems+1)), HeaderAllowed, "has more than 256 items (257)", nil},
-		{"required at limit", hdr(HeaderRequired, list("h200", MaxListItems)), "", "",
-			func(d Headers) bool { return len(d.Required) == MaxListItems }},
-		{"required over limit", hdr(HeaderRequired, list("h200", MaxListItems+1)), HeaderRequired, "more than 256 items", nil},
-		{"preferred at limit", hdr(HeaderPreferred, list("h200=2", MaxListItems)), "", "",
-			func(d Headers) bool { return len(d.Preferred) == MaxListItems }},
-		{"preferred over limit", hdr(HeaderPreferred, list("h200=2", MaxListItems+1)), HeaderPreferred, "more than 256 items", nil},
-		{"overlap at limit", hdr(HeaderOverlap, list("w1=5", MaxListItems)), "", "",
-			func(d Headers) bool { return len(d.Overlap) == MaxListItems }},
-		{"overlap over limit", hdr(HeaderOverlap, list("w1=5", MaxListItems+1)), HeaderOverlap, "more than 256 items", nil},
+		{"allowed at limit", hdr(wire.HeaderAllowedWorkers, list("w1", wire.MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Allowed) == wire.MaxListItems }},
+		{"allowed over limit", hdr(wire.HeaderAllowedWorkers, list("w1", wire.MaxListItems+1)), wire.HeaderAllowedWorkers, "has more than 256 items (257)", nil},
+		{"required at limit", hdr(wire.HeaderRequiredTaints, list("h200", wire.MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Required) == wire.MaxListItems }},
+		{"required over limit", hdr(wire.HeaderRequiredTaints, list("h200", wire.MaxListItems+1)), wire.HeaderRequiredTaints, "more than 256 items", nil},
+		{"preferred at limit", hdr(wire.HeaderPreferredTaints, list("h200=2", wire.MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Preferred) == wire.MaxListItems }},
+		{"preferred over limit", hdr(wire.HeaderPreferredTaints, list("h200=2", wire.MaxListItems+1)), wire.HeaderPreferredTaints, "more than 256 items", nil},
+		{"overlap at limit", hdr(wire.HeaderWorkerOverlap, list("w1=5", wire.MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Overlap) == wire.MaxListItems }},
+		{"overlap over limit", hdr(wire.HeaderWorkerOverlap, list("w1=5", wire.MaxListItems+1)), wire.HeaderWorkerOverlap, "more than 256 items", nil},
 		// Empty items count too: a value of commas is refused before anything is allocated.
-		{"commas", hdr(HeaderAllowed, strings.Repeat(",", 10000)), HeaderAllowed, "more than 256 items (10001)", nil},
-		// The longest valid lists fit well within MaxValueBytes.
-		{"longest valid overlap", hdr(HeaderOverlap, list(long128+"=1099511627776", MaxListItems)), "", "",
-			func(d Headers) bool { return len(d.Overlap) == MaxListItems }},
-		{"value at limit", hdr(HeaderISL, atLimit), "", "", func(d Headers) bool { return d.ISL == 7 }},
-		{"value over limit", hdr(HeaderISL, atLimit+" "), HeaderISL, "is longer than 65536 bytes", nil},
-		{"reply over limit", hdr(HeaderReplyTo, strings.Repeat("a", MaxValueBytes+1)), HeaderReplyTo, "longer than", nil},
-		{"float over limit", hdr(HeaderPriority, "0."+strings.Repeat("0", MaxValueBytes)+"1"), HeaderPriority, "longer than", nil},
-		{"msg id at limit", hdr(HeaderMsgID, strings.Repeat("m", MaxValueBytes)), "", "",
-			func(d Headers) bool { return len(d.MsgID) == MaxValueBytes }},
-		{"msg id over limit", hdr(HeaderMsgID, strings.Repeat("m", MaxValueBytes+1), HeaderISL, "5"), HeaderMsgID, "longer than",
+		{"commas", hdr(wire.HeaderAllowedWorkers, strings.Repeat(",", 10000)), wire.HeaderAllowedWorkers, "more than 256 items (10001)", nil},
+		// The longest valid lists fit well within wire.MaxValueBytes.
+		{"longest valid overlap", hdr(wire.HeaderWorkerOverlap, list(long128+"=1099511627776", wire.MaxListItems)), "", "",
+			func(d Headers) bool { return len(d.Overlap) == wire.MaxListItems }},
+		{"value at limit", hdr(wire.HeaderISLTokens, atLimit), "", "", func(d Headers) bool { return d.ISL == 7 }},
+		{"value over limit", hdr(wire.HeaderISLTokens, atLimit+" "), wire.HeaderISLTokens, "is longer than 65536 bytes", nil},
+		{"reply over limit", hdr(wire.HeaderReplyTo, strings.Repeat("a", wire.MaxValueBytes+1)), wire.HeaderReplyTo, "longer than", nil},
+		{"float over limit", hdr(wire.HeaderPriority, "0."+strings.Repeat("0", wire.MaxValueBytes)+"1"), wire.HeaderPriority, "longer than", nil},
+		{"msg id at limit", hdr(wire.HeaderMsgID, strings.Repeat("m", wire.MaxValueBytes)), "", "",
+			func(d Headers) bool { return len(d.MsgID) == wire.MaxValueBytes }},
+		{"msg id over limit", hdr(wire.HeaderMsgID, strings.Repeat("m", wire.MaxValueBytes+1), wire.HeaderISLTokens, "5"), wire.HeaderMsgID, "longer than",
 			func(d Headers) bool { return d.MsgID == "" && d.ISL == 5 }},
 		// Table order still decides which problem is reported: the overlap
 		// (3rd) before the allow-list (8th), and the others still decode.
-		{"order", hdr(HeaderAllowed, list("w", 300), HeaderOverlap, strings.Repeat("x", MaxValueBytes+1), HeaderReplyTo, "o.r"),
-			HeaderOverlap, "longer than", func(d Headers) bool { return d.ReplyTo == "o.r" && d.Overlap == nil && d.Allowed == nil }},
-		{"hashes at limit", hdr(HeaderHashes, "\t"+kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes))+" "), "", "",
-			func(d Headers) bool { return len(d.Hashes) == kvindex.MaxHashes }},
-		{"hashes over count", hdr(HeaderHashes, kvindex.EncodeHashes(make([]uint64, kvindex.MaxHashes+1))), HeaderHashes, "more than 8192 hashes",
+		{"order", hdr(wire.HeaderAllowedWorkers, list("w", 300), wire.HeaderWorkerOverlap, strings.Repeat("x", wire.MaxValueBytes+1), wire.HeaderReplyTo, "o.r"),
+			wire.HeaderWorkerOverlap, "longer than", func(d Headers) bool { return d.ReplyTo == "o.r" && d.Overlap == nil && d.Allowed == nil }},
+		{"hashes at limit", hdr(wire.HeaderBlockHashes, "\t"+wire.EncodeHashes(make([]uint64, wire.MaxHashes))+" "), "", "",
+			func(d Headers) bool { return len(d.Hashes) == wire.MaxHashes }},
+		{"hashes over count", hdr(wire.HeaderBlockHashes, wire.EncodeHashes(make([]uint64, wire.MaxHashes+1))), wire.HeaderBlockHashes, "more than 8192 hashes",
 			func(d Headers) bool { return d.Hashes == nil }},
-		{"hashes over length", hdr(HeaderHashes, strings.Repeat("A", MaxHashValueBytes+1)), HeaderHashes, "longer than 98304 bytes", nil},
-		{"oversized worker leaves the pin off", hdr(HeaderWorker, strings.Repeat("w", MaxValueBytes+1), HeaderRank, "1"), HeaderWorker, "longer than",
+		{"hashes over length", hdr(wire.HeaderBlockHashes, strings.Repeat("A", wire.MaxHashValueBytes+1)), wire.HeaderBlockHashes, "longer than 98304 bytes", nil},
+		{"oversized worker leaves the pin off", hdr(wire.HeaderWorker, strings.Repeat("w", wire.MaxValueBytes+1), wire.HeaderDPRank, "1"), wire.HeaderWorker, "longer than",
 			func(d Headers) bool { return d.Pin == request.Target{Rank: request.AnyRank} }},
 	}
 	for _, tc := range tests {
@@ -518,7 +518,7 @@ func TestDecodeBounds(t *testing.T) {
 // small allocations (the error), not one the size of the list: the bound is
 // checked before the list is built.
 func TestDecodeBoundsAllocs(t *testing.T) {
-	h := hdr(HeaderOverlap, strings.Repeat(",", MaxValueBytes))
+	h := hdr(wire.HeaderWorkerOverlap, strings.Repeat(",", wire.MaxValueBytes))
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	const runs = 20
@@ -534,10 +534,10 @@ func TestDecodeBoundsAllocs(t *testing.T) {
 }
 
 func TestBoundReasonsMatchConstants(t *testing.T) {
-	if want := "is longer than " + strconv.Itoa(MaxValueBytes) + " bytes"; tooLong != want {
+	if want := "is longer than " + strconv.Itoa(wire.MaxValueBytes) + " bytes"; tooLong != want {
 		t.Fatalf("got %q, want %q", tooLong, want)
 	}
-	if want := "has more than " + strconv.Itoa(MaxListItems) + " items"; tooMany != want {
+	if want := "has more than " + strconv.Itoa(wire.MaxListItems) + " items"; tooMany != want {
 		t.Fatalf("got %q, want %q", tooMany, want)
 	}
 }

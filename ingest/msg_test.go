@@ -17,8 +17,8 @@ import (
 // case (Dispatch-* among them, so that Decode has work), none to several
 // values each, values empty or long enough for a multi-byte length.
 func genHeader(t *rapid.T) nats.Header {
-	names := rapid.SampledFrom([]string{"Nats-Msg-Id", HeaderISL, strings.ToLower(HeaderISL), HeaderReplyTo,
-		HeaderKey, HeaderAllowed, HeaderRank, HeaderWorker, "X-Trace", "x"})
+	names := rapid.SampledFrom([]string{"Nats-Msg-Id", wire.HeaderISLTokens, strings.ToLower(wire.HeaderISLTokens), wire.HeaderReplyTo,
+		wire.HeaderFairnessKey, wire.HeaderAllowedWorkers, wire.HeaderDPRank, wire.HeaderWorker, "X-Trace", "x"})
 	value := rapid.OneOf(rapid.SampledFrom([]string{"", "1", "512", "w1", "out.r1", "a,b"}),
 		rapid.StringMatching(`[ -~]{0,300}`))
 	h := rapid.MapOfN(names, rapid.SliceOfN(value, 0, 3), 0, 10).Draw(t, "h")
@@ -115,7 +115,7 @@ func TestMsgWithoutAcker(t *testing.T) {
 func TestMsgAcknowledgementsOnTheWire(t *testing.T) {
 	e := newEnv(t)
 	for range 4 {
-		e.publish(t, "c", nats.Header{HeaderISL: {"1"}})
+		e.publish(t, "c", nats.Header{wire.HeaderISLTokens: {"1"}})
 	}
 	seen := make(chan *nats.Msg, 8)
 	sub, err := e.js.Conn().ChanSubscribe("$JS.ACK.DISPATCH_REQ.>", seen)
@@ -196,8 +196,8 @@ func TestMsgOwnBody(t *testing.T) {
 // the packed headers (they would keep them alive, block hashes and all); the
 // rest of the decoded headers do.
 func TestMsgDecodeCopiesWhatOutlivesTheRequest(t *testing.T) {
-	m := NewMsg("dispatch.req.c", "", nats.Header{"Nats-Msg-Id": {"r1"}, HeaderKey: {"tenant-a"},
-		HeaderReplyTo: {"out.r1"}, HeaderHashes: {strings.Repeat("0123456789abcdef", 64)}}, nil, nil)
+	m := NewMsg("dispatch.req.c", "", nats.Header{"Nats-Msg-Id": {"r1"}, wire.HeaderFairnessKey: {"tenant-a"},
+		wire.HeaderReplyTo: {"out.r1"}, wire.HeaderBlockHashes: {strings.Repeat("0123456789abcdef", 64)}}, nil, nil)
 	d, err := m.Decode()
 	if err != nil {
 		t.Fatal(err)

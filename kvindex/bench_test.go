@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 // mix is splitmix64's finaliser: distinct, well spread block hashes.
@@ -40,7 +41,7 @@ func benchApply(b *testing.B, batch, held int) {
 	}
 	stored := make([]uint64, batch)
 	removed := make([]uint64, batch)
-	var ev kvindex.Event
+	var ev wire.KVEvent
 	ev.Instance = "boot"
 	step := func(s int) {
 		w, r := s/ranks, s%ranks
@@ -56,8 +57,8 @@ func benchApply(b *testing.B, batch, held int) {
 		next[s] += uint64(batch)
 		ids[s]++
 		ev.ID, ev.Rank = ids[s], int32(r)
-		ev.Stored[kvindex.Device] = stored
-		ev.Removed[kvindex.Device] = removed
+		ev.Stored[wire.Device] = stored
+		ev.Removed[wire.Device] = removed
 		if _, err := x.Apply(names[w], &ev); err != nil {
 			b.Fatal(err)
 		}
@@ -120,8 +121,8 @@ func benchOverlap(b *testing.B, blocks, ranks, ownBlocks, holders int, whole boo
 			own[i] = mix(uint64(s+1)<<32 | uint64(i))
 		}
 		var id uint64 = 1
-		for i := 0; i < len(own); i += kvindex.MaxHashes / 2 {
-			e := ev(id, r, kvindex.Device, own[i:min(len(own), i+kvindex.MaxHashes/2)]...)
+		for i := 0; i < len(own); i += wire.MaxHashes / 2 {
+			e := ev(id, r, wire.Device, own[i:min(len(own), i+wire.MaxHashes/2)]...)
 			id++
 			if _, err := x.Apply(w, e); err != nil {
 				b.Fatal(err)
@@ -132,7 +133,7 @@ func benchOverlap(b *testing.B, blocks, ranks, ownBlocks, holders int, whole boo
 			if whole {
 				n = blocks
 			}
-			e := ev(id, r, kvindex.Tier(s%int(kvindex.NumTiers)), prompt[:n]...)
+			e := ev(id, r, wire.Tier(s%int(wire.NumTiers)), prompt[:n]...)
 			if _, err := x.Apply(w, e); err != nil {
 				b.Fatal(err)
 			}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"math/rand/v2"
 	"testing"
+
+	"fairdispatch/wire"
 )
 
 // TestCompaction churns one rank's blocks (stores, removals, re-stores of
@@ -16,17 +18,17 @@ func TestCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	want := map[uint64]Tiers{}
-	other := &Event{Instance: "o", ID: 1}
-	other.Stored[Host] = []uint64{1, 2, 3} // another rank sharing some blocks
+	want := map[uint64]wire.Tiers{}
+	other := &wire.KVEvent{Instance: "o", ID: 1}
+	other.Stored[wire.Host] = []uint64{1, 2, 3} // another rank sharing some blocks
 	if _, err := x.Apply("other", other); err != nil {
 		t.Fatal(err)
 	}
 	compactions := 0
 	for id := uint64(1); id <= 2000; id++ {
-		ev := &Event{Instance: "a", ID: id}
+		ev := &wire.KVEvent{Instance: "a", ID: id}
 		for range rng.IntN(40) {
-			h, tier := uint64(rng.IntN(300)), Tier(rng.IntN(int(NumTiers)))
+			h, tier := uint64(rng.IntN(300)), wire.Tier(rng.IntN(int(wire.NumTiers)))
 			if rng.IntN(2) == 0 {
 				ev.Stored[tier] = append(ev.Stored[tier], h)
 			} else {
@@ -34,7 +36,7 @@ func TestCompaction(t *testing.T) {
 			}
 		}
 		if rng.IntN(400) == 0 {
-			ev.Cleared = Tiers(1 + rng.IntN(int(AllTiers)-1)) // partial
+			ev.Cleared = wire.Tiers(1 + rng.IntN(int(wire.AllTiers)-1)) // partial
 		}
 		before := len(x.slots[x.bySlot[slotKey{"a", 0}]].list)
 		if _, err := x.Apply("a", ev); err != nil {
@@ -47,7 +49,7 @@ func TestCompaction(t *testing.T) {
 				want[h] = ts
 			}
 		}
-		for tier := range NumTiers {
+		for tier := range wire.NumTiers {
 			for _, h := range ev.Removed[tier] {
 				if ts := want[h] &^ (1 << tier); ts == 0 {
 					delete(want, h)
@@ -56,7 +58,7 @@ func TestCompaction(t *testing.T) {
 				}
 			}
 		}
-		for tier := range NumTiers {
+		for tier := range wire.NumTiers {
 			for _, h := range ev.Stored[tier] {
 				want[h] |= 1 << tier
 			}

@@ -1,6 +1,10 @@
 package kvindex
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"fairdispatch/wire"
+)
 
 // A block held by many ranks also gets a dense form: one bitset per tier
 // over the rank slots, next to its holder slice (which stays complete, so
@@ -24,7 +28,7 @@ func denseOff(words int) int { return max(denseMinOff, 4*words) }
 // dense is the dense form of a block's holders: bit s of [s/64][k] is set
 // when slot s holds the block in tier order[k] (the tiers by decreasing
 // weight, see Index.order), so that the query reads a word's tiers at once.
-type dense [][NumTiers]uint64
+type dense [][wire.NumTiers]uint64
 
 func newDense(words int) dense { return make(dense, words) }
 
@@ -107,7 +111,7 @@ type denseWord struct {
 // classes returns the two bit planes of the class of each slot's best tier in
 // a dense word (the tier bitsets by decreasing weight): class k when ts[k] is
 // the first to have the slot's bit; meaningless for slots in no tier.
-func classes(ts *[NumTiers]uint64) (c0, c1 uint64) {
+func classes(ts *[wire.NumTiers]uint64) (c0, c1 uint64) {
 	return ^ts[0] & (ts[1] | ^ts[2]), ^(ts[0] | ts[1])
 }
 
@@ -135,7 +139,7 @@ func (x *Index) walkDense(hashes []uint64, d0 dense, out *Overlaps) int {
 		st[w] = denseWord{active: ts[0] | ts[1] | ts[2] | ts[3], c0: c0, c1: c1}
 	}
 	acc, wk, bestOrd := out.acc, &x.orderW, &x.bestOrd
-	var sums [NumTiers]float64
+	var sums [wire.NumTiers]float64
 	// finish records the prefix of the slot of bit b of word w, of length n.
 	finish := func(w, b int, n int32) {
 		s := w<<6 | b
@@ -178,7 +182,7 @@ func (x *Index) walkDense(hashes []uint64, d0 dense, out *Overlaps) int {
 			if a == 0 {
 				continue
 			}
-			var ts [NumTiers]uint64
+			var ts [wire.NumTiers]uint64
 			if w < len(dw) {
 				ts = dw[w]
 			}

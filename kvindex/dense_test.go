@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"fairdispatch/wire"
+
 	"pgregory.net/rapid"
 )
 
@@ -37,8 +39,8 @@ func (x *Index) checkDense(t interface{ Fatalf(string, ...any) }) {
 // same blocks and prefixes end at various places), with removals, partial
 // and full clears, and now and then a duplicate, a gap or a new instance;
 // when draining, half the events store nothing.
-func (g *gen) drawDenseEvent(t *rapid.T, w string, drain bool) *Event {
-	ev := &Event{Rank: int32(rapid.IntRange(0, 1).Draw(t, "rank"))}
+func (g *gen) drawDenseEvent(t *rapid.T, w string, drain bool) *wire.KVEvent {
+	ev := &wire.KVEvent{Rank: int32(rapid.IntRange(0, 1).Draw(t, "rank"))}
 	inst, ok := g.instance[w]
 	if !ok || rapid.IntRange(0, 59).Draw(t, "newInstance") == 0 {
 		inst = fmt.Sprintf("i%d", rapid.IntRange(0, 3).Draw(t, "instance"))
@@ -67,18 +69,18 @@ func (g *gen) drawDenseEvent(t *rapid.T, w string, drain bool) *Event {
 	}
 	switch rapid.IntRange(0, 9).Draw(t, "clear") {
 	case 0:
-		ev.Cleared = AllTiers
+		ev.Cleared = wire.AllTiers
 	case 1:
-		ev.Cleared = Tiers(rapid.IntRange(1, int(AllTiers)).Draw(t, "cleared"))
+		ev.Cleared = wire.Tiers(rapid.IntRange(1, int(wire.AllTiers)).Draw(t, "cleared"))
 	}
 	if rapid.Bool().Draw(t, "hasRemoved") {
-		tt := rapid.IntRange(0, int(NumTiers)-1).Draw(t, "removedTier")
+		tt := rapid.IntRange(0, int(wire.NumTiers)-1).Draw(t, "removedTier")
 		ev.Removed[tt] = rapid.SliceOfN(rapid.Uint64Range(0, 11), 1, 6).Draw(t, "removed")
 	}
 	if drain && rapid.Bool().Draw(t, "drainNoStore") {
 		return ev
 	}
-	tt := rapid.IntRange(0, int(NumTiers)-1).Draw(t, "storedTier")
+	tt := rapid.IntRange(0, int(wire.NumTiers)-1).Draw(t, "storedTier")
 	from := rapid.IntRange(0, 11).Draw(t, "from")
 	if rapid.Bool().Draw(t, "fromZero") {
 		from = 0
@@ -98,8 +100,8 @@ func (g *gen) drawDenseEvent(t *rapid.T, w string, drain bool) *Event {
 func TestModelDense(t *testing.T) {
 	var queries, denseQueries, made, dropped int
 	rapid.Check(t, func(t *rapid.T) {
-		var weights [NumTiers]float64
-		for tt := range NumTiers {
+		var weights [wire.NumTiers]float64
+		for tt := range wire.NumTiers {
 			weights[tt] = rapid.SampledFrom([]float64{1, 0.7, 0.3, 0.1, 0.5, 0}).Draw(t, "weight")
 		}
 		x, err := New(Config{Weights: weights, MaxBlocks: 1 << 20})
@@ -198,11 +200,11 @@ func TestDenseHysteresis(t *testing.T) {
 	ids := map[string]uint64{}
 	event := func(w string, removed bool) {
 		ids[w]++
-		e := &Event{Instance: "a", ID: ids[w]}
+		e := &wire.KVEvent{Instance: "a", ID: ids[w]}
 		if removed {
-			e.Removed[Host] = []uint64{7}
+			e.Removed[wire.Host] = []uint64{7}
 		} else {
-			e.Stored[Host] = []uint64{7}
+			e.Stored[wire.Host] = []uint64{7}
 		}
 		if _, err := x.Apply(w, e); err != nil {
 			t.Fatal(err)
@@ -233,7 +235,7 @@ func TestDenseHysteresis(t *testing.T) {
 	}
 	var o Overlaps
 	x.Overlap([]uint64{7}, &o)
-	if len(o.Hits) != 16 || o.Hits[0].Blocks != 1 || o.Hits[0].Weighted != DefaultWeights[Host] {
+	if len(o.Hits) != 16 || o.Hits[0].Blocks != 1 || o.Hits[0].Weighted != DefaultWeights[wire.Host] {
 		t.Fatalf("hits %+v, want 16 of one host block", o.Hits)
 	}
 }

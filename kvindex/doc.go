@@ -8,22 +8,22 @@
 // The queue actor builds one [Index] with [New] and:
 //
 //   - for each message of the KV event stream, decodes its body with
-//     [ParseEvent] and applies it with [Index.Apply] under the worker id of
+//     [wire.ParseKVEvent] and applies it with [Index.Apply] under the worker id of
 //     its subject; then it asks [Index.TakeStale] which ranks to ask for a
 //     resynchronisation;
 //   - calls [Index.DropWorker] when a worker leaves the fleet;
-//   - for a request with block hashes (decoded by [DecodeHashes] from
+//   - for a request with block hashes (decoded by [wire.DecodeHashes] from
 //     Dispatch-Block-Hashes), calls [Index.Overlap] with a reused [Overlaps]
 //     at admission ([Overlaps.Best]) and at dispatch ([Overlaps.Of] per rank).
 //
-// Producers and workers compute the hashes with [ChainHashes]; workers encode
-// events with [EncodeEvent]. [ParseWeights] reads the tier weights' flag.
+// Producers and workers compute the hashes with [wire.ChainHashes]; workers encode
+// events with [wire.EncodeKVEvent]. [ParseWeights] reads the tier weights' flag.
 //
 // # What a block hash means
 //
 // A prompt is cut into blocks of the engine's block size; block i's hash is
 // chained: it hashes block i's tokens together with block i-1's hash
-// ([ChainHashes]), so hash i identifies the whole prefix 0..i, and two prompts
+// ([wire.ChainHashes]), so hash i identifies the whole prefix 0..i, and two prompts
 // share hash i exactly when they share blocks 0..i (up to 64-bit collisions).
 // Because of the chaining, a flat map from hash to holders is enough: no tree
 // is needed to tell prefixes apart.

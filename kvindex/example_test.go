@@ -4,19 +4,20 @@ import (
 	"fmt"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 // A worker rank reports the blocks of a prompt it cached; a later request
 // sharing the first two blocks overlaps it by two.
 func Example() {
 	x, _ := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 1 << 20})
-	prompt := kvindex.ChainHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 4)
-	ev := &kvindex.Event{Instance: "boot-1", ID: 1, Rank: 0}
-	ev.Stored[kvindex.Device] = prompt[:1]
-	ev.Stored[kvindex.Host] = prompt[1:]
+	prompt := wire.ChainHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 4)
+	ev := &wire.KVEvent{Instance: "boot-1", ID: 1, Rank: 0}
+	ev.Stored[wire.Device] = prompt[:1]
+	ev.Stored[wire.Host] = prompt[1:]
 	x.Apply("gpu-1", ev)
 
-	request := kvindex.ChainHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0}, 4)
+	request := wire.ChainHashes(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0}, 4)
 	var o kvindex.Overlaps
 	x.Overlap(request, &o)
 	best, _ := o.Best()

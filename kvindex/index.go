@@ -7,59 +7,13 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"fairdispatch/wire"
 )
 
-// Tier is a cache tier of a worker rank (docs/protocol.md, KV cache events).
-type Tier uint8
-
-// The tiers, in the order of their bits in a [Tiers] set.
+// Bounds of the index (those of an event are wire's: wire.MaxHashes,
+// wire.MaxRank, wire.MaxKVInstanceLen).
 const (
-	Device Tier = iota // accelerator memory
-	Host               // host-pinned memory
-	Disk               // local disk
-	Shared             // a cache shared between workers
-	NumTiers
-)
-
-var tierNames = [NumTiers]string{"device", "host", "disk", "shared"}
-
-// String returns the tier's wire name: device, host, disk or shared.
-func (t Tier) String() string {
-	if t < NumTiers {
-		return tierNames[t]
-	}
-	return fmt.Sprintf("tier(%d)", uint8(t))
-}
-
-// ParseTier returns the tier of a wire name (exact, lower case).
-func ParseTier(s string) (Tier, bool) {
-	for i, n := range tierNames {
-		if n == s {
-			return Tier(i), true
-		}
-	}
-	return 0, false
-}
-
-// Tiers is a set of tiers, one bit per [Tier].
-type Tiers uint8
-
-// AllTiers is the set of every tier: a `cleared` naming all of them is a
-// resynchronisation (docs/protocol.md, KV cache events).
-const AllTiers Tiers = 1<<NumTiers - 1
-
-// Has reports whether t is in the set.
-func (s Tiers) Has(t Tier) bool { return s&(1<<t) != 0 }
-
-// Bounds of the index and of an event.
-const (
-	// MaxHashes bounds the hashes of one list: a request's Dispatch-Block-Hashes,
-	// and each tier's list of an event's stored or removed.
-	MaxHashes = 8192
-	// MaxRank is the largest dp_rank.
-	MaxRank = 65535
-	// MaxInstanceLen bounds the bytes of an event's instance (at least 1).
-	MaxInstanceLen = 64
 	// MaxSlots is the largest MaxRanks: the holder entries have 27 bits for
 	// a rank slot.
 	MaxSlots = 1 << 27
@@ -69,7 +23,7 @@ const (
 
 // DefaultWeights are the tier weights of `--kv-tier-weights` by default:
 // device=1,host=0.75,disk=0.5,shared=0.5.
-var DefaultWeights = [NumTiers]float64{1, 0.75, 0.5, 0.5}
+var DefaultWeights = [wire.NumTiers]float64{1, 0.75, 0.5, 0.5}
 
 // DefaultMaxBlocks is the default bound on the (rank, block) pairs held: about
 // 4 million, some 250 MiB of index.
@@ -79,7 +33,7 @@ const DefaultMaxBlocks = 1 << 22
 type Config struct {
 	// Weights is each tier's weight per block, in [0, 1]; a block counts with
 	// the largest weight among the tiers holding it.
-	Weights [NumTiers]float64
+	Weights [wire.NumTiers]float64
 	// MaxBlocks bounds the (rank, block) pairs held, >= 1. A block held by a
 	// rank in several tiers counts once. See "Bounded memory" in the package doc.
 	MaxBlocks int
@@ -88,17 +42,6 @@ type Config struct {
 	// ErrTooManyRanks (the caller should only apply events of workers it
 	// knows, and DropWorker those that leave).
 	MaxRanks int
-}
-
-// Event is one decoded cache event of a worker rank (docs/protocol.md, KV cache
-// events). It is applied in this order: Cleared, then Removed, then Stored.
-type Event struct {
-	Instance string             // the worker process; 1 to MaxInstanceLen bytes
-	ID       uint64             // event_id: 1, 2, 3... per rank within an instance
-	Rank     int32              // dp_rank, in [0, MaxRank]
-	Cleared  Tiers              // tiers whose blocks the rank dropped
-	Removed  [NumTiers][]uint64 // blocks the rank dropped, per tier
-	Stored   [NumTiers][]uint64 // blocks the rank now holds, per tier
 }
 
 // Result says what [Index.Apply] did with an event.
@@ -122,7 +65,7 @@ var ErrTooManyRanks = errors.New("kvindex: too many worker ranks")
 // A holder entry packs a rank slot and its tiers for one block:
 // bits 0-3 tiers, bit 4 a mark used by compaction, bits 5-31 the slot.
 const (
-	tierMask  = uint32(AllTiers)
+	tierMask  = uint32(wire.AllTiers)
 	markBit   = 1 << 4
 	slotShift = 5
 )
@@ -145,7 +88,7 @@ type slot struct {
 	stale   bool
 	pending bool // in newlyStale, not yet taken
 	held    int  // blocks held in any tier
-	tiers   [NumTiers]int
+	tiers   [wire.NumTiers]int
 	// list holds every block the slot holds, plus stale entries of blocks it
 	// dropped (and so possibly duplicates); compacted when it passes 2*held+16.
 	list []uint64
@@ -160,14 +103,14 @@ type Index struct {
 	free      []int32
 	bySlot    map[slotKey]int32
 	workers   map[string]*worker
-	best      [1 << NumTiers]float64 // weight of a tier set: its largest weight
-	order     [NumTiers]Tier         // the tiers by decreasing weight
-	orderW    [NumTiers]float64      // their weights
-	bestOrd   [1 << NumTiers]float64 // weight of a set of tier classes (order indexes)
+	best      [1 << wire.NumTiers]float64 // weight of a tier set: its largest weight
+	order     [wire.NumTiers]wire.Tier    // the tiers by decreasing weight
+	orderW    [wire.NumTiers]float64      // their weights
+	bestOrd   [1 << wire.NumTiers]float64 // weight of a set of tier classes (order indexes)
 	max       int
 	maxRanks  int
 	total     int
-	tierTotal [NumTiers]int
+	tierTotal [wire.NumTiers]int
 	stale     int
 	// newlyStale lists slots marked stale since the last TakeStale.
 	newlyStale []int32
@@ -178,7 +121,7 @@ func New(c Config) (*Index, error) {
 	var errs []error
 	for t, w := range c.Weights {
 		if math.IsNaN(w) || w < 0 || w > 1 {
-			errs = append(errs, fmt.Errorf("kvindex: weight of %s is %v, want a number in [0, 1]", Tier(t), w))
+			errs = append(errs, fmt.Errorf("kvindex: weight of %s is %v, want a number in [0, 1]", wire.Tier(t), w))
 		}
 	}
 	if c.MaxBlocks < 1 {
@@ -202,21 +145,21 @@ func New(c Config) (*Index, error) {
 		maxRanks: c.MaxRanks,
 	}
 	for set := range x.best {
-		for t := range NumTiers {
+		for t := range wire.NumTiers {
 			if set&(1<<t) != 0 && c.Weights[t] > x.best[set] {
 				x.best[set] = c.Weights[t]
 			}
 		}
 	}
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		x.order[t] = t
 	}
-	slices.SortStableFunc(x.order[:], func(a, b Tier) int { return cmp.Compare(c.Weights[b], c.Weights[a]) })
+	slices.SortStableFunc(x.order[:], func(a, b wire.Tier) int { return cmp.Compare(c.Weights[b], c.Weights[a]) })
 	for k, t := range x.order {
 		x.orderW[k] = c.Weights[t]
 	}
 	for set := range x.bestOrd {
-		var ts Tiers
+		var ts wire.Tiers
 		for k, t := range x.order {
 			if set&(1<<k) != 0 {
 				ts |= 1 << t
@@ -231,14 +174,14 @@ func New(c Config) (*Index, error) {
 // map operations, plus O(blocks of the rank) for a clear, O(blocks of the
 // worker) for a new instance, and O(ranks + blocks of the victim) for each
 // eviction; amortized O(1) list compaction per removal.
-func (x *Index) Apply(workerID string, ev *Event) (Result, error) {
+func (x *Index) Apply(workerID string, ev *wire.KVEvent) (Result, error) {
 	var r Result
-	if ev.Instance == "" || len(ev.Instance) > MaxInstanceLen || ev.ID == 0 ||
-		ev.Rank < 0 || ev.Rank > MaxRank || ev.Cleared&^AllTiers != 0 {
+	if ev.Instance == "" || len(ev.Instance) > wire.MaxKVInstanceLen || ev.ID == 0 ||
+		ev.Rank < 0 || ev.Rank > wire.MaxRank || ev.Cleared&^wire.AllTiers != 0 {
 		return r, ErrInvalidEvent
 	}
-	for t := range NumTiers {
-		if len(ev.Stored[t]) > MaxHashes || len(ev.Removed[t]) > MaxHashes {
+	for t := range wire.NumTiers {
+		if len(ev.Stored[t]) > wire.MaxHashes || len(ev.Removed[t]) > wire.MaxHashes {
 			return r, ErrInvalidEvent
 		}
 	}
@@ -274,7 +217,7 @@ func (x *Index) Apply(workerID string, ev *Event) (Result, error) {
 		r.Duplicate = true
 		return r, nil
 	}
-	full := ev.Cleared == AllTiers
+	full := ev.Cleared == wire.AllTiers
 	if ev.ID != sl.last+1 && !full && !sl.stale {
 		r.Gap = true
 		x.markStale(s)
@@ -292,19 +235,19 @@ func (x *Index) Apply(workerID string, ev *Event) (Result, error) {
 	case ev.Cleared != 0:
 		x.clearTiers(s, uint32(ev.Cleared))
 	}
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		r.Ops += len(ev.Removed[t]) + len(ev.Stored[t])
 	}
 	if sl.stale {
 		return r, nil
 	}
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		bit := uint32(1) << t
 		for _, h := range ev.Removed[t] {
 			x.remove(s, h, bit)
 		}
 	}
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		bit := uint32(1) << t
 		for _, h := range ev.Stored[t] {
 			if !x.store(s, h, bit, &r) {
@@ -395,7 +338,7 @@ func (x *Index) drop(s int32, h uint64, bits uint32) bool {
 		if gone == 0 {
 			return false
 		}
-		for t := range NumTiers {
+		for t := range wire.NumTiers {
 			if gone&(1<<t) != 0 {
 				x.addTier(s, 1<<t, -1)
 			}
@@ -427,7 +370,7 @@ func (x *Index) drop(s int32, h uint64, bits uint32) bool {
 }
 
 func (x *Index) addTier(s int32, bit uint32, d int) {
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		if bit == 1<<t {
 			x.slots[s].tiers[t] += d
 			x.tierTotal[t] += d
@@ -579,11 +522,11 @@ func (x *Index) Stale(workerID string, rank int32) bool {
 
 // Stats are the index's sizes, for metrics.
 type Stats struct {
-	Blocks     int           // (rank, block) pairs held, <= MaxBlocks
-	Hashes     int           // distinct block hashes held by some rank
-	TierBlocks [NumTiers]int // (rank, block) pairs per tier
-	Ranks      int           // worker ranks known
-	Stale      int           // of which stale
+	Blocks     int                // (rank, block) pairs held, <= MaxBlocks
+	Hashes     int                // distinct block hashes held by some rank
+	TierBlocks [wire.NumTiers]int // (rank, block) pairs per tier
+	Ranks      int                // worker ranks known
+	Stale      int                // of which stale
 }
 
 // Stats returns the index's sizes. Cost: O(1).

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 func newIndex(t testing.TB, maxBlocks int) *kvindex.Index {
@@ -19,13 +20,13 @@ func newIndex(t testing.TB, maxBlocks int) *kvindex.Index {
 }
 
 // ev builds an event of instance "a" storing hashes in one tier.
-func ev(id uint64, rank int32, tier kvindex.Tier, stored ...uint64) *kvindex.Event {
-	e := &kvindex.Event{Instance: "a", ID: id, Rank: rank}
+func ev(id uint64, rank int32, tier wire.Tier, stored ...uint64) *wire.KVEvent {
+	e := &wire.KVEvent{Instance: "a", ID: id, Rank: rank}
 	e.Stored[tier] = stored
 	return e
 }
 
-func apply(t *testing.T, x *kvindex.Index, w string, e *kvindex.Event) kvindex.Result {
+func apply(t *testing.T, x *kvindex.Index, w string, e *wire.KVEvent) kvindex.Result {
 	t.Helper()
 	r, err := x.Apply(w, e)
 	if err != nil {
@@ -42,9 +43,9 @@ func overlap(x *kvindex.Index, w string, rank int32, hashes ...uint64) kvindex.H
 
 func TestOverlapPrefixAndTiers(t *testing.T) {
 	x := newIndex(t, 100)
-	apply(t, x, "w1", ev(1, 0, kvindex.Device, 10, 11, 13))
-	apply(t, x, "w1", ev(2, 0, kvindex.Disk, 11, 12)) // 11 in device and disk, 12 on disk
-	apply(t, x, "w2", ev(1, 3, kvindex.Host, 10, 11, 12, 13))
+	apply(t, x, "w1", ev(1, 0, wire.Device, 10, 11, 13))
+	apply(t, x, "w1", ev(2, 0, wire.Disk, 11, 12)) // 11 in device and disk, 12 on disk
+	apply(t, x, "w2", ev(1, 3, wire.Host, 10, 11, 12, 13))
 	for _, c := range []struct {
 		w      string
 		rank   int32
@@ -65,7 +66,7 @@ func TestOverlapPrefixAndTiers(t *testing.T) {
 		}
 	}
 	// A rank holding block 2 but not block 1 stops at block 1.
-	apply(t, x, "w1", &kvindex.Event{Instance: "a", ID: 3, Rank: 0, Removed: [kvindex.NumTiers][]uint64{kvindex.Device: {11}, kvindex.Disk: {11}}})
+	apply(t, x, "w1", &wire.KVEvent{Instance: "a", ID: 3, Rank: 0, Removed: [wire.NumTiers][]uint64{wire.Device: {11}, wire.Disk: {11}}})
 	if h := overlap(x, "w1", 0, 10, 11, 12, 13); h.Blocks != 1 {
 		t.Errorf("after removing block 1: got %d blocks, want 1", h.Blocks)
 	}
@@ -73,15 +74,15 @@ func TestOverlapPrefixAndTiers(t *testing.T) {
 
 func TestSequence(t *testing.T) {
 	x := newIndex(t, 100)
-	apply(t, x, "w", ev(1, 0, kvindex.Device, 1, 2))
-	if r := apply(t, x, "w", ev(1, 0, kvindex.Device, 3)); !r.Duplicate {
+	apply(t, x, "w", ev(1, 0, wire.Device, 1, 2))
+	if r := apply(t, x, "w", ev(1, 0, wire.Device, 3)); !r.Duplicate {
 		t.Fatalf("repeated id: got %+v, want a duplicate", r)
 	}
 	if h := overlap(x, "w", 0, 1, 2, 3); h.Blocks != 2 {
 		t.Fatalf("a duplicate applied: got %d blocks, want 2", h.Blocks)
 	}
 	// A gap: stale, overlap 0, reported once, stores ignored.
-	if r := apply(t, x, "w", ev(3, 0, kvindex.Device, 3)); !r.Gap {
+	if r := apply(t, x, "w", ev(3, 0, wire.Device, 3)); !r.Gap {
 		t.Fatalf("skipped id 2: got %+v, want a gap", r)
 	}
 	if !x.Stale("w", 0) || overlap(x, "w", 0, 1).Blocks != 0 {
@@ -93,16 +94,16 @@ func TestSequence(t *testing.T) {
 	if got := x.TakeStale(nil); len(got) != 0 {
 		t.Fatalf("TakeStale again: got %v, want nothing", got)
 	}
-	apply(t, x, "w", ev(4, 0, kvindex.Device, 1))
-	part := ev(5, 0, kvindex.Device, 1)
-	part.Cleared = 1 << kvindex.Device // a partial clear does not resynchronise
+	apply(t, x, "w", ev(4, 0, wire.Device, 1))
+	part := ev(5, 0, wire.Device, 1)
+	part.Cleared = 1 << wire.Device // a partial clear does not resynchronise
 	apply(t, x, "w", part)
 	if !x.Stale("w", 0) {
 		t.Fatal("a partial clear ended staleness")
 	}
 	// A full clear (even after another gap) resynchronises; its stores apply.
-	full := ev(9, 0, kvindex.Host, 1, 2)
-	full.Cleared = kvindex.AllTiers
+	full := ev(9, 0, wire.Host, 1, 2)
+	full.Cleared = wire.AllTiers
 	if r := apply(t, x, "w", full); !r.Resynced || r.Gap {
 		t.Fatalf("full clear: got %+v, want resynced without a gap", r)
 	}
@@ -110,17 +111,17 @@ func TestSequence(t *testing.T) {
 		t.Fatalf("after the resync: stale %v, %+v", x.Stale("w", 0), h)
 	}
 	// The first event of a rank must be id 1, or it is a gap.
-	if r := apply(t, x, "w", ev(5, 1, kvindex.Device, 1)); !r.Gap {
+	if r := apply(t, x, "w", ev(5, 1, wire.Device, 1)); !r.Gap {
 		t.Fatalf("rank 1 starting at id 5: got %+v, want a gap", r)
 	}
 }
 
 func TestNewInstance(t *testing.T) {
 	x := newIndex(t, 100)
-	apply(t, x, "w", ev(1, 0, kvindex.Device, 1))
-	apply(t, x, "w", ev(1, 1, kvindex.Device, 1))
-	apply(t, x, "w", ev(3, 2, kvindex.Device, 1)) // rank 2 stale
-	e := ev(1, 0, kvindex.Device, 2)
+	apply(t, x, "w", ev(1, 0, wire.Device, 1))
+	apply(t, x, "w", ev(1, 1, wire.Device, 1))
+	apply(t, x, "w", ev(3, 2, wire.Device, 1)) // rank 2 stale
+	e := ev(1, 0, wire.Device, 2)
 	e.Instance = "b"
 	if r := apply(t, x, "w", e); !r.NewInstance || r.Gap {
 		t.Fatalf("got %+v, want a new instance without a gap", r)
@@ -131,7 +132,7 @@ func TestNewInstance(t *testing.T) {
 	if h := overlap(x, "w", 1, 1); h.Blocks != 0 {
 		t.Fatalf("rank 1 kept its old block: %+v", h)
 	}
-	e = ev(1, 1, kvindex.Device, 1)
+	e = ev(1, 1, wire.Device, 1)
 	e.Instance = "b"
 	if r := apply(t, x, "w", e); r.Gap || r.Duplicate {
 		t.Fatalf("rank 1's first event of the new instance: got %+v", r)
@@ -140,10 +141,10 @@ func TestNewInstance(t *testing.T) {
 
 func TestBound(t *testing.T) {
 	x := newIndex(t, 5)
-	apply(t, x, "big", ev(1, 0, kvindex.Device, 1, 2, 3))
-	apply(t, x, "small", ev(1, 0, kvindex.Device, 1, 2))
-	apply(t, x, "small", ev(2, 0, kvindex.Host, 1, 2)) // a second tier is not a new pair
-	r := apply(t, x, "small", ev(3, 0, kvindex.Device, 3))
+	apply(t, x, "big", ev(1, 0, wire.Device, 1, 2, 3))
+	apply(t, x, "small", ev(1, 0, wire.Device, 1, 2))
+	apply(t, x, "small", ev(2, 0, wire.Host, 1, 2)) // a second tier is not a new pair
+	r := apply(t, x, "small", ev(3, 0, wire.Device, 3))
 	if r.Evictions != 1 || !x.Stale("big", 0) || x.Stale("small", 0) {
 		t.Fatalf("got %+v, big stale %v, small stale %v; want big evicted", r, x.Stale("big", 0), x.Stale("small", 0))
 	}
@@ -154,7 +155,7 @@ func TestBound(t *testing.T) {
 		t.Fatalf("TakeStale: got %v", got)
 	}
 	// The storing rank is the largest: it is the one evicted, the rest ignored.
-	r = apply(t, x, "small", ev(4, 0, kvindex.Device, 4, 5, 6, 7))
+	r = apply(t, x, "small", ev(4, 0, wire.Device, 4, 5, 6, 7))
 	if r.Evictions != 1 || !x.Stale("small", 0) || x.Stats().Blocks != 0 {
 		t.Fatalf("got %+v, stats %+v; want small evicted and empty", r, x.Stats())
 	}
@@ -162,8 +163,8 @@ func TestBound(t *testing.T) {
 
 func TestDropWorker(t *testing.T) {
 	x := newIndex(t, 100)
-	apply(t, x, "w", ev(1, 0, kvindex.Device, 1))
-	apply(t, x, "w", ev(3, 1, kvindex.Device, 1))
+	apply(t, x, "w", ev(1, 0, wire.Device, 1))
+	apply(t, x, "w", ev(3, 1, wire.Device, 1))
 	x.DropWorker("w")
 	if got := x.Stats(); got != (kvindex.Stats{}) {
 		t.Fatalf("after DropWorker: %+v", got)
@@ -171,23 +172,23 @@ func TestDropWorker(t *testing.T) {
 	if got := x.TakeStale(nil); len(got) != 0 {
 		t.Fatalf("TakeStale reported a dropped worker: %v", got)
 	}
-	if r := apply(t, x, "w", ev(1, 0, kvindex.Device, 1)); r.Gap || r.Duplicate || r.NewInstance {
+	if r := apply(t, x, "w", ev(1, 0, wire.Device, 1)); r.Gap || r.Duplicate || r.NewInstance {
 		t.Fatalf("the worker back: got %+v", r)
 	}
 }
 
 func TestInvalid(t *testing.T) {
 	x := newIndex(t, 100)
-	long := strings.Repeat("i", kvindex.MaxInstanceLen+1)
-	many := make([]uint64, kvindex.MaxHashes+1)
-	for _, e := range []*kvindex.Event{
+	long := strings.Repeat("i", wire.MaxKVInstanceLen+1)
+	many := make([]uint64, wire.MaxHashes+1)
+	for _, e := range []*wire.KVEvent{
 		{Instance: "", ID: 1},
 		{Instance: long, ID: 1},
 		{Instance: "a", ID: 0},
 		{Instance: "a", ID: 1, Rank: -1},
-		{Instance: "a", ID: 1, Rank: kvindex.MaxRank + 1},
+		{Instance: "a", ID: 1, Rank: wire.MaxRank + 1},
 		{Instance: "a", ID: 1, Cleared: 1 << 4},
-		ev(1, 0, kvindex.Shared, many...),
+		ev(1, 0, wire.Shared, many...),
 	} {
 		if _, err := x.Apply("w", e); !errors.Is(err, kvindex.ErrInvalidEvent) {
 			t.Errorf("Apply(%.60v): got %v, want ErrInvalidEvent", e, err)
@@ -196,20 +197,20 @@ func TestInvalid(t *testing.T) {
 	if got := x.Stats(); got != (kvindex.Stats{}) {
 		t.Fatalf("invalid events changed the index: %+v", got)
 	}
-	_, err := kvindex.New(kvindex.Config{Weights: [kvindex.NumTiers]float64{2, -1, 0, 0}, MaxBlocks: 0})
+	_, err := kvindex.New(kvindex.Config{Weights: [wire.NumTiers]float64{2, -1, 0, 0}, MaxBlocks: 0})
 	if err == nil || strings.Count(err.Error(), "\n") != 2 {
 		t.Fatalf("New with three bad settings: got %v, want three errors", err)
 	}
 }
 
 func TestParseTier(t *testing.T) {
-	for tier := range kvindex.NumTiers {
-		if got, ok := kvindex.ParseTier(tier.String()); !ok || got != tier {
+	for tier := range wire.NumTiers {
+		if got, ok := wire.ParseTier(tier.String()); !ok || got != tier {
 			t.Errorf("ParseTier(%q) = %v, %v", tier.String(), got, ok)
 		}
 	}
-	if _, ok := kvindex.ParseTier("Device"); ok {
-		t.Error("ParseTier accepted Device")
+	if _, ok := wire.ParseTier("Device"); ok {
+		t.Error("ParseTier accepted wire.Device")
 	}
 }
 
@@ -220,7 +221,7 @@ func TestOverlapAllocs(t *testing.T) {
 		hashes[i] = uint64(i + 1)
 	}
 	for r := range int32(8) {
-		apply(t, x, "w", ev(1, r, kvindex.Device, hashes[:8*(r+1)]...))
+		apply(t, x, "w", ev(1, r, wire.Device, hashes[:8*(r+1)]...))
 	}
 	var o kvindex.Overlaps
 	x.Overlap(hashes, &o) // grows the buffer once
@@ -237,10 +238,10 @@ func TestMaxRanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply(t, x, "a", ev(1, 0, kvindex.Device, 1))
-	apply(t, x, "a", ev(1, 1, kvindex.Device, 1))
+	apply(t, x, "a", ev(1, 0, wire.Device, 1))
+	apply(t, x, "a", ev(1, 1, wire.Device, 1))
 	for _, w := range []string{"a", "b"} {
-		if _, err := x.Apply(w, ev(1, 2, kvindex.Device, 1)); !errors.Is(err, kvindex.ErrTooManyRanks) {
+		if _, err := x.Apply(w, ev(1, 2, wire.Device, 1)); !errors.Is(err, kvindex.ErrTooManyRanks) {
 			t.Fatalf("a third rank (%s): got %v, want ErrTooManyRanks", w, err)
 		}
 	}
@@ -248,7 +249,7 @@ func TestMaxRanks(t *testing.T) {
 		t.Fatalf("after refusals: %+v", got)
 	}
 	x.DropWorker("a")
-	apply(t, x, "b", ev(1, 2, kvindex.Device, 1))
+	apply(t, x, "b", ev(1, 2, wire.Device, 1))
 	if _, err := kvindex.New(kvindex.Config{MaxBlocks: 1, MaxRanks: kvindex.MaxSlots + 1}); err == nil {
 		t.Fatal("New accepted MaxRanks above MaxSlots")
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"fairdispatch/wire"
+
 	"pgregory.net/rapid"
 )
 
@@ -13,7 +15,7 @@ import (
 // instance, per rank a map from block to tier set, and the rules of the
 // package doc written out directly.
 type model struct {
-	weights [NumTiers]float64
+	weights [wire.NumTiers]float64
 	workers map[string]*mworker
 	pending map[Rank]bool
 }
@@ -26,20 +28,20 @@ type mworker struct {
 type mrank struct {
 	last  uint64
 	stale bool
-	held  map[uint64]Tiers
+	held  map[uint64]wire.Tiers
 }
 
-func newModel(w [NumTiers]float64) *model {
+func newModel(w [wire.NumTiers]float64) *model {
 	return &model{weights: w, workers: map[string]*mworker{}, pending: map[Rank]bool{}}
 }
 
 func (m *model) makeStale(w string, r int32, mr *mrank) {
 	mr.stale = true
-	mr.held = map[uint64]Tiers{}
+	mr.held = map[uint64]wire.Tiers{}
 	m.pending[Rank{w, r}] = true
 }
 
-func (m *model) apply(w string, ev *Event) {
+func (m *model) apply(w string, ev *wire.KVEvent) {
 	mw := m.workers[w]
 	if mw == nil {
 		mw = &mworker{instance: ev.Instance, ranks: map[int32]*mrank{}}
@@ -47,24 +49,24 @@ func (m *model) apply(w string, ev *Event) {
 	} else if mw.instance != ev.Instance {
 		mw.instance = ev.Instance
 		for _, mr := range mw.ranks {
-			mr.held, mr.last, mr.stale = map[uint64]Tiers{}, 0, false
+			mr.held, mr.last, mr.stale = map[uint64]wire.Tiers{}, 0, false
 		}
 	}
 	mr := mw.ranks[ev.Rank]
 	if mr == nil {
-		mr = &mrank{held: map[uint64]Tiers{}}
+		mr = &mrank{held: map[uint64]wire.Tiers{}}
 		mw.ranks[ev.Rank] = mr
 	}
 	if mr.last != 0 && ev.ID <= mr.last {
 		return
 	}
-	full := ev.Cleared == AllTiers
+	full := ev.Cleared == wire.AllTiers
 	if ev.ID != mr.last+1 && !full && !mr.stale {
 		m.makeStale(w, ev.Rank, mr)
 	}
 	mr.last = ev.ID
 	if full {
-		mr.held = map[uint64]Tiers{}
+		mr.held = map[uint64]wire.Tiers{}
 		mr.stale = false
 	} else if !mr.stale {
 		for h, ts := range mr.held {
@@ -78,7 +80,7 @@ func (m *model) apply(w string, ev *Event) {
 	if mr.stale {
 		return
 	}
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		for _, h := range ev.Removed[t] {
 			if ts := mr.held[h] &^ (1 << t); ts == 0 {
 				delete(mr.held, h)
@@ -87,7 +89,7 @@ func (m *model) apply(w string, ev *Event) {
 			}
 		}
 	}
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		for _, h := range ev.Stored[t] {
 			mr.held[h] |= 1 << t
 		}
@@ -126,7 +128,7 @@ func (m *model) overlap(hashes []uint64) []Hit {
 					break
 				}
 				best := 0.0
-				for t := range NumTiers {
+				for t := range wire.NumTiers {
 					if ts.Has(t) {
 						best = max(best, m.weights[t])
 					}
@@ -154,7 +156,7 @@ func (m *model) stats() Stats {
 			for h, ts := range mr.held {
 				s.Blocks++
 				hashes[h] = true
-				for t := range NumTiers {
+				for t := range wire.NumTiers {
 					if ts.Has(t) {
 						s.TierBlocks[t]++
 					}
@@ -169,7 +171,7 @@ func (m *model) stats() Stats {
 // check verifies the invariants of the package doc on the index's internals.
 func (x *Index) check(t interface{ Fatalf(string, ...any) }) {
 	held := make([]int, len(x.slots))
-	var tiers [NumTiers]int
+	var tiers [wire.NumTiers]int
 	total := 0
 	for h, hs := range x.blocks {
 		if len(hs) == 0 {
@@ -190,7 +192,7 @@ func (x *Index) check(t interface{ Fatalf(string, ...any) }) {
 			}
 			held[s]++
 			total++
-			for tt := range NumTiers {
+			for tt := range wire.NumTiers {
 				if e&(1<<tt) != 0 {
 					tiers[tt]++
 				}
@@ -239,8 +241,8 @@ func (x *Index) check(t interface{ Fatalf(string, ...any) }) {
 }
 
 // holdings returns what the index says a rank holds.
-func (x *Index) holdings(w string, r int32) map[uint64]Tiers {
-	out := map[uint64]Tiers{}
+func (x *Index) holdings(w string, r int32) map[uint64]wire.Tiers {
+	out := map[uint64]wire.Tiers{}
 	s, ok := x.bySlot[slotKey{w, r}]
 	if !ok {
 		return out
@@ -248,7 +250,7 @@ func (x *Index) holdings(w string, r int32) map[uint64]Tiers {
 	for h, hs := range x.blocks {
 		for _, e := range hs {
 			if int32(e>>slotShift) == s {
-				out[h] = Tiers(e & tierMask)
+				out[h] = wire.Tiers(e & tierMask)
 			}
 		}
 	}
@@ -292,8 +294,8 @@ type gen struct {
 // drawEvent draws an event of worker w: mostly in sequence, sometimes a
 // duplicate, a gap, a new instance or a resynchronisation, over a small
 // universe of hashes so that blocks are shared, removed unknown and re-stored.
-func (g *gen) drawEvent(t *rapid.T, w string) *Event {
-	ev := &Event{Rank: int32(rapid.IntRange(0, 2).Draw(t, "rank"))}
+func (g *gen) drawEvent(t *rapid.T, w string) *wire.KVEvent {
+	ev := &wire.KVEvent{Rank: int32(rapid.IntRange(0, 2).Draw(t, "rank"))}
 	inst, ok := g.instance[w]
 	if !ok || rapid.IntRange(0, 19).Draw(t, "newInstance") == 0 {
 		inst = fmt.Sprintf("i%d", rapid.IntRange(0, 3).Draw(t, "instance"))
@@ -322,12 +324,12 @@ func (g *gen) drawEvent(t *rapid.T, w string) *Event {
 	}
 	switch rapid.IntRange(0, 9).Draw(t, "clear") {
 	case 0:
-		ev.Cleared = AllTiers
+		ev.Cleared = wire.AllTiers
 	case 1:
-		ev.Cleared = Tiers(rapid.IntRange(1, int(AllTiers)).Draw(t, "cleared"))
+		ev.Cleared = wire.Tiers(rapid.IntRange(1, int(wire.AllTiers)).Draw(t, "cleared"))
 	}
 	hashes := rapid.SliceOfN(rapid.Uint64Range(0, 15), 0, 8)
-	for tt := range NumTiers {
+	for tt := range wire.NumTiers {
 		if rapid.IntRange(0, 2).Draw(t, "hasRemoved") == 0 {
 			ev.Removed[tt] = hashes.Draw(t, "removed")
 		}
@@ -344,7 +346,7 @@ func (g *gen) drawEvent(t *rapid.T, w string) *Event {
 // same holdings, staleness, statistics, stale reports and overlaps throughout.
 func TestModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		weights := [NumTiers]float64{1, 0.75, 0.5, 0.25}
+		weights := [wire.NumTiers]float64{1, 0.75, 0.5, 0.25}
 		x, err := New(Config{Weights: weights, MaxBlocks: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
@@ -431,7 +433,7 @@ func TestModel(t *testing.T) {
 	})
 }
 
-func drawEventOf(t *rapid.T, g *gen, w string) *Event { return g.drawEvent(t, w) }
+func drawEventOf(t *rapid.T, g *gen, w string) *wire.KVEvent { return g.drawEvent(t, w) }
 
 // TestModelBounded runs the same sequences under a small bound. The model
 // cannot guess ties between equally large ranks, so it follows the index's
@@ -518,15 +520,15 @@ func (m *model) sizes() map[Rank]int {
 // (when no eviction intervenes): the clears and removals, then one stored
 // hash each. Only the first part carries the event's id; the rest follow it.
 // The caller moves the generator's sequence past the last part's id.
-func split(ev *Event) []*Event {
+func split(ev *wire.KVEvent) []*wire.KVEvent {
 	first := *ev
-	first.Stored = [NumTiers][]uint64{}
-	parts := []*Event{&first}
+	first.Stored = [wire.NumTiers][]uint64{}
+	parts := []*wire.KVEvent{&first}
 	id := ev.ID
-	for t := range NumTiers {
+	for t := range wire.NumTiers {
 		for _, h := range ev.Stored[t] {
 			id++
-			p := &Event{Instance: ev.Instance, ID: id, Rank: ev.Rank}
+			p := &wire.KVEvent{Instance: ev.Instance, ID: id, Rank: ev.Rank}
 			p.Stored[t] = []uint64{h}
 			parts = append(parts, p)
 		}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"fairdispatch/wire"
 )
 
 // ParseWeights parses the value of `--kv-tier-weights`: comma-separated
@@ -13,13 +15,13 @@ import (
 // weight is a number in [0, 1]; a tier left out keeps its DefaultWeights
 // value; the empty string gives DefaultWeights. Unknown tiers, repeated tiers
 // and bad weights are errors, all reported at once.
-func ParseWeights(s string) ([NumTiers]float64, error) {
+func ParseWeights(s string) ([wire.NumTiers]float64, error) {
 	w := DefaultWeights
 	if strings.TrimSpace(s) == "" {
 		return w, nil
 	}
 	var errs []error
-	var seen Tiers
+	var seen wire.Tiers
 	for item := range strings.SplitSeq(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(item), "=")
 		name, val = strings.TrimSpace(name), strings.TrimSpace(val)
@@ -27,7 +29,7 @@ func ParseWeights(s string) ([NumTiers]float64, error) {
 			errs = append(errs, fmt.Errorf("kv tier weights: %q is not tier=weight", item))
 			continue
 		}
-		t, known := ParseTier(name)
+		t, known := wire.ParseTier(name)
 		if !known {
 			errs = append(errs, fmt.Errorf("kv tier weights: unknown tier %q (want device, host, disk or shared)", name))
 			continue

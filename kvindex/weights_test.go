@@ -5,17 +5,18 @@ import (
 	"testing"
 
 	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 func TestParseWeights(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want [kvindex.NumTiers]float64
+		want [wire.NumTiers]float64
 	}{
 		{"", kvindex.DefaultWeights},
 		{"device=1,host=0.75,disk=0.5,shared=0.5", kvindex.DefaultWeights},
-		{" host = 0.9 , shared=0", [kvindex.NumTiers]float64{1, 0.9, 0.5, 0}},
-		{"disk=1e-1", [kvindex.NumTiers]float64{1, 0.75, 0.1, 0.5}},
+		{" host = 0.9 , shared=0", [wire.NumTiers]float64{1, 0.9, 0.5, 0}},
+		{"disk=1e-1", [wire.NumTiers]float64{1, 0.75, 0.1, 0.5}},
 	} {
 		got, err := kvindex.ParseWeights(c.in)
 		if err != nil || got != c.want {

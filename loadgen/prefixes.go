@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 // DefaultBlockSize is the KV block size of a prefix workload, in tokens.
@@ -20,7 +20,7 @@ const DefaultBlockSize = 16
 // per run). Token ids are pseudo-random and deterministic in Config.Seed, so
 // two runs with one seed send the same prompts. Each request carries
 // Dispatch-Block-Hashes, the chained hashes of its full blocks
-// (kvindex.ChainHashes, docs/protocol.md, Block hashes), and
+// (wire.ChainHashes, docs/protocol.md, Block hashes), and
 // Dispatch-ISL-Tokens = its blocks x BlockSize, replacing Config.ISL.
 type Prefixes struct {
 	// N is the number of shared prefixes; 0 turns the workload off.
@@ -62,8 +62,8 @@ func (p *Prefixes) withDefaults() error {
 		return fmt.Errorf("prefixes %d: want 0 to 1000000", p.N)
 	case p.Zipf < 0 || math.IsNaN(p.Zipf) || math.IsInf(p.Zipf, 0):
 		return fmt.Errorf("zipf %v: want >= 0", p.Zipf)
-	case p.MinBlocks < 1 || p.MaxBlocks < p.MinBlocks || p.MaxBlocks+p.SuffixBlocks > kvindex.MaxHashes:
-		return fmt.Errorf("prefix blocks %d:%d, suffix %d: want 1 <= min <= max, max+suffix <= %d", p.MinBlocks, p.MaxBlocks, p.SuffixBlocks, kvindex.MaxHashes)
+	case p.MinBlocks < 1 || p.MaxBlocks < p.MinBlocks || p.MaxBlocks+p.SuffixBlocks > wire.MaxHashes:
+		return fmt.Errorf("prefix blocks %d:%d, suffix %d: want 1 <= min <= max, max+suffix <= %d", p.MinBlocks, p.MaxBlocks, p.SuffixBlocks, wire.MaxHashes)
 	case p.SuffixBlocks < 0 || p.BlockSize < 1:
 		return fmt.Errorf("suffix blocks %d, block size %d: want >= 0 and >= 1", p.SuffixBlocks, p.BlockSize)
 	}
@@ -115,5 +115,5 @@ func (g *prefixGen) next(n int) (hashes []uint64, prefix int) {
 	for i := range g.p.SuffixBlocks * bs {
 		g.tokens = append(g.tokens, uint32(mix(^g.seed^mix(uint64(n)<<32|uint64(i)))))
 	}
-	return kvindex.ChainHashes(nil, g.tokens, bs), k
+	return wire.ChainHashes(nil, g.tokens, bs), k
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -247,27 +246,27 @@ func (r *run) message(n int, class, id, inbox string) (*nats.Msg, uint64) {
 	if r.prefixes != nil {
 		hashes, _ := r.prefixes.next(n)
 		isl = uint64(len(hashes) * cfg.Prefixes.BlockSize)
-		m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(hashes))
+		m.Header.Set(wire.HeaderBlockHashes, wire.EncodeHashes(hashes))
 	}
-	m.Header.Set("Dispatch-ISL-Tokens", strconv.FormatUint(isl, 10))
+	m.Header.Set(wire.HeaderISLTokens, strconv.FormatUint(isl, 10))
 	if cfg.Cached > 0 {
-		m.Header.Set("Dispatch-Cached-Tokens", strconv.FormatUint(cfg.Cached, 10))
+		m.Header.Set(wire.HeaderCachedTokens, strconv.FormatUint(cfg.Cached, 10))
 	}
-	m.Header.Set("Dispatch-Reply-To", inbox)
+	m.Header.Set(wire.HeaderReplyTo, inbox)
 	if cfg.OutputTokens > 0 {
-		m.Header.Set("Dispatch-Output-Tokens", strconv.Itoa(cfg.OutputTokens))
+		m.Header.Set(wire.HeaderOutputTokens, strconv.Itoa(cfg.OutputTokens))
 	}
 	if cfg.Pin != "" {
-		m.Header.Set("Dispatch-Worker", cfg.Pin)
+		m.Header.Set(wire.HeaderWorker, cfg.Pin)
 	}
 	if cfg.Priority > 0 {
-		m.Header.Set("Dispatch-Priority", strconv.FormatFloat(cfg.Priority, 'g', -1, 64))
+		m.Header.Set(wire.HeaderPriority, strconv.FormatFloat(cfg.Priority, 'g', -1, 64))
 	}
 	if cfg.Strict > 0 {
-		m.Header.Set("Dispatch-Strict-Priority", strconv.FormatUint(cfg.Strict, 10))
+		m.Header.Set(wire.HeaderStrictPriority, strconv.FormatUint(cfg.Strict, 10))
 	}
 	if cfg.DeadlineMs > 0 {
-		m.Header.Set("Dispatch-Deadline-Ms", strconv.FormatUint(cfg.DeadlineMs, 10))
+		m.Header.Set(wire.HeaderDeadlineMs, strconv.FormatUint(cfg.DeadlineMs, 10))
 	}
 	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, cfg.RunID, n, class)
 	return m, isl
@@ -323,7 +322,7 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 		m, isl := r.message(n, class, id, inbox)
 		key := tenants.next(class)
 		if key != "" {
-			m.Header.Set("Dispatch-Fairness-Key", key)
+			m.Header.Set(wire.HeaderFairnessKey, key)
 		}
 		r.mu.Lock()
 		r.reqs[id] = &request{class: class, isl: isl, key: key, publishedAt: time.Now()}

@@ -21,10 +21,6 @@ import (
 	"fairdispatch/workerkit"
 )
 
-// HeaderOutputTokens is the request header giving the number of output tokens
-// of one request, overriding Config.OutputTokens.
-const HeaderOutputTokens = "Dispatch-Output-Tokens"
-
 // Defaults applied by [New] to zero fields of [Config].
 const (
 	DefaultMaxNumSeqs          = 4
@@ -347,10 +343,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, lo
 
 // uncached returns the uncached token count of r (see the package doc).
 func uncached(r *workerkit.Request) uint64 {
-	if r.Compact || workerkit.HeaderValue(r.Header, workerkit.HeaderCost) != "" { // the compact form always carries the cost
+	if r.Compact || workerkit.HeaderValue(r.Header, wire.HeaderCost) != "" { // the compact form always carries the cost
 		return r.Cost
 	}
-	cached, _ := strconv.ParseUint(strings.TrimSpace(workerkit.HeaderValue(r.Header, workerkit.HeaderCachedTokens)), 10, 64)
+	cached, _ := strconv.ParseUint(strings.TrimSpace(workerkit.HeaderValue(r.Header, wire.HeaderCachedTokens)), 10, 64)
 	return r.ISL - min(r.ISL, cached)
 }
 
@@ -358,7 +354,7 @@ func uncached(r *workerkit.Request) uint64 {
 // reported load before returning, as the helper's seen_seq contract requires.
 func (m *Worker) offer(r *workerkit.Request) bool {
 	out := m.cfg.OutputTokens
-	if s := workerkit.HeaderValue(r.Header, HeaderOutputTokens); s != "" {
+	if s := workerkit.HeaderValue(r.Header, wire.HeaderOutputTokens); s != "" {
 		if v, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && v >= 1 {
 			out = v
 		}

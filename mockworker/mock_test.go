@@ -15,6 +15,7 @@ import (
 
 	"fairdispatch/internal/natstest"
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -262,10 +263,10 @@ func TestUnansweredAck(t *testing.T) {
 	}
 	for i := range 3 {
 		d := nats.NewMsg("dispatch.work.w1")
-		d.Header.Set(workerkit.HeaderRequestID, "r"+strconv.Itoa(i))
-		d.Header.Set(workerkit.HeaderSeq, strconv.Itoa(i+1))
-		d.Header.Set(workerkit.HeaderISLTokens, "16")
-		d.Header.Set(workerkit.HeaderAck, "test.ack.nobody")
+		d.Header.Set(wire.HeaderRequestID, "r"+strconv.Itoa(i))
+		d.Header.Set(wire.HeaderSeq, strconv.Itoa(i+1))
+		d.Header.Set(wire.HeaderISLTokens, "16")
+		d.Header.Set(wire.HeaderAck, "test.ack.nobody")
 		if _, err := nc.RequestMsg(d, wait); err != nil {
 			t.Fatal(err)
 		}
@@ -319,10 +320,10 @@ func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
 	for msg := range b.Messages() {
 		d := nats.NewMsg("dispatch.work.w1")
 		d.Header = msg.Headers()
-		d.Header.Set(workerkit.HeaderRequestID, msg.Headers().Get(jetstream.MsgIDHeader))
-		d.Header.Set(workerkit.HeaderSeq, strconv.Itoa(len(ds)+1))
-		d.Header.Set(workerkit.HeaderAck, msg.Reply())
-		d.Header.Set(mockworker.HeaderOutputTokens, strconv.Itoa(10*len(ds)+1))
+		d.Header.Set(wire.HeaderRequestID, msg.Headers().Get(jetstream.MsgIDHeader))
+		d.Header.Set(wire.HeaderSeq, strconv.Itoa(len(ds)+1))
+		d.Header.Set(wire.HeaderAck, msg.Reply())
+		d.Header.Set(wire.HeaderOutputTokens, strconv.Itoa(10*len(ds)+1))
 		ds = append(ds, d)
 	}
 	seq := len(ds)

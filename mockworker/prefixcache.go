@@ -3,7 +3,7 @@ package mockworker
 import (
 	"container/list"
 
-	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -109,15 +109,15 @@ func (c *prefixCache) cached(hashes []uint64) int {
 
 // cacheOps receives a prefix cache's changes, in order.
 type cacheOps interface {
-	CacheStored(rank int, tier kvindex.Tier, hashes []uint64) error
-	CacheRemoved(rank int, tier kvindex.Tier, hashes []uint64) error
+	CacheStored(rank int, tier wire.Tier, hashes []uint64) error
+	CacheRemoved(rank int, tier wire.Tier, hashes []uint64) error
 }
 
 // use stores hashes on the device, in order, and evicts what no longer fits,
 // telling ops of each change.
 func (c *prefixCache) use(rank int, hashes []uint64, ops cacheOps) {
 	one := make([]uint64, 1)
-	tell := func(f func(int, kvindex.Tier, []uint64) error, t kvindex.Tier, h uint64) {
+	tell := func(f func(int, wire.Tier, []uint64) error, t wire.Tier, h uint64) {
 		one[0] = h
 		_ = f(rank, t, one)
 	}
@@ -127,28 +127,28 @@ func (c *prefixCache) use(rank int, hashes []uint64, ops cacheOps) {
 		}
 		if c.host.has(h) {
 			c.host.remove(h)
-			tell(ops.CacheRemoved, kvindex.Host, h)
+			tell(ops.CacheRemoved, wire.Host, h)
 		}
-		tell(ops.CacheStored, kvindex.Device, h)
+		tell(ops.CacheStored, wire.Device, h)
 		for len(c.dev.at) > c.devCap {
 			v := c.dev.evict()
-			tell(ops.CacheRemoved, kvindex.Device, v)
+			tell(ops.CacheRemoved, wire.Device, v)
 			if c.hostCap == 0 {
 				continue
 			}
 			c.host.touch(v)
-			tell(ops.CacheStored, kvindex.Host, v)
+			tell(ops.CacheStored, wire.Host, v)
 			for len(c.host.at) > c.hostCap {
-				tell(ops.CacheRemoved, kvindex.Host, c.host.evict())
+				tell(ops.CacheRemoved, wire.Host, c.host.evict())
 			}
 		}
 	}
 }
 
 // held returns the blocks of each tier, for a resynchronisation.
-func (c *prefixCache) held() *[kvindex.NumTiers][]uint64 {
-	var h [kvindex.NumTiers][]uint64
-	h[kvindex.Device], h[kvindex.Host] = c.dev.list(), c.host.list()
+func (c *prefixCache) held() *[wire.NumTiers][]uint64 {
+	var h [wire.NumTiers][]uint64
+	h[wire.Device], h[wire.Host] = c.dev.list(), c.host.list()
 	return &h
 }
 
@@ -159,11 +159,11 @@ func (m *Worker) cacheLookup(r *workerkit.Request) (hashes []uint64, cached uint
 	if m.caches == nil {
 		return nil, 0, false
 	}
-	v := workerkit.HeaderValue(r.Header, workerkit.HeaderBlockHashes)
+	v := workerkit.HeaderValue(r.Header, wire.HeaderBlockHashes)
 	if v == "" {
 		return nil, 0, false
 	}
-	hashes, err := kvindex.DecodeHashes(nil, v)
+	hashes, err := wire.DecodeHashes(nil, v)
 	if err != nil {
 		return nil, 0, false
 	}

@@ -5,23 +5,23 @@ import (
 	"slices"
 	"testing"
 
-	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 )
 
 // opLog records a prefix cache's changes as a set per tier, applying them in
 // order, as the dispatcher's index would.
 type opLog struct {
-	held [kvindex.NumTiers]map[uint64]bool
+	held [wire.NumTiers]map[uint64]bool
 }
 
-func (o *opLog) CacheStored(_ int, t kvindex.Tier, hs []uint64) error {
+func (o *opLog) CacheStored(_ int, t wire.Tier, hs []uint64) error {
 	for _, h := range hs {
 		o.held[t][h] = true
 	}
 	return nil
 }
 
-func (o *opLog) CacheRemoved(_ int, t kvindex.Tier, hs []uint64) error {
+func (o *opLog) CacheRemoved(_ int, t wire.Tier, hs []uint64) error {
 	for _, h := range hs {
 		delete(o.held[t], h)
 	}
@@ -39,14 +39,14 @@ func TestPrefixCacheLRU(t *testing.T) {
 	}
 	c.use(0, []uint64{1, 2, 3}, o)
 	c.use(0, []uint64{4, 5}, o) // 1, 2 to the host
-	if got := c.held(); !slices.Equal(got[kvindex.Device], []uint64{5, 4, 3}) || !slices.Equal(got[kvindex.Host], []uint64{2, 1}) {
+	if got := c.held(); !slices.Equal(got[wire.Device], []uint64{5, 4, 3}) || !slices.Equal(got[wire.Host], []uint64{2, 1}) {
 		t.Fatalf("held %v, want device [5 4 3], host [2 1]", got)
 	}
 	if n := c.cached([]uint64{1, 2, 3, 9}); n != 3 {
 		t.Fatalf("cached %d, want 3 (two on the host, one on the device)", n)
 	}
 	c.use(0, []uint64{1}, o) // 1 back to the device, 3 to the host
-	if got := c.held(); !slices.Equal(got[kvindex.Device], []uint64{1, 5, 4}) || !slices.Equal(got[kvindex.Host], []uint64{3, 2}) {
+	if got := c.held(); !slices.Equal(got[wire.Device], []uint64{1, 5, 4}) || !slices.Equal(got[wire.Host], []uint64{3, 2}) {
 		t.Fatalf("held %v, want device [1 5 4], host [3 2]", got)
 	}
 	c.use(0, []uint64{6}, o) // 4 to the host, 2 dropped
@@ -72,7 +72,7 @@ func TestPrefixCacheOpsMatch(t *testing.T) {
 			}
 			c.use(0, p, o)
 			got := c.held()
-			for tier := range kvindex.NumTiers {
+			for tier := range wire.NumTiers {
 				want := slices.Sorted(func(yield func(uint64) bool) {
 					for h := range o.held[tier] {
 						if !yield(h) {
@@ -85,7 +85,7 @@ func TestPrefixCacheOpsMatch(t *testing.T) {
 					t.Fatalf("caps %v tier %v: cache holds %v, the changes say %v", caps, tier, have, want)
 				}
 			}
-			if len(got[kvindex.Device]) > caps[0] || len(got[kvindex.Host]) > caps[1] {
+			if len(got[wire.Device]) > caps[0] || len(got[wire.Host]) > caps[1] {
 				t.Fatalf("caps %v: over capacity: %v", caps, got)
 			}
 		}

@@ -47,6 +47,34 @@ type Route struct {
 	Hashes []uint64
 }
 
+// Arrival is a request entering the dispatcher, the one shape it takes on its
+// way in: what its headers ask for (decoded by package ingest, strings and
+// slices pointing into the message's headers, not copied) and the facts of its
+// message (id, stream sequence, class token, publication time). The scheduler
+// builds the queued Snapshot from it and keeps nothing else of it.
+type Arrival struct {
+	ID        string // the request id: Nats-Msg-Id, or "<stream>:<stream seq>"
+	Ref       uint64 // the caller's handle for the message (the stream sequence)
+	Token     string // the subject's class token
+	Published int64  // JetStream publication time, Unix nanoseconds
+
+	// What the headers ask for (docs/protocol.md, Request headers). Zero
+	// values mean absent, unless HasDeadline says otherwise.
+	ISL         uint64    // Dispatch-ISL-Tokens, tokens
+	Cached      uint64    // Dispatch-Cached-Tokens, tokens (clamped to ISL by the scheduler)
+	Overlap     []Overlap // Dispatch-Worker-Overlap "id=tokens,..."; nil: Dispatch-Cached-Tokens stands
+	Hashes      []uint64  // Dispatch-Block-Hashes, the prompt's chained block hashes; nil when absent
+	Strict      uint32    // Dispatch-Strict-Priority
+	Jump        float64   // Dispatch-Priority, seconds of jump
+	Pin         Target    // Dispatch-Worker and Dispatch-DP-Rank; Rank is AnyRank when no rank is given
+	Allowed     []string  // Dispatch-Allowed-Workers; nil when absent
+	Required    []string  // Dispatch-Required-Taints; nil when absent
+	Preferred   []Taint   // Dispatch-Preferred-Taints (a bare taint weighs 1); nil when absent
+	DeadlineMs  uint64    // Dispatch-Deadline-Ms, milliseconds after publication
+	HasDeadline bool      // Dispatch-Deadline-Ms is present (0 is a valid deadline)
+	Key         string    // Dispatch-Fairness-Key; "" for the default key "_"
+}
+
 // Snapshot is what the core knows of a request. Field sizes are chosen so that a
 // queued request without constraints costs well under 256 bytes (see the lanes
 // benchmark BenchmarkHeldBytes).

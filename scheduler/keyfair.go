@@ -1,6 +1,10 @@
 package scheduler
 
-import "math"
+import (
+	"math"
+
+	"fairdispatch/wire"
+)
 
 // DefaultKeyWindowStep is how often, in nanoseconds, the key fairness window
 // takes a new mark by default (Config.KeyWindowStep; docs/design.md, Key
@@ -8,26 +12,6 @@ import "math"
 // two marks, so it covers between one and two steps (5 to 10 s) once the
 // dispatcher has run for a step.
 const DefaultKeyWindowStep = int64(5e9)
-
-// KeyFairness is how fairly a class's keys were served over the last window
-// (docs/design.md, Key fairness window), counting only the keys backlogged
-// throughout it.
-type KeyFairness struct {
-	// WindowSeconds is the window's length.
-	WindowSeconds float64 `json:"window_seconds"`
-	// Keys is the number of keys measured: backlogged throughout the window.
-	Keys int `json:"keys"`
-	// Jain is Jain's fairness index over those keys' normalized service (cost
-	// served divided by weight, plus settlement corrections): (sum x)^2 / (n *
-	// sum x^2), 1 when every key got exactly its weight's share, 1/n when one
-	// key got everything. Absent with fewer than two keys or no service.
-	Jain *float64 `json:"jain,omitempty"`
-	// MaxShareOverWeight and MinShareOverWeight are the largest and least,
-	// over the keys measured, of a key's share of the service divided by its
-	// weight's share of the keys' weights (1: exactly its due). Absent when Jain is.
-	MaxShareOverWeight *float64 `json:"max_share_over_weight,omitempty"`
-	MinShareOverWeight *float64 `json:"min_share_over_weight,omitempty"`
-}
 
 // keyWindow is the state of the key fairness window: when each of the two
 // mark slots of every class was last marked, and which is the newer.
@@ -44,7 +28,7 @@ type keyWindow struct {
 // takes a new mark when the last was taken Config.KeyWindowStep ago or more. The
 // caller calls it about once a second (the dispatcher, with its /debug/queues
 // snapshot). O(K) for K tracked keys; the dispatch path pays nothing.
-func (s *Scheduler) KeyFairness(now int64, stats []ClassStats) {
+func (s *Scheduler) KeyFairness(now int64, stats []wire.ClassStats) {
 	w := &s.keyWin
 	if !w.set[w.newest] || now-w.at[w.newest] >= w.step {
 		slot := w.newest
@@ -69,8 +53,8 @@ func (s *Scheduler) KeyFairness(now int64, stats []ClassStats) {
 	}
 }
 
-func (s *Scheduler) keyFairness(k, slot int, secs float64, top []KeyStats) *KeyFairness {
-	f := &KeyFairness{WindowSeconds: secs}
+func (s *Scheduler) keyFairness(k, slot int, secs float64, top []wire.KeyStats) *wire.KeyFairness {
+	f := &wire.KeyFairness{WindowSeconds: secs}
 	var sumX, sumX2, sumS, sumW float64
 	type measured struct{ served, weight float64 }
 	var tops [TopKeys]measured

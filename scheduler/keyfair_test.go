@@ -7,13 +7,15 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
+	"fairdispatch/wire"
 )
 
 // TestKeyFairnessWeights: two keys weighted 3:1 and both backlogged are
 // served in proportion, and the window says so: Jain's index near 1, each
 // key's share next to its weight's share (0.75 and 0.25).
 func TestKeyFairnessWeights(t *testing.T) {
-	var last []ClassStats
+	var last []wire.ClassStats
 	var lastAt, firstAt int64
 	res := runKeyed(t, keyedRun{
 		yaml:    oneClass(", key_weights: {gold: 3, bronze: 1}"),
@@ -83,7 +85,7 @@ func TestKeyFairnessStarved(t *testing.T) {
 	n, queued := 0, 0
 	arrive := func(key, pin string) {
 		n++
-		a := &Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: key, Published: now}
+		a := &request.Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: key, Published: now}
 		if pin != "" {
 			a.Pin.Worker, a.Pin.Rank = pin, 0
 		}
@@ -103,7 +105,7 @@ func TestKeyFairnessStarved(t *testing.T) {
 		}
 	}
 	topUp()
-	check := func() []ClassStats {
+	check := func() []wire.ClassStats {
 		st := s.Stats(nil)
 		s.KeyFairness(now, st)
 		return st

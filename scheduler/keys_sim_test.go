@@ -8,6 +8,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
@@ -130,7 +131,7 @@ func runKeyed(t testing.TB, run keyedRun) keyedResult {
 				for queued[ct] < run.depth(class, tn) {
 					seq++
 					est, actual := run.cost(rng, tn)
-					a := &Arrival{ID: fmt.Sprintf("%s/%d", tn, seq), Token: class, ISL: est, Published: now}
+					a := &request.Arrival{ID: fmt.Sprintf("%s/%d", tn, seq), Token: class, ISL: est, Published: now}
 					if !run.noKeys {
 						a.Key = tn
 					}
@@ -385,7 +386,7 @@ func TestSettleOutcomes(t *testing.T) {
 	w.running = []keyedReq{{actual: 5000}} // busy: the class gate holds
 	s.Report(now, w.report())
 	for i := range 2 {
-		if d := s.Arrive(now, &Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: "k"}); d.Kind != Queued {
+		if d := s.Arrive(now, &request.Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: "k"}); d.Kind != Queued {
 			t.Fatalf("got %d, want queued", d.Kind)
 		}
 	}
@@ -450,7 +451,7 @@ func TestSettleReleases(t *testing.T) {
 	w := &keyedWorker{id: "w1", running: []keyedReq{{actual: 5000}}}
 	s.Report(now, w.report())
 	for i, key := range []string{"a", "b", "c"} {
-		if d := s.Arrive(now, &Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: key}); d.Kind != Queued {
+		if d := s.Arrive(now, &request.Arrival{ID: fmt.Sprint("r", i), Token: "c", ISL: 100, Key: key}); d.Kind != Queued {
 			t.Fatalf("got %d, want queued", d.Kind)
 		}
 	}
@@ -509,7 +510,7 @@ func TestStatsTopKeys(t *testing.T) {
 	for k := range 12 {
 		for range k + 1 {
 			n++
-			s.Arrive(now, &Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: fmt.Sprint("k", k)})
+			s.Arrive(now, &request.Arrival{ID: fmt.Sprint("r", n), Token: "c", ISL: 100, Key: fmt.Sprint("k", k)})
 		}
 	}
 	top := s.Stats(nil)[0].TopKeys

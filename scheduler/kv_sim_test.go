@@ -9,6 +9,8 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
+	"fairdispatch/request"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -53,10 +55,10 @@ func (w *kvSimWorker) receive(t *testing.T, x *kvindex.Index, tick int, prompt [
 	w.requests++
 	w.cached += uint64(hit * block)
 	w.prompt += uint64(len(prompt) * block)
-	ev := &kvindex.Event{Instance: "sim", Rank: 0}
+	ev := &wire.KVEvent{Instance: "sim", Rank: 0}
 	for _, h := range prompt {
 		if _, ok := w.lastUse[h]; !ok {
-			ev.Stored[kvindex.Device] = append(ev.Stored[kvindex.Device], h)
+			ev.Stored[wire.Device] = append(ev.Stored[wire.Device], h)
 		}
 		w.lastUse[h] = tick
 	}
@@ -69,7 +71,7 @@ func (w *kvSimWorker) receive(t *testing.T, x *kvindex.Index, tick int, prompt [
 			}
 		}
 		delete(w.lastUse, victim)
-		ev.Removed[kvindex.Device] = append(ev.Removed[kvindex.Device], victim)
+		ev.Removed[wire.Device] = append(ev.Removed[wire.Device], victim)
 	}
 	w.eventID++
 	ev.ID = w.eventID
@@ -156,7 +158,7 @@ policy_classes:
 		for j := range 4 {
 			prompt = append(prompt, 1<<62|uint64(tick)<<8|uint64(j))
 		}
-		a := &Arrival{ID: fmt.Sprint("r", tick), Token: "all", ISL: uint64(len(prompt) * 16), Published: now}
+		a := &request.Arrival{ID: fmt.Sprint("r", tick), Token: "all", ISL: uint64(len(prompt) * 16), Published: now}
 		if withHashes {
 			a.Hashes = prompt
 		}

@@ -7,6 +7,8 @@ import (
 	"fairdispatch/configs"
 	"fairdispatch/filters"
 	"fairdispatch/kvindex"
+	"fairdispatch/request"
+	"fairdispatch/wire"
 )
 
 // kvFixture is a fixture whose scheduler scores with a KV cache index.
@@ -27,8 +29,8 @@ func kvFixture(t *testing.T) (*fixture, *kvindex.Index) {
 // kvApply applies an event of instance "a" to the index, failing the test on error.
 func kvApply(t *testing.T, x *kvindex.Index, w string, id uint64, stored, removed []uint64) {
 	t.Helper()
-	ev := &kvindex.Event{Instance: "a", ID: id}
-	ev.Stored[kvindex.Device], ev.Removed[kvindex.Device] = stored, removed
+	ev := &wire.KVEvent{Instance: "a", ID: id}
+	ev.Stored[wire.Device], ev.Removed[wire.Device] = stored, removed
 	if r, err := x.Apply(w, ev); err != nil || r.Gap {
 		t.Fatalf("Apply: %+v, %v", r, err)
 	}
@@ -44,14 +46,14 @@ func TestKVOverlapAtAdmission(t *testing.T) {
 	f.report("w2", 5000)
 	kvApply(t, x, "w1", 1, prompt[:6], nil)
 	kvApply(t, x, "gone", 1, prompt, nil) // not a live worker: not eligible
-	d := f.arrive("premium", 400, func(a *Arrival) {
+	d := f.arrive("premium", 400, func(a *request.Arrival) {
 		a.Hashes = prompt
 		a.Cached = 300
 	})
 	if d.Req.Cached != 6*16 {
 		t.Fatalf("cached = %d, want %d (6 blocks of 16 tokens)", d.Req.Cached, 6*16)
 	}
-	d = f.arrive("premium", 400, func(a *Arrival) { a.Hashes = []uint64{9}; a.Cached = 300 })
+	d = f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = []uint64{9}; a.Cached = 300 })
 	if d.Req.Cached != 0 {
 		t.Fatalf("cached with no overlap = %d, want 0 (the hashes replace Dispatch-Cached-Tokens)", d.Req.Cached)
 	}
@@ -67,7 +69,7 @@ func TestKVFreshOverlapAtDispatch(t *testing.T) {
 	f.report("w1", 5000)
 	f.report("w2", 5000)
 	kvApply(t, x, "w1", 1, prompt, nil)
-	d := f.arrive("premium", 400, func(a *Arrival) { a.Hashes = prompt })
+	d := f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = prompt })
 	f.wantKind(d, Queued)
 	if d.Req.Cached != 8*16 {
 		t.Fatalf("cached at arrival = %d, want %d", d.Req.Cached, 8*16)
@@ -105,7 +107,7 @@ func TestKVExpiredWorkerDropped(t *testing.T) {
 	if st := x.Stats(); st.Ranks != 0 || st.Blocks != 0 {
 		t.Fatalf("after the worker expired: %+v, want an empty index", st)
 	}
-	ev := &kvindex.Event{Instance: "a", ID: 2}
+	ev := &wire.KVEvent{Instance: "a", ID: 2}
 	if r, err := x.Apply("w1", ev); err != nil || !r.Gap {
 		t.Fatalf("its next event: %+v, %v; want a gap", r, err)
 	}

@@ -73,7 +73,7 @@ func TestOutageQueuesInsteadOfRejecting(t *testing.T) {
 		}
 	}
 	// A pin to a worker that is gone waits too: every worker is gone.
-	f.wantKind(f.arrive("regular", 100, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }), Queued)
+	f.wantKind(f.arrive("regular", 100, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }), Queued)
 	for range 3 {
 		if d := f.s.Next(f.now); d.Kind != None {
 			t.Fatalf("Next during the outage = %d (%v), want None", d.Kind, d.Err)
@@ -96,7 +96,7 @@ func TestOutageEndsWhenAWorkerReports(t *testing.T) {
 		f.wantKind(f.arrive("premium", 100), Queued)
 		f.wantKind(f.arrive("regular", 100), Queued)
 	}
-	pinned := f.arrive("regular", 100, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} })
+	pinned := f.arrive("regular", 100, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} })
 	f.wantKind(pinned, Queued)
 	f.now += 1e9
 	f.report("w2", 0) // another worker returns; w1 stays gone
@@ -157,7 +157,7 @@ func TestOutagePinToGoneWorkerWhileAnotherIsLive(t *testing.T) {
 	f.now += 1e9 + 1
 	f.s.Tick(f.now, nil) // w1 expires, w2 is live
 	f.wantOutage(false, 0)
-	pin := func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }
+	pin := func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }
 	f.wantReject(f.arrive("batch", 10, pin), request.NoEndpoints)
 	f.wantReject(f.arrive("regular", 10, pin), request.NoEndpoints)
 }
@@ -166,9 +166,9 @@ func TestOutageDeadlinesStillExpire(t *testing.T) {
 	f := outageFixture(t, 0, 0)
 	f.report("w1", 0)
 	f.loseAll()
-	d := f.arrive("regular", 100, func(a *Arrival) { a.DeadlineMs, a.HasDeadline = 500, true })
+	d := f.arrive("regular", 100, func(a *request.Arrival) { a.DeadlineMs, a.HasDeadline = 500, true })
 	f.wantKind(d, Queued)
-	late := f.arrive("regular", 100, func(a *Arrival) { a.DeadlineMs, a.HasDeadline, a.Published = 500, true, f.now-501e6 })
+	late := f.arrive("regular", 100, func(a *request.Arrival) { a.DeadlineMs, a.HasDeadline, a.Published = 500, true, f.now-501e6 })
 	f.wantReject(late, request.Expired)
 	if got := f.s.Tick(f.now+400e6, nil); len(got) != 0 {
 		t.Fatalf("Tick before the deadline rejected %d, want 0", len(got))

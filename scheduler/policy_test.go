@@ -109,7 +109,7 @@ policy_classes:
 func TestSetPolicyRemapsReresolvesAndReorders(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 5000) // gated for every class with a threshold: everything queues
-	dl := func(a *Arrival) { a.HasDeadline, a.DeadlineMs = true, 1000 }
+	dl := func(a *request.Arrival) { a.HasDeadline, a.DeadlineMs = true, 1000 }
 	large := f.arrive("premium", 2000, dl) // premium-large
 	regLarge := f.arrive("regular", 3000)  // regular-large: no threshold, so not queued...
 	f.wantKind(regLarge, Dispatch)         // ...it is dispatched at once
@@ -187,7 +187,7 @@ func BenchmarkSetPolicy(b *testing.B) {
 				b.StopTimer()
 				s := New(Config{Policy: mustPolicy(b, string(oldY)), Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1)), Grace: 1e9}, t0)
 				for i := range 100000 {
-					s.Arrive(t0, &Arrival{ID: "r", Token: fmt.Sprintf("f%d", i%families), ISL: uint64(i % 4096), Published: t0 + int64(i)})
+					s.Arrive(t0, &request.Arrival{ID: "r", Token: fmt.Sprintf("f%d", i%families), ISL: uint64(i % 4096), Published: t0 + int64(i)})
 				}
 				b.StartTimer()
 				p, err := configs.Parse("bench.yaml", newY)
@@ -222,7 +222,7 @@ func BenchmarkSetPolicyKeyWeights(b *testing.B) {
 		b.StopTimer()
 		s := New(Config{Policy: mustPolicy(b, fmt.Sprintf(keyPolicy, "")), Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1)), Grace: 1e9}, t0)
 		for i := range 100000 {
-			s.Arrive(t0, &Arrival{ID: "r", Token: "c", Key: fmt.Sprintf("tenant-%06d", i%1000), ISL: 512, Published: t0 + int64(i)})
+			s.Arrive(t0, &request.Arrival{ID: "r", Token: "c", Key: fmt.Sprintf("tenant-%06d", i%1000), ISL: 512, Published: t0 + int64(i)})
 		}
 		b.StartTimer()
 		p, err := configs.Parse("bench.yaml", y)
@@ -273,8 +273,8 @@ func TestSetPolicyChangesKeyWeightsInPlace(t *testing.T) {
 	f := graceFixture(t, fmt.Sprintf(keyPolicy, ""))
 	f.report("w1", 0)
 	for range 200 {
-		f.arrive("c", 512, func(a *Arrival) { a.Key = "a" })
-		f.arrive("c", 512, func(a *Arrival) { a.Key = "b" })
+		f.arrive("c", 512, func(a *request.Arrival) { a.Key = "a" })
+		f.arrive("c", 512, func(a *request.Arrival) { a.Key = "b" })
 	}
 	f.now += 2e9
 	if got := f.splitKeys(100); got["a"] < 48 || got["a"] > 52 {

@@ -11,6 +11,7 @@ import (
 	"fairdispatch/kvindex"
 	"fairdispatch/lanes"
 	"fairdispatch/request"
+	"fairdispatch/wire"
 	"fairdispatch/workers"
 )
 
@@ -55,28 +56,6 @@ const (
 	DefaultSettleWindow    = int64(10 * 60 * 1e9)
 	DefaultMaxUnsettled    = 1000000
 )
-
-// Arrival is a request entering the dispatcher: its decoded headers and the
-// facts of its message. Slices are kept, not copied.
-type Arrival struct {
-	ID          string
-	Ref         uint64
-	Token       string // the subject's class token
-	ISL         uint64
-	Cached      uint64
-	Overlap     []request.Overlap // nil: Dispatch-Cached-Tokens stands
-	Hashes      []uint64          // Dispatch-Block-Hashes; nil when absent
-	Strict      uint32
-	Jump        float64
-	Pin         request.Target
-	Allowed     []string
-	Required    []string
-	Preferred   []request.Taint
-	Published   int64 // Unix nanoseconds
-	DeadlineMs  uint64
-	HasDeadline bool
-	Key         string // Dispatch-Fairness-Key; "" for the default key "_"
-}
 
 // Kind says what a Decision is.
 type Kind uint8
@@ -231,7 +210,7 @@ func (s *Scheduler) holding(now int64) bool {
 // During a fleet outage every request is queued without limit checks (but
 // for an expired deadline); once the outage has lasted the no-workers
 // timeout, every request fails as no_endpoints (docs/design.md, Fleet outage).
-func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
+func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 	r := s.snapshot(a)
 	cls, cfg := s.classes[r.Class], &s.pol.Classes[r.Class]
 	if s.InGrace(now) {
@@ -266,7 +245,7 @@ func (s *Scheduler) Arrive(now int64, a *Arrival) Decision {
 }
 
 // snapshot builds the immutable snapshot of docs/design.md, Snapshot.
-func (s *Scheduler) snapshot(a *Arrival) *request.Snapshot {
+func (s *Scheduler) snapshot(a *request.Arrival) *request.Snapshot {
 	s.seq++
 	r := &request.Snapshot{
 		ID: a.ID, Ref: a.Ref, Token: a.Token, ISL: a.ISL, Strict: a.Strict, Jump: a.Jump,
@@ -303,7 +282,7 @@ func score(q configs.QueuePolicy, r *request.Snapshot) float64 {
 // bestCached is the pinned worker's overlap when pinned, else the largest
 // overlap among live workers passing the allow-list and taints, or
 // Dispatch-Cached-Tokens when no per-worker overlap is given.
-func (s *Scheduler) bestCached(a *Arrival, r *request.Snapshot) uint64 {
+func (s *Scheduler) bestCached(a *request.Arrival, r *request.Snapshot) uint64 {
 	if s.kv != nil && a.Hashes != nil {
 		return s.kvCached(a, r)
 	}
@@ -646,55 +625,18 @@ func satMul(a, b uint64) uint64 {
 	return a * b
 }
 
-// ClassStats describes one class's queue, for metrics and the debug endpoint.
-type ClassStats struct {
-	Name         string `json:"name"`
-	Pending      int    `json:"pending_requests"`
-	ISLTokens    uint64 `json:"pending_isl_tokens"`
-	CachedTokens uint64 `json:"pending_cached_tokens"`
-	Deficit      int64  `json:"deficit"`
-	Keys         int    `json:"fairness_keys"`
-	// TopKeys are the TopKeys keys with the most queued requests (docs/design.md,
-	// Fairness keys), most first.
-	TopKeys []KeyStats `json:"top_keys,omitempty"`
-	// KeyFairness is how fairly the keys were served over the last window; set
-	// by Scheduler.KeyFairness, nil from Stats alone.
-	KeyFairness  *KeyFairness `json:"key_fairness,omitempty"`
-	PinnedLanes  int          `json:"pinned_lanes"`
-	BlockedLanes int          `json:"blocked_lanes"`
-	FreeRanks    int          `json:"free_ranks"`
-}
-
-// TopKeys is how many keys per class ClassStats lists.
+// TopKeys is how many keys per class wire.ClassStats lists.
 const TopKeys = 10
 
-// KeyStats describes one fairness key of a class.
-type KeyStats struct {
-	Key    string  `json:"key"`
-	Queued int     `json:"queued_requests"`
-	Weight float64 `json:"weight"`
-	// Lead is the key's normalized service (cost served / weight, plus
-	// corrections) minus the class's virtual time, in cost units: above 0 the
-	// key is ahead and waits for the others, below 0 it is owed service.
-	Lead float64 `json:"lead"`
-	// Share is the key's part of the service its class's measured keys got
-	// over the key fairness window, and WeightShare its weight's part of their
-	// weights (docs/design.md, Key fairness window): equal when the key got
-	// exactly its due. Absent when the key was not backlogged throughout the
-	// window, or nothing could be measured; set by Scheduler.KeyFairness.
-	Share       *float64 `json:"share,omitempty"`
-	WeightShare *float64 `json:"weight_share,omitempty"`
-}
-
 // topKeys returns class c's TopKeys keys with the most queued requests. O(K).
-func topKeys(c *lanes.Keyed) []KeyStats {
-	var top []KeyStats
+func topKeys(c *lanes.Keyed) []wire.KeyStats {
+	var top []wire.KeyStats
 	vt := c.VirtualTime()
 	c.EachKey(func(name string, service, weight float64, queued int) bool {
 		if len(top) == TopKeys && queued <= top[len(top)-1].Queued {
 			return true
 		}
-		ks := KeyStats{Key: name, Queued: queued, Weight: weight, Lead: service - vt}
+		ks := wire.KeyStats{Key: name, Queued: queued, Weight: weight, Lead: service - vt}
 		i := len(top)
 		if i < TopKeys {
 			top = append(top, ks)
@@ -712,11 +654,11 @@ func topKeys(c *lanes.Keyed) []KeyStats {
 
 // Stats appends every class's stats to dst, in ring order. O(C + pinned lanes +
 // tracked keys).
-func (s *Scheduler) Stats(dst []ClassStats) []ClassStats {
+func (s *Scheduler) Stats(dst []wire.ClassStats) []wire.ClassStats {
 	for k, c := range s.classes {
 		isl, cached := c.Tokens()
 		pinned, blocked := c.Lanes()
-		dst = append(dst, ClassStats{
+		dst = append(dst, wire.ClassStats{
 			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
 			Deficit: s.arb.Deficit(k), Keys: c.Keys(), TopKeys: topKeys(c), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
 		})
@@ -732,7 +674,7 @@ func (s *Scheduler) Overloaded(w *workers.Worker) bool { return s.sel.Thresholds
 // block hashes (docs/protocol.md, Overlap): the best weighted overlap over the
 // eligible ranks (the pinned worker's, or its pinned rank's, when pinned),
 // converted to tokens with the scoring's block size.
-func (s *Scheduler) kvCached(a *Arrival, r *request.Snapshot) uint64 {
+func (s *Scheduler) kvCached(a *request.Arrival, r *request.Snapshot) uint64 {
 	s.kv.Overlap(a.Hashes, &s.kvOut)
 	best := 0.0
 	for _, h := range s.kvOut.Hits {

@@ -55,9 +55,9 @@ func (f *fixture) report(id string, prefill uint64, mod ...func(*workers.Report)
 	}
 }
 
-func (f *fixture) arrive(token string, isl uint64, mod ...func(*Arrival)) Decision {
+func (f *fixture) arrive(token string, isl uint64, mod ...func(*request.Arrival)) Decision {
 	f.n++
-	a := &Arrival{ID: token + "-" + string(rune('a'+f.n%26)), Token: token, ISL: isl, Published: f.now + int64(f.n)}
+	a := &request.Arrival{ID: token + "-" + string(rune('a'+f.n%26)), Token: token, ISL: isl, Published: f.now + int64(f.n)}
 	for _, m := range mod {
 		m(a)
 	}
@@ -138,7 +138,7 @@ func TestClassResolution(t *testing.T) {
 		{"batch", 5000, 0, "batch"},
 	}
 	for _, c := range cases {
-		d := f.arrive(c.token, c.isl, func(a *Arrival) { a.Cached = c.cached })
+		d := f.arrive(c.token, c.isl, func(a *request.Arrival) { a.Cached = c.cached })
 		if got := f.s.Policy().Classes[d.Req.Class].Name; got != c.want {
 			t.Errorf("token %q isl %d cached %d: class = %s, want %s", c.token, c.isl, c.cached, got, c.want)
 		}
@@ -152,15 +152,15 @@ func TestSnapshotBestCached(t *testing.T) {
 	ov := []request.Overlap{{Worker: "w1", Tokens: 300}, {Worker: "w2", Tokens: 200}, {Worker: "gone", Tokens: 900}}
 	cases := []struct {
 		name string
-		mod  func(*Arrival)
+		mod  func(*request.Arrival)
 		want uint64
 	}{
-		{"largest among live", func(a *Arrival) { a.Overlap = ov; a.Cached = 50 }, 300},
-		{"pinned worker's", func(a *Arrival) { a.Overlap = ov; a.Pin = request.Target{Worker: "w2", Rank: request.AnyRank} }, 200},
-		{"allow-list", func(a *Arrival) { a.Overlap = ov; a.Allowed = []string{"w2"} }, 200},
-		{"required taint", func(a *Arrival) { a.Overlap = ov; a.Required = []string{"gpu"} }, 200},
-		{"header when no overlap", func(a *Arrival) { a.Cached = 50 }, 50},
-		{"clamped to isl", func(a *Arrival) { a.Cached = 5000 }, 400},
+		{"largest among live", func(a *request.Arrival) { a.Overlap = ov; a.Cached = 50 }, 300},
+		{"pinned worker's", func(a *request.Arrival) { a.Overlap = ov; a.Pin = request.Target{Worker: "w2", Rank: request.AnyRank} }, 200},
+		{"allow-list", func(a *request.Arrival) { a.Overlap = ov; a.Allowed = []string{"w2"} }, 200},
+		{"required taint", func(a *request.Arrival) { a.Overlap = ov; a.Required = []string{"gpu"} }, 200},
+		{"header when no overlap", func(a *request.Arrival) { a.Cached = 50 }, 50},
+		{"clamped to isl", func(a *request.Arrival) { a.Cached = 5000 }, 400},
 	}
 	for _, c := range cases {
 		d := f.arrive("premium", 400, c.mod)
@@ -180,7 +180,7 @@ func TestSnapshotCarriesHashes(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 1<<30) // busy: the requests stay queued
 	hs := []uint64{7, 8}
-	d := f.arrive("premium", 400, func(a *Arrival) { a.Hashes = hs })
+	d := f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = hs })
 	if d.Req.Route == nil || !slices.Equal(d.Req.Route.Hashes, hs) {
 		t.Fatalf("route = %+v, want hashes %v", d.Req.Route, hs)
 	}
@@ -225,7 +225,7 @@ func TestLimits(t *testing.T) {
 	t.Run("cached tokens after raw isl", func(t *testing.T) {
 		f := newFixture(t, twoClasses, filters.Thresholds{})
 		f.report("w1", 5000)
-		f.wantKind(f.arrive("regular", 20, func(a *Arrival) { a.Cached = 15 }), Queued)
+		f.wantKind(f.arrive("regular", 20, func(a *request.Arrival) { a.Cached = 15 }), Queued)
 		d := f.arrive("regular", 20)
 		f.wantReject(d, request.QueueFull)
 		if d.Err.LimitKind != "cached_tokens" || d.Err.Current != 15 || d.Err.Limit != 10 {
@@ -270,21 +270,21 @@ func TestLimits(t *testing.T) {
 
 func TestSelectionErrors(t *testing.T) {
 	zero := uint64(0)
-	pin := func(w string) func(*Arrival) {
-		return func(a *Arrival) { a.Pin = request.Target{Worker: w, Rank: request.AnyRank} }
+	pin := func(w string) func(*request.Arrival) {
+		return func(a *request.Arrival) { a.Pin = request.Target{Worker: w, Rank: request.AnyRank} }
 	}
 	cases := []struct {
 		name string
-		mod  func(*Arrival)
+		mod  func(*request.Arrival)
 		want request.Code
 	}{
-		{"pin outside allow-list", func(a *Arrival) { pin("w1")(a); a.Allowed = []string{"w2"} }, request.PinnedWorkerNotAllowed},
+		{"pin outside allow-list", func(a *request.Arrival) { pin("w1")(a); a.Allowed = []string{"w2"} }, request.PinnedWorkerNotAllowed},
 		{"pin not live", pin("nobody"), request.NoEndpoints},
-		{"pin rank out of range", func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 3} }, request.NoEndpoints},
-		{"pin missing taint", func(a *Arrival) { pin("w1")(a); a.Required = []string{"gpu"} }, request.NoEndpoints},
+		{"pin rank out of range", func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 3} }, request.NoEndpoints},
+		{"pin missing taint", func(a *request.Arrival) { pin("w1")(a); a.Required = []string{"gpu"} }, request.NoEndpoints},
 		{"pin overloaded", pin("hot"), request.PinnedWorkerOverloaded},
-		{"nothing eligible", func(a *Arrival) { a.Required = []string{"tpu"} }, request.NoEndpoints},
-		{"all eligible overloaded", func(a *Arrival) { a.Allowed = []string{"hot"} }, request.AllWorkersOverloaded},
+		{"nothing eligible", func(a *request.Arrival) { a.Required = []string{"tpu"} }, request.NoEndpoints},
+		{"all eligible overloaded", func(a *request.Arrival) { a.Allowed = []string{"hot"} }, request.AllWorkersOverloaded},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -303,7 +303,7 @@ func TestSelectionErrors(t *testing.T) {
 func TestDeadlineExpiresQueuedRequests(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 5000)
-	d := f.arrive("premium", 10, func(a *Arrival) { a.DeadlineMs, a.HasDeadline = 500, true })
+	d := f.arrive("premium", 10, func(a *request.Arrival) { a.DeadlineMs, a.HasDeadline = 500, true })
 	f.wantKind(d, Queued)
 	if got := f.s.Tick(f.now+499e6, nil); len(got) != 0 {
 		t.Fatalf("expired %d before the deadline, want 0", len(got))
@@ -319,13 +319,13 @@ func TestDeadlineExpiresQueuedRequests(t *testing.T) {
 	}
 	// Arriving already past its deadline into a backlog: rejected at once.
 	f.wantKind(f.arrive("premium", 10), Queued)
-	f.wantReject(f.arrive("premium", 10, func(a *Arrival) { a.Published = f.now - 2e9; a.DeadlineMs, a.HasDeadline = 1000, true }), request.Expired)
+	f.wantReject(f.arrive("premium", 10, func(a *request.Arrival) { a.Published = f.now - 2e9; a.DeadlineMs, a.HasDeadline = 1000, true }), request.Expired)
 }
 
 func TestDispatchedRequestDoesNotExpire(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 5000)
-	f.wantKind(f.arrive("premium", 10, func(a *Arrival) { a.DeadlineMs, a.HasDeadline = 500, true }), Queued)
+	f.wantKind(f.arrive("premium", 10, func(a *request.Arrival) { a.DeadlineMs, a.HasDeadline = 500, true }), Queued)
 	f.report("w1", 0)
 	f.wantKind(f.s.Next(f.now), Dispatch)
 	if got := f.s.Tick(f.now+1e9, nil); len(got) != 0 {
@@ -388,7 +388,7 @@ func TestBlockedPinnedLaneDoesNotBlockOthers(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 5000)
 	f.report("w2", 5000)
-	pinned := f.arrive("premium", 10, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0} })
+	pinned := f.arrive("premium", 10, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0} })
 	shared := f.arrive("premium", 10)
 	f.wantKind(pinned, Queued)
 	f.wantKind(shared, Queued)
@@ -412,7 +412,7 @@ func TestWorkerExpiryFailsPinnedQueue(t *testing.T) {
 	f.report("w1", 5000)
 	f.report("w2", 0)
 	f.report("w2", 5000)
-	pinned := f.arrive("premium", 10, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} })
+	pinned := f.arrive("premium", 10, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} })
 	f.wantKind(pinned, Queued)
 	f.now += 2e9
 	f.report("w2", 5000)
@@ -425,7 +425,7 @@ func TestGraceQueuesEverything(t *testing.T) {
 	pol, _ := configs.Parse("t", []byte(twoClasses))
 	s := New(Config{Policy: pol, Scoring: filters.DefaultScoring(), Grace: 3e9, Rand: rand.New(rand.NewPCG(1, 1))}, t0)
 	for i := range 5 { // no workers and a limit of 2: neither fails during the grace
-		d := s.Arrive(t0, &Arrival{ID: "g", Token: "premium", ISL: 10, Published: t0 + int64(i)})
+		d := s.Arrive(t0, &request.Arrival{ID: "g", Token: "premium", ISL: 10, Published: t0 + int64(i)})
 		if d.Kind != Queued {
 			t.Fatalf("arrival %d during grace: kind %d, want Queued", i, d.Kind)
 		}
@@ -453,7 +453,7 @@ uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
 policy_classes:
   - {name: c, policy_family: f, cache_bucket: all, queue_policy: %s, quantum: 100000, prefill_busy_threshold: 0}
 `
-	run := func(policy string, arrivals []func(*Arrival)) []string {
+	run := func(policy string, arrivals []func(*request.Arrival)) []string {
 		f := newFixture(t, strings.Replace(wspt, "%s", policy, 1), filters.Thresholds{})
 		f.report("w1", 1)
 		ids := map[*request.Snapshot]string{}
@@ -468,21 +468,21 @@ policy_classes:
 		}
 		return got
 	}
-	long := func(a *Arrival) { a.ISL = 1000 }
-	short := func(a *Arrival) { a.ISL = 10 }
-	if got := strings.Join(run("fcfs", []func(*Arrival){long, short}), ""); got != "AB" {
+	long := func(a *request.Arrival) { a.ISL = 1000 }
+	short := func(a *request.Arrival) { a.ISL = 10 }
+	if got := strings.Join(run("fcfs", []func(*request.Arrival){long, short}), ""); got != "AB" {
 		t.Errorf("fcfs order = %s, want AB (arrival order)", got)
 	}
-	if got := strings.Join(run("wspt", []func(*Arrival){long, short}), ""); got != "BA" {
+	if got := strings.Join(run("wspt", []func(*request.Arrival){long, short}), ""); got != "BA" {
 		t.Errorf("wspt order = %s, want BA (short first)", got)
 	}
-	jump := func(a *Arrival) { a.Jump = 10000 }
-	strict := func(a *Arrival) { a.Strict = 1 }
-	if got := strings.Join(run("fcfs", []func(*Arrival){jump, strict}), ""); got != "BA" {
+	jump := func(a *request.Arrival) { a.Jump = 10000 }
+	strict := func(a *request.Arrival) { a.Strict = 1 }
+	if got := strings.Join(run("fcfs", []func(*request.Arrival){jump, strict}), ""); got != "BA" {
 		t.Errorf("strict vs jump = %s, want BA (strict priority 1 first)", got)
 	}
-	late := func(a *Arrival) { a.Published += 5e9; a.Jump = 10 }
-	if got := strings.Join(run("fcfs", []func(*Arrival){func(*Arrival) {}, late}), ""); got != "BA" {
+	late := func(a *request.Arrival) { a.Published += 5e9; a.Jump = 10 }
+	if got := strings.Join(run("fcfs", []func(*request.Arrival){func(*request.Arrival) {}, late}), ""); got != "BA" {
 		t.Errorf("jump of 10s over a 5s later arrival = %s, want BA", got)
 	}
 }
@@ -521,8 +521,8 @@ func TestPauseStopsExpiry(t *testing.T) {
 func TestStatsRemoveAndRecheck(t *testing.T) {
 	f := newFixture(t, twoClasses, filters.Thresholds{})
 	f.report("w1", 5000)
-	a := f.arrive("premium", 100, func(a *Arrival) { a.DeadlineMs, a.HasDeadline = 9000, true })
-	f.arrive("premium", 50, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0}; a.Cached = 10 })
+	a := f.arrive("premium", 100, func(a *request.Arrival) { a.DeadlineMs, a.HasDeadline = 9000, true })
+	f.arrive("premium", 50, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0}; a.Cached = 10 })
 	f.wantKind(a, Queued)
 	if f.s.NextDeadline() != a.Req.Deadline {
 		t.Fatalf("NextDeadline = %d, want %d", f.s.NextDeadline(), a.Req.Deadline)
@@ -565,7 +565,7 @@ func TestDeadlinesExpireInOrder(t *testing.T) {
 	var reqs []*request.Snapshot
 	for range 40 {
 		ms := uint64(100 + rng.IntN(900))
-		d := f.arrive("regular", 1, func(a *Arrival) { a.Published = f.now; a.DeadlineMs, a.HasDeadline = ms, true })
+		d := f.arrive("regular", 1, func(a *request.Arrival) { a.Published = f.now; a.DeadlineMs, a.HasDeadline = ms, true })
 		f.wantKind(d, Queued)
 		reqs = append(reqs, d.Req)
 	}

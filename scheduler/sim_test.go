@@ -7,6 +7,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 	"fairdispatch/workers"
 )
 
@@ -131,7 +132,7 @@ policy_classes:
 	}
 	tokens := []string{"premium", "regular"}
 	for i := range 640 {
-		a := &Arrival{ID: fmt.Sprint("r", i), Token: tokens[i%2], ISL: 512, Published: now}
+		a := &request.Arrival{ID: fmt.Sprint("r", i), Token: tokens[i%2], ISL: 512, Published: now}
 		if keys > 0 {
 			a.Key = fmt.Sprint("k", i/2%keys)
 		}

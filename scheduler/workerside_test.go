@@ -35,8 +35,8 @@ func TestCapacityGatesAndSelection(t *testing.T) {
 	}
 	// A class that does not queue finds every worker overloaded, pinned or not.
 	f.wantReject(f.arrive("batch", 10), request.AllWorkersOverloaded)
-	f.wantReject(f.arrive("batch", 10, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0} }), request.PinnedWorkerOverloaded)
-	f.wantReject(f.arrive("batch", 10, func(a *Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }), request.PinnedWorkerOverloaded)
+	f.wantReject(f.arrive("batch", 10, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0} }), request.PinnedWorkerOverloaded)
+	f.wantReject(f.arrive("batch", 10, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }), request.PinnedWorkerOverloaded)
 
 	// A refused dispatch frees its place at once (and excludes the worker for a while).
 	f.s.Return(f.now, d2.Req, d2.Worker, d2.Seq)

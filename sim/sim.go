@@ -7,6 +7,7 @@ import (
 
 	"fairdispatch/configs"
 	"fairdispatch/filters"
+	"fairdispatch/request"
 	"fairdispatch/scheduler"
 )
 
@@ -139,7 +140,7 @@ func Simulate(cfg Config, arrivals []Arrival) (*Run, error) {
 			if key == "_" {
 				key = "" // the default key, as the dispatcher spells it
 			}
-			d := s.Arrive(now, &scheduler.Arrival{ID: a.ID, Token: a.Token, ISL: a.ISL, Cached: a.Cached, Published: a.Published, Key: key})
+			d := s.Arrive(now, &request.Arrival{ID: a.ID, Token: a.Token, ISL: a.ISL, Cached: a.Cached, Published: a.Published, Key: key})
 			a.Class = cfg.Policy.Classes[d.Req.Class].Name
 			run.Arrivals = append(run.Arrivals, a)
 			decide(now, d)

@@ -1,12 +1,12 @@
 package wire
 
-// KVEvent is the JSON record of one KV cache event, which a worker publishes
-// to <prefix>.kv.<worker_id> (docs/protocol.md, KV cache events). Fields a
-// reader must tell absent from zero are pointers. Stored and Removed map a
-// tier name (device, host, disk, shared) to a list of block hashes, each list
-// base64url without padding of little-endian uint64s. kvindex.ParseEvent
-// validates a decoded record; kvindex.EncodeEvent fills one.
-type KVEvent struct {
+// kvEventJSON is the JSON record of one KV cache event, which a worker
+// publishes to <prefix>.kv.<worker_id> (docs/protocol.md, KV cache events).
+// Fields a reader must tell absent from zero are pointers. Stored and Removed
+// map a tier name (device, host, disk, shared) to a list of block hashes, each
+// list base64url without padding of little-endian uint64s. ParseKVEvent
+// validates a decoded record into a KVEvent; EncodeKVEvent fills one.
+type kvEventJSON struct {
 	Instance *string           `json:"instance"`
 	EventID  *uint64           `json:"event_id"`
 	DPRank   *int64            `json:"dp_rank,omitempty"`

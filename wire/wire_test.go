@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/wire"
-	"fairdispatch/workerkit"
-	"fairdispatch/workers"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -46,52 +43,6 @@ func TestOutcomeRoundTrip(t *testing.T) {
 	}
 }
 
-// TestLoadReportRoundTrip: a report the Go worker helper encodes is what the
-// dispatcher's strict parser (workers.ParseReport) reads back, and the
-// helper's decoder reads it back too.
-func TestLoadReportRoundTrip(t *testing.T) {
-	rep := workerkit.Report{WorkerID: "w1", DPStart: 4, DPSize: 2, MaxNumBatchedTokens: 8192, TotalKVBlocks: 1000, MaxActiveRequests: 2,
-		Taints: []string{"h200", "zone-a"}, Draining: true, TTLMs: 600, Instance: "i1", SeenSeq: 7,
-		Ranks: []workerkit.RankReport{{DPRank: 4, ActivePrefillTokens: 10, ActiveDecodeBlocks: 2, KVUsedBlocks: 3, ActiveRequests: 1}, {DPRank: 5}}}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := workers.ParseReport("w1", b)
-	if err != nil {
-		t.Fatalf("ParseReport(%s): %v", b, err)
-	}
-	want := workers.Report{WorkerID: "w1", DPStart: 4, DPSize: 2, MaxBatched: 8192, TotalKV: 1000, MaxActive: 2,
-		Taints: []string{"h200", "zone-a"}, Draining: true, TTLms: 600, Instance: "i1", SeenSeq: 7, HasSeenSeq: true,
-		Ranks: []workers.RankLoad{{Rank: 4, ActivePrefillTokens: 10, ActiveDecodeBlocks: 2, KVUsedBlocks: 3, ActiveRequests: 1}, {Rank: 5}}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parsed %s:\ngot  %+v\nwant %+v", b, got, want)
-	}
-	var back workerkit.Report
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(back, rep) {
-		t.Errorf("decoded %s:\ngot  %+v\nwant %+v", b, back, rep)
-	}
-	// 0 means unknown (no capacity) and is left out; the parser then reads it so.
-	rep.MaxNumBatchedTokens, rep.MaxActiveRequests = 0, 0
-	b, _ = json.Marshal(rep)
-	var fields map[string]json.RawMessage
-	_ = json.Unmarshal(b, &fields)
-	for _, k := range []string{"max_num_batched_tokens", "max_active_requests"} {
-		if _, ok := fields[k]; ok {
-			t.Errorf("%s written as 0: %s", k, b)
-		}
-	}
-	for _, k := range []string{"worker_id", "data_parallel_start_rank", "data_parallel_size", "total_kv_blocks", "taints",
-		"draining", "ttl_ms", "instance", "seen_seq", "ranks"} {
-		if _, ok := fields[k]; !ok {
-			t.Errorf("%s: field %q missing", b, k)
-		}
-	}
-}
-
 // TestCompletionRoundTrip: a completion record survives encoding, times to the
 // nanosecond.
 func TestCompletionRoundTrip(t *testing.T) {
@@ -111,14 +62,14 @@ func TestCompletionRoundTrip(t *testing.T) {
 	}
 }
 
-// TestKVEventFieldNames: a KV event the index's encoder writes carries the
-// field names of docs/protocol.md, KV cache events, and decodes into the
-// record; the resync request body is {"dp_rank": r}.
+// TestKVEventFieldNames: a KV event EncodeKVEvent writes carries the field
+// names of docs/protocol.md, KV cache events, and ParseKVEvent reads it back;
+// the resync request body is {"dp_rank": r}.
 func TestKVEventFieldNames(t *testing.T) {
-	ev := kvindex.Event{Instance: "i1", ID: 3, Rank: 2, Cleared: 1 << kvindex.Disk}
-	ev.Stored[kvindex.Device] = []uint64{1}
-	ev.Removed[kvindex.Host] = []uint64{2}
-	b, err := kvindex.EncodeEvent(&ev)
+	ev := wire.KVEvent{Instance: "i1", ID: 3, Rank: 2, Cleared: 1 << wire.Disk}
+	ev.Stored[wire.Device] = []uint64{1}
+	ev.Removed[wire.Host] = []uint64{2}
+	b, err := wire.EncodeKVEvent(&ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +82,12 @@ func TestKVEventFieldNames(t *testing.T) {
 			t.Errorf("%s: field %q missing", b, k)
 		}
 	}
-	var rec wire.KVEvent
-	if err := json.Unmarshal(b, &rec); err != nil || *rec.Instance != "i1" || *rec.EventID != 3 || *rec.DPRank != 2 ||
-		rec.Stored["device"] == "" || rec.Removed["host"] == "" || !reflect.DeepEqual(rec.Cleared, []string{"disk"}) {
-		t.Fatalf("decoded %+v, %v from %s", rec, err, b)
+	if fields["instance"] != "i1" || fields["event_id"] != 3.0 || fields["dp_rank"] != 2.0 ||
+		!reflect.DeepEqual(fields["cleared"], []any{"disk"}) {
+		t.Errorf("fields %v", fields)
+	}
+	if got, err := wire.ParseKVEvent(b); err != nil || !reflect.DeepEqual(got, ev) {
+		t.Fatalf("decoded %+v, %v from %s, want %+v", got, err, b, ev)
 	}
 	if b, _ := json.Marshal(wire.KVResync{Rank: 5}); string(b) != `{"dp_rank":5}` {
 		t.Fatalf("resync body %s", b)

@@ -77,8 +77,8 @@ func TestCompactDispatchMalformed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := resp.Header.Get("Dispatch-Status"); got != workerkit.StatusMalformed {
-			t.Errorf("%q: status %q, want %q", data, got, workerkit.StatusMalformed)
+		if got := resp.Header.Get("Dispatch-Status"); got != wire.StatusMalformed {
+			t.Errorf("%q: status %q, want %q", data, got, wire.StatusMalformed)
 		}
 	}
 	if a.count() != 0 {

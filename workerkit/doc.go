@@ -7,7 +7,7 @@
 // A worker builds a [Worker] with [New] from a connected *nats.Conn, a [Config],
 // a [Handler] and a zerolog logger, then calls [Worker.Start]:
 //
-//	w, err := worker.New(nc, worker.Config{ID: "w1", DPSize: 2}, handler, log)
+//	w, err := workerkit.New(nc, workerkit.Config{ID: "w1", DPSize: 2}, handler, log)
 //	...
 //	err = w.Start()
 //	defer w.Close()

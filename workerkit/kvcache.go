@@ -12,14 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
-
-// HeaderBlockHashes is the request header carrying the prompt's chained block
-// hashes (docs/protocol.md, Block hashes); kvindex.DecodeHashes decodes it.
-const HeaderBlockHashes = "Dispatch-Block-Hashes"
 
 // Defaults of [KVConfig].
 const (
@@ -29,7 +24,7 @@ const (
 	DefaultKVMaxPending = 256
 	// kvMaxRankOps bounds the hashes of one rank's changes waiting to be
 	// published: past it they are dropped and the rank is resynchronised.
-	kvMaxRankOps = 64 * kvindex.MaxHashes
+	kvMaxRankOps = 64 * wire.MaxHashes
 	// kvMinBackoff and kvMaxBackoff bound the wait before publishing again
 	// after a failed publish (no KV stream, no permission, no server), so
 	// that the resynchronisations it triggers do not spin.
@@ -72,12 +67,12 @@ type KVStats struct {
 
 // kvBatch is the changes of one rank that will form one event.
 type kvBatch struct {
-	cleared kvindex.Tiers
-	removed [kvindex.NumTiers][]uint64
-	stored  [kvindex.NumTiers][]uint64
+	cleared wire.Tiers
+	removed [wire.NumTiers][]uint64
+	stored  [wire.NumTiers][]uint64
 	// inStored: the tiers of each hash in stored, to tell a removal of a
 	// block stored in this batch (which must go in a later event).
-	inStored map[uint64]kvindex.Tiers
+	inStored map[uint64]wire.Tiers
 }
 
 // kvRank is one rank's state: its event counter and the batches not yet
@@ -181,9 +176,9 @@ func (w *Worker) kvPub() *kvPublisher {
 }
 
 // CacheStored tells the helper that rank now holds the blocks hashes (chained
-// block hashes, kvindex.ChainHashes) in tier. It does not block; the hashes
+// block hashes, wire.ChainHashes) in tier. It does not block; the hashes
 // are copied.
-func (w *Worker) CacheStored(rank int, tier kvindex.Tier, hashes []uint64) error {
+func (w *Worker) CacheStored(rank int, tier wire.Tier, hashes []uint64) error {
 	return w.kvChange(rank, func(p *kvPublisher, r *kvRank) {
 		for _, h := range hashes {
 			p.open(r, tier, false).store(tier, h)
@@ -194,7 +189,7 @@ func (w *Worker) CacheStored(rank int, tier kvindex.Tier, hashes []uint64) error
 
 // CacheRemoved tells the helper that rank dropped the blocks hashes from
 // tier. It does not block; the hashes are copied.
-func (w *Worker) CacheRemoved(rank int, tier kvindex.Tier, hashes []uint64) error {
+func (w *Worker) CacheRemoved(rank int, tier wire.Tier, hashes []uint64) error {
 	return w.kvChange(rank, func(p *kvPublisher, r *kvRank) {
 		for _, h := range hashes {
 			// A removal is applied before the stores of its event: a block
@@ -210,7 +205,7 @@ func (w *Worker) CacheRemoved(rank int, tier kvindex.Tier, hashes []uint64) erro
 }
 
 // CacheCleared tells the helper that rank dropped every block of tiers.
-func (w *Worker) CacheCleared(rank int, tiers kvindex.Tiers) error {
+func (w *Worker) CacheCleared(rank int, tiers wire.Tiers) error {
 	return w.kvChange(rank, func(p *kvPublisher, r *kvRank) {
 		b := r.batches[len(r.batches)-1]
 		// cleared is applied first in an event: after stores or removals in
@@ -227,16 +222,16 @@ func (w *Worker) CacheCleared(rank int, tiers kvindex.Tiers) error {
 // tier and then held, the blocks the rank holds in each tier. Changes of the
 // rank not yet published are dropped (the resynchronisation supersedes them).
 // Call it from [KVConfig.Resync], or at any time.
-func (w *Worker) CacheResync(rank int, held *[kvindex.NumTiers][]uint64) error {
+func (w *Worker) CacheResync(rank int, held *[wire.NumTiers][]uint64) error {
 	return w.kvChange(rank, func(p *kvPublisher, r *kvRank) {
 		r.batches = r.batches[:0]
 		r.ops = 0
 		r.resync = false
-		p.cut(r).cleared = kvindex.AllTiers
+		p.cut(r).cleared = wire.AllTiers
 		if held == nil {
 			return
 		}
-		for t := range kvindex.NumTiers {
+		for t := range wire.NumTiers {
 			for _, h := range held[t] {
 				p.open(r, t, false).store(t, h)
 				r.ops++
@@ -247,13 +242,13 @@ func (w *Worker) CacheResync(rank int, held *[kvindex.NumTiers][]uint64) error {
 }
 
 // kvChange applies one change to rank's batches under the publisher's lock.
-func (w *Worker) kvChange(rank int, f func(*kvPublisher, *kvRank), tier kvindex.Tier) error {
+func (w *Worker) kvChange(rank int, f func(*kvPublisher, *kvRank), tier wire.Tier) error {
 	p := w.kvPub()
 	if p == nil {
 		return fmt.Errorf("%w: not enabled", ErrKV)
 	}
 	i := rank - w.cfg.DPStart
-	if i < 0 || i >= len(p.ranks) || tier >= kvindex.NumTiers {
+	if i < 0 || i >= len(p.ranks) || tier >= wire.NumTiers {
 		return fmt.Errorf("%w: rank %d or tier %d outside the worker's", ErrKV, rank, tier)
 	}
 	p.mu.Lock()
@@ -285,10 +280,10 @@ func (b *kvBatch) hasRemoved() bool {
 }
 
 // store adds h to b's stored blocks of tier t.
-func (b *kvBatch) store(t kvindex.Tier, h uint64) {
+func (b *kvBatch) store(t wire.Tier, h uint64) {
 	b.stored[t] = append(b.stored[t], h)
 	if b.inStored == nil {
-		b.inStored = map[uint64]kvindex.Tiers{}
+		b.inStored = map[uint64]wire.Tiers{}
 	}
 	b.inStored[h] |= 1 << t
 }
@@ -308,13 +303,13 @@ func (p *kvPublisher) cut(r *kvRank) *kvBatch {
 
 // open returns r's open batch with room for one more hash in tier's stored
 // (or removed) list.
-func (p *kvPublisher) open(r *kvRank, t kvindex.Tier, removed bool) *kvBatch {
+func (p *kvPublisher) open(r *kvRank, t wire.Tier, removed bool) *kvBatch {
 	b := r.batches[len(r.batches)-1]
 	l := b.stored[t]
 	if removed {
 		l = b.removed[t]
 	}
-	if len(l) >= kvindex.MaxHashes {
+	if len(l) >= wire.MaxHashes {
 		b = &kvBatch{}
 		r.batches = append(r.batches, b)
 	}
@@ -445,7 +440,7 @@ func (p *kvPublisher) flush() {
 			_ = p.w.CacheResync(rank, nil)
 		}
 	}
-	var evs []*kvindex.Event
+	var evs []*wire.KVEvent
 	p.mu.Lock()
 	for i := range p.ranks {
 		r := &p.ranks[i]
@@ -454,7 +449,7 @@ func (p *kvPublisher) flush() {
 				continue
 			}
 			r.lastID++
-			evs = append(evs, &kvindex.Event{Instance: p.w.instance, ID: r.lastID, Rank: int32(p.w.cfg.DPStart + i),
+			evs = append(evs, &wire.KVEvent{Instance: p.w.instance, ID: r.lastID, Rank: int32(p.w.cfg.DPStart + i),
 				Cleared: b.cleared, Removed: b.removed, Stored: b.stored})
 		}
 		clear(r.batches)
@@ -468,8 +463,8 @@ func (p *kvPublisher) flush() {
 
 // publish sends one event asynchronously; a publish refused at once
 // resynchronises the rank.
-func (p *kvPublisher) publish(ev *kvindex.Event) {
-	body, err := kvindex.EncodeEvent(ev)
+func (p *kvPublisher) publish(ev *wire.KVEvent) {
+	body, err := wire.EncodeKVEvent(ev)
 	if err != nil {
 		p.w.log.Error().Err(err).Msg("encode KV cache event")
 		return

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/kvindex"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -20,12 +20,12 @@ import (
 type kvEngine struct {
 	mu   sync.Mutex
 	w    *workerkit.Worker
-	held map[int]*[kvindex.NumTiers]map[uint64]bool
+	held map[int]*[wire.NumTiers]map[uint64]bool
 }
 
-func (e *kvEngine) tiers(rank int) *[kvindex.NumTiers]map[uint64]bool {
+func (e *kvEngine) tiers(rank int) *[wire.NumTiers]map[uint64]bool {
 	if e.held[rank] == nil {
-		e.held[rank] = &[kvindex.NumTiers]map[uint64]bool{}
+		e.held[rank] = &[wire.NumTiers]map[uint64]bool{}
 		for t := range e.held[rank] {
 			e.held[rank][t] = map[uint64]bool{}
 		}
@@ -33,7 +33,7 @@ func (e *kvEngine) tiers(rank int) *[kvindex.NumTiers]map[uint64]bool {
 	return e.held[rank]
 }
 
-func (e *kvEngine) store(t *testing.T, rank int, tier kvindex.Tier, hs ...uint64) {
+func (e *kvEngine) store(t *testing.T, rank int, tier wire.Tier, hs ...uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, h := range hs {
@@ -44,7 +44,7 @@ func (e *kvEngine) store(t *testing.T, rank int, tier kvindex.Tier, hs ...uint64
 	}
 }
 
-func (e *kvEngine) remove(t *testing.T, rank int, tier kvindex.Tier, hs ...uint64) {
+func (e *kvEngine) remove(t *testing.T, rank int, tier wire.Tier, hs ...uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, h := range hs {
@@ -55,10 +55,10 @@ func (e *kvEngine) remove(t *testing.T, rank int, tier kvindex.Tier, hs ...uint6
 	}
 }
 
-func (e *kvEngine) clearTiers(t *testing.T, rank int, tiers kvindex.Tiers) {
+func (e *kvEngine) clearTiers(t *testing.T, rank int, tiers wire.Tiers) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for tier := range kvindex.NumTiers {
+	for tier := range wire.NumTiers {
 		if tiers.Has(tier) {
 			clear(e.tiers(rank)[tier])
 		}
@@ -72,7 +72,7 @@ func (e *kvEngine) clearTiers(t *testing.T, rank int, tiers kvindex.Tiers) {
 func (e *kvEngine) resync(rank int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var held [kvindex.NumTiers][]uint64
+	var held [wire.NumTiers][]uint64
 	for t, m := range e.tiers(rank) {
 		for h := range m {
 			held[t] = append(held[t], h)
@@ -81,23 +81,24 @@ func (e *kvEngine) resync(rank int) {
 	_ = e.w.CacheResync(rank, &held)
 }
 
-// kvReader applies the stream's events to an index, as the dispatcher does.
+// kvReader applies the stream's events to a plain model of what each rank
+// holds in each tier, following docs/protocol.md, KV cache events (a new
+// instance drops everything; cleared, then removed, then stored), and counts
+// the gaps in each rank's event_id.
 type kvReader struct {
 	mu     sync.Mutex
-	x      *kvindex.Index
+	held   map[int32]*[wire.NumTiers]map[uint64]bool
+	inst   map[int32]string
+	lastID map[int32]uint64
 	events int
 	gaps   int
 	drop   int // events still to drop as lost
-	last   kvindex.Event
+	last   wire.KVEvent
 }
 
 func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 	t.Helper()
-	x, err := kvindex.New(kvindex.Config{Weights: kvindex.DefaultWeights, MaxBlocks: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &kvReader{x: x}
+	r := &kvReader{held: map[int32]*[wire.NumTiers]map[uint64]bool{}, inst: map[int32]string{}, lastID: map[int32]uint64{}}
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_KV", Subjects: []string{"dispatch.kv.*"}}); err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 		t.Fatal(err)
 	}
 	cc, err := c.Consume(func(m jetstream.Msg) {
-		ev, err := kvindex.ParseEvent(m.Data())
+		ev, err := wire.ParseKVEvent(m.Data())
 		if err != nil {
 			t.Errorf("event %s: %v", m.Data(), err)
 			return
@@ -120,13 +121,7 @@ func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 			r.drop--
 			return
 		}
-		res, err := r.x.Apply("w1", &ev)
-		if err != nil {
-			t.Errorf("apply: %v", err)
-		}
-		if res.Gap {
-			r.gaps++
-		}
+		r.apply(&ev)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -135,29 +130,58 @@ func readKV(t *testing.T, js jetstream.JetStream) *kvReader {
 	return r
 }
 
-// matches reports whether the index holds exactly what the engine holds, per
-// rank and tier: each block the engine holds is in the index with at least
-// its tier's weight, and the index's pairs per tier are the engine's.
+// apply applies one event to the model; r.mu is held.
+func (r *kvReader) apply(ev *wire.KVEvent) {
+	tiers := r.held[ev.Rank]
+	if tiers == nil || r.inst[ev.Rank] != ev.Instance {
+		tiers = &[wire.NumTiers]map[uint64]bool{}
+		for t := range tiers {
+			tiers[t] = map[uint64]bool{}
+		}
+		r.held[ev.Rank], r.inst[ev.Rank], r.lastID[ev.Rank] = tiers, ev.Instance, 0
+	}
+	if ev.ID > r.lastID[ev.Rank]+1 {
+		r.gaps++
+	}
+	r.lastID[ev.Rank] = ev.ID
+	for t := range wire.NumTiers {
+		if ev.Cleared.Has(t) {
+			clear(tiers[t])
+		}
+		for _, h := range ev.Removed[t] {
+			delete(tiers[t], h)
+		}
+		for _, h := range ev.Stored[t] {
+			tiers[t][h] = true
+		}
+	}
+}
+
+// matches reports whether the model holds exactly what the engine holds, per
+// rank and tier.
 func (r *kvReader) matches(e *kvEngine, ranks []int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := r.x.Stats()
-	var total [kvindex.NumTiers]int
-	var o kvindex.Overlaps
 	for _, rank := range ranks {
+		got := r.held[int32(rank)]
 		for tier, m := range e.tiers(rank) {
-			total[tier] += len(m)
+			n := 0
+			if got != nil {
+				n = len(got[tier])
+			}
+			if n != len(m) {
+				return false
+			}
 			for h := range m {
-				r.x.Overlap([]uint64{h}, &o)
-				if hit := o.Of("w1", int32(rank)); hit.Blocks != 1 || hit.Weighted < kvindex.DefaultWeights[tier] {
+				if !got[tier][h] {
 					return false
 				}
 			}
 		}
 	}
-	return st.TierBlocks == total
+	return true
 }
 
 // TestKVEventsFollowTheEngine: an engine's stores, removals (including a
@@ -175,11 +199,11 @@ func TestKVEventsFollowTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
 	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync, FlushInterval: 50 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.CacheStored(4, kvindex.Device, []uint64{1}); err == nil {
+	if err := w.CacheStored(4, wire.Device, []uint64{1}); err == nil {
 		t.Fatal("CacheStored on rank 4 of a worker with ranks 2 and 3 succeeded")
 	}
 	if err := w.Start(); err != nil {
@@ -191,7 +215,7 @@ func TestKVEventsFollowTheEngine(t *testing.T) {
 	for round := range 20 {
 		for range 50 {
 			rank := ranks[rng.IntN(2)]
-			tier := kvindex.Tier(rng.IntN(int(kvindex.NumTiers)))
+			tier := wire.Tier(rng.IntN(int(wire.NumTiers)))
 			h := uint64(rng.IntN(40) + 1)
 			switch rng.IntN(10) {
 			case 0:
@@ -203,8 +227,8 @@ func TestKVEventsFollowTheEngine(t *testing.T) {
 			}
 		}
 		// Stored then removed at once: within one flush interval.
-		e.store(t, 2, kvindex.Device, 1000+uint64(round))
-		e.remove(t, 2, kvindex.Device, 1000+uint64(round))
+		e.store(t, 2, wire.Device, 1000+uint64(round))
+		e.remove(t, 2, wire.Device, 1000+uint64(round))
 		natstest.Eventually(t, 10*time.Second, func() bool { return rd.matches(e, ranks) }, "round %d: the index matches the engine", round)
 	}
 	rd.mu.Lock()
@@ -229,7 +253,7 @@ func TestKVResyncOnRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
 	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
 		t.Fatal(err)
 	}
@@ -238,24 +262,24 @@ func TestKVResyncOnRequest(t *testing.T) {
 	}
 	defer w.Close()
 	// More than one event's worth, so the resync spans two events.
-	many := make([]uint64, kvindex.MaxHashes+10)
+	many := make([]uint64, wire.MaxHashes+10)
 	for i := range many {
 		many[i] = uint64(i + 1)
 	}
-	e.store(t, 0, kvindex.Host, many...)
+	e.store(t, 0, wire.Host, many...)
 	natstest.Eventually(t, 10*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches the engine")
 	// The reader loses an event: the next one shows a gap, which makes the
 	// rank stale and drops its blocks.
 	rd.mu.Lock()
 	rd.drop = 1
 	rd.mu.Unlock()
-	e.store(t, 0, kvindex.Device, 999_999)
+	e.store(t, 0, wire.Device, 999_999)
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		rd.mu.Lock()
 		defer rd.mu.Unlock()
 		return rd.drop == 0
 	}, "an event lost")
-	e.store(t, 0, kvindex.Device, 888_888)
+	e.store(t, 0, wire.Device, 888_888)
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		rd.mu.Lock()
 		defer rd.mu.Unlock()
@@ -288,7 +312,7 @@ func TestKVPublishRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &kvEngine{w: w, held: map[int]*[kvindex.NumTiers]map[uint64]bool{}}
+	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
 	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +320,7 @@ func TestKVPublishRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	e.store(t, 0, kvindex.Device, 1, 2, 3)
+	e.store(t, 0, wire.Device, 1, 2, 3)
 	natstest.Eventually(t, 20*time.Second, func() bool { return w.KVStats().Failed >= 2 }, "failed publishes")
 	rd := readKV(t, js) // creates the stream
 	natstest.Eventually(t, 20*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches once the stream exists")

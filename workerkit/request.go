@@ -14,29 +14,6 @@ import (
 	"fairdispatch/wire"
 )
 
-// Header names of the wire contract (docs/protocol.md, Request headers; docs/protocol.md, Dispatch handshake). Dispatch-* names match
-// case-insensitively; see [HeaderValue].
-const (
-	HeaderRequestID    = "Dispatch-Request-Id"
-	HeaderClass        = "Dispatch-Class"
-	HeaderDPRank       = "Dispatch-DP-Rank"
-	HeaderSeq          = "Dispatch-Seq"
-	HeaderCost         = "Dispatch-Cost"
-	HeaderQueuedMs     = "Dispatch-Queued-Ms"
-	HeaderAck          = "Dispatch-Ack"
-	HeaderAckWaitMs    = "Dispatch-Ack-Wait-Ms"
-	HeaderISLTokens    = "Dispatch-ISL-Tokens"
-	HeaderCachedTokens = "Dispatch-Cached-Tokens"
-	HeaderReplyTo      = "Dispatch-Reply-To"
-	HeaderStatus       = "Dispatch-Status"
-	HeaderFairnessKey  = "Dispatch-Fairness-Key"
-	// StatusBusy is the Dispatch-Status value of a refusal.
-	StatusBusy = "busy"
-	// StatusMalformed is the Dispatch-Status value with which the helper
-	// refuses a dispatch it cannot read (no headers, and not a compact frame).
-	StatusMalformed = "malformed"
-)
-
 // JetStream acknowledgement bodies sent to a request's Dispatch-Ack subject.
 var (
 	ackAck      = []byte("+ACK")
@@ -126,11 +103,11 @@ const (
 
 func parseRequest(m *nats.Msg, dpStart int, now time.Time) *Request {
 	r := &Request{
-		RequestID:   HeaderValue(m.Header, HeaderRequestID),
-		Class:       HeaderValue(m.Header, HeaderClass),
+		RequestID:   HeaderValue(m.Header, wire.HeaderRequestID),
+		Class:       HeaderValue(m.Header, wire.HeaderClass),
 		DPRank:      dpStart,
-		Ack:         HeaderValue(m.Header, HeaderAck),
-		FairnessKey: strings.TrimSpace(HeaderValue(m.Header, HeaderFairnessKey)),
+		Ack:         HeaderValue(m.Header, wire.HeaderAck),
+		FairnessKey: strings.TrimSpace(HeaderValue(m.Header, wire.HeaderFairnessKey)),
 		Header:      m.Header,
 		Data:        m.Data,
 		ReceivedAt:  now,
@@ -147,14 +124,14 @@ func parseRequest(m *nats.Msg, dpStart int, now time.Time) *Request {
 		}
 		return v
 	}
-	r.Seq = num(HeaderSeq, 64)
-	r.Cost = num(HeaderCost, 64)
-	r.QueuedMs = num(HeaderQueuedMs, 64)
-	r.ISL = num(HeaderISLTokens, 64)
-	if HeaderValue(m.Header, HeaderDPRank) != "" {
-		r.DPRank = int(num(HeaderDPRank, 16))
+	r.Seq = num(wire.HeaderSeq, 64)
+	r.Cost = num(wire.HeaderCost, 64)
+	r.QueuedMs = num(wire.HeaderQueuedMs, 64)
+	r.ISL = num(wire.HeaderISLTokens, 64)
+	if HeaderValue(m.Header, wire.HeaderDPRank) != "" {
+		r.DPRank = int(num(wire.HeaderDPRank, 16))
 	}
-	r.setAckWait(num(HeaderAckWaitMs, 64))
+	r.setAckWait(num(wire.HeaderAckWaitMs, 64))
 	return r
 }
 
@@ -170,12 +147,12 @@ func parseCompact(m *nats.Msg, now time.Time) (*Request, error) {
 	r := &Request{
 		RequestID: d.RequestID, Class: d.Class, DPRank: int(d.DPRank), Seq: d.Seq, Cost: d.Cost,
 		QueuedMs: d.QueuedMs, Ack: d.Ack, Header: nats.Header(h), Compact: true, Data: body, ReceivedAt: now,
-		FairnessKey: strings.TrimSpace(HeaderValue(h, HeaderFairnessKey)),
+		FairnessKey: strings.TrimSpace(HeaderValue(h, wire.HeaderFairnessKey)),
 	}
-	if s := HeaderValue(h, HeaderISLTokens); s != "" {
+	if s := HeaderValue(h, wire.HeaderISLTokens); s != "" {
 		v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %w", HeaderISLTokens, err))
+			r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %w", wire.HeaderISLTokens, err))
 		} else {
 			r.ISL = v
 		}
@@ -189,7 +166,7 @@ func parseCompact(m *nats.Msg, now time.Time) (*Request, error) {
 func (r *Request) setAckWait(ms uint64) {
 	switch {
 	case ms > maxAckWaitMs:
-		r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %d ms is above %d", HeaderAckWaitMs, ms, maxAckWaitMs))
+		r.HeaderErrors = append(r.HeaderErrors, fmt.Errorf("header %s: %d ms is above %d", wire.HeaderAckWaitMs, ms, maxAckWaitMs))
 	case ms > 0:
 		r.AckWait = time.Duration(ms) * time.Millisecond
 	}

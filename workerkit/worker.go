@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // Handler decides on dispatched requests.
@@ -227,7 +228,7 @@ func (w *Worker) onMsg(m *nats.Msg) {
 	if m.Reply != "" {
 		reply := &nats.Msg{Subject: m.Reply}
 		if !accepted {
-			reply.Header = nats.Header{HeaderStatus: []string{StatusBusy}}
+			reply.Header = nats.Header{wire.HeaderStatus: []string{wire.StatusBusy}}
 		}
 		if err := w.nc.PublishMsg(reply); err != nil {
 			about(w.log.Error(), r).Err(err).Msg("reply to dispatch")
@@ -265,7 +266,7 @@ func (w *Worker) refuseMalformed(m *nats.Msg, err error) {
 	if m.Reply == "" {
 		return
 	}
-	if err := w.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{HeaderStatus: []string{StatusMalformed}}}); err != nil {
+	if err := w.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{wire.HeaderStatus: []string{wire.StatusMalformed}}}); err != nil {
 		w.log.Error().Err(err).Msg("reply to dispatch")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -343,12 +344,12 @@ func (b *bench) startFleet(n int, busy bool) (*fleet, error) {
 			if err := nc.Publish(m.Reply, nil); err != nil {
 				b.logf("fleet reply: %v", err)
 			}
-			if ack := m.Header.Get("Dispatch-Ack"); ack != "" {
+			if ack := m.Header.Get(wire.HeaderAck); ack != "" {
 				if err := nc.Publish(ack, []byte("+ACK")); err != nil {
 					b.logf("fleet ack: %v", err)
 				}
 			}
-			seq, _ := strconv.ParseUint(m.Header.Get("Dispatch-Seq"), 10, 64)
+			seq, _ := strconv.ParseUint(m.Header.Get(wire.HeaderSeq), 10, 64)
 			f.mu.Lock()
 			if seq > f.seen[id] {
 				f.seen[id] = seq

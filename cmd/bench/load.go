@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"fairdispatch/wire"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -262,13 +264,13 @@ func (p *publisher) close() { p.nc.Close() }
 func message(t *tracker, i int, subjects []string, isl uint64, size, keys int) *nats.Msg {
 	m := &nats.Msg{Subject: subjects[i%len(subjects)], Data: t.body(i, size)}
 	if isl > 0 {
-		m.Header = nats.Header{"Dispatch-ISL-Tokens": []string{strconv.FormatUint(isl, 10)}}
+		m.Header = nats.Header{wire.HeaderISLTokens: []string{strconv.FormatUint(isl, 10)}}
 	}
 	if keys > 1 {
 		if m.Header == nil {
 			m.Header = nats.Header{}
 		}
-		m.Header["Dispatch-Fairness-Key"] = []string{"k" + strconv.Itoa(i%keys)}
+		m.Header[wire.HeaderFairnessKey] = []string{"k" + strconv.Itoa(i%keys)}
 	}
 	return m
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // roleEnv, when set in the environment, makes this program one of the helper
@@ -149,7 +150,7 @@ func forwarderRole(args []string) error {
 		if h == nil {
 			h = nats.Header{}
 		}
-		h["Dispatch-Ack"] = []string{m.Reply()}
+		h[wire.HeaderAck] = []string{m.Reply()}
 		next++
 		if err := nc.PublishMsg(&nats.Msg{
 			Subject: subjects[next%uint64(workers)],

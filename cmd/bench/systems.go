@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -124,7 +125,7 @@ func (b *bench) startBare() (*system, error) {
 			if err := nc.Publish(m.Reply, nil); err != nil {
 				b.logf("bare worker reply: %v", err)
 			}
-			if ack := m.Header.Get("Dispatch-Ack"); ack != "" {
+			if ack := m.Header.Get(wire.HeaderAck); ack != "" {
 				if err := nc.Publish(ack, []byte("+ACK")); err != nil {
 					b.logf("bare worker ack: %v", err)
 				}

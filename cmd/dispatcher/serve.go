@@ -32,6 +32,7 @@ import (
 	"fairdispatch/metrics"
 	"fairdispatch/naming"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 // serve runs the dispatcher with policy pol until ctx ends.
@@ -190,7 +191,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		PolicyRevision: polRev, PolicySource: polSource}, dispatcher.Deps{
 		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
 		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
-		Outcome: func(subj string, o bus.OutcomeMsg) error { return bus.PublishOutcome(nc, subj, o) },
+		Outcome: func(subj string, o wire.Outcome) error { return bus.PublishOutcome(nc, subj, o) },
 		Metrics: m, Trace: tracer(rec), Log: log,
 		KV:        kv,
 		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"fairdispatch/bus"
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 func init() {
@@ -140,14 +140,14 @@ type letter struct {
 // size as stored.
 func letterOf(seq uint64, t time.Time, subject string, h nats.Header, size int) letter {
 	l := letter{
-		Seq: seq, Time: t.UTC(), Class: h.Get(bus.HeaderClass), Error: h.Get(bus.HeaderError),
-		RequestID: h.Get(bus.HeaderRequestID), Message: h.Get(bus.HeaderErrorMessage),
-		Subject: h.Get(bus.HeaderSubject), Size: size, HeadersDropped: h.Get(bus.HeaderHeadersDropped),
+		Seq: seq, Time: t.UTC(), Class: h.Get(wire.HeaderClass), Error: h.Get(wire.HeaderError),
+		RequestID: h.Get(wire.HeaderRequestID), Message: h.Get(wire.HeaderErrorMessage),
+		Subject: h.Get(wire.HeaderSubject), Size: size, HeadersDropped: h.Get(wire.HeaderHeadersDropped),
 	}
 	if l.Class == "" {
 		l.Class = subject[strings.LastIndexByte(subject, '.')+1:]
 	}
-	if v := h.Get(bus.HeaderBodyDropped); v != "" {
+	if v := h.Get(wire.HeaderBodyDropped); v != "" {
 		l.BodyDropped = true
 		if n, err := strconv.Atoi(v); err == nil {
 			l.Size = n
@@ -415,8 +415,8 @@ func replayID(seq uint64, requestID string) string {
 // original headers without the ones the dispatcher added to the letter and
 // without any Nats-* header, with Nats-Msg-Id set to id.
 func replayHeader(h nats.Header, id string) nats.Header {
-	ours := []string{bus.HeaderError, bus.HeaderErrorMessage, bus.HeaderRequestID, bus.HeaderClass,
-		bus.HeaderHeadersDropped, bus.HeaderBodyDropped, bus.HeaderSubject}
+	ours := []string{wire.HeaderError, wire.HeaderErrorMessage, wire.HeaderRequestID, wire.HeaderClass,
+		wire.HeaderHeadersDropped, wire.HeaderBodyDropped, wire.HeaderSubject}
 	out := make(nats.Header, len(h))
 	for k, v := range h {
 		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
@@ -427,7 +427,7 @@ func replayHeader(h nats.Header, id string) nats.Header {
 		}
 		out[k] = slices.Clone(v)
 	}
-	out.Set(bus.HeaderMsgID, id)
+	out.Set(wire.HeaderMsgID, id)
 	return out
 }
 

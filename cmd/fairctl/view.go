@@ -15,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"fairdispatch/wire"
 )
 
 func init() {
@@ -23,50 +25,13 @@ func init() {
 	commands["top"] = command{summary: "a live view of queues and workers, redrawn every second (q or Ctrl-C quits)", run: runTop}
 }
 
-// queuesView is the part of the admin API's GET /debug/queues that fairctl
-// shows (docs/operations.md, Queues, workers and fairctl top).
+// queuesView is the admin API's GET /debug/queues (wire.QueueView), with the
+// classes and workers also as received, for --json: a newer dispatcher's
+// fields are printed although this fairctl does not know them.
 type queuesView struct {
-	At            time.Time       `json:"at"`
-	Connected     bool            `json:"connected"`
-	Grace         bool            `json:"startup_grace"`
-	Held          int             `json:"held"`
-	InFlight      int             `json:"in_flight"`
-	NoLiveWorkers bool            `json:"no_live_workers"`
-	Classes       []classRow      `json:"classes"`
-	Workers       []workerRow     `json:"workers"`
-	RawClasses    json.RawMessage `json:"-"`
-	RawWorkers    json.RawMessage `json:"-"`
-}
-
-type classRow struct {
-	Name         string  `json:"name"`
-	Pending      int     `json:"pending_requests"`
-	ISLTokens    uint64  `json:"pending_isl_tokens"`
-	Deficit      int64   `json:"deficit"`
-	OldestWaitMs int64   `json:"oldest_wait_ms"`
-	Dispatched   uint64  `json:"dispatched"`
-	DispatchRate float64 `json:"dispatch_rate"`
-	// Keys is the number of fairness keys the class tracks: backlogged or
-	// owed a cost correction (docs/design.md, Fairness keys).
-	Keys int `json:"fairness_keys"`
-}
-
-type workerRow struct {
-	ID         string    `json:"worker_id"`
-	Draining   bool      `json:"draining"`
-	Excluded   bool      `json:"excluded"`
-	Overloaded bool      `json:"overloaded"`
-	Ranks      []rankRow `json:"ranks"`
-}
-
-type rankRow struct {
-	Rank            int32  `json:"dp_rank"`
-	ReportedPrefill uint64 `json:"reported_prefill_tokens"`
-	BookedPrefill   uint64 `json:"booked_prefill_tokens"`
-	Prefill         uint64 `json:"active_prefill_tokens"`
-	DecodeBlocks    uint64 `json:"active_decode_blocks"`
-	KVUsedBlocks    uint64 `json:"kv_used_blocks"`
-	ActiveRequests  uint64 `json:"active_requests"`
+	wire.QueueView
+	RawClasses json.RawMessage
+	RawWorkers json.RawMessage
 }
 
 // fetchQueues gets GET /debug/queues from the admin API.
@@ -98,7 +63,7 @@ func (g *globals) fetchQueues(ctx context.Context) (*queuesView, error) {
 		Classes json.RawMessage `json:"classes"`
 		Workers json.RawMessage `json:"workers"`
 	}
-	if err := json.Unmarshal(body, &v); err != nil {
+	if err := json.Unmarshal(body, &v.QueueView); err != nil {
 		return nil, fmt.Errorf("admin API: GET %s: %w", url, err)
 	}
 	if err := json.Unmarshal(body, &raw); err != nil {

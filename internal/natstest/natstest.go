@@ -275,7 +275,7 @@ func (d *FakeDispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	if meta != nil {
 		queuedMs = max(0, time.Since(meta.Timestamp).Milliseconds())
 	}
-	replyTo := m.Headers().Get("Dispatch-Reply-To")
+	replyTo := m.Headers().Get(wire.HeaderReplyTo)
 	wid, reject := d.route(class, m)
 	if reject != "" {
 		d.mu.Lock()
@@ -293,25 +293,25 @@ func (d *FakeDispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	d.seq[wid]++
 	seq := d.seq[wid]
 	d.mu.Unlock()
-	isl, _ := strconv.ParseUint(m.Headers().Get("Dispatch-ISL-Tokens"), 10, 64)
-	cached, _ := strconv.ParseUint(m.Headers().Get("Dispatch-Cached-Tokens"), 10, 64)
+	isl, _ := strconv.ParseUint(m.Headers().Get(wire.HeaderISLTokens), 10, 64)
+	cached, _ := strconv.ParseUint(m.Headers().Get(wire.HeaderCachedTokens), 10, 64)
 	cost := max(1, isl-min(cached, isl))
 	out := nats.NewMsg(d.prefix + ".work." + wid)
 	for k, v := range m.Headers() {
 		out.Header[k] = v
 	}
-	out.Header.Set("Dispatch-Request-Id", id)
-	out.Header.Set("Dispatch-Class", class)
-	out.Header.Set("Dispatch-DP-Rank", "0")
-	out.Header.Set("Dispatch-Seq", strconv.FormatUint(seq, 10))
-	out.Header.Set("Dispatch-Cost", strconv.FormatUint(cost, 10))
-	out.Header.Set("Dispatch-Queued-Ms", strconv.FormatInt(queuedMs, 10))
-	out.Header.Set("Dispatch-Ack", m.Reply())
+	out.Header.Set(wire.HeaderRequestID, id)
+	out.Header.Set(wire.HeaderClass, class)
+	out.Header.Set(wire.HeaderDPRank, "0")
+	out.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+	out.Header.Set(wire.HeaderCost, strconv.FormatUint(cost, 10))
+	out.Header.Set(wire.HeaderQueuedMs, strconv.FormatInt(queuedMs, 10))
+	out.Header.Set(wire.HeaderAck, m.Reply())
 	out.Data = m.Data()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := d.nc.RequestMsgWithContext(rctx, out)
-	if err != nil || resp.Header.Get("Dispatch-Status") == "busy" {
+	if err != nil || resp.Header.Get(wire.HeaderStatus) == "busy" {
 		d.mu.Lock()
 		d.refused++
 		d.mu.Unlock()
@@ -344,10 +344,10 @@ func DispatchHeader(m *nats.Msg) (nats.Header, []byte, error) {
 	if hdr == nil {
 		hdr = nats.Header{}
 	}
-	for k, v := range map[string]string{"Dispatch-Request-Id": d.RequestID, "Dispatch-Class": d.Class,
-		"Dispatch-DP-Rank": strconv.FormatUint(uint64(d.DPRank), 10), "Dispatch-Seq": strconv.FormatUint(d.Seq, 10),
-		"Dispatch-Cost": strconv.FormatUint(d.Cost, 10), "Dispatch-Queued-Ms": strconv.FormatUint(d.QueuedMs, 10),
-		"Dispatch-Ack": d.Ack, "Dispatch-Ack-Wait-Ms": strconv.FormatUint(d.AckWaitMs, 10)} {
+	for k, v := range map[string]string{wire.HeaderRequestID: d.RequestID, wire.HeaderClass: d.Class,
+		wire.HeaderDPRank: strconv.FormatUint(uint64(d.DPRank), 10), wire.HeaderSeq: strconv.FormatUint(d.Seq, 10),
+		wire.HeaderCost: strconv.FormatUint(d.Cost, 10), wire.HeaderQueuedMs: strconv.FormatUint(d.QueuedMs, 10),
+		wire.HeaderAck: d.Ack, wire.HeaderAckWaitMs: strconv.FormatUint(d.AckWaitMs, 10)} {
 		if _, dup := hdr[k]; dup {
 			return nil, nil, fmt.Errorf("the frame's headers hold %s, which the dispatcher sets", k)
 		}

@@ -36,7 +36,7 @@ policy_classes:
     request_queue_limit_per_worker: 1024
 `
 
-// frlView is the part of /debug/queues (dispatcher.View) these tests read.
+// frlView is the part of /debug/queues (wire.QueueView) these tests read.
 type frlView struct {
 	Classes []struct {
 		Name    string `json:"name"`

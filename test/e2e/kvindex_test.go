@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // TestKVIndexSurvivesRestart is acceptance 4 of issue 11: KV cache events of
@@ -52,10 +52,10 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 	startMock(t, ncW, mockworker.Config{ID: "w1"})
 	startMock(t, ncW, mockworker.Config{ID: "w2"})
 
-	prompt := kvindex.ChainHashes(nil, make([]uint32, 64*16), 16) // 64 blocks
-	ev := &kvindex.Event{Instance: "w2-boot", ID: 1}
-	ev.Stored[kvindex.Device] = prompt
-	body, err := kvindex.EncodeEvent(ev)
+	prompt := wire.ChainHashes(nil, make([]uint32, 64*16), 16) // 64 blocks
+	ev := &wire.KVEvent{Instance: "w2-boot", ID: 1}
+	ev.Stored[wire.Device] = prompt
+	body, err := wire.EncodeKVEvent(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 		m.Header.Set("Nats-Msg-Id", id)
 		m.Header.Set("Dispatch-ISL-Tokens", "1024")
 		if withHashes {
-			m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(prompt))
+			m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(prompt))
 		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)

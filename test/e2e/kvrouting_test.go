@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"fairdispatch/kvindex"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
@@ -195,9 +194,9 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 	defer cancel()
 	kvEvent := func(id uint64, rank int32, stored, removed []uint64) {
 		t.Helper()
-		ev := &kvindex.Event{Instance: "fresh-w1", ID: id, Rank: rank}
-		ev.Stored[kvindex.Device], ev.Removed[kvindex.Device] = stored, removed
-		body, err := kvindex.EncodeEvent(ev)
+		ev := &wire.KVEvent{Instance: "fresh-w1", ID: id, Rank: rank}
+		ev.Stored[wire.Device], ev.Removed[wire.Device] = stored, removed
+		body, err := wire.EncodeKVEvent(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,13 +204,13 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 			t.Fatal(err)
 		}
 	}
-	prompt := kvindex.ChainHashes(nil, make([]uint32, 64*16), 16)
+	prompt := wire.ChainHashes(nil, make([]uint32, 64*16), 16)
 	send := func(id string) {
 		t.Helper()
 		m := nats.NewMsg("dispatch.req.default")
 		m.Header.Set("Nats-Msg-Id", id)
 		m.Header.Set("Dispatch-ISL-Tokens", "1024")
-		m.Header.Set("Dispatch-Block-Hashes", kvindex.EncodeHashes(prompt))
+		m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(prompt))
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package kvindex
+package wire
 
 import (
 	"encoding/base64"
@@ -21,7 +21,7 @@ const (
 // dst is too short. It panics if blockSize < 1.
 func ChainHashes(dst []uint64, tokens []uint32, blockSize int) []uint64 {
 	if blockSize < 1 {
-		panic("kvindex: block size must be at least 1")
+		panic("wire: block size must be at least 1")
 	}
 	var prev uint64
 	for len(tokens) >= blockSize {
@@ -52,6 +52,10 @@ func EncodeHashes(hashes []uint64) string {
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// MaxHashes bounds the hashes of one list: a request's Dispatch-Block-Hashes,
+// and each tier's list of a KV cache event's stored or removed.
+const MaxHashes = 8192
 
 // Errors of DecodeHashes.
 var (

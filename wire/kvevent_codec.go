@@ -1,54 +1,63 @@
-package kvindex
+package wire
 
 import (
 	"encoding/json"
 	"strconv"
-
-	"fairdispatch/wire"
 )
 
-// The JSON record of a KV cache event is wire.KVEvent (docs/protocol.md, KV
-// cache events); ParseEvent validates one into an Event, EncodeEvent writes one.
+// MaxKVInstanceLen bounds the bytes of a KV cache event's instance (at least 1).
+const MaxKVInstanceLen = 64
 
-// EventError says why an event body was rejected.
-type EventError struct {
+// KVEvent is one decoded cache event of a worker rank (docs/protocol.md, KV cache
+// events). It is applied in this order: Cleared, then Removed, then Stored.
+type KVEvent struct {
+	Instance string             // the worker process; 1 to MaxKVInstanceLen bytes
+	ID       uint64             // event_id: 1, 2, 3... per rank within an instance
+	Rank     int32              // dp_rank, in [0, MaxRank]
+	Cleared  Tiers              // tiers whose blocks the rank dropped
+	Removed  [NumTiers][]uint64 // blocks the rank dropped, per tier
+	Stored   [NumTiers][]uint64 // blocks the rank now holds, per tier
+}
+
+// KVEventError says why an event body was rejected.
+type KVEventError struct {
 	Field  string // the JSON field at fault, e.g. "stored.device"; "" for the body
 	Reason string
 }
 
 // Error returns e.g. `kv event: stored.device: is not base64url without padding`.
-func (e *EventError) Error() string {
+func (e *KVEventError) Error() string {
 	if e.Field == "" {
 		return "kv event: " + e.Reason
 	}
 	return "kv event: " + e.Field + ": " + e.Reason
 }
 
-// ParseEvent decodes and validates the JSON body of one KV cache event
-// (docs/protocol.md, KV cache events). instance (1 to MaxInstanceLen bytes)
+// ParseKVEvent decodes and validates the JSON body of one KV cache event
+// (docs/protocol.md, KV cache events). instance (1 to MaxKVInstanceLen bytes)
 // and event_id (>= 1) are required; dp_rank is in [0, MaxRank] and 0 when
 // absent; stored and removed map known tier names to non-empty hash lists
 // of at most MaxHashes hashes, decoded strictly (DecodeHashes); cleared lists
 // known tier names, each at most once. Unknown fields are ignored and field
 // names match as encoding/json matches them, as for load reports. A rejected
-// body yields an *EventError.
-func ParseEvent(data []byte) (Event, error) {
-	var ev Event
-	var r wire.KVEvent
+// body yields an *KVEventError.
+func ParseKVEvent(data []byte) (KVEvent, error) {
+	var ev KVEvent
+	var r kvEventJSON
 	if err := json.Unmarshal(data, &r); err != nil {
-		return ev, &EventError{Reason: "is not a JSON object of the KV event fields: " + err.Error()}
+		return ev, &KVEventError{Reason: "is not a JSON object of the KV event fields: " + err.Error()}
 	}
 	switch {
 	case r.Instance == nil:
-		return ev, &EventError{Field: "instance", Reason: "is missing"}
-	case *r.Instance == "" || len(*r.Instance) > MaxInstanceLen:
-		return ev, &EventError{Field: "instance", Reason: "must be 1 to " + strconv.Itoa(MaxInstanceLen) + " bytes"}
+		return ev, &KVEventError{Field: "instance", Reason: "is missing"}
+	case *r.Instance == "" || len(*r.Instance) > MaxKVInstanceLen:
+		return ev, &KVEventError{Field: "instance", Reason: "must be 1 to " + strconv.Itoa(MaxKVInstanceLen) + " bytes"}
 	case r.EventID == nil:
-		return ev, &EventError{Field: "event_id", Reason: "is missing"}
+		return ev, &KVEventError{Field: "event_id", Reason: "is missing"}
 	case *r.EventID == 0:
-		return ev, &EventError{Field: "event_id", Reason: "must be at least 1"}
+		return ev, &KVEventError{Field: "event_id", Reason: "must be at least 1"}
 	case r.DPRank != nil && (*r.DPRank < 0 || *r.DPRank > MaxRank):
-		return ev, &EventError{Field: "dp_rank", Reason: "must be in [0, " + strconv.Itoa(MaxRank) + "]"}
+		return ev, &KVEventError{Field: "dp_rank", Reason: "must be in [0, " + strconv.Itoa(MaxRank) + "]"}
 	}
 	ev.Instance, ev.ID = *r.Instance, *r.EventID
 	if r.DPRank != nil {
@@ -57,10 +66,10 @@ func ParseEvent(data []byte) (Event, error) {
 	for _, name := range r.Cleared {
 		t, ok := ParseTier(name)
 		if !ok {
-			return ev, &EventError{Field: "cleared", Reason: "names an unknown tier " + strconv.Quote(cutName(name))}
+			return ev, &KVEventError{Field: "cleared", Reason: "names an unknown tier " + strconv.Quote(cutName(name))}
 		}
 		if ev.Cleared.Has(t) {
-			return ev, &EventError{Field: "cleared", Reason: "names " + name + " twice"}
+			return ev, &KVEventError{Field: "cleared", Reason: "names " + name + " twice"}
 		}
 		ev.Cleared |= 1 << t
 	}
@@ -82,13 +91,13 @@ func decodeTiers(field string, m map[string]string, dst *[NumTiers][]uint64) err
 		}
 		hs, err := DecodeHashes(nil, v)
 		if err != nil {
-			return &EventError{Field: field + "." + t.String(), Reason: err.Error()}
+			return &KVEventError{Field: field + "." + t.String(), Reason: err.Error()}
 		}
 		dst[t] = hs
 	}
 	for name := range m {
 		if _, ok := ParseTier(name); !ok {
-			return &EventError{Field: field, Reason: "names an unknown tier " + strconv.Quote(cutName(name))}
+			return &KVEventError{Field: field, Reason: "names an unknown tier " + strconv.Quote(cutName(name))}
 		}
 	}
 	return nil
@@ -101,11 +110,11 @@ func cutName(s string) string {
 	return s
 }
 
-// EncodeEvent returns the JSON body of an event, as ParseEvent reads it:
+// EncodeKVEvent returns the JSON body of an event, as ParseKVEvent reads it:
 // empty hash lists are left out.
-func EncodeEvent(ev *Event) ([]byte, error) {
+func EncodeKVEvent(ev *KVEvent) ([]byte, error) {
 	inst, id, rank := ev.Instance, ev.ID, int64(ev.Rank)
-	r := wire.KVEvent{Instance: &inst, EventID: &id, DPRank: &rank}
+	r := kvEventJSON{Instance: &inst, EventID: &id, DPRank: &rank}
 	for t := range NumTiers {
 		if ev.Cleared.Has(t) {
 			r.Cleared = append(r.Cleared, t.String())

@@ -1,0 +1,102 @@
+package wire
+
+// Header names of the protocol, spelt as docs/protocol.md spells them. Every
+// Dispatch-* name is defined here once; a reader matches Dispatch-* names
+// case-insensitively (docs/protocol.md, Request headers), a writer sends them
+// in this casing.
+
+// HeaderPrefix begins every header name of the protocol but Nats-Msg-Id:
+// the Dispatch-* namespace, matched case-insensitively.
+const HeaderPrefix = "Dispatch-"
+
+// Request headers: what a producer may put on a request it publishes to
+// <prefix>.req.<class> (docs/protocol.md, Request headers). All are optional.
+const (
+	HeaderMsgID           = "Nats-Msg-Id" // the request id and JetStream's dedupe key; matched exactly
+	HeaderISLTokens       = "Dispatch-ISL-Tokens"
+	HeaderCachedTokens    = "Dispatch-Cached-Tokens"
+	HeaderWorkerOverlap   = "Dispatch-Worker-Overlap"
+	HeaderStrictPriority  = "Dispatch-Strict-Priority"
+	HeaderPriority        = "Dispatch-Priority"
+	HeaderWorker          = "Dispatch-Worker"
+	HeaderDPRank          = "Dispatch-DP-Rank" // also a dispatch header: the rank chosen
+	HeaderAllowedWorkers  = "Dispatch-Allowed-Workers"
+	HeaderRequiredTaints  = "Dispatch-Required-Taints"
+	HeaderPreferredTaints = "Dispatch-Preferred-Taints"
+	HeaderDeadlineMs      = "Dispatch-Deadline-Ms"
+	HeaderReplyTo         = "Dispatch-Reply-To"
+	HeaderFairnessKey     = "Dispatch-Fairness-Key"
+	HeaderBlockHashes     = "Dispatch-Block-Hashes"
+)
+
+// Dispatch headers: what the dispatcher adds to a request it sends to
+// <prefix>.work.<worker_id> in the header form (docs/protocol.md, Dispatch
+// handshake), with HeaderDPRank. Any producer-sent variant of them is removed
+// first.
+const (
+	HeaderRequestID = "Dispatch-Request-Id" // also on dead letters
+	HeaderClass     = "Dispatch-Class"      // also on dead letters
+	HeaderSeq       = "Dispatch-Seq"
+	HeaderCost      = "Dispatch-Cost"
+	HeaderQueuedMs  = "Dispatch-Queued-Ms"
+	HeaderAck       = "Dispatch-Ack"
+	HeaderAckWaitMs = "Dispatch-Ack-Wait-Ms"
+)
+
+// DispatchHeaders lists the eight headers of a header-form dispatch in the
+// order of docs/protocol.md's table. The slice must not be modified.
+var DispatchHeaders = []string{HeaderRequestID, HeaderClass, HeaderDPRank, HeaderSeq,
+	HeaderCost, HeaderQueuedMs, HeaderAck, HeaderAckWaitMs}
+
+// HeaderStatus is the header of a worker's answer to a dispatch
+// (docs/protocol.md, Accepting and refusing): absent accepts, StatusBusy
+// refuses; StatusMalformed refuses a dispatch the worker cannot read.
+const (
+	HeaderStatus    = "Dispatch-Status"
+	StatusBusy      = "busy"
+	StatusMalformed = "malformed"
+)
+
+// Dead-letter headers: what the dispatcher adds to a request it dead-letters
+// to <prefix>.dlq.<class> (docs/protocol.md, Dead letters), with
+// HeaderRequestID and HeaderClass.
+const (
+	HeaderError          = "Dispatch-Error"
+	HeaderErrorMessage   = "Dispatch-Error-Message"
+	HeaderBodyDropped    = "Dispatch-Body-Dropped"
+	HeaderHeadersDropped = "Dispatch-Headers-Dropped"
+	HeaderSubject        = "Dispatch-Subject"
+)
+
+// HeaderOutputTokens is a convention of this project's load generator and
+// mock worker, outside the contract: the output tokens the mock engine
+// generates for the request (docs/protocol.md, Worker side: the Go helper and
+// the mock worker). The dispatcher forwards it like any producer header.
+const HeaderOutputTokens = "Dispatch-Output-Tokens"
+
+// Bounds of the request headers (docs/protocol.md, Request headers). A value
+// outside them is malformed: the request is rejected as bad_request.
+const (
+	MaxTokens     = 1 << 40    // Dispatch-ISL-Tokens, Dispatch-Cached-Tokens, overlap tokens
+	MaxStrict     = 1<<31 - 1  // Dispatch-Strict-Priority
+	MaxJump       = 1e6        // Dispatch-Priority
+	MaxWeight     = 1e6        // magnitude of a Dispatch-Preferred-Taints weight
+	MaxRank       = 65535      // Dispatch-DP-Rank, and every data-parallel rank
+	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
+	MaxTokenLen   = 128        // bytes in a worker id or a taint
+	MaxKeyLen     = 64         // bytes in a Dispatch-Fairness-Key
+	// MaxListItems bounds the items of each list header: Dispatch-Worker-Overlap,
+	// Dispatch-Allowed-Workers, Dispatch-Required-Taints and
+	// Dispatch-Preferred-Taints.
+	MaxListItems = 256
+	// MaxValueBytes bounds the length in bytes of the value of Nats-Msg-Id and of
+	// each Dispatch-* header but Dispatch-Block-Hashes, surrounding whitespace
+	// included. Every valid value fits easily: the longest, a 256-item overlap
+	// list, is under 37 KiB. The whole message, headers and body, is bounded by
+	// the NATS server's max_payload.
+	MaxValueBytes = 64 << 10
+	// MaxHashValueBytes bounds the value of Dispatch-Block-Hashes instead of
+	// MaxValueBytes: MaxHashes hashes take 87,382 bytes, and the rest leaves
+	// room for optional whitespace.
+	MaxHashValueBytes = 96 << 10
+)
