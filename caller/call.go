@@ -32,28 +32,7 @@ type Event struct {
 	Seq     uint64
 	Data    []byte
 	Outcome *wire.Outcome
-	End     *End
-}
-
-// End is the body of an end message (docs/protocol.md, Responses).
-type End struct {
-	// Status is the Dispatch-Response-Status: ok, error, cancelled, ...
-	Status string `json:"status"`
-	// Chunks is the number of chunks sent before the end.
-	Chunks uint64 `json:"chunks"`
-	// Usage is the engine's token usage, when it reported one.
-	Usage *Usage `json:"usage,omitempty"`
-	// Error says what went wrong (status error).
-	Error string `json:"error,omitempty"`
-	// FinishReason is the engine's finish reason, when it gave one.
-	FinishReason string `json:"finish_reason,omitempty"`
-}
-
-// Usage is an end record's token usage.
-type Usage struct {
-	PromptTokens     uint64 `json:"prompt_tokens"`
-	CachedTokens     uint64 `json:"cached_tokens"`
-	CompletionTokens uint64 `json:"completion_tokens"`
+	End     *wire.ResponseEnd
 }
 
 // Call is one published request and its response.
@@ -70,7 +49,7 @@ type Call struct {
 	seen      uint64 // chunks received in order
 	queue     []Event
 	lastHeard time.Time // last message of exec, once a chunk was seen
-	end       *End
+	end       *wire.ResponseEnd
 	err       error // terminal: rejected, broken, cancelled
 	cancelled bool
 	closed    bool
@@ -89,7 +68,8 @@ func (c *Call) Subject() string { return c.subject }
 
 // Duplicate reports whether JetStream deduplicated the publication: a request
 // with this id was stored before (inside the duplicate window). The call then
-// follows that request's response, if it is still running.
+// follows that request's response, if it is still running; it never cancels
+// it (Close only unsubscribes): the first attempt owns the request.
 func (c *Call) Duplicate() bool { return c.duplicate }
 
 // Chunks returns how many chunks have arrived in order.
@@ -125,48 +105,58 @@ func answer(m *nats.Msg, v string) {
 		return
 	}
 	r := nats.NewMsg(m.Reply)
-	r.Header.Set(HeaderResponse, v)
+	r.Header.Set(wire.HeaderResponse, v)
 	_ = m.RespondMsg(r)
 }
 
 // onMsg handles every message on the response subject (nats.go's goroutine
-// of the subscription: one at a time, in order).
+// of the subscription: one at a time, in order), answering as
+// docs/protocol.md, What the producer answers, says.
 func (c *Call) onMsg(m *nats.Msg) {
-	kind := hv(m.Header, HeaderResponse)
+	kind := hv(m.Header, wire.HeaderResponse)
 	if kind == "" {
 		c.onOutcome(m)
 		return
 	}
-	exec := hv(m.Header, HeaderExecution)
+	exec := hv(m.Header, wire.HeaderExecution)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	over := c.cancelled || c.closed || c.end != nil || c.err != nil
 	switch kind {
-	case respClaim:
+	case wire.MsgClaim:
 		switch {
-		case c.cancelled || c.closed || c.end != nil || c.err != nil:
-			answer(m, respTaken)
+		case over:
+			answer(m, wire.AnswerCancel)
 		case c.seen > 0 && exec != c.exec:
-			answer(m, respTaken)
+			answer(m, wire.AnswerTaken)
 		default:
-			c.exec = exec
-			answer(m, respGo)
+			c.exec = exec // the newest claim wins until a chunk is seen
+			answer(m, wire.AnswerGo)
 		}
-	case respPing:
-		if c.cancelled || c.closed || c.end != nil || c.err != nil || exec != c.exec {
-			answer(m, respCancel)
-			return
+	case wire.MsgPing:
+		switch {
+		case over:
+			answer(m, wire.AnswerCancel)
+		case exec != c.exec:
+			answer(m, wire.AnswerTaken)
+		default:
+			if n, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq)); err == nil && n > c.seen {
+				c.breakLocked("the worker sent " + strconv.FormatUint(n, 10) + " chunks, " + strconv.FormatUint(c.seen, 10) + " arrived")
+				answer(m, wire.AnswerCancel)
+				return
+			}
+			if c.seen > 0 {
+				c.lastHeard = time.Now()
+			}
+			answer(m, wire.AnswerOK)
 		}
-		if c.seen > 0 {
-			c.lastHeard = time.Now()
-		}
-		answer(m, respOK)
-	case respChunk:
-		if exec != c.exec || c.end != nil || c.err != nil || c.cancelled {
+	case wire.MsgChunk:
+		if over || exec != c.exec {
 			return // a superseded execution's, or after the end
 		}
-		seq, err := strconv.ParseUint(hv(m.Header, HeaderResponseSeq), 10, 64)
+		seq, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq))
 		if err != nil || seq != c.seen+1 {
-			c.breakLocked("chunk " + strconv.Quote(hv(m.Header, HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due")
+			c.breakLocked("chunk " + strconv.Quote(hv(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due")
 			return
 		}
 		if len(c.queue) >= c.c.cfg.MaxBuffered {
@@ -177,29 +167,22 @@ func (c *Call) onMsg(m *nats.Msg) {
 		c.lastHeard = time.Now()
 		c.queue = append(c.queue, Event{Kind: EventChunk, Seq: seq, Data: m.Data})
 		c.wake()
-	case respEnd:
-		if exec != c.exec || c.end != nil || c.err != nil || c.cancelled {
+	case wire.MsgEnd:
+		answer(m, wire.AnswerOK) // an acknowledgement, whatever the state
+		if over || exec != c.exec {
 			return
 		}
-		seq, err := strconv.ParseUint(hv(m.Header, HeaderResponseSeq), 10, 64)
+		seq, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq))
 		if err != nil || seq != c.seen+1 {
-			c.breakLocked("end " + strconv.Quote(hv(m.Header, HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due (a chunk was lost)")
+			c.breakLocked("end " + strconv.Quote(hv(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due (a chunk was lost)")
 			return
 		}
-		end := &End{}
-		if len(m.Data) > 0 {
-			if err := json.Unmarshal(m.Data, end); err != nil {
-				end = &End{Status: "error", Error: "undecodable end record: " + err.Error()}
-			}
+		end, err := wire.ParseResponseEnd(m.Data)
+		if err != nil {
+			end = wire.ResponseEnd{Status: wire.EndFailed, Chunks: c.seen, Error: "undecodable end marker: " + err.Error()}
 		}
-		if st := hv(m.Header, HeaderResponseStatus); st != "" {
-			end.Status = st
-		}
-		if end.Status == "" {
-			end.Status = "ok"
-		}
-		c.end = end
-		c.queue = append(c.queue, Event{Kind: EventEnd, Seq: seq, End: end})
+		c.end = &end
+		c.queue = append(c.queue, Event{Kind: EventEnd, Seq: seq, End: c.end})
 		c.wake()
 	}
 }
@@ -224,7 +207,7 @@ func (c *Call) onOutcome(m *nats.Msg) {
 			return // a late outcome of an earlier delivery; the response runs
 		}
 		c.err = &RejectedError{ID: o.RequestID, Class: o.PolicyClass, Code: o.Error, Message: o.Message, Details: o.Details}
-	case "cancelled":
+	case wire.StatusCancelled:
 		c.err = ErrCancelled
 	default:
 		return
@@ -236,7 +219,9 @@ func (c *Call) onOutcome(m *nats.Msg) {
 func (c *Call) breakLocked(reason string) {
 	c.err = &BrokenError{ID: c.id, Chunks: int(c.seen), Reason: reason}
 	c.wake()
-	go c.publishCancel()
+	if !c.duplicate {
+		go c.publishCancel()
+	}
 }
 
 func (c *Call) publishCancel() { _ = c.c.Cancel(c.id) }
@@ -305,7 +290,9 @@ func (c *Call) Cancel() {
 	}
 	// Only a request still open is cancelled: an ended, rejected or broken
 	// one (broken: cancelled then) needs nothing more.
-	send := c.end == nil && c.err == nil && !c.cancelled
+	// A deduplicated call attached to its first attempt's request, which
+	// that attempt owns: it only stops listening.
+	send := c.end == nil && c.err == nil && !c.cancelled && !c.duplicate
 	c.cancelled = true
 	if c.err == nil && c.end == nil {
 		c.err = ErrCancelled

@@ -30,9 +30,9 @@ type fakeExec struct {
 
 func (e *fakeExec) msg(kind string) *nats.Msg {
 	m := nats.NewMsg(e.subj)
-	m.Header.Set(caller.HeaderResponse, kind)
-	m.Header.Set(caller.HeaderRequestID, e.id)
-	m.Header.Set(caller.HeaderExecution, e.exec)
+	m.Header.Set(wire.HeaderResponse, kind)
+	m.Header.Set(wire.HeaderRequestID, e.id)
+	m.Header.Set(wire.HeaderExecution, e.exec)
 	return m
 }
 
@@ -42,27 +42,27 @@ func (e *fakeExec) ask(kind string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return r.Header.Get(caller.HeaderResponse), nil
+	return r.Header.Get(wire.HeaderResponse), nil
 }
 
 func (e *fakeExec) chunk(seq int, data string) {
 	m := e.msg("chunk")
-	m.Header.Set(caller.HeaderResponseSeq, strconv.Itoa(seq))
+	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq))
 	m.Data = []byte(data)
 	if err := e.nc.PublishMsg(m); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-func (e *fakeExec) end(seq int, end caller.End) {
+func (e *fakeExec) end(seq int, end wire.ResponseEnd) {
 	m := e.msg("end")
-	m.Header.Set(caller.HeaderResponseSeq, strconv.Itoa(seq))
-	m.Header.Set(caller.HeaderResponseStatus, end.Status)
-	m.Data, _ = json.Marshal(end)
-	if err := e.nc.PublishMsg(m); err != nil {
+	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq))
+	m.Header.Set(wire.HeaderResponseStatus, end.Status)
+	m.Data, _ = wire.MarshalResponseEnd(end)
+	// The end marker is a request; any reply acknowledges it.
+	if _, err := e.nc.RequestMsg(m, 2*time.Second); err != nil {
 		e.t.Fatal(err)
 	}
-	_ = e.nc.Flush()
 }
 
 type fixture struct {
@@ -111,7 +111,7 @@ func (f *fixture) start(id string) (*caller.Call, nats.Header) {
 }
 
 func (f *fixture) exec(h nats.Header, name string) *fakeExec {
-	return &fakeExec{t: f.t, nc: f.wnc, subj: h.Get(caller.HeaderResponseTo), id: h.Get(jetstream.MsgIDHeader), exec: name}
+	return &fakeExec{t: f.t, nc: f.wnc, subj: h.Get(wire.HeaderResponseTo), id: h.Get(jetstream.MsgIDHeader), exec: name}
 }
 
 func recv(t *testing.T, call *caller.Call) (caller.Event, error) {
@@ -124,15 +124,15 @@ func recv(t *testing.T, call *caller.Call) (caller.Event, error) {
 func TestStreamInOrder(t *testing.T) {
 	f := setup(t, caller.Config{})
 	call, h := f.start("r1")
-	if got, want := h.Get(caller.HeaderResponseTo), "_INBOX.fdgw.r1"; got != want {
+	if got, want := h.Get(wire.HeaderResponseTo), "_RESP.fdgw.r1"; got != want {
 		t.Fatalf("Dispatch-Response-To %q, want %q", got, want)
 	}
-	if h.Get(caller.HeaderReplyTo) != h.Get(caller.HeaderResponseTo) {
-		t.Fatalf("Dispatch-Reply-To %q, want the response subject", h.Get(caller.HeaderReplyTo))
+	if h.Get(wire.HeaderReplyTo) != h.Get(wire.HeaderResponseTo) {
+		t.Fatalf("Dispatch-Reply-To %q, want the response subject", h.Get(wire.HeaderReplyTo))
 	}
 	// The dispatcher's outcome arrives on the same subject.
 	out, _ := wire.MarshalOutcome(wire.Outcome{RequestID: "r1", Status: wire.StatusDispatched, PolicyClass: "premium", WorkerID: "w1"})
-	if err := f.wnc.Publish(h.Get(caller.HeaderReplyTo), out); err != nil {
+	if err := f.wnc.Publish(h.Get(wire.HeaderReplyTo), out); err != nil {
 		t.Fatal(err)
 	}
 	w := f.exec(h, "w1-1")
@@ -145,7 +145,7 @@ func TestStreamInOrder(t *testing.T) {
 	if got, err := w.ask("ping"); err != nil || got != "ok" {
 		t.Fatalf("ping answered %q, %v; want ok", got, err)
 	}
-	w.end(4, caller.End{Status: "ok", Chunks: 3, Usage: &caller.Usage{PromptTokens: 10, CompletionTokens: 3}})
+	w.end(4, wire.ResponseEnd{Status: "ok", Chunks: 3, Usage: &wire.Usage{PromptTokens: 10, CompletionTokens: 3}})
 
 	ev, err := recv(t, call)
 	if err != nil || ev.Kind != caller.EventDispatched || ev.Outcome.WorkerID != "w1" {
@@ -161,9 +161,9 @@ func TestStreamInOrder(t *testing.T) {
 	if err != nil || ev.Kind != caller.EventEnd || ev.End.Status != "ok" || ev.End.Usage.CompletionTokens != 3 {
 		t.Fatalf("last event %+v, %v; want the end with usage", ev, err)
 	}
-	// After the end: another claim is taken, a ping is told to cancel.
-	if got, _ := f.exec(h, "w2-1").ask("claim"); got != "taken" {
-		t.Fatalf("claim after the end answered %q, want taken", got)
+	// After the end the response is over: claims and pings get cancel.
+	if got, _ := f.exec(h, "w2-1").ask("claim"); got != "cancel" {
+		t.Fatalf("claim after the end answered %q, want cancel", got)
 	}
 }
 
@@ -172,7 +172,7 @@ func TestRejectedOutcome(t *testing.T) {
 	call, h := f.start("r2")
 	out, _ := wire.MarshalOutcome(wire.Outcome{RequestID: "r2", Status: wire.StatusRejected, PolicyClass: "premium",
 		Error: "queue_full", Message: "full", Details: map[string]any{"limit_kind": "requests"}})
-	_ = f.wnc.Publish(h.Get(caller.HeaderReplyTo), out)
+	_ = f.wnc.Publish(h.Get(wire.HeaderReplyTo), out)
 	_, err := recv(t, call)
 	var rej *caller.RejectedError
 	if !errors.As(err, &rej) || rej.Code != "queue_full" || rej.Class != "premium" {
@@ -212,8 +212,16 @@ func TestBrokenResponses(t *testing.T) {
 		want string
 	}{
 		{"gap", func(w *fakeExec) { w.chunk(1, "a"); w.chunk(3, "c") }, `chunk "3" where 2 was due`},
-		{"lost last chunk", func(w *fakeExec) { w.chunk(1, "a"); w.end(3, caller.End{Status: "ok", Chunks: 2}) }, "a chunk was lost"},
+		{"lost last chunk", func(w *fakeExec) { w.chunk(1, "a"); w.end(3, wire.ResponseEnd{Status: "ok", Chunks: 2}) }, "a chunk was lost"},
 		{"silence", func(w *fakeExec) { w.chunk(1, "a") }, "nothing heard from the worker"},
+		{"ping counts more chunks", func(w *fakeExec) {
+			w.chunk(1, "a")
+			m := w.msg("ping")
+			m.Header.Set(wire.HeaderResponseSeq, "2")
+			if r, err := w.nc.RequestMsg(m, 2*time.Second); err != nil || r.Header.Get(wire.HeaderResponse) != "cancel" {
+				w.t.Errorf("ping with a lost chunk answered %v, %v; want cancel", r, err)
+			}
+		}, "2 chunks, 1 arrived"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := setup(t, caller.Config{BrokenAfter: 300 * time.Millisecond})
@@ -263,15 +271,15 @@ func TestRedeliveryBeforeFirstChunk(t *testing.T) {
 	if got, _ := b.ask("claim"); got != "go" {
 		t.Fatalf("b's claim before any chunk: %q, want go", got)
 	}
-	if got, _ := a.ask("ping"); got != "cancel" {
-		t.Fatalf("superseded a's ping: %q, want cancel", got)
+	if got, _ := a.ask("ping"); got != "taken" {
+		t.Fatalf("superseded a's ping: %q, want taken", got)
 	}
 	a.chunk(1, "from a") // ignored
 	b.chunk(1, "from b")
 	if got, _ := c.ask("claim"); got != "taken" {
 		t.Fatalf("c's claim after b's chunk: %q, want taken", got)
 	}
-	b.end(2, caller.End{Status: "ok", Chunks: 1})
+	b.end(2, wire.ResponseEnd{Status: "ok", Chunks: 1})
 	ev, err := recv(t, call)
 	if err != nil || string(ev.Data) != "from b" {
 		t.Fatalf("got %+v, %v; want b's chunk", ev, err)
@@ -357,7 +365,7 @@ func TestPublishErrors(t *testing.T) {
 	if _, err := caller.New(nc, caller.Config{ResponsePrefix: "dispatch.x"}); err == nil {
 		t.Fatal("a response prefix under the dispatcher's prefix was accepted")
 	}
-	if got := c.ResponseSubject("a.b c"); len(got) != len("_INBOX.fdgw.")+32 || contains(got[len("_INBOX.fdgw."):], ".") {
-		t.Fatalf("response subject of an id that is no token: %q, want _INBOX.fdgw.<32 hex digits>", got)
+	if got := c.ResponseSubject("a.b c"); len(got) != len("_RESP.fdgw.")+32 || contains(got[len("_RESP.fdgw."):], ".") {
+		t.Fatalf("response subject of an id that is no token: %q, want _RESP.fdgw.<32 hex digits>", got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,35 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/naming"
-)
-
-// Header names of the response path (docs/protocol.md, Responses). Dispatch-*
-// names are read case-insensitively.
-const (
-	HeaderResponseTo     = "Dispatch-Response-To"
-	HeaderReplyTo        = "Dispatch-Reply-To"
-	HeaderResponse       = "Dispatch-Response"
-	HeaderRequestID      = "Dispatch-Request-Id"
-	HeaderExecution      = "Dispatch-Execution"
-	HeaderResponseSeq    = "Dispatch-Response-Seq"
-	HeaderResponseStatus = "Dispatch-Response-Status"
-)
-
-// Values of the Dispatch-Response header.
-const (
-	respClaim  = "claim"
-	respChunk  = "chunk"
-	respPing   = "ping"
-	respEnd    = "end"
-	respGo     = "go"
-	respTaken  = "taken"
-	respOK     = "ok"
-	respCancel = "cancel"
+	"fairdispatch/wire"
 )
 
 // DefaultResponsePrefix is the subject prefix of response subjects: a
-// request's response subject is <prefix>.<token of its id>.
-const DefaultResponsePrefix = "_INBOX.fdgw"
+// request's response subject is <prefix>.<token of its id>. It is outside
+// _INBOX on purpose (docs/protocol.md, Responses: permissions): workers
+// publish to response subjects, and must not be able to publish into a
+// producer's inbox, where its JetStream acknowledgements arrive.
+const DefaultResponsePrefix = "_RESP.fdgw"
 
 // Defaults of Config.
 const (
@@ -187,8 +166,8 @@ func (c *Caller) Start(ctx context.Context, req Request) (*Call, error) {
 		m.Header[k] = v
 	}
 	m.Header.Set(jetstream.MsgIDHeader, req.ID)
-	m.Header.Set(HeaderResponseTo, subj)
-	m.Header.Set(HeaderReplyTo, subj)
+	m.Header.Set(wire.HeaderResponseTo, subj)
+	m.Header.Set(wire.HeaderReplyTo, subj)
 	m.Data = req.Body
 	pctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
@@ -225,20 +204,12 @@ func classifyPublish(err error) Stored {
 	return StoredUnknown
 }
 
-// cancelMsg is the body of a cancellation (docs/protocol.md, Cancellation).
-type cancelMsg struct {
-	RequestID string `json:"request_id"`
-}
-
-// cancelSubject is <prefix>.cancel.
-func (c *Caller) cancelSubject() string { return c.names.Prefix() + ".cancel" }
-
 // Cancel publishes a cancellation of request id on <prefix>.cancel (core
 // NATS, fire and forget; buffered by the client while it reconnects).
 func (c *Caller) Cancel(id string) error {
-	b, err := json.Marshal(cancelMsg{RequestID: id})
+	b, err := wire.MarshalCancel(wire.Cancel{RequestID: id})
 	if err != nil {
 		return err
 	}
-	return c.nc.Publish(c.cancelSubject(), b)
+	return c.nc.Publish(c.names.Cancel(), b)
 }

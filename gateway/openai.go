@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"fairdispatch/wire"
 )
 
 // The endpoints, as Dispatch-Api names them (docs/protocol.md, Responses).
 const (
-	APIChat        = "chat.completions"
-	APICompletions = "completions"
+	APIChat        = wire.APIChatCompletions
+	APICompletions = wire.APICompletions
 )
 
 // Limits bounds what one request body may hold.

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/caller"
+	"fairdispatch/wire"
 )
 
 // exchange relays one call's response to its client.
@@ -93,7 +94,7 @@ func (x *exchange) event(ev caller.Event) {
 }
 
 // usage books a response's usage: the end record's, else the body's.
-func (x *exchange) usage(end *caller.End, u *usageJSON) {
+func (x *exchange) usage(end *wire.ResponseEnd, u *usageJSON) {
 	var prompt, cached, completion uint64
 	switch {
 	case end != nil && end.Usage != nil:
@@ -132,7 +133,7 @@ func (x *exchange) whole(ctx context.Context) int {
 		case caller.EventChunk:
 			body = append(body, ev.Data...)
 		case caller.EventEnd:
-			if ev.End.Status != "ok" {
+			if ev.End.Status != wire.EndOK {
 				e := endError(ev.End)
 				e.write(x.w)
 				return e.status
@@ -152,12 +153,12 @@ func (x *exchange) whole(ctx context.Context) int {
 }
 
 // endError is the answer for an end record whose status is not ok.
-func endError(end *caller.End) *apiError {
+func endError(end *wire.ResponseEnd) *apiError {
 	msg := end.Error
 	if msg == "" {
 		msg = "the worker ended the response with status " + end.Status
 	}
-	if end.Status == "cancelled" {
+	if end.Status == wire.EndCancelled {
 		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: msg}
 	}
 	return &apiError{status: 500, typ: typeServer, code: "engine_error", msg: msg}
@@ -242,7 +243,7 @@ func (x *exchange) stream(ctx context.Context) int {
 			}
 		case caller.EventEnd:
 			x.usage(ev.End, lastUsage)
-			if ev.End.Status != "ok" {
+			if ev.End.Status != wire.EndOK {
 				e := endError(ev.End)
 				if !started {
 					e.write(x.w)

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/caller"
+	"fairdispatch/wire"
 )
 
 // Request headers a client may send beside the OpenAI API's.
@@ -348,17 +349,18 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rt *route, arrived 
 		return e.status
 	}
 	h := nats.Header{}
-	h.Set("Dispatch-Api", req.api)
-	h.Set("Dispatch-Fairness-Key", rt.t.Name)
-	h.Set("Dispatch-ISL-Tokens", strconv.FormatUint(n, 10))
+	h.Set(wire.HeaderAPI, req.api)
+	h.Set(wire.HeaderFairnessKey, rt.t.Name)
+	h.Set(wire.HeaderISLTokens, strconv.FormatUint(n, 10))
 	if exact && len(ids) >= p.model.BlockSize {
-		h.Set("Dispatch-Block-Hashes", encodeHashes(chainHashes(ids, p.model.BlockSize)))
+		blocks := ids[:min(len(ids), wire.MaxHashes*p.model.BlockSize)]
+		h.Set(wire.HeaderBlockHashes, wire.EncodeHashes(wire.ChainHashes(nil, blocks, p.model.BlockSize)))
 	}
 	if rt.priority > 0 {
-		h.Set("Dispatch-Priority", strconv.FormatFloat(rt.priority, 'g', -1, 64))
+		h.Set(wire.HeaderPriority, strconv.FormatFloat(rt.priority, 'g', -1, 64))
 	}
 	if rt.deadline > 0 {
-		h.Set("Dispatch-Deadline-Ms", strconv.FormatUint(rt.deadline, 10))
+		h.Set(wire.HeaderDeadlineMs, strconv.FormatUint(rt.deadline, 10))
 	}
 	s.m.tokens.WithLabelValues(rt.t.Name, rt.class, "estimated").Add(float64(n))
 
