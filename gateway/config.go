@@ -108,7 +108,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: more than one YAML document", name)
 	}
 	var probs []string
-	add := func(path, f string, a ...any) { probs = append(probs, fmt.Sprintf("%s: %s: %s", name, path, fmt.Sprintf(f, a...))) }
+	add := func(path, f string, a ...any) {
+		probs = append(probs, fmt.Sprintf("%s: %s: %s", name, path, fmt.Sprintf(f, a...)))
+	}
 	if len(c.Models) == 0 {
 		add("models", "at least one model is needed")
 	}
