@@ -9,8 +9,8 @@
 //  1. Authenticate: the bearer key's SHA-256 names a tenant of the file
 //     (Config); none: 401.
 //  2. Read the body within the limits: over MaxBodyBytes 413; not UTF-8,
-//     nested too deep, a field too large, max_tokens over the model's bound:
-//  400. An unknown model: 404.
+//     nested too deep, a field too large, max_tokens over the model's
+//     bound: a 400. An unknown model: 404.
 //  3. Decide: the class (X-Fairdispatch-Class if the tenant may use it, else
 //     403; default the tenant's), the priority and deadline (headers within
 //     the tenant's bounds, else its defaults), the fairness key (the tenant's
