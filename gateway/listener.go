@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"net"
+	"net/http"
 	"sync"
+	"time"
 )
 
 // LimitListener returns a listener that accepts at most n connections open
@@ -49,4 +51,27 @@ func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// HTTPLimits are the connection limits of the API's HTTP server.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds the wait for a request's headers, and on a
+	// kept-alive connection for the next request's.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the reading of a whole request, body included.
+	ReadTimeout time.Duration
+	// IdleTimeout bounds an idle kept-alive connection.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block (over it: 431).
+	MaxHeaderBytes int
+	// ConnState, when not nil, is told of each connection's state changes.
+	ConnState func(net.Conn, http.ConnState)
+}
+
+// NewHTTPServer returns the API's HTTP server for h within l. It sets no
+// WriteTimeout, which would cut a long stream: each write has its own
+// deadline (Options.WriteTimeout).
+func NewHTTPServer(h http.Handler, l HTTPLimits) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: l.ReadHeaderTimeout, ReadTimeout: l.ReadTimeout,
+		IdleTimeout: l.IdleTimeout, MaxHeaderBytes: l.MaxHeaderBytes, ConnState: l.ConnState}
 }

@@ -83,8 +83,8 @@ func serve(ctx context.Context, s *settings, cfg *gateway.Config, log zerolog.Lo
 	if err != nil {
 		return err
 	}
-	api := &http.Server{Handler: srv, ReadHeaderTimeout: s.readHeaderTimeout, ReadTimeout: s.readTimeout,
-		IdleTimeout: s.idleTimeout, MaxHeaderBytes: s.maxHeaderBytes}
+	api := gateway.NewHTTPServer(srv, gateway.HTTPLimits{ReadHeaderTimeout: s.readHeaderTimeout, ReadTimeout: s.readTimeout,
+		IdleTimeout: s.idleTimeout, MaxHeaderBytes: s.maxHeaderBytes})
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
