@@ -12,8 +12,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
+	"fairdispatch/tokenizer"
 	"fairdispatch/wire"
 )
 
@@ -46,12 +48,6 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// chatMessage is one message of a chat, as the chat template sees it.
-type chatMessage struct {
-	Role    string
-	Content string
-}
-
 // request is an OpenAI request as the gateway read it.
 type request struct {
 	api          string
@@ -59,10 +55,10 @@ type request struct {
 	stream       bool
 	includeUsage bool
 	maxTokens    uint64 // 0: not given
-	messages     []chatMessage
+	messages     []tokenizer.Message
 	prompt       string   // completions: the prompt text (several prompts: joined)
 	promptIDs    []uint32 // completions: a prompt given as token ids
-	multimodal   bool     // a content part that is not text: no exact tokens
+	multimodal   bool     // a content part that is not text, tools or tool calls: no exact tokens
 	fields       map[string]json.RawMessage
 }
 
@@ -158,6 +154,9 @@ func parseRequest(api string, body []byte, lim Limits) (*request, *apiError) {
 			return nil, badRequest("field_too_large", "stop", "stop: at most %d sequences", lim.MaxStop)
 		}
 	}
+	if raw, ok := r.fields["tools"]; ok && !isNull(raw) {
+		r.multimodal = true // the template renders the tools too
+	}
 	if api == APIChat {
 		if e := r.readMessages(lim); e != nil {
 			return nil, e
@@ -182,8 +181,10 @@ func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "
 // request multimodal).
 func (r *request) readMessages(lim Limits) *apiError {
 	var msgs []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role      string          `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+		Name      json.RawMessage `json:"name"`
 	}
 	if err := json.Unmarshal(r.fields["messages"], &msgs); err != nil || len(msgs) == 0 {
 		return badRequest("invalid_value", "messages", "messages: want a non-empty array of messages")
@@ -191,12 +192,15 @@ func (r *request) readMessages(lim Limits) *apiError {
 	if len(msgs) > lim.MaxMessages {
 		return badRequest("field_too_large", "messages", "messages: at most %d", lim.MaxMessages)
 	}
-	r.messages = make([]chatMessage, len(msgs))
+	r.messages = make([]tokenizer.Message, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "" || len(m.Role) > 64 {
 			return badRequest("invalid_value", fmt.Sprintf("messages[%d].role", i), "messages[%d].role: want a role", i)
 		}
 		r.messages[i].Role = m.Role
+		if len(m.ToolCalls) > 0 || len(m.Name) > 0 {
+			r.multimodal = true // the template would see more than role and content
+		}
 		if len(m.Content) == 0 || isNull(m.Content) {
 			continue
 		}
@@ -212,15 +216,17 @@ func (r *request) readMessages(lim Limits) *apiError {
 		if err := json.Unmarshal(m.Content, &parts); err != nil {
 			return badRequest("invalid_value", fmt.Sprintf("messages[%d].content", i), "messages[%d].content: want a string or an array of content parts", i)
 		}
-		var b []byte
+		// Text parts joined by newlines, as vLLM joins them for a template
+		// that takes a string.
+		var texts []string
 		for _, p := range parts {
 			if p.Type == "text" {
-				b = append(b, p.Text...)
+				texts = append(texts, p.Text)
 			} else {
 				r.multimodal = true
 			}
 		}
-		r.messages[i].Content = string(b)
+		r.messages[i].Content = strings.Join(texts, "\n")
 	}
 	return nil
 }

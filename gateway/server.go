@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/caller"
+	"fairdispatch/tokenizer"
 	"fairdispatch/wire"
 )
 
@@ -42,7 +43,8 @@ type Options struct {
 	Config *Config
 	// Callers holds one caller per pool prefix of Config.Models.
 	Callers map[string]*caller.Caller
-	// Tokenizers holds the tokenizer of each model that has one, by model name.
+	// Tokenizers holds the tokenizer of each model that has one, by model
+	// name; nil: LoadTokenizers(Config) loads those the file names.
 	Tokenizers map[string]Tokenizer
 	// Limits bounds request bodies.
 	Limits Limits
@@ -62,6 +64,24 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Log is the logger; the server adds component=gateway.
 	Log zerolog.Logger
+}
+
+// LoadTokenizers loads the tokenizer of each model of cfg that names a
+// directory. A tokenizer this gateway cannot run exactly is an error: the
+// file asked for exact counts.
+func LoadTokenizers(cfg *Config) (map[string]Tokenizer, error) {
+	out := map[string]Tokenizer{}
+	for _, m := range cfg.Models {
+		if m.Tokenizer == "" {
+			continue
+		}
+		t, err := tokenizer.Load(m.Tokenizer)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: model %s: %w", m.Name, err)
+		}
+		out[m.Name] = t
+	}
+	return out, nil
 }
 
 // pool is one model and its caller.
@@ -110,6 +130,12 @@ func New(opt Options) (*Server, error) {
 	}
 	if opt.Registerer == nil {
 		opt.Registerer = prometheus.NewRegistry()
+	}
+	if opt.Tokenizers == nil {
+		var err error
+		if opt.Tokenizers, err = LoadTokenizers(opt.Config); err != nil {
+			return nil, err
+		}
 	}
 	s := &Server{opt: opt, pools: map[string]*pool{}, keys: map[string]*tenant{},
 		log: opt.Log.With().Str("component", "gateway").Logger(), created: time.Now().Unix()}

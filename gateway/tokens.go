@@ -1,15 +1,17 @@
 package gateway
 
-// Tokenizer turns a request into the engine's token ids: the chat template
-// applied to the messages, then the tokenizer, as the engine does (vLLM and
-// SGLang apply the model's template with add_generation_prompt and tokenize
-// the result). With one, the gateway's input count is exact and it sends
-// the prompt's block hashes.
+import "fairdispatch/tokenizer"
+
+// Tokenizer turns a request into the engine's token ids (package tokenizer:
+// the model's chat template and tokenizer.json, as vLLM and SGLang apply
+// them). With one, the gateway's input count is exact and it sends the
+// prompt's block hashes.
 type Tokenizer interface {
 	// Chat returns the token ids of messages as the engine will see them.
-	Chat(messages []chatMessage) ([]uint32, error)
-	// Encode returns the token ids of a completion prompt.
-	Encode(prompt string) ([]uint32, error)
+	Chat(messages []tokenizer.Message) ([]uint32, error)
+	// Encode returns the token ids of a completion prompt, special tokens
+	// included.
+	Encode(prompt string, addSpecial bool) []uint32
 }
 
 // Bytes per token of the estimate, and the template's overhead per chat
@@ -32,7 +34,7 @@ func count(tok Tokenizer, r *request) (n uint64, ids []uint32, exact bool) {
 		if r.api == APIChat {
 			ids, err = tok.Chat(r.messages)
 		} else {
-			ids, err = tok.Encode(r.prompt)
+			ids = tok.Encode(r.prompt, true)
 		}
 		if err == nil {
 			return uint64(len(ids)), ids, true

@@ -54,8 +54,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
+		if _, err := gateway.LoadTokenizers(cfg); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
 		for _, m := range cfg.Models {
-			fmt.Fprintf(stdout, "model %s: prefix %s, engine model %s, max_tokens %d\n", m.Name, m.Prefix, m.EngineModel, m.MaxTokens)
+			counts := "estimated input tokens"
+			if m.Tokenizer != "" {
+				counts = fmt.Sprintf("exact input tokens and block hashes (tokenizer %s, block size %d)", m.Tokenizer, m.BlockSize)
+			}
+			fmt.Fprintf(stdout, "model %s: prefix %s, engine model %s, max_tokens %d, %s\n", m.Name, m.Prefix, m.EngineModel, m.MaxTokens, counts)
 		}
 		for _, t := range cfg.Tenants {
 			fmt.Fprintf(stdout, "tenant %s: %d keys, classes %v (default %s), priority %v, deadline_ms %d, max_concurrent %d\n",
