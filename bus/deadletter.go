@@ -233,17 +233,13 @@ func letterBody(dl DeadLetter) []byte {
 // Dispatch-Headers-Dropped, so that a request is never refused by the DLQ for
 // a header its producer got past the server.
 func dlqHeader(dl DeadLetter) nats.Header {
-	ours := []string{wire.HeaderError, wire.HeaderErrorMessage, wire.HeaderRequestID, wire.HeaderClass, wire.HeaderHeadersDropped, wire.HeaderBodyDropped, wire.HeaderSubject}
-	h := make(nats.Header, len(dl.Header)+len(ours)+1)
+	h := make(nats.Header, len(dl.Header)+len(letterHeaders)+1)
 	var dropped []string
 	for k, v := range dl.Header {
 		if dl.Bare {
 			break
 		}
-		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
-			continue
-		}
-		if slices.ContainsFunc(ours, func(o string) bool { return strings.EqualFold(o, k) }) {
+		if isNatsHeader(k) || slices.ContainsFunc(letterHeaders, func(o string) bool { return strings.EqualFold(o, k) }) {
 			continue // ours replace theirs, whatever the spelling
 		}
 		if !HeaderNameOK(k) {

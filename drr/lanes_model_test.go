@@ -11,7 +11,7 @@ import (
 	"fairdispatch/request"
 )
 
-// This property test runs the real arbiter over real lanes.Class queues, with
+// This property test runs the real arbiter over real class queues (lanes.Keyed, one key), with
 // pinned lanes and per-worker blocked states, against a naive model of both:
 // each lane a sorted list, a blocked lane simply skipped, and DRR credit added
 // one virtual round at a time.
@@ -134,11 +134,11 @@ func TestArbiterOverLanesMatchesModel(t *testing.T) {
 			quanta[k] = rapid.Uint64Range(1, 40).Draw(t, fmt.Sprint("quantum", k))
 		}
 		b := &blockState{worker: map[string]bool{}, shared: make([]bool, n)}
-		real := make([]*lanes.Class, n)
+		real := make([]*lanes.Keyed, n)
 		qs := make([]Queue, n)
 		model := make([]*modelClass, n)
 		for k := range real {
-			real[k] = lanes.New(b)
+			real[k] = lanes.NewKeyed(b, lanes.KeyConfig{})
 			qs[k] = real[k]
 			model[k] = &modelClass{}
 		}

@@ -3,6 +3,7 @@ package filters
 import (
 	"math"
 
+	"fairdispatch/internal/iheap"
 	"fairdispatch/request"
 	"fairdispatch/workers"
 )
@@ -66,7 +67,7 @@ type index struct {
 	built   bool
 
 	buckets map[loadKey]*bucket
-	heap    []*bucket
+	heap    iheap.Heap[*bucket, byKey]
 	free    []*bucket
 	byW     map[*workers.Worker]*entry
 	visit   []*bucket // scratch for queries: buckets near the least key
@@ -207,9 +208,7 @@ func (x *index) newBucket(k loadKey) *bucket {
 	b.key = sc.PrefillScale*float64(k.prefill)/sc.BlockSize + float64(k.decode) +
 		sc.DecodeRequestWeight*float64(k.requests)
 	x.buckets[k] = b
-	b.heapIdx = len(x.heap)
-	x.heap = append(x.heap, b)
-	x.up(b.heapIdx)
+	x.heap.Push(b)
 	return b
 }
 
@@ -230,62 +229,17 @@ func (x *index) remove(sl *slot) {
 	sl.b = nil
 	if last == 0 {
 		delete(x.buckets, b.load)
-		x.heapRemove(b.heapIdx)
+		x.heap.Remove(b.heapIdx)
 		x.release(b)
 	}
 }
 
-// The heap: x.heap[0] has the least key; each bucket knows its index.
+// byKey orders the buckets' heap: x.heap[0] has the least key; each bucket
+// knows its position.
+type byKey struct{}
 
-func (x *index) less(i, j int) bool { return x.heap[i].key < x.heap[j].key }
-
-func (x *index) swap(i, j int) {
-	x.heap[i], x.heap[j] = x.heap[j], x.heap[i]
-	x.heap[i].heapIdx, x.heap[j].heapIdx = i, j
-}
-
-func (x *index) up(j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !x.less(j, i) {
-			break
-		}
-		x.swap(i, j)
-		j = i
-	}
-}
-
-func (x *index) down(i int) bool {
-	i0, n := i, len(x.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		j := l
-		if r := l + 1; r < n && x.less(r, l) {
-			j = r
-		}
-		if !x.less(j, i) {
-			break
-		}
-		x.swap(i, j)
-		i = j
-	}
-	return i > i0
-}
-
-func (x *index) heapRemove(i int) {
-	n := len(x.heap) - 1
-	if n != i {
-		x.swap(i, n)
-	}
-	x.heap[n] = nil
-	x.heap = x.heap[:n]
-	if i < n && !x.down(i) {
-		x.up(i)
-	}
-}
+func (byKey) Less(a, b *bucket) bool    { return a.key < b.key }
+func (byKey) SetIndex(b *bucket, i int) { b.heapIdx = i }
 
 // selectIndexed is Select for an unconstrained request, from the index.
 func (s *Selector) selectIndexed(reg *workers.Registry, r *request.Snapshot) (Choice, request.Code) {

@@ -93,7 +93,7 @@ func TestOrder(t *testing.T) {
 	for _, tt := range tests {
 		for _, lo := range layouts {
 			t.Run(tt.name+"/"+lo.name, func(t *testing.T) {
-				c := New(newFakeCheck())
+				c := NewKeyed(newFakeCheck(), KeyConfig{})
 				for i, x := range tt.in {
 					c.Push(mk(x.id, uint64(i+1), x.strict, x.score, lo.pin(i)))
 					checkInvariants(t, c)
@@ -217,7 +217,7 @@ func TestCandidate(t *testing.T) {
 			for _, id := range tt.ids {
 				chk.ids[id] = true
 			}
-			c := New(chk)
+			c := NewKeyed(chk, KeyConfig{})
 			for _, r := range tt.reqs {
 				c.Push(r)
 			}
@@ -260,7 +260,7 @@ func TestCandidateCost(t *testing.T) {
 	for _, tt := range tests {
 		for _, tg := range []request.Target{shared, pin("w0", 3)} {
 			t.Run(fmt.Sprintf("%s/%v", tt.name, tg), func(t *testing.T) {
-				c := New(newFakeCheck())
+				c := NewKeyed(newFakeCheck(), KeyConfig{})
 				r := mk("r", 1, 0, 0, tg)
 				r.Cost, r.Charged = tt.cost, tt.charged
 				c.Push(r)
@@ -275,7 +275,7 @@ func TestCandidateCost(t *testing.T) {
 
 // op is one step of a scripted scenario on a class with a fakeCheck.
 type op struct {
-	do          func(c *Class, chk *fakeCheck, rs map[string]*request.Snapshot)
+	do          func(c *Keyed, chk *fakeCheck, rs map[string]*request.Snapshot)
 	want        string // the candidate after the step, "" for none
 	wantPinned  int
 	wantBlocked int
@@ -284,7 +284,7 @@ type op struct {
 func runOps(t *testing.T, reqs []*request.Snapshot, ops []op) {
 	t.Helper()
 	chk := newFakeCheck()
-	c := New(chk)
+	c := NewKeyed(chk, KeyConfig{})
 	rs := map[string]*request.Snapshot{}
 	for _, r := range reqs {
 		rs[r.ID] = r
@@ -303,30 +303,30 @@ func runOps(t *testing.T, reqs []*request.Snapshot, ops []op) {
 	}
 }
 
-func block(tg request.Target, v bool) func(*Class, *fakeCheck, map[string]*request.Snapshot) {
-	return func(_ *Class, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.targets[tg] = v }
+func block(tg request.Target, v bool) func(*Keyed, *fakeCheck, map[string]*request.Snapshot) {
+	return func(_ *Keyed, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.targets[tg] = v }
 }
 
-func recheck(id string) func(*Class, *fakeCheck, map[string]*request.Snapshot) {
-	return func(c *Class, _ *fakeCheck, _ map[string]*request.Snapshot) { c.Recheck(id) }
+func recheck(id string) func(*Keyed, *fakeCheck, map[string]*request.Snapshot) {
+	return func(c *Keyed, _ *fakeCheck, _ map[string]*request.Snapshot) { c.Recheck(id) }
 }
 
-func push(r *request.Snapshot) func(*Class, *fakeCheck, map[string]*request.Snapshot) {
-	return func(c *Class, _ *fakeCheck, rs map[string]*request.Snapshot) { rs[r.ID] = r; c.Push(r) }
+func push(r *request.Snapshot) func(*Keyed, *fakeCheck, map[string]*request.Snapshot) {
+	return func(c *Keyed, _ *fakeCheck, rs map[string]*request.Snapshot) { rs[r.ID] = r; c.Push(r) }
 }
 
-func remove(id string) func(*Class, *fakeCheck, map[string]*request.Snapshot) {
-	return func(c *Class, _ *fakeCheck, rs map[string]*request.Snapshot) { c.Remove(rs[id]) }
+func remove(id string) func(*Keyed, *fakeCheck, map[string]*request.Snapshot) {
+	return func(c *Keyed, _ *fakeCheck, rs map[string]*request.Snapshot) { c.Remove(rs[id]) }
 }
 
-func pop(c *Class, _ *fakeCheck, _ map[string]*request.Snapshot) {
+func pop(c *Keyed, _ *fakeCheck, _ map[string]*request.Snapshot) {
 	if _, ok := c.Candidate(); !ok {
 		panic("pop: no candidate")
 	}
 	c.Pop()
 }
 
-func nop(*Class, *fakeCheck, map[string]*request.Snapshot) {}
+func nop(*Keyed, *fakeCheck, map[string]*request.Snapshot) {}
 
 func TestBlockedLanes(t *testing.T) {
 	a0, a1, b := pin("a", 0), pin("a", 1), pin("b", request.AnyRank)
@@ -346,7 +346,7 @@ func TestBlockedLanes(t *testing.T) {
 		runOps(t, []*request.Snapshot{
 			mk("a0", 1, 0, 9, a0), mk("a1", 2, 0, 8, a1), mk("b", 3, 0, 7, b),
 		}, []op{
-			{do: func(c *Class, chk *fakeCheck, rs map[string]*request.Snapshot) {
+			{do: func(c *Keyed, chk *fakeCheck, rs map[string]*request.Snapshot) {
 				block(a0, true)(c, chk, rs)
 				block(a1, true)(c, chk, rs)
 			}, want: "b", wantPinned: 3, wantBlocked: 2},
@@ -359,15 +359,15 @@ func TestBlockedLanes(t *testing.T) {
 		runOps(t, []*request.Snapshot{
 			mk("a0", 1, 0, 9, a0), mk("b", 2, 0, 8, b), mk("s", 3, 0, 1, shared),
 		}, []op{
-			{do: func(c *Class, chk *fakeCheck, rs map[string]*request.Snapshot) {
+			{do: func(c *Keyed, chk *fakeCheck, rs map[string]*request.Snapshot) {
 				block(a0, true)(c, chk, rs)
 				block(b, true)(c, chk, rs)
 			}, want: "s", wantPinned: 2, wantBlocked: 2},
-			{do: func(c *Class, chk *fakeCheck, rs map[string]*request.Snapshot) {
+			{do: func(c *Keyed, chk *fakeCheck, rs map[string]*request.Snapshot) {
 				block(a0, false)(c, chk, rs)
 				block(b, false)(c, chk, rs)
 			}, want: "s", wantPinned: 2, wantBlocked: 2},
-			{do: func(c *Class, _ *fakeCheck, _ map[string]*request.Snapshot) { c.RecheckAll() },
+			{do: func(c *Keyed, _ *fakeCheck, _ map[string]*request.Snapshot) { c.RecheckAll() },
 				want: "a0", wantPinned: 2},
 			{do: pop, want: "b", wantPinned: 1},
 			{do: pop, want: "s"},
@@ -378,7 +378,7 @@ func TestBlockedLanes(t *testing.T) {
 		runOps(t, []*request.Snapshot{
 			mk("a0", 10, 0, 5, a0), mk("s", 11, 0, 1, shared),
 		}, []op{
-			{do: func(c *Class, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["a0"] = true },
+			{do: func(c *Keyed, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["a0"] = true },
 				want: "s", wantPinned: 1, wantBlocked: 1},
 			{do: push(mk("a0-tail", 12, 0, 4, a0)), want: "s", wantPinned: 1, wantBlocked: 1},
 			{do: push(mk("a0-head", 13, 0, 6, a0)), want: "a0-head", wantPinned: 1},
@@ -389,7 +389,7 @@ func TestBlockedLanes(t *testing.T) {
 		back := mk("back", 1, 0, 9, a0)
 		back.Charged = true
 		runOps(t, []*request.Snapshot{mk("a0", 5, 0, 5, a0)}, []op{
-			{do: func(c *Class, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["a0"] = true },
+			{do: func(c *Keyed, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["a0"] = true },
 				want: "", wantPinned: 1, wantBlocked: 1},
 			{do: push(back), want: "back", wantPinned: 1},
 		})
@@ -408,7 +408,7 @@ func TestBlockedLanes(t *testing.T) {
 		runOps(t, []*request.Snapshot{
 			mk("a0", 1, 0, 9, a0), mk("a1", 2, 0, 8, a1), mk("b", 3, 0, 1, b),
 		}, []op{
-			{do: func(c *Class, chk *fakeCheck, rs map[string]*request.Snapshot) {
+			{do: func(c *Keyed, chk *fakeCheck, rs map[string]*request.Snapshot) {
 				block(a0, true)(c, chk, rs)
 				block(a1, true)(c, chk, rs)
 			}, want: "b", wantPinned: 3, wantBlocked: 2},
@@ -416,7 +416,7 @@ func TestBlockedLanes(t *testing.T) {
 			{do: remove("a1"), want: "b", wantPinned: 1},
 			{do: recheck("a"), want: "b", wantPinned: 1},
 			// The target comes back as a fresh, indexed lane (reused from the free list).
-			{do: func(c *Class, chk *fakeCheck, rs map[string]*request.Snapshot) {
+			{do: func(c *Keyed, chk *fakeCheck, rs map[string]*request.Snapshot) {
 				block(a0, false)(c, chk, rs)
 				push(mk("a0-new", 4, 0, 9, a0))(c, chk, rs)
 			}, want: "a0-new", wantPinned: 2},
@@ -427,11 +427,11 @@ func TestBlockedLanes(t *testing.T) {
 			mk("s1", 1, 0, 9, shared), mk("s2", 2, 0, 8, shared), mk("a0", 3, 0, 1, a0),
 		}, []op{
 			{do: nop, want: "s1", wantPinned: 1},
-			{do: func(_ *Class, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["s1"] = true },
+			{do: func(_ *Keyed, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["s1"] = true },
 				want: "a0", wantPinned: 1},
 			{do: pop, want: "", wantPinned: 0},
 			// The shared lane is checked on every call: no recheck needed.
-			{do: func(_ *Class, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["s1"] = false },
+			{do: func(_ *Keyed, chk *fakeCheck, _ map[string]*request.Snapshot) { chk.ids["s1"] = false },
 				want: "s1"},
 		})
 	})
@@ -461,7 +461,7 @@ func TestRemove(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := New(newFakeCheck())
+			c := NewKeyed(newFakeCheck(), KeyConfig{})
 			rs := map[string]*request.Snapshot{}
 			for _, r := range reqs() {
 				rs[r.ID] = r
@@ -483,7 +483,7 @@ func TestRemove(t *testing.T) {
 		})
 	}
 	t.Run("a request never queued", func(t *testing.T) {
-		c := New(newFakeCheck())
+		c := NewKeyed(newFakeCheck(), KeyConfig{})
 		c.Push(mk("s1", 1, 0, 0, shared))
 		c.Remove(mk("stranger", 2, 0, 0, pin("x", 0)))
 		if got := c.Len(); got != 1 {
@@ -491,7 +491,7 @@ func TestRemove(t *testing.T) {
 		}
 	})
 	t.Run("the candidate", func(t *testing.T) {
-		c := New(newFakeCheck())
+		c := NewKeyed(newFakeCheck(), KeyConfig{})
 		s1, s2 := mk("s1", 1, 0, 0, shared), mk("s2", 2, 0, 0, shared)
 		c.Push(s1)
 		c.Push(s2)
@@ -521,7 +521,7 @@ func TestTotals(t *testing.T) {
 	s1, s2 := r("s1", 1, shared, 1000, 200), r("s2", 2, shared, 50, 50)
 	a1, a2 := r("a1", 3, pin("a", 0), 300, 0), r("a2", 4, pin("a", 0), 7, 3)
 	b1 := r("b1", 5, pin("b", request.AnyRank), 10, 10)
-	c := New(newFakeCheck())
+	c := NewKeyed(newFakeCheck(), KeyConfig{})
 	steps := []struct {
 		name string
 		do   func()
@@ -555,7 +555,7 @@ func TestTotals(t *testing.T) {
 }
 
 func TestPopLast(t *testing.T) {
-	c := New(newFakeCheck())
+	c := NewKeyed(newFakeCheck(), KeyConfig{})
 	if got := c.Last(); got != nil {
 		t.Errorf("got Last %v before any Pop, want nil", got)
 	}
@@ -580,7 +580,7 @@ func TestPopLast(t *testing.T) {
 }
 
 func TestEach(t *testing.T) {
-	c := New(newFakeCheck())
+	c := NewKeyed(newFakeCheck(), KeyConfig{})
 	want := []string{"a1", "a2", "b1", "s1", "s2"}
 	for i, id := range want {
 		tg := shared

@@ -1,8 +1,10 @@
 // Package lanes is one policy class's queue (docs/design.md, Lanes): the requests of
 // the class ordered for dispatch, split into lanes so that a request that cannot
 // be dispatched yet holds up only the requests that would wait for the same thing.
-// A [Class] implements drr.Queue, so the DRR arbiter (package drr) picks the class
-// and the class picks its candidate.
+// A [Keyed] class implements drr.Queue, so the DRR arbiter (package drr) picks
+// the class and the class picks its candidate. Its requests are split by
+// fairness key (below); a class whose requests name no key is the one-key case,
+// and everything said of lanes here holds for each key.
 //
 // # Order
 //
@@ -21,7 +23,7 @@
 //
 // # Lanes
 //
-// A class holds one shared lane, a binary heap of the unpinned requests (those with
+// A key of a class holds one shared lane, a binary heap of the unpinned requests (those with
 // an allow-list too), and one heap per pinned target, keyed by the request's
 // [request.Target]: (worker, rank), or (worker, [request.AnyRank]) for a pin
 // without a rank. A pinned lane exists only while it holds a request; emptied lanes
@@ -30,7 +32,7 @@
 // The heads of the pinned lanes not known to be blocked sit in an ordered index (a
 // heap of lanes keyed by their heads). A lane whose head was found not
 // dispatchable moves to the blocked set, grouped by worker id, and returns to the
-// index only on [Class.Recheck] of its worker or [Class.RecheckAll] (its worker's
+// index only on [Keyed.Recheck] of its worker or [Keyed.RecheckAll] (its worker's
 // state changed, docs/design.md, When queues are re-checked), or when a push gives it a new head (which may be
 // dispatchable where the old one was not). Removing a blocked lane's head does not
 // return the lane to the index: the next head waits for the same target, and a
@@ -47,17 +49,16 @@
 // blocked pinned lane holds up only itself. When the shared head already outranks
 // the best indexed head, the pinned lanes are not examined at all.
 //
-// [Class.Candidate] reports the DRR cost of the candidate
+// [Keyed.Candidate] reports the DRR cost of the candidate
 // ([request.Snapshot.DRRCost]: 0 for a request already charged before a refused
-// dispatch handed it back); [Class.Pop] removes it and [Class.Last] returns it.
+// dispatch handed it back); [Keyed.Pop] removes it and [Keyed.Last] returns it.
 //
 // # Fairness keys
 //
-// A [Keyed] class adds a level between the class and its requests
+// A class has a level between itself and its requests
 // (docs/design.md, Fairness keys): class -> fairness key -> request. Each
 // request carries a key (Snapshot.Key; "" is [DefaultKey]); each key of the
-// class holds its own shared heap and its own pinned lanes, exactly as a Class
-// does. The DRR arbiter still picks the class; inside it, the key with the least
+// class holds its own shared heap and its own pinned lanes, as Lanes says. The DRR arbiter still picks the class; inside it, the key with the least
 // normalized service among the keys with a dispatchable request supplies the
 // candidate; inside the key, Before decides (strict tier, score, seq). So strict
 // priority orders a key's own requests only: no key can jump another.
@@ -92,13 +93,14 @@
 // Over the interval S_A/w_A - S_B/w_B is the change of v_A - v_B (no lift
 // happens to a key that stays backlogged), so it is at most twice that. The
 // property test TestKeyedBound checks it on random weights and costs, and
-// TestClassFloodUnfair shows the same check failing on a Class.
+// TestClassFloodUnfair shows the same check failing on a class that queues
+// every request under one key.
 //
 // Blocked lanes keep their meaning: a key whose lanes are all blocked leaves
 // the key heap and keeps its standing (its v is not lifted when it returns;
 // docs/decisions.md, Fairness keys), so the bound covers it again once it has
 // caught up with V. Refused heads: a pinned lane moves to the blocked set of
-// its worker as in a Class; an unconstrained shared head refused (the class is
+// its worker as Lanes says; an unconstrained shared head refused (the class is
 // gated) puts its key in a gated list that one Checker call on any of them
 // reopens (the Checker must answer alike for every unconstrained, unpinned
 // request, as the class gate does); a constrained shared head (allow-list,
@@ -143,18 +145,19 @@
 //
 // # Cost
 //
-// For n requests in a lane, L indexed lanes and k blocked lanes of one worker:
+// For n requests in a lane, L indexed lanes of a key and k blocked lanes of one
+// worker, the lanes part of each operation (the key level adds what Fairness
+// keys says):
 //
-//   - [New], [Class.Len], [Class.Empty], [Class.Tokens], [Class.Last]: O(1).
-//   - [Class.Push]: O(log n + log L); O(k) more when the push unblocks its lane.
-//   - [Class.Remove], [Class.Pop]: O(log n + log L); O(k) more when a blocked lane
-//     empties.
-//   - [Class.Candidate]: one Checker call for the shared head, plus one per pinned
+//   - [NewKeyed], [Keyed.Len], [Keyed.Empty], [Keyed.Tokens], [Keyed.Last]: O(1).
+//   - Push: O(log n + log L); O(k) more when the push unblocks its lane.
+//   - Remove, Pop: O(log n + log L); O(k) more when a blocked lane empties.
+//   - Candidate: one Checker call for the shared head, plus one per pinned
 //     lane examined; each blocked lane it moves aside costs O(log L). A lane is moved
 //     aside at most once between rechecks, so the moves are paid for by the
 //     pushes and rechecks that put the lanes in the index.
-//   - [Class.Recheck]: O(k log L). [Class.RecheckAll]: that for every worker.
-//   - [Class.Lanes]: O(number of workers with blocked lanes). [Class.Each]: O(total).
+//   - Recheck: O(k log L). [Keyed.RecheckAll]: that for every worker.
+//   - [Keyed.Lanes]: O(number of workers with blocked lanes). [Keyed.Each]: O(total).
 //
 // Heaps and the index keep their storage and emptied lanes are reused, so a class
 // whose size and targets are steady allocates nothing (package drr's
@@ -163,7 +166,7 @@
 //
 // # Concurrency
 //
-// A Class is not safe for concurrent use. It has no goroutines, locks, clocks or
+// A Keyed class is not safe for concurrent use. It has no goroutines, locks, clocks or
 // I/O: the queue actor owns it, and the Checker is called synchronously from
 // Candidate.
 package lanes

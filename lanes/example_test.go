@@ -18,7 +18,7 @@ func (b busy) Dispatchable(r *request.Snapshot) bool { return !b[r.Pin.Worker] }
 // of the class keeps flowing; a recheck of w1 (its load report) brings it back.
 func Example() {
 	workers := busy{}
-	c := lanes.New(workers)
+	c := lanes.NewKeyed(workers, lanes.KeyConfig{}) // every request of the default key
 	mk := func(id string, seq uint64, arrival, jump float64, pin request.Target) *request.Snapshot {
 		return &request.Snapshot{ID: id, Seq: seq, Score: jump - arrival, Pin: pin,
 			ISL: 100, Cost: 100, Index: -1, DeadlineIndex: -1}

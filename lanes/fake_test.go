@@ -49,7 +49,7 @@ func fcfs(jump, arrival float64) float64 { return jump - arrival }
 func wspt(jump float64, cost uint64) float64 { return (1 + jump) / float64(cost) }
 
 // drain pops every dispatchable candidate and returns their ids in order.
-func drain(t *testing.T, c *Class) []string {
+func drain(t *testing.T, c *Keyed) []string {
 	t.Helper()
 	var got []string
 	for {
@@ -64,7 +64,7 @@ func drain(t *testing.T, c *Class) []string {
 
 // candidateID returns the id of the class candidate, or "" when there is none,
 // without popping it.
-func candidateID(c *Class) string {
+func candidateID(c *Keyed) string {
 	if _, ok := c.Candidate(); !ok {
 		return ""
 	}
@@ -74,14 +74,21 @@ func candidateID(c *Class) string {
 // checkInvariants checks the invariants of the package doc: heap positions and
 // order in every lane and in the index, each pinned lane in exactly one of the
 // index and the blocked set, and the totals.
-func checkInvariants(t *testing.T, c *Class) {
+func checkInvariants(t *testing.T, c *Keyed) {
 	t.Helper()
 	if err := invariants(c); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func invariants(c *Class) error {
+// invariants checks, for every key, its lanes' heap positions and order, that
+// each pinned lane holds only its target's requests and sits in exactly one of
+// its key's ready index and the class's blocked set; that a key is in the key
+// heap exactly when it has a lane not known to be blocked; and the totals.
+func invariants(c *Keyed) error {
+	if err := keyedInvariants(c); err != nil {
+		return err
+	}
 	n, isl, cached := 0, uint64(0), uint64(0)
 	checkQueue := func(name string, q queue) error {
 		for i, r := range q {
@@ -97,70 +104,50 @@ func invariants(c *Class) error {
 		}
 		return nil
 	}
-	if c.shared.pos != -1 || c.shared.blocked {
-		return fmt.Errorf("shared lane: got pos %d blocked %v, want -1 false", c.shared.pos, c.shared.blocked)
-	}
-	if err := checkQueue("shared", c.shared.q); err != nil {
-		return err
-	}
-	for _, r := range c.shared.q {
-		if r.Pin.Pinned() {
-			return fmt.Errorf("shared lane holds pinned request %s", r.ID)
+	for name, k := range c.byName {
+		if err := checkQueue("key "+name+" shared", k.shared); err != nil {
+			return err
+		}
+		for _, r := range k.shared {
+			if r.Pin.Pinned() {
+				return fmt.Errorf("key %s: shared lane holds pinned request %s", name, r.ID)
+			}
+		}
+		for i, l := range k.ready {
+			if l.pos != i || l.owner != k {
+				return fmt.Errorf("key %s: ready lane %v at %d: got pos %d", name, l.target, i, l.pos)
+			}
+			if p := (i - 1) / 2; i > 0 && l.q[0].Before(k.ready[p].q[0]) {
+				return fmt.Errorf("key %s: ready lane %v at %d ranks before its parent", name, l.target, i)
+			}
 		}
 	}
-	for tgt, l := range c.pinned {
-		name := fmt.Sprintf("lane %v", tgt)
-		if l.target != tgt {
+	for kt, l := range c.pinned {
+		name := fmt.Sprintf("lane %v", kt)
+		if l.target != kt.target {
 			return fmt.Errorf("%s: got target %v", name, l.target)
-		}
-		if len(l.q) == 0 {
-			return fmt.Errorf("%s: empty lane kept", name)
 		}
 		if err := checkQueue(name, l.q); err != nil {
 			return err
 		}
 		for _, r := range l.q {
-			if r.Pin != tgt {
-				return fmt.Errorf("%s holds request %s pinned to %v", name, r.ID, r.Pin)
+			if r.Pin != kt.target || keyName(r) != kt.key {
+				return fmt.Errorf("%s holds request %s of key %s pinned to %v", name, r.ID, keyName(r), r.Pin)
 			}
 		}
-		indexed := l.pos >= 0 && l.pos < len(c.ready) && c.ready[l.pos] == l
-		if l.pos >= 0 && !indexed {
-			return fmt.Errorf("%s: pos %d does not point at it", name, l.pos)
-		}
-		inBlocked := slices.Contains(c.blocked[tgt.Worker], l)
-		if l.blocked != inBlocked {
+		if inBlocked := slices.Contains(c.blocked[kt.target.Worker], l); l.blocked != inBlocked {
 			return fmt.Errorf("%s: got blocked flag %v, in blocked set %v", name, l.blocked, inBlocked)
 		}
-		if indexed == inBlocked {
-			return fmt.Errorf("%s: indexed %v, blocked %v: want exactly one", name, indexed, inBlocked)
-		}
 	}
-	for i, l := range c.ready {
-		if l.pos != i {
-			return fmt.Errorf("index: lane %v at %d: got pos %d", l.target, i, l.pos)
-		}
-		if c.pinned[l.target] != l {
-			return fmt.Errorf("index: lane %v is not the class's lane for its target", l.target)
-		}
-		if p := (i - 1) / 2; i > 0 && l.q[0].Before(c.ready[p].q[0]) {
-			return fmt.Errorf("index: lane %v at %d ranks before its parent", l.target, i)
-		}
-	}
-	blocked := 0
 	for w, ls := range c.blocked {
 		if len(ls) == 0 {
 			return fmt.Errorf("blocked set: empty entry for worker %q", w)
 		}
 		for _, l := range ls {
-			if l.target.Worker != w || c.pinned[l.target] != l {
+			if l.target.Worker != w || c.pinned[keyTarget{l.owner.name, l.target}] != l {
 				return fmt.Errorf("blocked set: lane %v filed under %q or not the class's", l.target, w)
 			}
-			blocked++
 		}
-	}
-	if got, want := len(c.ready)+blocked, len(c.pinned); got != want {
-		return fmt.Errorf("got %d indexed + blocked lanes, want %d pinned lanes", got, want)
 	}
 	if c.n != n || c.isl != isl || c.cached != cached {
 		return fmt.Errorf("got totals n=%d isl=%d cached=%d, want %d %d %d", c.n, c.isl, c.cached, n, isl, cached)

@@ -57,7 +57,7 @@ type keyTarget struct {
 
 // Keyed is one physical policy class's queue with fairness keys (docs/design.md,
 // Fairness keys): the class's requests split by key, each key holding a shared
-// lane and pinned lanes as [Class] does, and the candidate taken from the key
+// lane and pinned lanes (see the package documentation, Lanes), and the candidate taken from the key
 // with the least normalized service among keys with a dispatchable request. It
 // implements drr.Queue. See the package documentation, Fairness keys.
 type Keyed struct {
@@ -311,7 +311,7 @@ func (c *Keyed) remove(k *key, r *request.Snapshot) {
 // normalized service supplies its best dispatchable request. Keys found with
 // nothing dispatchable leave the key heap, keeping their service.
 // Cost: one Checker call for the gated keys, plus per key examined the calls of
-// [Class.Candidate] and O(log K) when it leaves the heap.
+// the lanes' Candidate and O(log K) when it leaves the heap.
 func (c *Keyed) Candidate() (uint64, bool) {
 	c.cand, c.candKey = nil, nil
 	if len(c.gated) > 0 && c.check.Dispatchable(c.gated[0].shared[0]) {

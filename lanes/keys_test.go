@@ -10,7 +10,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// queueOf is what the fairness checks need of a class: Class or Keyed.
+// queueOf is what the fairness checks need of a class: Keyed, or oneKey.
 type queueOf interface {
 	Push(*request.Snapshot)
 	Candidate() (uint64, bool)
@@ -146,10 +146,29 @@ func TestKeyedFloodBound(t *testing.T) {
 func TestClassFloodUnfair(t *testing.T) {
 	w := tenKeys()
 	cost := func(i int) uint64 { return uint64(1 + i*7919%500) }
-	s := flood(t, New(always{}), w, cost, 10, 5000)
+	s := flood(t, oneKey{NewKeyed(always{}, KeyConfig{}), map[*request.Snapshot]string{}}, w, cost, 10, 5000)
 	if at, e := s.excess(500); e <= 0 {
 		t.Fatalf("want the bound exceeded without keys, got %s", at)
 	}
+}
+
+// oneKey is a class without the key level: it queues every request under the
+// default key, whatever its own, and gives a popped request its key back for
+// the accounting.
+type oneKey struct {
+	*Keyed
+	keys map[*request.Snapshot]string
+}
+
+func (o oneKey) Push(r *request.Snapshot) {
+	o.keys[r], r.Key = r.Key, ""
+	o.Keyed.Push(r)
+}
+
+func (o oneKey) Last() *request.Snapshot {
+	r := o.Keyed.Last()
+	r.Key = o.keys[r]
+	return r
 }
 
 type always struct{}

@@ -88,7 +88,7 @@ func TestModel(t *testing.T) {
 				int32(rapid.IntRange(-1, 1).Draw(t, "rank")))
 		})
 		chk := newFakeCheck()
-		c := New(chk)
+		c := NewKeyed(chk, KeyConfig{})
 		m := &refClass{check: chk, lanes: map[request.Target][]*request.Snapshot{}}
 		var (
 			seq    uint64

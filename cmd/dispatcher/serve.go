@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -31,72 +30,150 @@ import (
 	"fairdispatch/leader"
 	"fairdispatch/metrics"
 	"fairdispatch/naming"
+	"fairdispatch/recorder"
 	"fairdispatch/scheduler"
 	"fairdispatch/wire"
 )
 
-// serve runs the dispatcher with policy pol until ctx ends.
+// serve runs the dispatcher with policy pol until ctx ends. It reads as the
+// start-up sequence: NATS (the embedded server or the URL), the connection and
+// the streams, the live policy, the scheduler, the actor and its adapters,
+// the admin API and the subscriptions; then it runs the actor under its role
+// (leader or standby) until ctx ends, and shuts down in the order that keeps
+// every request (docs/design.md, Delivery guarantees, SIGTERM).
 func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Logger, stdout io.Writer) error {
-	url := s.natsURL
-	if url == "" {
-		// One process per data directory (docs/decisions.md, Operations): two embedded
-		// servers on one store would each lead and contradict each other.
-		lock, err := lockDataDir(s.dataDir, time.Now())
-		if err != nil {
+	p := &process{s: s, pol: pol, log: log, stdout: stdout}
+	defer p.cleanup()
+	for _, step := range []func(context.Context) error{
+		p.startNATS,
+		p.connect,
+		p.startPolicy,
+		p.buildScheduler,
+		p.buildActor,
+		p.startAdapters,
+	} {
+		if err := step(ctx); err != nil {
 			return err
 		}
-		defer lock.Release()
-		srv, err := embeddedServer(s, log)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		url = srv.ClientURL()
 	}
+	return p.run(ctx)
+}
 
-	names, err := naming.New(s.prefix) // validated with the flags
+// process is one dispatcher's resources, built by serve's steps in order.
+type process struct {
+	s       *settings
+	pol     *configs.Policy
+	log     zerolog.Logger
+	stdout  io.Writer
+	closers []func() // run in reverse by cleanup
+
+	url     string
+	names   naming.Names
+	act     atomic.Pointer[dispatcher.Actor]
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	storage jetstream.StorageType
+
+	store   *livepolicy.Store
+	cur     livepolicy.Revision
+	refused error
+	polRev  uint64
+	polSrc  string
+
+	reg   *prometheus.Registry
+	m     *metrics.Metrics
+	kv    *kvindex.Index
+	kvM   *metrics.KV
+	sched *scheduler.Scheduler
+
+	hs        *bus.Handshaker
+	dl        *bus.DeadLetterer
+	rec       *recorder.Recorder
+	gate      *ingest.Gate
+	a         *dispatcher.Actor
+	adm       *admin.Server
+	handBacks *ingest.HandBacks
+}
+
+// onCleanup registers f to run at cleanup, after everything registered later.
+func (p *process) onCleanup(f func()) { p.closers = append(p.closers, f) }
+
+func (p *process) cleanup() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// startNATS starts the embedded nats-server when no --nats-url is given, on
+// a data directory locked for this process.
+func (p *process) startNATS(context.Context) error {
+	p.url = p.s.natsURL
+	if p.url != "" {
+		return nil
+	}
+	// One process per data directory (docs/decisions.md, Operations): two embedded
+	// servers on one store would each lead and contradict each other.
+	lock, err := lockDataDir(p.s.dataDir, time.Now())
 	if err != nil {
 		return err
 	}
-	var act atomic.Pointer[dispatcher.Actor]
-	nc, err := bus.Connect(ctx, bus.Options{
-		URL: url, Name: "fairdispatch-dispatcher",
+	p.onCleanup(lock.Release)
+	srv, err := embeddedServer(p.s, p.log)
+	if err != nil {
+		return err
+	}
+	p.onCleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	p.url = srv.ClientURL()
+	return nil
+}
+
+// connect connects to NATS (the actor learns of disconnections once it
+// exists) and creates or updates the streams.
+func (p *process) connect(ctx context.Context) error {
+	s := p.s
+	var err error
+	if p.names, err = naming.New(s.prefix); err != nil { // validated with the flags
+		return err
+	}
+	p.nc, err = bus.Connect(ctx, bus.Options{
+		URL: p.url, Name: "fairdispatch-dispatcher",
 		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password, InboxPrefix: s.inboxPrefix,
 		TLSCA: s.tlsCA, TLSCert: s.tlsCert, TLSKey: s.tlsKey,
 		OnDisconnect: func() {
-			if a := act.Load(); a != nil {
+			if a := p.act.Load(); a != nil {
 				a.Connected(false)
 			}
 		},
 		OnReconnect: func() {
-			if a := act.Load(); a != nil {
+			if a := p.act.Load(); a != nil {
 				a.Connected(true)
 			}
 		},
-	}, log)
+	}, p.log)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
+	p.onCleanup(p.nc.Close)
+	if p.js, err = jetstream.New(p.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	storage := jetstream.FileStorage
+	p.storage = jetstream.FileStorage
 	if s.storage == "memory" {
-		storage = jetstream.MemoryStorage
+		p.storage = jetstream.MemoryStorage
 	}
-	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: storage, DuplicateWindow: s.dupWindow, KVMaxAge: s.kvMaxAge}); err != nil {
-		return err
-	}
+	return bus.EnsureStreams(ctx, p.js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: p.storage, DuplicateWindow: s.dupWindow, KVMaxAge: s.kvMaxAge})
+}
 
-	// The live policy (docs/design.md, Live policy): the bucket's current
-	// revision runs when it is valid; the key is seeded from --policy-config
-	// when it has none.
-	store, err := livepolicy.Open(ctx, js, names.PolicyBucket(), livepolicy.BucketConfig{Replicas: s.replicas, Storage: storage})
+// startPolicy opens the policy bucket (docs/design.md, Live policy): the
+// bucket's current revision runs when it is valid; the key is seeded from
+// --policy-config when it has none.
+func (p *process) startPolicy(ctx context.Context) error {
+	s := p.s
+	var err error
+	p.store, err = livepolicy.Open(ctx, p.js, p.names.PolicyBucket(), livepolicy.BucketConfig{Replicas: s.replicas, Storage: p.storage})
 	if err != nil {
 		return err
 	}
@@ -110,48 +187,49 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		// A demo shows its own policy file: make it the bucket's revision, or
 		// a demo run on a data directory that an earlier run left would show
 		// that run's policy.
-		if err := demoPolicy(ctx, store, s.policy, seed); err != nil {
+		if err := demoPolicy(ctx, p.store, s.policy, seed); err != nil {
 			return err
 		}
 	}
-	pol, cur, refused, err := livepolicy.Start(ctx, store, seed, pol, log)
-	if err != nil {
+	if p.pol, p.cur, p.refused, err = livepolicy.Start(ctx, p.store, seed, p.pol, p.log); err != nil {
 		return err
 	}
-	polRev, polSource := cur.Revision, "bucket"
-	switch {
-	case refused != nil || cur.Revision == 0:
-		polRev, polSource = 0, "file"
+	p.polRev, p.polSrc = p.cur.Revision, "bucket"
+	if p.refused != nil || p.cur.Revision == 0 {
+		p.polRev, p.polSrc = 0, "file"
 		if s.policy == "" {
-			polSource = "flags"
+			p.polSrc = "flags"
 		}
 	}
+	return nil
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	classNames := make([]string, len(pol.Classes))
-	for i, c := range pol.Classes {
-		classNames[i] = c.Name
+// buildScheduler builds the metrics, the KV index (--kv-index) and the
+// scheduler.
+func (p *process) buildScheduler(context.Context) error {
+	s := p.s
+	p.reg = prometheus.NewRegistry()
+	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	names := make([]string, len(p.pol.Classes))
+	for i, c := range p.pol.Classes {
+		names[i] = c.Name
 	}
-	m := metrics.New(reg, classNames)
+	p.m = metrics.New(p.reg, names)
 	bv, brev, bgo := buildinfo.Read().Label()
-	metrics.RegisterBuildInfo(reg, bv, brev, bgo)
-
-	var kv *kvindex.Index
-	var kvMetrics *metrics.KV
+	metrics.RegisterBuildInfo(p.reg, bv, brev, bgo)
 	if s.kvIndex {
 		w, err := kvindex.ParseWeights(s.kvWeights) // validated with the other flags
 		if err != nil {
 			return err
 		}
-		if kv, err = kvindex.New(kvindex.Config{Weights: w, MaxBlocks: s.kvMaxBlocks}); err != nil {
+		if p.kv, err = kvindex.New(kvindex.Config{Weights: w, MaxBlocks: s.kvMaxBlocks}); err != nil {
 			return err
 		}
-		kvMetrics = metrics.NewKV(reg, dispatcher.KVTiers)
+		p.kvM = metrics.NewKV(p.reg, dispatcher.KVTiers)
 	}
-	sched := scheduler.New(scheduler.Config{
-		KV:     kv,
-		Policy: pol,
+	p.sched = scheduler.New(scheduler.Config{
+		KV:     p.kv,
+		Policy: p.pol,
 		Thresholds: filters.Thresholds{
 			DecodeBlocks: s.decodeBlocks.v, PrefillTokens: s.prefillTokens.v, PrefillFrac: s.prefillTokensFrac.v,
 		},
@@ -163,93 +241,103 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		NoWorkersTimeout: int64(s.noWorkersTimeout),
 		MaxKeysPerClass:  s.maxKeysPerClass,
 	}, time.Now().UnixNano())
+	return nil
+}
 
-	hs, err := bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { act.Load().HandshakeResult(r) }, log)
-	if err != nil {
+// buildActor builds the handshaker, the dead letterer, the recorder and the
+// queue actor around the scheduler.
+func (p *process) buildActor(ctx context.Context) error {
+	s, nc, names := p.s, p.nc, p.names
+	var err error
+	if p.hs, err = bus.NewHandshaker(nc, s.prefix, s.dispatchTimeout, func(r bus.Result) { p.act.Load().HandshakeResult(r) }, p.log); err != nil {
 		return err
 	}
-	defer hs.Close() // idempotent; closed before the drain below on a clean exit
-	dl, err := bus.NewDeadLetterer(js, s.prefix, log)
-	if err != nil {
+	p.onCleanup(p.hs.Close) // idempotent; closed before the drain on a clean exit
+	if p.dl, err = bus.NewDeadLetterer(p.js, s.prefix, p.log); err != nil {
 		return err
 	}
-	inFlight := s.inFlight
-	if inFlight == 0 {
-		inFlight = 4 * s.maxHeld
+	p.gate = &ingest.Gate{} // closed by the actor while no worker is live
+	var running []byte      // the bucket's policy YAML, when it runs
+	if p.polRev > 0 {
+		running = p.cur.YAML
 	}
-	gate := &ingest.Gate{} // closed by the actor while no worker is live
-	var running []byte     // the bucket's policy YAML, when it runs
-	if polRev > 0 {
-		running = cur.YAML
-	}
-	rec, err := startRecorder(ctx, s, nc, js, names, reg, log, running)
-	if err != nil {
+	if p.rec, err = startRecorder(ctx, s, nc, p.js, names, p.reg, p.log, running); err != nil {
 		return err
 	}
-	defer func() { _ = rec.Close() }() // after the actor has stopped
-	a := dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout,
-		PolicyRevision: polRev, PolicySource: polSource}, dispatcher.Deps{
-		Scheduler: sched, Handshaker: hs, DeadLetters: dl,
-		Keeper: ingest.NewKeeper(s.ackWait, log), Gate: gate,
+	p.onCleanup(func() { _ = p.rec.Close() }) // after the actor has stopped
+	p.a = dispatcher.New(dispatcher.Config{Stream: names.ReqStream(), Prefix: s.prefix, AckWait: s.ackWait, DispatchTimeout: s.dispatchTimeout,
+		PolicyRevision: p.polRev, PolicySource: p.polSrc}, dispatcher.Deps{
+		Scheduler: p.sched, Handshaker: p.hs, DeadLetters: p.dl,
+		Keeper: ingest.NewKeeper(s.ackWait, p.log), Gate: p.gate,
 		Outcome: func(subj string, o wire.Outcome) error { return bus.PublishOutcome(nc, subj, o) },
-		Metrics: m, Trace: tracer(rec), Log: log,
-		KV:        kv,
+		Metrics: p.m, Trace: tracer(p.rec), Log: p.log,
+		KV:        p.kv,
 		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
-		KVMetrics: kvMetrics,
+		KVMetrics: p.kvM,
 	})
-	act.Store(a)
+	p.act.Store(p.a)
 	if !nc.IsConnected() {
-		a.Connected(false)
+		p.a.Connected(false)
 	}
+	return nil
+}
 
-	if refused != nil {
-		log.Error().Str("component", "policy").Str("bucket", store.Bucket()).Uint64("revision", cur.Revision).Str("error", refused.Error()).
-			Str("running", polSource).Msg("policy revision refused: the last good policy stays")
-		a.RefusePolicy(cur.Revision, cur.Created, refused)
+// startAdapters starts what feeds the actor and what reads it: the policy
+// follower, the stream watch, the admin API, the load report and completion
+// record subscriptions, and the KV event replay (--kv-index).
+func (p *process) startAdapters(ctx context.Context) error {
+	s, a, log := p.s, p.a, p.log
+	if p.refused != nil {
+		log.Error().Str("component", "policy").Str("bucket", p.store.Bucket()).Uint64("revision", p.cur.Revision).Str("error", p.refused.Error()).
+			Str("running", p.polSrc).Msg("policy revision refused: the last good policy stays")
+		a.RefusePolicy(p.cur.Revision, p.cur.Created, p.refused)
 	}
-	follower := &livepolicy.Follower{Store: store, Applier: a, Log: log, Running: cur.Revision}
+	follower := &livepolicy.Follower{Store: p.store, Applier: a, Log: log, Running: p.cur.Revision}
 	go follower.Run(ctx)
 
-	ctl := &control{a: a, nc: nc, names: names}
-	ctl.streamsOK.Store(true) // ensured just above
-	go ctl.watchStreams(ctx, js, hs, dl, m, log)
-	adm := admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: reg, Pprof: s.pprof}, ctl, log)
-	if err := adm.Start(); err != nil {
+	ctl := &control{a: a, nc: p.nc, names: p.names}
+	ctl.streamsOK.Store(true) // ensured by connect
+	go ctl.watchStreams(ctx, p.js, p.hs, p.dl, p.m, log)
+	p.adm = admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: p.reg, Pprof: s.pprof}, ctl, log)
+	if err := p.adm.Start(); err != nil {
 		return fmt.Errorf("admin http: %w", err)
 	}
-	sub, err := bus.SubscribeLoad(nc, s.prefix, a.LoadReport)
+	sub, err := bus.SubscribeLoad(p.nc, s.prefix, a.LoadReport)
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
-	doneSub, err := bus.SubscribeDone(nc, s.prefix, a.CompletionRecord)
+	p.onCleanup(func() { _ = sub.Unsubscribe() })
+	doneSub, err := bus.SubscribeDone(p.nc, s.prefix, a.CompletionRecord)
 	if err != nil {
 		return err
 	}
-	defer doneSub.Unsubscribe()
-	if kv != nil {
+	p.onCleanup(func() { _ = doneSub.Unsubscribe() })
+	if p.kv != nil {
 		// Read <Q>_KV from its first message: this rebuilds the index after
 		// a restart (docs/protocol.md, Resynchronisation).
-		stopKV, err := bus.ConsumeKV(ctx, js, names.KVStream(), names.KVAll(), func(m bus.KVMessage) { a.KVEvent(m.Token, m.Data, m.Published) })
+		stopKV, err := bus.ConsumeKV(ctx, p.js, p.names.KVStream(), p.names.KVAll(), func(m bus.KVMessage) { a.KVEvent(m.Token, m.Data, m.Published) })
 		if err != nil {
 			return err
 		}
-		defer stopKV()
+		p.onCleanup(stopKV)
 	}
+	p.handBacks, err = ingest.NewHandBacks(p.nc)
+	return err
+}
 
-	// Roles: with leader election (the default) this process pulls and
-	// dispatches only while it holds the lease; a standby keeps its registry
-	// warm from load reports. Shutdown order (docs/design.md, Delivery guarantees, SIGTERM): stop pulling and
-	// wait for the pull to end, so that messages handed back are not pulled
-	// straight in again; then the actor hands back what it holds and waits for
-	// dispatches in flight; then the lease is released for a standby.
-	handBacks, err := ingest.NewHandBacks(nc)
-	if err != nil {
-		return err
-	}
-	pull := &puller{js: js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
-		Stream: names.ReqStream(), Durable: names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: inFlight, Batch: 256, Gate: gate,
-		HandBacks: handBacks,
+// run runs the actor until ctx ends, pulling and dispatching only while this
+// process leads (with leader election, the default; a standby keeps its
+// registry warm from load reports), then shuts down. Shutdown order
+// (docs/design.md, Delivery guarantees, SIGTERM): stop pulling and wait for
+// the pull to end, so that messages handed back are not pulled straight in
+// again; then the actor hands back what it holds and waits for dispatches in
+// flight; then the lease is released for a standby; then every hand-back is
+// confirmed and the connection drained.
+func (p *process) run(ctx context.Context) error {
+	s, a, log := p.s, p.a, p.log
+	pull := &puller{js: p.js, a: a, log: log, fatal: make(chan error, 1), cfg: ingest.Config{
+		Stream: p.names.ReqStream(), Durable: p.names.Durable(), AckWait: s.ackWait, MaxHeld: s.maxHeld, InFlight: p.inFlight(),
+		Batch: 256, Gate: p.gate, HandBacks: p.handBacks,
 	}}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -259,7 +347,7 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 	defer stopElect()
 	electDone := make(chan struct{})
 	if s.election {
-		el, err := leader.New(ctx, js, leader.Config{Bucket: names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: storage}, log)
+		el, err := leader.New(ctx, p.js, leader.Config{Bucket: p.names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: p.storage}, log)
 		if err != nil {
 			return err
 		}
@@ -278,50 +366,66 @@ func serve(ctx context.Context, s *settings, pol *configs.Policy, log zerolog.Lo
 		pull.close()
 		stopActor()
 	}()
-	log.Info().Str("nats", url).Str("http", adm.Addr()).Int("classes", len(pol.Classes)).
+	log.Info().Str("nats", p.url).Str("http", p.adm.Addr()).Int("classes", len(p.pol.Classes)).
 		Dur("startup_grace", s.grace).Bool("leader_election", s.election).Str("instance", s.instanceID).
-		Str("prefix", names.Prefix()).Str("stream", names.ReqStream()).Str("lease_bucket", names.LeaderBucket()).
-		Str("policy_bucket", store.Bucket()).Uint64("policy_revision", polRev).Msg("dispatcher running")
-
+		Str("prefix", p.names.Prefix()).Str("stream", p.names.ReqStream()).Str("lease_bucket", p.names.LeaderBucket()).
+		Str("policy_bucket", p.store.Bucket()).Uint64("policy_revision", p.polRev).Msg("dispatcher running")
 	if s.demo {
 		go func() {
 			defer cancelRun()
-			demo := runDemo
-			if s.demoScenario == "keys" {
-				demo = func(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log zerolog.Logger) error {
-					return runKeysDemo(ctx, nc, s, pol, out, log)
-				}
-			}
-			if err := demo(runCtx, nc, s, stdout, log); err != nil {
+			if err := p.demo(runCtx); err != nil {
 				log.Error().Err(err).Msg("demo failed")
 			}
 		}()
 	}
 	a.Run(actorCtx)
-	if err := rec.Close(); err != nil {
+	p.shutdown(stopElect, electDone)
+	return fatal
+}
+
+// inFlight is --max-in-worker, by default four times --max-held.
+func (p *process) inFlight() int {
+	if p.s.inFlight == 0 {
+		return 4 * p.s.maxHeld
+	}
+	return p.s.inFlight
+}
+
+// demo runs the demo of --demo-scenario.
+func (p *process) demo(ctx context.Context) error {
+	if p.s.demoScenario == "keys" {
+		return runKeysDemo(ctx, p.nc, p.s, p.pol, p.stdout, p.log)
+	}
+	return runDemo(ctx, p.nc, p.s, p.stdout, p.log)
+}
+
+// shutdown runs after the actor has stopped: the trace closed, the lease
+// released, the dead letters, admin API and handshakes ended, and, before the
+// connection (and an embedded server) goes, every hand-back confirmed by the
+// server (docs/decisions.md, Operations: hand-back is confirmed) and what is
+// still buffered (outcomes) flushed.
+func (p *process) shutdown(stopElect context.CancelFunc, electDone <-chan struct{}) {
+	log := p.log
+	if err := p.rec.Close(); err != nil {
 		log.Warn().Err(err).Msg("trace file not closed cleanly")
 	}
 	stopElect()
 	<-electDone
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelClose()
-	_ = dl.Close(closeCtx)
-	_ = adm.Shutdown(closeCtx)
-	hs.Close()
-	// Before the connection (and an embedded server) goes: every hand-back
-	// confirmed by the server (docs/decisions.md, Operations: hand-back is confirmed), and
-	// what is still buffered (outcomes) flushed.
-	if n, err := handBacks.Wait(closeCtx); err != nil {
+	_ = p.dl.Close(closeCtx)
+	_ = p.adm.Shutdown(closeCtx)
+	p.hs.Close()
+	if n, err := p.handBacks.Wait(closeCtx); err != nil {
 		log.Warn().Err(err).Uint64("unconfirmed", n).Msg("hand-back not confirmed by the server; those requests wait out the ack wait")
 	}
-	if err := nc.FlushWithContext(closeCtx); err != nil {
+	if err := p.nc.FlushWithContext(closeCtx); err != nil {
 		log.Warn().Err(err).Msg("nats flush")
 	}
-	if err := nc.Drain(); err != nil {
+	if err := p.nc.Drain(); err != nil {
 		log.Warn().Err(err).Msg("nats drain")
 	}
 	log.Info().Msg("dispatcher stopped")
-	return fatal
 }
 
 func loadPolicy(s *settings) (*configs.Policy, error) {
@@ -350,10 +454,16 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		}
 		_ = l.Close()
 	}
-	srv, err := server.NewServer(&server.Options{
+	sync, err := bus.ParseSync(s.natsSync) // validated with the flags
+	if err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
 		JetStream: true, StoreDir: s.dataDir, NoLog: true, NoSigs: true,
-	})
+	}
+	sync.Apply(opts)
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
@@ -362,90 +472,7 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded nats-server on %s did not start (is the port taken?)", s.natsListen)
 	}
-	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Msg("embedded nats-server with JetStream started")
+	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Str("sync", sync.String()).
+		Msg("embedded nats-server with JetStream started; it stops with the dispatcher")
 	return srv, nil
-}
-
-// control adapts the actor to the admin API.
-type control struct {
-	a         *dispatcher.Actor
-	nc        *nats.Conn
-	names     naming.Names
-	streamsOK atomic.Bool
-}
-
-func (c *control) Thresholds() filters.Thresholds { return c.a.Thresholds() }
-func (c *control) SetThresholds(ctx context.Context, t filters.Thresholds) error {
-	return c.a.SetThresholds(ctx, t)
-}
-func (c *control) Queues() any { return c.a.View() }
-
-// Ready is docs/config.md, Admin HTTP API's readiness: connected, streams present, grace over,
-// leading, and some worker live (docs/design.md, Fleet outage).
-func (c *control) Ready() error {
-	switch {
-	case !c.nc.IsConnected():
-		return fmt.Errorf("not connected to NATS")
-	case !c.streamsOK.Load():
-		return fmt.Errorf("stream %s or %s missing", c.names.ReqStream(), c.names.DLQStream())
-	case c.a.InGrace():
-		return fmt.Errorf("start-up grace running")
-	case !c.a.Leader():
-		return fmt.Errorf("standby: another dispatcher holds the leader lease")
-	case c.a.NoLiveWorkers():
-		return fmt.Errorf("no live workers")
-	}
-	return nil
-}
-
-// watchStreams checks every few seconds that both streams exist, and copies
-// the handshaker's count of late answers and the dead letterer's count of
-// retries into the metrics.
-func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, dl *bus.DeadLetterer, m *metrics.Metrics, log zerolog.Logger) {
-	t := time.NewTicker(3 * time.Second)
-	defer t.Stop()
-	var late, retries uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for n := hs.Late(); late < n; late++ {
-			m.Handshake(metrics.OutcomeLate)
-		}
-		for n := dl.Retries(); retries < n; retries++ {
-			m.DeadLetterRetried()
-		}
-		if !c.nc.IsConnected() {
-			continue
-		}
-		ok := true
-		for _, name := range []string{c.names.ReqStream(), c.names.DLQStream()} {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := js.Stream(cctx, name)
-			cancel()
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				ok = false
-				log.Error().Str("stream", name).Msg("stream missing: not ready")
-			}
-		}
-		c.streamsOK.Store(ok)
-	}
-}
-
-// demoPolicy puts the demo's policy file into the bucket as a new revision
-// when the bucket holds another one.
-func demoPolicy(ctx context.Context, store *livepolicy.Store, name string, yaml []byte) error {
-	cur, err := store.Get(ctx)
-	if err == nil && !cur.Deleted && string(cur.YAML) == string(yaml) {
-		return nil
-	}
-	if err != nil && !errors.Is(err, livepolicy.ErrNoPolicy) {
-		return fmt.Errorf("--demo: %w", err)
-	}
-	if _, _, err := store.Put(ctx, name, yaml); err != nil {
-		return fmt.Errorf("--demo: %w", err)
-	}
-	return nil
 }

@@ -7,11 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -19,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"fairdispatch/bus"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -122,40 +121,6 @@ func (f *letterFilter) resolve(since string, now time.Time) error {
 	return nil
 }
 
-// letter is one dead letter as fairctl shows it.
-type letter struct {
-	Seq            uint64    `json:"stream_seq"`
-	Time           time.Time `json:"time"`
-	Class          string    `json:"class"`
-	Error          string    `json:"error"`
-	RequestID      string    `json:"request_id"`
-	Message        string    `json:"message"`
-	Subject        string    `json:"subject,omitempty"` // the original subject (Dispatch-Subject)
-	Size           int       `json:"body_size"`
-	BodyDropped    bool      `json:"body_dropped,omitempty"`
-	HeadersDropped string    `json:"headers_dropped,omitempty"`
-}
-
-// letterOf reads a dead letter's fields from its headers. size is the body's
-// size as stored.
-func letterOf(seq uint64, t time.Time, subject string, h nats.Header, size int) letter {
-	l := letter{
-		Seq: seq, Time: t.UTC(), Class: h.Get(wire.HeaderClass), Error: h.Get(wire.HeaderError),
-		RequestID: h.Get(wire.HeaderRequestID), Message: h.Get(wire.HeaderErrorMessage),
-		Subject: h.Get(wire.HeaderSubject), Size: size, HeadersDropped: h.Get(wire.HeaderHeadersDropped),
-	}
-	if l.Class == "" {
-		l.Class = subject[strings.LastIndexByte(subject, '.')+1:]
-	}
-	if v := h.Get(wire.HeaderBodyDropped); v != "" {
-		l.BodyDropped = true
-		if n, err := strconv.Atoi(v); err == nil {
-			l.Size = n
-		}
-	}
-	return l
-}
-
 // dlqConn is a connection to the DLQ stream.
 type dlqConn struct {
 	nc     *nats.Conn
@@ -190,7 +155,7 @@ func (g *globals) dlq(ctx context.Context) (*dlqConn, error) {
 // of letters the scan reads (before the --error filter); fn may be called
 // for fewer when some are deleted meanwhile.
 func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersOnly bool, batchSize int,
-	onTotal func(total uint64), fn func(l letter, m jetstream.Msg) error) error {
+	onTotal func(total uint64), fn func(l bus.Letter, m jetstream.Msg) error) error {
 	tctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	info, err := d.stream.Info(tctx)
@@ -251,7 +216,7 @@ func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersO
 			if headersOnly {
 				size, _ = strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
 			}
-			l := letterOf(md.Sequence.Stream, md.Timestamp, m.Subject(), m.Headers(), size)
+			l := bus.ReadLetter(md.Sequence.Stream, md.Timestamp, m.Subject(), m.Headers(), size)
 			if f.code != "" && l.Error != f.code {
 				continue
 			}
@@ -279,8 +244,8 @@ func dlqLs(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer d.nc.Close()
-	var ls []letter
-	if err := d.scan(ctx, g, f, true, dlqFetchBatch, nil, func(l letter, _ jetstream.Msg) error {
+	var ls []bus.Letter
+	if err := d.scan(ctx, g, f, true, dlqFetchBatch, nil, func(l bus.Letter, _ jetstream.Msg) error {
 		ls = append(ls, l)
 		return nil
 	}); err != nil {
@@ -288,7 +253,7 @@ func dlqLs(ctx context.Context, g *globals, args []string) error {
 	}
 	if g.json {
 		if ls == nil {
-			ls = []letter{}
+			ls = []bus.Letter{}
 		}
 		return writeJSON(g.stdout, ls)
 	}
@@ -306,7 +271,7 @@ func dlqLs(ctx context.Context, g *globals, args []string) error {
 
 // shown is dlq show's JSON.
 type shown struct {
-	letter
+	bus.Letter
 	DLQSubject  string              `json:"dlq_subject"`
 	Header      map[string][]string `json:"headers"`
 	BodyPreview string              `json:"body_preview"`
@@ -336,7 +301,7 @@ func dlqShow(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dead letter %d: %w", seq, err)
 	}
-	s := shown{letter: letterOf(m.Sequence, m.Time, m.Subject, m.Header, len(m.Data)), DLQSubject: m.Subject, Header: m.Header}
+	s := shown{Letter: bus.ReadLetter(m.Sequence, m.Time, m.Subject, m.Header, len(m.Data)), DLQSubject: m.Subject, Header: m.Header}
 	body := m.Data
 	if len(body) > dlqPreview {
 		body = body[:dlqPreview]
@@ -374,7 +339,7 @@ func dlqShow(ctx context.Context, g *globals, args []string) error {
 
 // replayable returns the subject to republish l to, or why it cannot be
 // replayed.
-func replayable(names naming.Names, l letter) (string, string) {
+func replayable(names naming.Names, l bus.Letter) (string, string) {
 	if l.BodyDropped {
 		return "", "body dropped"
 	}
@@ -412,21 +377,9 @@ func replayID(seq uint64, requestID string) string {
 }
 
 // replayHeader is the header of dead letter h's republished request: the
-// original headers without the ones the dispatcher added to the letter and
-// without any Nats-* header, with Nats-Msg-Id set to id.
+// request's own headers (bus.RequestHeader), with Nats-Msg-Id set to id.
 func replayHeader(h nats.Header, id string) nats.Header {
-	ours := []string{wire.HeaderError, wire.HeaderErrorMessage, wire.HeaderRequestID, wire.HeaderClass,
-		wire.HeaderHeadersDropped, wire.HeaderBodyDropped, wire.HeaderSubject}
-	out := make(nats.Header, len(h))
-	for k, v := range h {
-		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
-			continue
-		}
-		if slices.ContainsFunc(ours, func(o string) bool { return strings.EqualFold(o, k) }) {
-			continue
-		}
-		out[k] = slices.Clone(v)
-	}
+	out := bus.RequestHeader(h)
 	out.Set(wire.HeaderMsgID, id)
 	return out
 }
@@ -472,7 +425,7 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 		pace.every = time.Duration(float64(time.Second) / *rate)
 		batch = max(1, min(batch, int(*rate))) // a batch lasts about a second: the consumer stays active
 	}
-	err = d.scan(ctx, g, f, !*yes, batch, prog.setTotal, func(l letter, m jetstream.Msg) error {
+	err = d.scan(ctx, g, f, !*yes, batch, prog.setTotal, func(l bus.Letter, m jetstream.Msg) error {
 		sum.Matched++
 		subj, why := replayable(g.names, l)
 		id := replayID(l.Seq, l.RequestID)
@@ -564,7 +517,7 @@ func dlqPurge(ctx context.Context, g *globals, args []string) error {
 	sum := replaySummary{DryRun: !*yes}
 	prog := newProgress(g.stderr, "purged")
 	defer prog.stop()
-	err = d.scan(ctx, g, f, true, dlqFetchBatch, prog.setTotal, func(l letter, _ jetstream.Msg) error {
+	err = d.scan(ctx, g, f, true, dlqFetchBatch, prog.setTotal, func(l bus.Letter, _ jetstream.Msg) error {
 		sum.Matched++
 		if !*yes {
 			return nil
@@ -595,114 +548,6 @@ func dlqPurge(ctx context.Context, g *globals, args []string) error {
 	}
 	_, err = fmt.Fprintf(g.stdout, "deleted %d dead letters, %d gone meanwhile\n", sum.Done, sum.Gone)
 	return err
-}
-
-// pacer spaces actions at least every apart (0: no spacing).
-type pacer struct {
-	every time.Duration
-	next  time.Time
-}
-
-func (p *pacer) wait(ctx context.Context) error {
-	if p.every <= 0 {
-		return nil
-	}
-	now := time.Now()
-	if p.next.IsZero() || p.next.Before(now) {
-		p.next = now
-	}
-	if d := p.next.Sub(now); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	p.next = p.next.Add(p.every)
-	return nil
-}
-
-// progressEvery is how often the progress line is rewritten.
-const progressEvery = 500 * time.Millisecond
-
-// progress writes "verb n/total (rate/s)" to w every progressEvery, from the
-// first tick on (a run shorter than that prints nothing): rewritten in place
-// with a carriage return on a terminal, a line every 10 ticks otherwise.
-type progress struct {
-	w          io.Writer
-	verb       string
-	every      time.Duration
-	n, total   atomic.Int64
-	start      time.Time
-	tty        bool
-	quit, done chan struct{}
-	stopped    atomic.Bool
-	printed    bool
-}
-
-func newProgress(w io.Writer, verb string) *progress {
-	return startProgress(w, verb, progressEvery)
-}
-
-func startProgress(w io.Writer, verb string, every time.Duration) *progress {
-	p := &progress{w: w, verb: verb, every: every, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
-	}
-	go p.run()
-	return p
-}
-
-func (p *progress) setTotal(n uint64) { p.total.Store(int64(n)) }
-func (p *progress) add(n int)         { p.n.Add(int64(n)) }
-
-func (p *progress) line() string {
-	n, el := p.n.Load(), time.Since(p.start).Seconds()
-	rate := 0.0
-	if el > 0 {
-		rate = float64(n) / el
-	}
-	return fmt.Sprintf("%s %d/%d (%.0f/s)", p.verb, n, p.total.Load(), rate)
-}
-
-func (p *progress) run() {
-	defer close(p.done)
-	t := time.NewTicker(p.every)
-	defer t.Stop()
-	for i := 1; ; i++ {
-		select {
-		case <-p.quit:
-			if p.printed {
-				if p.tty {
-					fmt.Fprintf(p.w, "\r%s\033[K\n", p.line())
-				} else {
-					fmt.Fprintln(p.w, p.line())
-				}
-			}
-			return
-		case <-t.C:
-			switch {
-			case p.tty:
-				fmt.Fprintf(p.w, "\r%s\033[K", p.line())
-				p.printed = true
-			case i%10 == 0:
-				fmt.Fprintln(p.w, p.line())
-				p.printed = true
-			}
-		}
-	}
-}
-
-// stop ends the progress line; later calls do nothing.
-func (p *progress) stop() {
-	if p.stopped.CompareAndSwap(false, true) {
-		close(p.quit)
-		<-p.done
-	}
 }
 
 func writeJSON(w io.Writer, v any) error {

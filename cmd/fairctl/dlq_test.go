@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/bus"
 	"fairdispatch/naming"
 )
 
@@ -60,15 +61,15 @@ func TestReplayable(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		l        letter
+		l        bus.Letter
 		subj, no string
 	}{
-		{letter{RequestID: "r", Class: "premium", Subject: "llama.req.gold"}, "llama.req.gold", ""},
-		{letter{RequestID: "r", Class: "premium"}, "llama.req.premium", ""}, // before Dispatch-Subject
-		{letter{RequestID: "r", Class: "p", Subject: "other.req.gold"}, "", `subject "other.req.gold" is not a request subject of prefix "llama"`},
-		{letter{RequestID: "r", Class: "p", BodyDropped: true}, "", "body dropped"},
-		{letter{RequestID: "r", Class: "p", HeadersDropped: "all"}, "", "headers dropped"},
-		{letter{Class: "p"}, "", "no request id"},
+		{bus.Letter{RequestID: "r", Class: "premium", Subject: "llama.req.gold"}, "llama.req.gold", ""},
+		{bus.Letter{RequestID: "r", Class: "premium"}, "llama.req.premium", ""}, // before Dispatch-Subject
+		{bus.Letter{RequestID: "r", Class: "p", Subject: "other.req.gold"}, "", `subject "other.req.gold" is not a request subject of prefix "llama"`},
+		{bus.Letter{RequestID: "r", Class: "p", BodyDropped: true}, "", "body dropped"},
+		{bus.Letter{RequestID: "r", Class: "p", HeadersDropped: "all"}, "", "headers dropped"},
+		{bus.Letter{Class: "p"}, "", "no request id"},
 	}
 	for _, tt := range tests {
 		subj, why := replayable(names, tt.l)

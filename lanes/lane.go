@@ -5,6 +5,22 @@ import (
 	"fairdispatch/request"
 )
 
+// Checker says whether a lane head may be dispatched now (docs/design.md, Lanes; docs/design.md, Gates): for
+// the scheduler, whether the request's class is not gated for it.
+type Checker interface {
+	Dispatchable(r *request.Snapshot) bool
+}
+
+// lane is one heap of requests of one key: its shared lane, or a pinned
+// target's.
+type lane struct {
+	target  request.Target
+	q       queue
+	pos     int  // position in its key's ready index, -1 when not indexed
+	blocked bool // in Keyed.blocked
+	owner   *key // the key whose lane it is
+}
+
 // queue is a heap of requests ordered by request.Snapshot.Before. Each request
 // knows its position (Snapshot.Index, -1 when not queued), so removal is
 // O(log n).

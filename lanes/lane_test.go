@@ -60,7 +60,7 @@ func TestRandomOps(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			chk := newFakeCheck()
-			c := New(chk)
+			c := NewKeyed(chk, KeyConfig{})
 			targets := []request.Target{shared, shared, pin("a", 0), pin("a", 1), pin("a", request.AnyRank),
 				pin("b", 0), pin("c", request.AnyRank)}
 			var queued []*request.Snapshot

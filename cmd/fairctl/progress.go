@@ -1,0 +1,120 @@
+package main
+
+// The pacing and the progress line of the long dlq commands (replay, purge).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// pacer spaces actions at least every apart (0: no spacing).
+type pacer struct {
+	every time.Duration
+	next  time.Time
+}
+
+func (p *pacer) wait(ctx context.Context) error {
+	if p.every <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if p.next.IsZero() || p.next.Before(now) {
+		p.next = now
+	}
+	if d := p.next.Sub(now); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	p.next = p.next.Add(p.every)
+	return nil
+}
+
+// progressEvery is how often the progress line is rewritten.
+const progressEvery = 500 * time.Millisecond
+
+// progress writes "verb n/total (rate/s)" to w every progressEvery, from the
+// first tick on (a run shorter than that prints nothing): rewritten in place
+// with a carriage return on a terminal, a line every 10 ticks otherwise.
+type progress struct {
+	w          io.Writer
+	verb       string
+	every      time.Duration
+	n, total   atomic.Int64
+	start      time.Time
+	tty        bool
+	quit, done chan struct{}
+	stopped    atomic.Bool
+	printed    bool
+}
+
+func newProgress(w io.Writer, verb string) *progress {
+	return startProgress(w, verb, progressEvery)
+}
+
+func startProgress(w io.Writer, verb string, every time.Duration) *progress {
+	p := &progress{w: w, verb: verb, every: every, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	go p.run()
+	return p
+}
+
+func (p *progress) setTotal(n uint64) { p.total.Store(int64(n)) }
+func (p *progress) add(n int)         { p.n.Add(int64(n)) }
+
+func (p *progress) line() string {
+	n, el := p.n.Load(), time.Since(p.start).Seconds()
+	rate := 0.0
+	if el > 0 {
+		rate = float64(n) / el
+	}
+	return fmt.Sprintf("%s %d/%d (%.0f/s)", p.verb, n, p.total.Load(), rate)
+}
+
+func (p *progress) run() {
+	defer close(p.done)
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for i := 1; ; i++ {
+		select {
+		case <-p.quit:
+			if p.printed {
+				if p.tty {
+					fmt.Fprintf(p.w, "\r%s\033[K\n", p.line())
+				} else {
+					fmt.Fprintln(p.w, p.line())
+				}
+			}
+			return
+		case <-t.C:
+			switch {
+			case p.tty:
+				fmt.Fprintf(p.w, "\r%s\033[K", p.line())
+				p.printed = true
+			case i%10 == 0:
+				fmt.Fprintln(p.w, p.line())
+				p.printed = true
+			}
+		}
+	}
+}
+
+// stop ends the progress line; later calls do nothing.
+func (p *progress) stop() {
+	if p.stopped.CompareAndSwap(false, true) {
+		close(p.quit)
+		<-p.done
+	}
+}
