@@ -46,6 +46,7 @@ func (m *fakeMsg) delivery(token string, published time.Time) ingest.Delivery {
 func (m *fakeMsg) Ack(string) error                         { return m.did("+ACK") }
 func (m *fakeMsg) Nak(string) error                         { return m.did("-NAK") }
 func (m *fakeMsg) NakWithDelay(string, time.Duration) error { return m.did("-NAK delay") }
+func (m *fakeMsg) Term(_, reason string) error              { return m.did("+TERM " + reason) }
 func (m *fakeMsg) InProgress(string) error                  { return m.did("+WPI") }
 func (m *fakeMsg) did(a string) error {
 	m.mu.Lock()

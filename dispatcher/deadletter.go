@@ -69,7 +69,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	if err := h.msg.Ack(); err != nil {
 		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
 	}
-	delete(a.held, d.seq)
+	a.dropHeld(d.seq, h)
 	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
@@ -105,7 +105,7 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 		a.storeDead(h)
 		return
 	}
-	delete(a.held, r.Ref)
+	a.dropHeld(r.Ref, h)
 	h.rel.Release(1)
 	if errors.Is(err, bus.ErrClosed) { // shutting down: the next dispatcher takes it at once
 		_ = h.msg.Nak()

@@ -184,8 +184,9 @@ func (a *Actor) answer(res bus.Result) {
 	if res.Outcome == bus.Accepted {
 		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap
-		delete(a.held, res.Token)
+		a.dropHeld(res.Token, h)
 		h.rel.Release(1)
+		a.running.put(now.UnixNano(), r.ID, runRef{h.worker, h.seq})
 		a.d.Metrics.Dispatched(r.Class)
 		a.countServed(r.Class, r.Cost)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
@@ -194,6 +195,9 @@ func (a *Actor) answer(res bus.Result) {
 			a.outcome(h.replyTo, wire.Outcome{RequestID: r.ID, Status: wire.StatusDispatched,
 				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: uint64(h.attempt),
 				PolicyRevision: h.rev})
+		}
+		if h.cancel { // cancelled during the handshake (cancel.go)
+			a.forwardCancel(r.ID, runRef{h.worker, h.seq})
 		}
 		return
 	}
@@ -212,4 +216,7 @@ func (a *Actor) answer(res bus.Result) {
 		a.d.Metrics.ProgressAck()
 	}
 	a.wait(h, res.Token, now)
+	if h.cancel { // cancelled during the handshake: it leaves now (cancel.go)
+		a.cancelQueued(now, res.Token, h)
+	}
 }

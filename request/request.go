@@ -116,6 +116,11 @@ type Snapshot struct {
 	// Charged is set once DRR has charged the request. A request handed back
 	// after a refused dispatch keeps its place and is not charged again.
 	Charged bool
+	// Paid is set when DRR charged the request its cost, at its first
+	// arbitration. Charged without Paid is a request dispatched at arrival
+	// (never arbitrated) and refused: it is queued as charged without having
+	// paid, so cancelling it refunds nothing.
+	Paid bool
 	// Refused is set when a worker refused the request (or did not answer); such
 	// a request waits in its lane whatever its class's queueing (docs/protocol.md, Dispatch handshake).
 	Refused bool

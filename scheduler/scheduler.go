@@ -351,6 +351,9 @@ func (s *Scheduler) Next(now int64) Decision {
 		return Decision{}
 	}
 	r := s.classes[k].Last()
+	if !r.Charged {
+		r.Paid = true // charged its cost just now
+	}
 	r.Charged = true
 	removeDeadline(&s.dl, r)
 	d := s.place(now, r)

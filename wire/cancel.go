@@ -25,8 +25,7 @@ type Cancel struct {
 const CancelReasonCancel = "cancel"
 
 // MaxCancelBytes bounds a cancellation's body; MaxCancelIDLen its request id
-// (the longest Nats-Msg-Id the dispatcher accepts, docs/protocol.md, Request
-// headers).
+// (a request with a longer Nats-Msg-Id cannot be cancelled by id).
 const (
 	MaxCancelBytes = 4096
 	MaxCancelIDLen = 1024
