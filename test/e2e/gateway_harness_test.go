@@ -168,3 +168,8 @@ policy_classes:
   - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 8192}
   - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 8192}
 `
+
+// mockworker0 is one mock worker of four sequences at 2 ms a token.
+func mockworker0() mockworker.Config {
+	return mockworker.Config{MaxNumSeqs: 4, DecodePerToken: 2 * time.Millisecond}
+}
