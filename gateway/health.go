@@ -18,9 +18,10 @@ import (
 // in a stream nobody reads. A pool is reachable while the gateway is
 // connected to NATS, the pool's request stream exists, and a dispatcher
 // leads it: its leader lease key (docs/protocol.md, Names: the leader lease
-// bucket, which expires a dead leader's key within its TTL) is present, or
-// the stream's durable consumer has a pull waiting (a dispatcher run with
-// --leader-election=false).
+// bucket, which expires a dead leader's key within its TTL) is present; or,
+// where there is no lease bucket (dispatchers run with
+// --leader-election=false), the stream's durable consumer has a pull
+// waiting.
 type Health struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -87,9 +88,12 @@ func (h *Health) check(ctx context.Context, n naming.Names) error {
 		return fmt.Errorf("stream %s: %w", n.ReqStream(), err)
 	}
 	if kv, err := h.js.KeyValue(ctx, n.LeaderBucket()); err == nil {
+		// Dispatchers that elect a leader: the lease alone says. (A dead
+		// dispatcher's pulls stay waiting on the server until they expire.)
 		if _, err := kv.Get(ctx, "dispatcher"); err == nil {
 			return nil
 		}
+		return ErrNoDispatcher
 	}
 	if c, err := st.Consumer(ctx, n.Durable()); err == nil {
 		if info, err := c.Info(ctx); err == nil && info.NumWaiting > 0 {

@@ -41,6 +41,16 @@ type gwRig struct {
 	disp *proc
 	url  string // the gateway's base URL, http://127.0.0.1:port
 	reg  *prometheus.Registry
+	ws   []*mockworker.Worker
+}
+
+// stopWorkers stops every mock worker of the rig.
+func (r *gwRig) stopWorkers() {
+	for _, w := range r.ws {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = w.Stop(ctx)
+		cancel()
+	}
 }
 
 // gwOptions configures a rig.
@@ -75,12 +85,12 @@ func startGatewayRig(t *testing.T, o gwOptions) *gwRig {
 	if o.workers == 0 {
 		o.workers = 2
 	}
+	r := &gwRig{t: t, ns: ns, disp: disp, reg: prometheus.NewRegistry()}
 	for i := range o.workers {
 		cfg := o.worker
 		cfg.ID = fmt.Sprintf("mock-%d", i+1)
-		startMock(t, connect(t, ns.URL()), cfg)
+		r.ws = append(r.ws, startMock(t, connect(t, ns.URL()), cfg))
 	}
-	r := &gwRig{t: t, ns: ns, disp: disp, reg: prometheus.NewRegistry()}
 	r.url = startGatewayOn(t, ns.URL(), gwConfig(o), r.reg, o.mod)
 	waitFor(t, 20*time.Second, "the dispatcher ready with its workers", func() bool {
 		code, _ := disp.get("/readyz")
@@ -150,6 +160,21 @@ func (r *gwRig) post(path, key, body string, hdr ...string) (*http.Response, str
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
+}
+
+// postWithin is post with a time limit: 0 and "" when it passes.
+func (r *gwRig) postWithin(d time.Duration, path, key, body string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", r.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // gwPolicy is one queueing class c, or with two, the seed's premium and

@@ -2,7 +2,7 @@
 // gateway for test/e2e (gateway_clients_test.go). It reads a plan (a JSON
 // array of calls) from argv[2] and prints one JSON line per call:
 //   {"name", "ok", "texts": [...], "usage": {...}|null, "finish": "...",
-//    "error": {"class", "status", "code", "message"}|null}
+//    "error": {"class", "status", "code", "retry_after", "message"}|null}
 // Environment: GATEWAY_URL (the gateway's base URL, with /v1).
 'use strict';
 const OpenAI = require('openai');
@@ -17,6 +17,7 @@ async function one(call) {
   const opts = { headers: call.headers || {} };
   const out = { name: call.name, ok: false, texts: [], usage: null, finish: null, error: null };
   try {
+    if (call.idempotency_key) opts.idempotencyKey = call.idempotency_key, opts.headers['Idempotency-Key'] = call.idempotency_key;
     if (call.kind === 'chat') {
       const body = { model: call.model, max_tokens: call.max_tokens,
         messages: [{ role: 'system', content: 'You are brief.' }, { role: 'user', content: call.content }] };
@@ -38,7 +39,7 @@ async function one(call) {
         out.usage = r.usage;
       }
     } else {
-      const body = { model: call.model, max_tokens: call.max_tokens, prompt: call.content };
+      const body = { model: call.model, max_tokens: call.max_tokens, prompt: call.content.repeat(call.repeat ?? 1) };
       if (call.stream) {
         body.stream = true;
         if (call.include_usage) body.stream_options = { include_usage: true };
@@ -59,7 +60,10 @@ async function one(call) {
     }
     out.ok = true;
   } catch (e) {
-    out.error = { class: e.constructor.name, status: e.status ?? null, code: e.code ?? null, message: String(e.message) };
+    const h = e.headers;
+    const retryAfter = h && typeof h.get === 'function' ? h.get('retry-after') : (h ? h['retry-after'] : null);
+    out.error = { class: e.constructor.name, status: e.status ?? null, code: e.code ?? null,
+      retry_after: retryAfter ?? null, message: String(e.message) };
   }
   return out;
 }
