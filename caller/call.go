@@ -311,5 +311,13 @@ func (c *Call) Cancel() {
 // unsubscribes. It is idempotent.
 func (c *Call) Close() { c.Cancel() }
 
+// Buffered returns how many events wait for Recv: a relay may hold back a
+// flush while more are at hand.
+func (c *Call) Buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
 // Since returns the time since the call was started.
 func (c *Call) Since() time.Duration { return time.Since(c.started) }

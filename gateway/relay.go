@@ -186,12 +186,18 @@ func (x *exchange) stream(ctx context.Context) int {
 		x.w.WriteHeader(http.StatusOK)
 		started = true
 	}
+	// write writes parts and flushes them unless more events are at hand
+	// (the last chunk, the usage chunk and the end often come together:
+	// one flush, one syscall, for all of them).
 	write := func(parts ...[]byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(x.s.opt.WriteTimeout))
 		for _, p := range parts {
 			if _, err := x.w.Write(p); err != nil {
 				return false
 			}
+		}
+		if x.call.Buffered() > 0 {
+			return true
 		}
 		return rc.Flush() == nil
 	}
