@@ -55,7 +55,7 @@ type options struct {
 	million       bool // the queued curve's 1,000,000 point
 	profileHop    bool // a CPU profile of the dispatcher in the throughput run
 	prefix        string
-	natsSync      string // the bench's nats-server's JetStream sync (bus.ParseSync)
+	natsSync      string       // the bench's nats-server's JetStream sync (bus.ParseSync)
 	names         naming.Names // of prefix
 }
 
