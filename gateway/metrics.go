@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the gateway's Prometheus series (docs/operations.md, Gateway
-// metrics). Every label value comes from the configuration or a fixed set:
+// metrics are the gateway's Prometheus series (docs/config.md, Gateway:
+// Health and metrics). Every label value comes from the configuration or a fixed set:
 // tenant is a tenant name of the file (bounded by it; "" before the key is
 // known), class a class a tenant may use, model a model of the file ("" for
 // an unknown one), status an HTTP status code. No label takes a value a
