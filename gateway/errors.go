@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -44,9 +45,12 @@ func (e *apiError) body() []byte {
 	if e.param != "" {
 		param = e.param
 	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]any{"error": map[string]any{
 		"message": e.msg, "type": e.typ, "param": param, "code": e.code}})
-	return b
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // write sends e as the whole response.

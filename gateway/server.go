@@ -396,6 +396,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rt *route, arrived 
 	log := s.log.With().Str("request_id", id).Str("tenant", rt.t.Name).Str("class", rt.class).Logger()
 	call, err := p.caller.Start(ctx, caller.Request{ID: id, Class: rt.class, Header: h, Body: body, KeepUnconfirmed: rt.idem != ""})
 	if err != nil {
+		if r.Context().Err() != nil { // the client left while it was published
+			s.m.clientGone.Inc()
+			return 0
+		}
 		e := fromCall(err)
 		log.Warn().Err(err).Msg("request not accepted")
 		w.Header().Set(HeaderRequestID, id)
