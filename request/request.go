@@ -175,3 +175,15 @@ func (s *Snapshot) Before(o *Snapshot) bool {
 	}
 	return s.Seq < o.Seq
 }
+
+// Compare orders a and b as Before does, for slices.SortFunc: -1 when a ranks
+// ahead of b, 1 when b ranks ahead of a, 0 for the same request.
+func Compare(a, b *Snapshot) int {
+	switch {
+	case a.Before(b):
+		return -1
+	case b.Before(a):
+		return 1
+	}
+	return 0
+}

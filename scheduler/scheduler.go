@@ -466,7 +466,7 @@ func (s *Scheduler) Accepted(id string) {
 // Without requeue (the request itself cannot be sent) the caller rejects it.
 func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
 	s.settle.forget(id, seq, !requeue)
-	if w := s.reg.Get(id); w != nil && s.reg.Unbook(w, seq) {
+	if w := s.reg.Get(id); w != nil && s.reg.Unsent(w, seq) {
 		s.gates.Update(w)
 		for _, c := range s.classes {
 			c.Recheck(w.ID)

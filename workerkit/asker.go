@@ -44,18 +44,28 @@ type call struct {
 	timer *time.Timer
 }
 
-func newAsker(nc *nats.Conn) (*asker, error) {
-	a := &asker{nc: nc, inbox: nc.NewInbox() + ".", calls: make(map[uint64]*call)}
-	sub, err := nc.Subscribe(a.inbox+"*", a.onReply)
+// newAsker returns an asker on nc; it subscribes on its first request, so
+// that a worker that never streams a response needs no inbox (and no
+// permission for one).
+func newAsker(nc *nats.Conn) *asker {
+	return &asker{nc: nc, inbox: nc.NewInbox() + ".", calls: make(map[uint64]*call)}
+}
+
+// subscribe makes the inbox subscription once; a.mu is held.
+func (a *asker) subscribe() error {
+	if a.sub != nil {
+		return nil
+	}
+	sub, err := a.nc.Subscribe(a.inbox+"*", a.onReply)
 	if err != nil {
-		return nil, fmt.Errorf("worker: subscribe %s*: %w", a.inbox, err)
+		return fmt.Errorf("worker: subscribe %s*: %w", a.inbox, err)
 	}
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("worker: pending limits %s*: %w", a.inbox, err)
+		return fmt.Errorf("worker: pending limits %s*: %w", a.inbox, err)
 	}
 	a.sub = sub
-	return a, nil
+	return nil
 }
 
 // ask publishes m as a request and calls done exactly once, with the call's
@@ -66,6 +76,10 @@ func newAsker(nc *nats.Conn) (*asker, error) {
 // called.
 func (a *asker) ask(m *nats.Msg, timeout time.Duration, done func(id uint64, answer string, err error)) (uint64, error) {
 	a.mu.Lock()
+	if err := a.subscribe(); err != nil {
+		a.mu.Unlock()
+		return 0, err
+	}
 	a.next++
 	id := a.next
 	c := &call{done: done}
@@ -129,7 +143,10 @@ func (a *asker) onReply(m *nats.Msg) {
 
 // close unsubscribes; calls still waiting end with errNoAnswer by their timers.
 func (a *asker) close() {
-	if err := a.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		_ = err // nothing to do: the connection is going away
+	a.mu.Lock()
+	sub := a.sub
+	a.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe() // an error means the connection is going away: nothing to do
 	}
 }

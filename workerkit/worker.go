@@ -144,26 +144,19 @@ func (w *Worker) Start() error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("worker: pending limits %s: %w", w.workSubj, err)
 	}
-	ask, err := newAsker(w.nc)
-	if err != nil {
-		_ = sub.Unsubscribe()
-		return err
-	}
 	csub, err := w.nc.Subscribe(w.cancelSubj, w.onCancel)
 	if err != nil {
 		_ = sub.Unsubscribe()
-		ask.close()
 		return fmt.Errorf("worker: subscribe %s: %w", w.cancelSubj, err)
 	}
 	if w.kv != nil {
 		if err := w.kv.start(); err != nil {
 			_ = sub.Unsubscribe()
 			_ = csub.Unsubscribe()
-			ask.close()
 			return err
 		}
 	}
-	w.sub, w.cancelSub, w.ask = sub, csub, ask
+	w.sub, w.cancelSub, w.ask = sub, csub, newAsker(w.nc)
 	w.started = true
 	w.wg.Add(3)
 	go w.reportLoop()
