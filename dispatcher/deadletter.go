@@ -77,8 +77,14 @@ func (a *Actor) deadLettered(d dlqDone) {
 		if r.Class >= 0 {
 			o.PolicyClass = a.className(r.Class)
 		}
-		if e.Code == request.QueueFull {
+		switch e.Code {
+		case request.QueueFull:
 			o.Details = map[string]any{"limit_kind": e.LimitKind, "current": e.Current, "limit": e.Limit}
+		case request.DeadlineUnreachable:
+			o.Details = map[string]any{"projected_wait_ms": e.Projected / 1e6}
+		case request.BudgetExceeded:
+			// The gateway's 429 Retry-After (docs/protocol.md, Error codes).
+			o.Details = map[string]any{"projected_wait_ms": e.Projected / 1e6, "retry_after_ms": (e.RetryAfter + 1e6 - 1) / 1e6}
 		}
 		a.outcome(h.replyTo, o)
 	}

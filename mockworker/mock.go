@@ -351,6 +351,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, lo
 
 // uncached returns the uncached token count of r (see the package doc).
 func uncached(r *workerkit.Request) uint64 {
+	if v := workerkit.HeaderValue(r.Header, wire.HeaderPrefillTokens); v != "" {
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			return min(n, max(r.ISL, n))
+		}
+	}
 	if r.Compact || workerkit.HeaderValue(r.Header, wire.HeaderCost) != "" { // the compact form always carries the cost
 		return r.Cost
 	}
