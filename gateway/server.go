@@ -412,8 +412,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rt *route, arrived 
 	}
 	w.Header().Set(HeaderRequestID, id)
 	x := &exchange{s: s, w: w, call: call, rt: rt, arrived: arrived, log: log}
+	var status int
 	if req.stream {
-		return x.stream(ctx)
+		status = x.stream(ctx)
+	} else {
+		status = x.whole(ctx)
 	}
-	return x.whole(ctx)
+	log.Debug().Int("status", status).Int("chunks", x.chunks).Bool("stream", req.stream).Bool("duplicate", call.Duplicate()).
+		Dur("duration", time.Since(arrived)).Uint64("isl", n).Msg("request done")
+	return status
 }

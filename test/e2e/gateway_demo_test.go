@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -32,6 +35,20 @@ func TestGatewayDemo(t *testing.T) {
 	resp, body := r.post("/v1/chat/completions", "sk-acme-demo", `{"model":"mock-llama","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"Hello"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(body, `"content":" lorem"`) || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("the README's request: %d %s", resp.StatusCode, body)
+	}
+	// The README's Node example, as written, against the demo.
+	if _, err := exec.LookPath("node"); err == nil {
+		if _, err := os.Stat(filepath.Join(nodeClientDir, "node_modules", "openai")); err == nil {
+			cmd := exec.Command("node", "example.mjs")
+			cmd.Dir = nodeClientDir
+			cmd.Env = append(os.Environ(), "OPENAI_BASE_URL=http://"+addr+"/v1")
+			out, err := cmd.CombinedOutput()
+			if want := " lorem ipsum dolor sit amet consectetur adipiscing elit\n"; err != nil || string(out) != want {
+				t.Errorf("example.mjs: %v, printed %q, want %q", err, out, want)
+			}
+		} else if os.Getenv("CI") == "true" {
+			t.Error("test/openai-node/node_modules is missing under CI")
+		}
 	}
 	p.signal(syscall.SIGTERM)
 	if err := p.wait(30 * time.Second); err != nil {
