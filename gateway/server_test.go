@@ -393,3 +393,36 @@ func TestModelsAndRoutes(t *testing.T) {
 		t.Fatalf("unknown route: %d %s", resp.StatusCode, body)
 	}
 }
+
+// NATS unreachable: the request is not accepted (503, Retry-After), and the
+// gateway holds nothing for it.
+func TestNATSUnreachable(t *testing.T) {
+	srv, nc := natstest.StartServer(t)
+	cfgText := strings.NewReplacer("%A%", HashKey("sk-a"), "%B%", HashKey("sk-b")).Replace(testConfig)
+	cfg, err := ParseConfig("test.yaml", []byte(cfgText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := caller.New(nc, caller.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Config: cfg, Callers: map[string]*caller.Caller{"dispatch": c}, Registerer: prometheus.NewRegistry(), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	srv.Shutdown()
+	natstest.Eventually(t, 5*time.Second, func() bool { return !nc.IsConnected() }, "the client to see the server gone")
+	g := &gw{t: t, url: hs.URL}
+	resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("hi", ""))
+	if resp.StatusCode != 503 || decodeErr(t, body).Error.Code != "not_accepted" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("with NATS down: %d %s, want 503 not_accepted with Retry-After", resp.StatusCode, body)
+	}
+	for _, tn := range s.keys {
+		if tn.inflight.Load() != 0 {
+			t.Fatalf("%s has %d in flight after the answer", tn.Name, tn.inflight.Load())
+		}
+	}
+}
