@@ -37,7 +37,7 @@ bench:
 
 FUZZTIME ?= 60s
 # package:target of every fuzz target; `go test -fuzz` takes one target at a time.
-FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport wire:FuzzDecodeLoadReport wire:FuzzDecodeDispatch configs:FuzzParse admin:FuzzBusyThresholdBody kvindex:FuzzParseEvent
+FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport wire:FuzzDecodeLoadReport wire:FuzzDecodeDispatch configs:FuzzParse admin:FuzzBusyThresholdBody kvindex:FuzzParseEvent gateway:FuzzParseRequest
 
 ## fuzz: run each fuzz target for FUZZTIME (default 60s); findings land in each package's testdata/fuzz
 fuzz:
