@@ -295,3 +295,46 @@ func TestIdleClientHelper(t *testing.T) {
 	wg.Wait()
 	fmt.Printf("closed by the server %d\n", closed.Load())
 }
+
+// A kept-alive connection serves a request after an earlier stream's write
+// deadline has passed (net/http clears a handler's write deadline after each
+// request; this keeps it so).
+func TestKeepAliveAfterWriteDeadline(t *testing.T) {
+	g := startGateway(t, func(o *Options) { o.WriteTimeout = 200 * time.Millisecond })
+	h := &hostile{gw: g}
+	srv := NewHTTPServer(g.srv, HTTPLimits{ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	h.addr = ln.Addr().String()
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	send := func() int {
+		body := chatBody("hi", `,"stream":true`)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-a\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+			t.Fatalf("stream %q", b)
+		}
+		return resp.StatusCode
+	}
+	if st := send(); st != 200 {
+		t.Fatalf("first: %d", st)
+	}
+	time.Sleep(400 * time.Millisecond) // not a wait for a condition: the first stream's write deadline must pass
+	if st := send(); st != 200 {
+		t.Fatalf("second, on the same connection: %d", st)
+	}
+}

@@ -177,6 +177,8 @@ var (
 // (data: {"error":{...}}), which the official clients raise.
 func (x *exchange) stream(ctx context.Context) int {
 	rc := http.NewResponseController(x.w)
+	// Each write has its own deadline (net/http clears it after the
+	// request, so a kept-alive connection's next request starts afresh).
 	started := false
 	start := func() {
 		h := x.w.Header()
