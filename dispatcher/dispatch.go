@@ -79,6 +79,9 @@ func (a *Actor) dispatchHeaders(now time.Time, h *held, d scheduler.Decision) na
 	for i, k := range wire.DispatchHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
+	if d.Prefill != 0 && d.Prefill != r.Cost {
+		hdr[wire.HeaderPrefillTokens] = []string{strconv.FormatUint(d.Prefill, 10)}
+	}
 	return hdr
 }
 
@@ -96,6 +99,10 @@ func (a *Actor) sendCompact(now time.Time, h *held, d scheduler.Decision) error 
 		QueuedMs: uint64(queuedMs(now, r)), Ack: h.msg.Reply(), AckWaitMs: uint64(a.cfg.AckWait.Milliseconds()),
 	})
 	f = h.msg.AppendHeaders(f, isOwnHeader)
+	if d.Prefill != 0 && d.Prefill != r.Cost {
+		var num [20]byte
+		f = wire.AppendHeaderEntry(f, wire.HeaderPrefillTokens, []string{string(strconv.AppendUint(num[:0], d.Prefill, 10))})
+	}
 	f = append(wire.EndHeaders(f), h.msg.Data()...)
 	if cap(f) <= maxKeptFrame {
 		a.frame = f
@@ -167,7 +174,7 @@ func isOwnHeader(k string) bool {
 			return true
 		}
 	}
-	return false
+	return strings.EqualFold(k, wire.HeaderPrefillTokens)
 }
 
 // answer handles a worker's answer to a dispatch.

@@ -48,6 +48,14 @@ const (
 var DispatchHeaders = []string{HeaderRequestID, HeaderClass, HeaderDPRank, HeaderSeq,
 	HeaderCost, HeaderQueuedMs, HeaderAck, HeaderAckWaitMs}
 
+// HeaderPrefillTokens is the prefill tokens the dispatcher booked on the
+// chosen rank: the request's uncached tokens on that rank at dispatch
+// (docs/protocol.md, Bookings and seen_seq). The dispatcher adds it, in both
+// forms, only when it differs from HeaderCost (the arrival's DRR cost), and
+// removes any producer-sent variant. A worker that reports bookings reads it
+// first, then HeaderCost.
+const HeaderPrefillTokens = "Dispatch-Prefill-Tokens"
+
 // HeaderStatus is the header of a worker's answer to a dispatch
 // (docs/protocol.md, Accepting and refusing): absent accepts, StatusBusy
 // refuses; StatusMalformed refuses a dispatch the worker cannot read.
