@@ -23,24 +23,20 @@ func TestHostileReplyToRefused(t *testing.T) {
 	// A live worker: without one the dispatcher leaves requests in the stream
 	// (docs/design.md, Fleet outage).
 	startMock(t, nc, mockworker.Config{ID: "w1"})
-	ecsWaitWorker(t, p, "w1")
+	waitLive(t, p, "w1")
 	var forged atomic.Int32
-	sub, err := nc.Subscribe("dispatch.load.>", func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.load.>", func(m *nats.Msg) {
 		if strings.Contains(string(m.Data), "request_id") {
 			forged.Add(1)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 
 	targets := []string{"dispatch.load.w1", "$KV.fairdispatch_leader.dispatcher", "$JS.API.STREAM.DELETE.DISPATCH_REQ"}
 	for i, to := range targets {
 		ecsPublish(t, js, "dispatch.req.default", "hostile-"+string(rune('a'+i)), map[string]string{"Dispatch-Reply-To": to}, []byte("x"))
 	}
-	waitFor(t, 15*time.Second, "three dead letters", func() bool { return len(ecsStreamAll(t, js, "DISPATCH_DLQ")) == 3 })
-	for _, m := range ecsStreamAll(t, js, "DISPATCH_DLQ") {
+	waitFor(t, 15*time.Second, "three dead letters", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 3 })
+	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
 		if got := m.Header.Get("Dispatch-Error"); got != "bad_request" {
 			t.Errorf("%s: Dispatch-Error %q, want bad_request", m.Header.Get("Dispatch-Request-Id"), got)
 		}
@@ -67,11 +63,11 @@ func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
 	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	startMock(t, nc, mockworker.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
-	ecsWaitWorker(t, p, "w1")
+	waitLive(t, p, "w1")
 	body := make([]byte, nc.MaxPayload()-150)
 	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
-	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(ecsStreamAll(t, js, "DISPATCH_DLQ")) == 1 })
-	m := ecsStreamAll(t, js, "DISPATCH_DLQ")[0]
+	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 1 })
+	m := streamAll(t, js, "DISPATCH_DLQ")[0]
 	if len(m.Data) != 0 || m.Header.Get("Dispatch-Body-Dropped") != strconv.Itoa(len(body)) || m.Header.Get("Dispatch-Error") != "bad_request" {
 		t.Fatalf("dead letter: %d body bytes, Dispatch-Body-Dropped %q, Dispatch-Error %q; want 0, %d, bad_request",
 			len(m.Data), m.Header.Get("Dispatch-Body-Dropped"), m.Header.Get("Dispatch-Error"), len(body))

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -31,21 +30,11 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 
 	var mu sync.Mutex
 	workerOf := map[string]string{}
-	sub, err := ncT.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if json.Unmarshal(m.Data, &c) == nil {
-			mu.Lock()
-			workerOf[c.RequestID] = c.WorkerID
-			mu.Unlock()
-		}
+	onCompletion(t, ncT, "dispatch.done.*", func(c wire.Completion) {
+		mu.Lock()
+		workerOf[c.RequestID] = c.WorkerID
+		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := ncT.Flush(); err != nil {
-		t.Fatal(err)
-	}
 
 	args := []string{"--kv-index", "--leader-election=false"}
 	p := startDispatcher(t, ns.URL(), args...)

@@ -161,7 +161,7 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 		seq     uint64
 	}
 	got := make(chan dispatch, 16)
-	sub, err := nc.Subscribe("dispatch.work.w1", func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.work.w1", func(m *nats.Msg) {
 		var d dispatch
 		d.id, d.ack = m.Header.Get("Dispatch-Request-Id"), m.Header.Get("Dispatch-Ack")
 		d.rank, _ = strconv.Atoi(m.Header.Get("Dispatch-DP-Rank"))
@@ -169,10 +169,6 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 		_ = m.Respond(nil) // accept
 		got <- d
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	report := func(active uint64, seen uint64) {
 		t.Helper()
 		one, batched := uint64(1), uint64(8192)
@@ -250,7 +246,7 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 	// Full again; the request waits in the queue.
 	report(1, d.seq)
 	waitFor(t, 30*time.Second, "the full load applied", func() bool {
-		v, ok := secQueues(p)
+		v, ok := p.queues()
 		return ok && len(v.Workers) == 1 && len(v.Workers[0].Ranks) == 2 && v.Workers[0].Ranks[1].ReportedPrefill == 160 &&
 			p.metric("fairdispatch_dispatched_total", `class="default"`) == 1
 	})

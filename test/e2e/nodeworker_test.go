@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/mockworker"
 )
 
@@ -42,23 +43,14 @@ func TestEndToEndNodeWorker(t *testing.T) {
 		}
 	}
 	if missing != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the Node example worker cannot run under CI: %s", missing)
-		}
-		t.Skipf("the Node example worker cannot run: %s (under CI=true this fails)", missing)
+		natstest.Missing(t, "the Node example worker cannot run: "+missing)
 	}
 	wsEndToEnd(t, "node-1", func(t *testing.T, url string) {
 		cmd := exec.Command(node, "worker.js")
 		cmd.Dir = nodeWorkerDir
 		cmd.Env = append(os.Environ(), "NATS_URL="+url, "WORKER_ID=node-1", "COMPLETION_RECORDS=1",
 			"MAX_ACTIVE=8", "HOLD_MS=2")
-		out := &lockedBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		_, done := startProcess(t, "node worker", cmd)
 		t.Cleanup(func() {
 			_ = cmd.Process.Signal(syscall.SIGTERM) // it drains, then exits 0
 			select {
@@ -74,9 +66,6 @@ func TestEndToEndNodeWorker(t *testing.T) {
 				<-done
 				t.Errorf("node worker did not stop within 10 s of SIGTERM")
 			}
-			if t.Failed() {
-				t.Logf("node worker output:\n%s", tail(out.String(), 40))
-			}
 		})
 	})
 }
@@ -91,9 +80,9 @@ func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
 	nc := connect(t, ns.URL())
 	records := frlRecordDone(t, nc)
 	start(t, ns.URL())
-	frlWaitLive(t, p, id)
+	waitLive(t, p, id)
 
-	res := frlRunLoad(t, nc, "e2e-"+id, n)
+	res := runLoad(t, nc, defaultLoad("e2e-"+id, n))
 	frlCheckAllOn(t, res, n, id)
 	if res.Duplicates != 0 {
 		t.Errorf("%d duplicate completion records, want 0", res.Duplicates)

@@ -105,12 +105,8 @@ func checkDocBlock(t *testing.T, b docBlock, global ...string) {
 // letters, on the scenario it describes: three requests rejected queue_full
 // by a zero limit, the dispatcher then stopped to raise it.
 func TestOperationsDocDeadLetters(t *testing.T) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, replayPolicyZero))
-	ecsWaitWorker(t, p, "wbusy")
+	f := startBusy(t, "dlq-zero")
+	ns, js, p := f.ns, f.js, f.p
 	for i, id := range []string{"order-17", "order-18", "order-19"} {
 		m := nats.NewMsg("dispatch.req.limited")
 		m.Header.Set(jetstream.MsgIDHeader, id)
