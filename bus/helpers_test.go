@@ -1,9 +1,7 @@
 package bus
 
 import (
-	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,26 +52,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	natstest.Eventually(t, 20*time.Second, cond, "%s", what)
 }
 
-// logBuf is a goroutine-safe log sink that outlives the test.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger() (zerolog.Logger, *logBuf) {
-	lb := &logBuf{}
+func testLogger() (zerolog.Logger, *natstest.Buffer) {
+	lb := &natstest.Buffer{}
 	return zerolog.New(lb).Level(zerolog.DebugLevel), lb
 }
 
