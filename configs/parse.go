@@ -170,12 +170,8 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 // problem, so that cross-checks against bucket names are skipped.
 func (w *walker) buckets(key, n *yaml.Node) ([]Bucket, bool) {
 	before := len(w.probs)
-	items, ok := w.list(n, keyBuckets)
+	items, ok := w.items(key, n, keyBuckets)
 	if !ok {
-		return nil, false
-	}
-	if len(items) == 0 {
-		w.add(key.Line, keyBuckets, "must not be empty")
 		return nil, false
 	}
 	out := make([]Bucket, 0, len(items))
@@ -225,12 +221,8 @@ func (w *walker) buckets(key, n *yaml.Node) ([]Bucket, bool) {
 // classes reads policy_classes, checking each class on its own. ok is false
 // when the list itself is unusable.
 func (w *walker) classes(key, n *yaml.Node) ([]rawClass, bool) {
-	items, ok := w.list(n, keyClasses)
+	items, ok := w.items(key, n, keyClasses)
 	if !ok {
-		return nil, false
-	}
-	if len(items) == 0 {
-		w.add(key.Line, keyClasses, "must not be empty")
 		return nil, false
 	}
 	out := make([]rawClass, 0, len(items))
@@ -395,11 +387,9 @@ func (w *walker) keyWeights(n *yaml.Node, path string) map[string]float64 {
 			continue
 		}
 		p := join(path, k.Value)
-		if first, dup := seen[k.Value]; dup {
-			w.add(k.Line, p, "duplicate key (first at line %d)", first)
+		if w.repeated(seen, k.Value, k.Line, p) {
 			continue
 		}
-		seen[k.Value] = k.Line
 		if wt, ok := w.keyWeight(v, p); ok {
 			out[k.Value] = wt
 		}
