@@ -31,6 +31,17 @@ func connect(t *testing.T, ts *natstest.Server) *nats.Conn {
 	return nc
 }
 
+// withStreams starts a server (mod as for startServer), creates the
+// dispatcher's streams on it, and returns a JetStream client of it.
+func withStreams(t *testing.T, mod func(*server.Options)) jetstream.JetStream {
+	t.Helper()
+	js := newJS(t, connect(t, startServer(t, mod)))
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 func newJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc)
