@@ -139,14 +139,9 @@ type dlqConn struct {
 }
 
 func (g *globals) dlq(ctx context.Context) (*dlqConn, error) {
-	nc, err := g.connect(ctx)
+	nc, js, err := g.jetstream(ctx)
 	if err != nil {
 		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
