@@ -89,15 +89,22 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Dur
 	return time.Since(start)
 }
 
-func TestOneLeaderAndCleanHandover(t *testing.T) {
+// leaderAndStandby starts a server and candidate a, waits until it leads,
+// then starts candidate b, both with ttl, and watches them (watch).
+func leaderAndStandby(t *testing.T, ttl time.Duration) (a, b *candidate, stop func()) {
+	t.Helper()
 	s := startServer(t)
+	a = campaign(t, s.ClientURL(), "a", ttl)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
+	b = campaign(t, s.ClientURL(), "b", ttl)
+	return a, b, watch(t, a, b)
+}
+
+func TestOneLeaderAndCleanHandover(t *testing.T) {
 	// 2 s: a's renewals (every ttl/3) have 1.5 s of slack on a loaded machine
 	// before it would step down during the 2*ttl below.
 	ttl := 2 * time.Second
-	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
-	b := campaign(t, s.ClientURL(), "b", ttl)
-	stop := watch(t, a, b)
+	a, b, stop := leaderAndStandby(t, ttl)
 	time.Sleep(2 * ttl) // b campaigns several times meanwhile; the behaviour under test is that it does not win
 	if b.e.Leader() || !a.e.Leader() {
 		t.Fatalf("leaders: a %v b %v, want a only", a.e.Leader(), b.e.Leader())
@@ -113,12 +120,8 @@ func TestOneLeaderAndCleanHandover(t *testing.T) {
 }
 
 func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
-	s := startServer(t)
 	ttl := 600 * time.Millisecond
-	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
-	b := campaign(t, s.ClientURL(), "b", ttl)
-	stop := watch(t, a, b)
+	a, b, stop := leaderAndStandby(t, ttl)
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
 	// watch checks the safety (never two leaders); the deadline here is only
 	// generous, not a measure of speed.
