@@ -21,11 +21,10 @@ import (
 // stream ends empty.
 func TestCrashNothingLost(t *testing.T) {
 	const n = 5000
-	ns := startNATS(t)
+	f := newFixture(t) // f.nc: the test's own view of completions
+	ns, ncT, js := f.ns, f.nc, f.js
 	ncW := connect(t, ns.URL()) // workers
 	ncL := connect(t, ns.URL()) // loadgen
-	ncT := connect(t, ns.URL()) // the test's own view of completions
-	js := jsOf(t, ncT)
 
 	// Every completion record, duplicates included.
 	var mu sync.Mutex

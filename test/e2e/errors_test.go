@@ -76,7 +76,7 @@ type ecsOutcome struct {
 // overload threshold (--active-prefill-tokens-threshold 1000) and over the queue
 // gate of the classes limited and gated (threshold 0), so nothing can dispatch.
 func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
-	f := startBusy(t, "errors", "--active-prefill-tokens-threshold", "1000")
+	f, _ := startBusy(t, "errors", "--active-prefill-tokens-threshold", "1000")
 	nc, js, p := f.nc, f.js, f.p
 
 	var dispatched sync.Map

@@ -40,7 +40,7 @@ const replayCount = 10000
 // (SIGKILL) mid-way and run again, and a replay of the emptied DLQ does
 // nothing (docs/operations.md, Dead letters).
 func TestFairctlDLQReplay(t *testing.T) {
-	f := startBusy(t, "dlq-zero")
+	f, busy := startBusy(t, "dlq-zero")
 	ns, nc, js, p := f.ns, f.nc, f.js, f.p
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,7 +92,7 @@ func TestFairctlDLQReplay(t *testing.T) {
 
 	// The limit raised: a new dispatcher, the busy worker gone, a real one.
 	p.kill()
-	f.busy.close()
+	busy.close()
 	// Each test id must be dispatched under one request id: the replay's
 	// (a handshake the dispatcher retries sends the same id again).
 	var mu sync.Mutex
@@ -212,7 +212,7 @@ func TestFairctlDLQReplay(t *testing.T) {
 // TestFairctlDLQFiltersAndPurge: the --class, --error and --since filters
 // select the right letters, and purge deletes only those, with --yes only.
 func TestFairctlDLQFiltersAndPurge(t *testing.T) {
-	f := startBusy(t, "dlq-zero")
+	f, _ := startBusy(t, "dlq-zero")
 	ns, js := f.ns, f.js
 	for i := range 3 {
 		ecsPublish(t, js, "dispatch.req.limited", fmt.Sprintf("qf-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)

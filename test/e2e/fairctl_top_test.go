@@ -16,7 +16,7 @@ import (
 // Queues, workers and fairctl top. publish queues n more, from id number from.
 func topScenario(t *testing.T) (*natsServer, *proc, func(from, n int)) {
 	t.Helper()
-	f := startBusy(t, "top")
+	f, _ := startBusy(t, "top")
 	ns, js, p := f.ns, f.js, f.p
 	publish := func(from, n int) {
 		for i := from; i < from+n; i++ {

@@ -110,14 +110,11 @@ func TestFaultsRequestFaultsNeverStallOtherRequests(t *testing.T) {
 // fltNeverStall runs the test above against a worker of the given form,
 // its large requests margin bytes under what JetStream stores.
 func fltNeverStall(t *testing.T, headerForm bool, margin int) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
 	// A dispatch timeout far above any answer time even on a loaded machine:
 	// a timeout would exclude the worker for a reason this test is not about.
-	p := startDispatcher(t, ns.URL(), "--policy-config", policyFile(t, "faults"), "--ack-wait", "30s", "--dispatch-timeout", "10s")
-	startMock(t, nc, mockworker.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm})
-	waitLive(t, p, "w1")
+	f, _ := startWithMock(t, mockworker.Config{TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm},
+		"--policy-config", policyFile(t, "faults"), "--ack-wait", "30s", "--dispatch-timeout", "10s")
+	ns, nc, js, p := f.ns, f.nc, f.js, f.p
 	if v, ok := p.queues(); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact == 0) != headerForm {
 		t.Fatalf("/debug/queues workers %+v, want w1 with compact_dispatch %v", v.Workers, !headerForm)
 	}

@@ -165,11 +165,7 @@ func (p *proc) metric(name string, labels ...string) float64 {
 		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
 			continue
 		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(line, l)
-		}
-		if !ok {
+		if !containsAll(line, labels...) {
 			continue
 		}
 		var v float64

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,29 +242,52 @@ func (r *reporter) close() {
 	<-r.done
 }
 
-// busyFixture is a nats-server and a dispatcher whose only worker, wbusy,
-// is its load reports: 5000 active prefill tokens, over any class gate of
-// threshold 0, so nothing of such a class is dispatched (nobody answers on
-// wbusy's work subject).
-type busyFixture struct {
-	ns   *natsServer
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	p    *proc
-	busy *reporter
+// fixture is a nats-server, a connection to it and a dispatcher: what most
+// tests start with.
+type fixture struct {
+	ns *natsServer
+	nc *nats.Conn
+	js jetstream.JetStream
+	p  *proc
 }
 
-// startBusy starts a busyFixture whose dispatcher runs testdata/<policy>.yaml
-// and the extra flags, and waits until it sees wbusy.
-func startBusy(t testing.TB, policy string, extra ...string) *busyFixture {
+// newFixture starts the nats-server and connects to it; the caller starts
+// the dispatcher.
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	f := &busyFixture{ns: startNATS(t)}
+	f := &fixture{ns: startNATS(t)}
 	f.nc = connect(t, f.ns.URL())
 	f.js = jsOf(t, f.nc)
-	f.busy = startReporter(t, f.nc, "wbusy", 5000, 10*time.Minute, 50*time.Millisecond)
+	return f
+}
+
+// startBusy starts a fixture whose dispatcher runs testdata/<policy>.yaml and
+// the extra flags, and whose only worker, wbusy, is its load reports: 5000
+// active prefill tokens, over any class gate of threshold 0, so nothing of
+// such a class is dispatched (nobody answers on wbusy's work subject). It
+// waits until the dispatcher sees wbusy, and returns wbusy's reporter too.
+func startBusy(t testing.TB, policy string, extra ...string) (*fixture, *reporter) {
+	t.Helper()
+	f := newFixture(t)
+	busy := startReporter(t, f.nc, "wbusy", 5000, 10*time.Minute, 50*time.Millisecond)
 	f.p = startDispatcher(t, f.ns.URL(), append([]string{"--policy-config", policyFile(t, policy)}, extra...)...)
 	waitLive(t, f.p, "wbusy")
-	return f
+	return f, busy
+}
+
+// startWithMock starts a fixture whose dispatcher runs with the extra flags,
+// and one mock worker, cfg (ID w1 when it names none), on the fixture's
+// connection; it waits until the dispatcher sees the worker.
+func startWithMock(t testing.TB, cfg mockworker.Config, extra ...string) (*fixture, *mockworker.Worker) {
+	t.Helper()
+	f := newFixture(t)
+	f.p = startDispatcher(t, f.ns.URL(), extra...)
+	if cfg.ID == "" {
+		cfg.ID = "w1"
+	}
+	w := startMock(t, f.nc, cfg)
+	waitLive(t, f.p, cfg.ID)
+	return f, w
 }
 
 // loadRun is a run of the load generator in the background.
@@ -556,4 +580,25 @@ func waitExit(t testing.TB, done <-chan error, timeout time.Duration, what strin
 		t.Fatalf("%s did not exit within %v", what, timeout)
 		return nil
 	}
+}
+
+// containsAll reports whether s contains every fragment.
+func containsAll(s string, fragments ...string) bool {
+	for _, f := range fragments {
+		if !strings.Contains(s, f) {
+			return false
+		}
+	}
+	return true
+}
+
+// logLine returns the first line of p's output containing every fragment,
+// or "".
+func (p *proc) logLine(fragments ...string) string {
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		if containsAll(line, fragments...) {
+			return line
+		}
+	}
+	return ""
 }

@@ -16,14 +16,10 @@ import (
 // a subject of the dispatch protocol or at a $-subject (JetStream API, KV):
 // such an outcome could pose as a load report or an API call.
 func TestHostileReplyToRefused(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
 	// A live worker: without one the dispatcher leaves requests in the stream
 	// (docs/design.md, Fleet outage).
-	startMock(t, nc, mockworker.Config{ID: "w1"})
-	waitLive(t, p, "w1")
+	f, _ := startWithMock(t, mockworker.Config{})
+	p, nc, js := f.p, f.nc, f.js
 	var forged atomic.Int32
 	subscribe(t, nc, "dispatch.load.>", func(m *nats.Msg) {
 		if strings.Contains(string(m.Data), "request_id") {
@@ -58,12 +54,8 @@ func TestHostileReplyToRefused(t *testing.T) {
 // stored without its body, saying how many bytes were dropped, and its message
 // is acknowledged: nothing spins, nothing is lost silently.
 func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	startMock(t, nc, mockworker.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
-	waitLive(t, p, "w1")
+	f, _ := startWithMock(t, mockworker.Config{}) // a live worker, so that the dispatcher pulls
+	nc, js := f.nc, f.js
 	body := make([]byte, nc.MaxPayload()-150)
 	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
 	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 1 })

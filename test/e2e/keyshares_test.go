@@ -191,13 +191,20 @@ func TestKeysWeightsOverNATS(t *testing.T) {
 			return publishGroups(t, url, map[string]int{"c/gold": 300, "c/bronze": 300})
 		},
 	}.run(t)
+	checkShare(t, order, sizes, "c/gold", "c/bronze", 300, 0.73, 0.77)
+}
+
+// checkShare requires at least minN dispatches in order while both groups
+// were backlogged, and group's part of their cost in [lo, hi].
+func checkShare(t *testing.T, order []dispatched, sizes map[string]int, group, other string, minN int, lo, hi float64) {
+	t.Helper()
 	sh, n := backloggedShares(order, sizes, nil)
-	t.Logf("over %d dispatches while both were backlogged: gold %.3f bronze %.3f", n, sh["c/gold"], sh["c/bronze"])
-	if n < 300 {
-		t.Errorf("only %d dispatches while both were backlogged, want >= 300", n)
+	t.Logf("over %d dispatches while both were backlogged: %s %.3f %s %.3f", n, group, sh[group], other, sh[other])
+	if n < minN {
+		t.Errorf("only %d dispatches while both were backlogged, want >= %d", n, minN)
 	}
-	if g := sh["c/gold"]; g < 0.73 || g > 0.77 {
-		t.Errorf("gold got %.3f of the cost, want 0.75 +- 0.02", g)
+	if g := sh[group]; g < lo || g > hi {
+		t.Errorf("%s got %.3f of the cost, want %.2f to %.2f", group, g, lo, hi)
 	}
 }
 
@@ -292,14 +299,7 @@ func TestIngressSkewOverNATS(t *testing.T) {
 			return map[string]int{"premium/_": 500, "regular/_": 500}
 		},
 	}.run(t)
-	sh, n := backloggedShares(order, sizes, nil)
-	t.Logf("over %d dispatches while both classes were backlogged: premium %.3f regular %.3f", n, sh["premium/_"], sh["regular/_"])
-	if n < 500 {
-		t.Errorf("only %d dispatches while both were backlogged, want >= 500", n)
-	}
-	if p := sh["premium/_"]; p < 0.77 || p > 0.83 {
-		t.Errorf("premium got %.3f of the cost, want 0.80 +- 0.03", p)
-	}
+	checkShare(t, order, sizes, "premium/_", "regular/_", 500, 0.77, 0.83)
 }
 
 // TestKeysDemo runs the keys demo (make run DEMO=keys) on the dispatcher

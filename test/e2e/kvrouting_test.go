@@ -146,9 +146,8 @@ func TestKVFreshOverlapAfterEviction(t *testing.T) {
 // eviction and of the queued one. --queue-threshold 1 makes the default
 // class queue, so a request that finds both ranks full waits.
 func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := newFixture(t)
+	ns, nc, js := f.ns, f.nc, f.js
 	args := []string{"--leader-election=false", "--queue-threshold", "1"}
 	if kvIndex {
 		args = append(args, "--kv-index")

@@ -158,20 +158,6 @@ func lpPublish(t *testing.T, js jetstream.JetStream, run string, n int, classes 
 	}
 }
 
-// lpLine returns the first log line of p containing every fragment, or "".
-func lpLine(p *proc, fragments ...string) string {
-	for _, line := range strings.Split(p.out.String(), "\n") {
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(line, f)
-		}
-		if ok {
-			return line
-		}
-	}
-	return ""
-}
-
 // TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover: two dispatchers (a
 // leader and a standby) start with quanta premium 512 : regular 128, seeded
 // into the policy bucket as revision 1; 600 + 600 requests of one worker's
@@ -208,7 +194,7 @@ func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 	waitFor(t, 30*time.Second, "100 dispatches under revision 2", func() bool { return outs.count(2, start) >= 100 })
 	before, after := outs.split(1, start, 100), outs.split(2, start, 100)
 	t.Logf("leader: first 100 under 512:128 %v; first 100 under 128:512 %v; %d dispatched under revision 1 after the put returned; %s",
-		before, after, outs.count(1, put), lpLine(p1, "policy applied", `"revision":2`))
+		before, after, outs.count(1, put), p1.logLine("policy applied", `"revision":2`))
 	if before["premium"] < 70 || after["regular"] < 70 {
 		t.Errorf("leader: premium %d of the first 100 under revision 1 (want >= 70), regular %d of the first 100 under revision 2 (want >= 70)",
 			before["premium"], after["regular"])
@@ -232,7 +218,7 @@ func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 	waitFor(t, 30*time.Second, "100 dispatches under revision 3", func() bool { return outs.count(3, led) >= 100 })
 	back := outs.split(3, led, 100)
 	t.Logf("new leader: first 100 under 128:512 %v; first 100 under 512:128 again %v; %d under revision 2 after the put returned; %s",
-		took, back, outs.count(2, put3), lpLine(p2, "policy applied", `"revision":3`))
+		took, back, outs.count(2, put3), p2.logLine("policy applied", `"revision":3`))
 	if took["regular"] < 70 || back["premium"] < 70 {
 		t.Errorf("new leader: regular %d of its first 100 under revision 2 (want >= 70), premium %d of the first 100 under revision 3 (want >= 70)",
 			took["regular"], back["premium"])
@@ -284,7 +270,7 @@ func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
 		if got := p.metric("fairdispatch_policy_revision"); got != 1 {
 			t.Errorf("fairdispatch_policy_revision = %v, want 1", got)
 		}
-		line := lpLine(p, "policy revision refused", `"revision":2`, "quantum")
+		line := p.logLine("policy revision refused", `"revision":2`, "quantum")
 		if line == "" {
 			t.Errorf("no log line of the refusal of revision 2")
 		}
@@ -324,7 +310,7 @@ func TestLivePolicyUnderExamplePermissions(t *testing.T) {
 	if _, err := permPublish(nc, "premium", "lp-perm-1", ""); err == nil {
 		t.Errorf("policy_admin published a request")
 	}
-	if line := lpLine(p, "policy watch failed"); line != "" {
+	if line := p.logLine("policy watch failed"); line != "" {
 		t.Errorf("the dispatcher's watch failed under its permissions: %s", line)
 	}
 	t.Logf("asynchronous errors of policy_admin: %s", errs)

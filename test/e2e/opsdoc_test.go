@@ -105,7 +105,7 @@ func checkDocBlock(t *testing.T, b docBlock, global ...string) {
 // letters, on the scenario it describes: three requests rejected queue_full
 // by a zero limit, the dispatcher then stopped to raise it.
 func TestOperationsDocDeadLetters(t *testing.T) {
-	f := startBusy(t, "dlq-zero")
+	f, _ := startBusy(t, "dlq-zero")
 	ns, js, p := f.ns, f.js, f.p
 	for i, id := range []string{"order-17", "order-18", "order-19"} {
 		m := nats.NewMsg("dispatch.req.limited")

@@ -453,16 +453,6 @@ func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
 	}
 }
 
-// secContainsAll reports whether s contains every fragment.
-func secContainsAll(s string, fragments ...string) bool {
-	for _, f := range fragments {
-		if !strings.Contains(s, f) {
-			return false
-		}
-	}
-	return true
-}
-
 // TestPermissionsPoolsConfined: the example's two pools, dispatch (the
 // default prefix) and qwen, on one account. Each pool serves under its own
 // users; every user of one pool is refused by NATS whatever it tries in the

@@ -253,11 +253,7 @@ func (a *secAsyncErrors) has(fragments ...string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.errs {
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(e, f)
-		}
-		if ok {
+		if containsAll(e, fragments...) {
 			return true
 		}
 	}

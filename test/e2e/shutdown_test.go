@@ -20,9 +20,8 @@ import (
 // left to the 4 s ack wait). Once a free worker appears, all complete, once.
 func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	const n = 200
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := newFixture(t)
+	ns, nc, js := f.ns, f.nc, f.js
 	// busy1 reports 100000 prefill tokens, over the class's gate (1000): every
 	// request queues. Nobody answers dispatch.work.busy1.
 	startReporter(t, nc, "busy1", 100000, 10*time.Minute, 50*time.Millisecond)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -270,13 +269,7 @@ func TestWorkerOneIDTwoProcesses(t *testing.T) {
 		return p.metric("fairdispatch_worker_id_conflicts_total") >= 1
 	})
 	waitFor(t, 5*time.Second, "the conflict logged", func() bool {
-		for _, line := range strings.Split(p.out.String(), "\n") {
-			if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, `"worker_id":"twin"`) &&
-				strings.Contains(line, first.w.Instance()) && strings.Contains(line, second.w.Instance()) {
-				return true
-			}
-		}
-		return false
+		return p.logLine(`"level":"warn"`, `"worker_id":"twin"`, first.w.Instance(), second.w.Instance()) != ""
 	})
 	if got := wsInstance(p, "twin"); got != first.w.Instance() {
 		t.Errorf("twin held by instance %q, want the first, %q", got, first.w.Instance())
