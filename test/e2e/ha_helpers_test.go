@@ -446,17 +446,15 @@ func haWaitStandby(t testing.TB, p *proc) {
 // 1) and returns when it saw that.
 func haWaitLead(t testing.TB, p *proc, timeout time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var at time.Time
+	waitFor(t, timeout, "the dispatcher to lead", func() bool {
 		code, _ := p.get("/readyz")
 		if code == http.StatusOK || p.metric("fairdispatch_leader") == 1 {
-			return time.Now()
+			at = time.Now()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatcher did not lead within %v", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return !at.IsZero()
+	})
+	return at
 }
 
 // haFailoverBound is leader/leader.go's documented bound for a standby to
