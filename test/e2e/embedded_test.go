@@ -67,7 +67,7 @@ func TestEmbeddedRestartHandsBackAtOnce(t *testing.T) {
 	waitLive(t, p1, "busy1")
 	for i := range n {
 		id := fmt.Sprintf("emb-%03d", i)
-		ecsPublish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10", "Dispatch-Reply-To": "emb.outcomes"}, []byte(id))
+		publish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10", "Dispatch-Reply-To": "emb.outcomes"}, []byte(id))
 	}
 	waitFor(t, 15*time.Second, "the first dispatcher to hold every request", func() bool {
 		v, ok := p1.queues()

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,31 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Helpers shared by errors_test.go, crash_test.go and shutdown_test.go carry
 // the prefix ecs so that they cannot collide with other e2e files.
-
-// ecsPublish publishes one request with JetStream and a Nats-Msg-Id.
-func ecsPublish(t testing.TB, js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) {
-	t.Helper()
-	m := nats.NewMsg(subject)
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	for k, v := range hdr {
-		m.Header[k] = []string{v} // exact spelling, as a producer would send it
-	}
-	m.Data = body
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ack, err := js.PublishMsg(ctx, m)
-	if err != nil {
-		t.Fatalf("publish %s: %v", id, err)
-	}
-	if ack.Duplicate {
-		t.Fatalf("publish %s: JetStream says duplicate", id)
-	}
-}
 
 // ecsTimedOut returns the request ids whose dispatch handshake the dispatcher
 // logged as timed out (debug level). docs/protocol.md, Dispatch handshake: a timeout can hide an acceptance
@@ -123,7 +101,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 		c.hdr["X-Ecs-Case"] = c.id + " (kept as sent)"
 		byID[c.id] = c
 		published[c.id] = time.Now()
-		ecsPublish(t, js, c.subject, c.id, c.hdr, []byte(fmt.Sprintf("\x00body of %s\xff", c.id)))
+		publish(t, js, c.subject, c.id, c.hdr, []byte(fmt.Sprintf("\x00body of %s\xff", c.id)))
 	}
 
 	// Outcomes: each must find its DLQ copy already stored when it arrives.

@@ -215,10 +215,10 @@ func TestFairctlDLQFiltersAndPurge(t *testing.T) {
 	f, _ := startBusy(t, "dlq-zero")
 	ns, js := f.ns, f.js
 	for i := range 3 {
-		ecsPublish(t, js, "dispatch.req.limited", fmt.Sprintf("qf-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
+		publish(t, js, "dispatch.req.limited", fmt.Sprintf("qf-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
 	}
 	for i := range 2 {
-		ecsPublish(t, js, "dispatch.req.odd", fmt.Sprintf("bad-%d", i), map[string]string{"Dispatch-ISL-Tokens": "abc"}, nil)
+		publish(t, js, "dispatch.req.odd", fmt.Sprintf("bad-%d", i), map[string]string{"Dispatch-ISL-Tokens": "abc"}, nil)
 	}
 	waitFor(t, 20*time.Second, "5 dead letters", func() bool { return streamMsgs(t, js, "DISPATCH_DLQ") == 5 })
 	count := func(args ...string) int {

@@ -20,7 +20,7 @@ func topScenario(t *testing.T) (*natsServer, *proc, func(from, n int)) {
 	ns, js, p := f.ns, f.js, f.p
 	publish := func(from, n int) {
 		for i := from; i < from+n; i++ {
-			ecsPublish(t, js, "dispatch.req.limited", fmt.Sprintf("top-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
+			publish(t, js, "dispatch.req.limited", fmt.Sprintf("top-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
 		}
 	}
 	publish(0, 7)

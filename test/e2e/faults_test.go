@@ -143,7 +143,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 		for i, class := range []string{"premium", "regular", "premium", "regular"} {
 			id := fmt.Sprintf("ok-%d-%d", round, i)
 			ordinary[id] = true
-			ecsPublish(t, js, "dispatch.req."+class, id,
+			publish(t, js, "dispatch.req."+class, id,
 				map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Reply-To": "flt.outcomes"}, []byte("ordinary"))
 		}
 	}
@@ -162,7 +162,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 			}
 			size := maxPayload - margin - fltHeaderSize(m.Header)
 			bigs[id] = size
-			ecsPublish(t, js, "dispatch.req."+class, id, hdr, make([]byte, size))
+			publish(t, js, "dispatch.req."+class, id, hdr, make([]byte, size))
 
 			hid := fmt.Sprintf("hdr-%d-%d", round, i)
 			headers[hid] = true

@@ -123,6 +123,28 @@ func startWithMock(t testing.TB, cfg mockworker.Config, extra ...string) (*fixtu
 	return f, w
 }
 
+// publish publishes one request with JetStream: id as its Nats-Msg-Id,
+// the headers hdr (spelled exactly as given, as a producer would send them)
+// and body. The id must be new: a duplicate fails the test.
+func publish(t testing.TB, js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	for k, v := range hdr {
+		m.Header[k] = []string{v} // exact spelling, as a producer would send it
+	}
+	m.Data = body
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatalf("publish %s: %v", id, err)
+	}
+	if ack.Duplicate {
+		t.Fatalf("publish %s: JetStream says duplicate", id)
+	}
+}
+
 // stream returns stream name and its info, read now.
 func stream(t testing.TB, js jetstream.JetStream, name string) (jetstream.Stream, *jetstream.StreamInfo) {
 	t.Helper()

@@ -29,7 +29,7 @@ func TestHostileReplyToRefused(t *testing.T) {
 
 	targets := []string{"dispatch.load.w1", "$KV.fairdispatch_leader.dispatcher", "$JS.API.STREAM.DELETE.DISPATCH_REQ"}
 	for i, to := range targets {
-		ecsPublish(t, js, "dispatch.req.default", "hostile-"+string(rune('a'+i)), map[string]string{"Dispatch-Reply-To": to}, []byte("x"))
+		publish(t, js, "dispatch.req.default", "hostile-"+string(rune('a'+i)), map[string]string{"Dispatch-Reply-To": to}, []byte("x"))
 	}
 	waitFor(t, 15*time.Second, "three dead letters", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 3 })
 	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
@@ -57,7 +57,7 @@ func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
 	f, _ := startWithMock(t, mockworker.Config{}) // a live worker, so that the dispatcher pulls
 	nc, js := f.nc, f.js
 	body := make([]byte, nc.MaxPayload()-150)
-	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
+	publish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
 	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 1 })
 	m := streamAll(t, js, "DISPATCH_DLQ")[0]
 	if len(m.Data) != 0 || m.Header.Get("Dispatch-Body-Dropped") != strconv.Itoa(len(body)) || m.Header.Get("Dispatch-Error") != "bad_request" {

@@ -1,15 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
@@ -50,15 +45,11 @@ func keysArm(t *testing.T, withKeys bool) map[string]int {
 			n = 300
 		}
 		for i := range n {
-			m := nats.NewMsg("dispatch.req.c")
-			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%04d", tn, i))
-			m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(512))
+			hdr := map[string]string{"Dispatch-ISL-Tokens": "512"}
 			if withKeys {
-				m.Header.Set("Dispatch-Fairness-Key", tn)
+				hdr["Dispatch-Fairness-Key"] = tn
 			}
-			if _, err := js.PublishMsg(context.Background(), m); err != nil {
-				t.Fatal(err)
-			}
+			publish(t, js, "dispatch.req.c", fmt.Sprintf("%s-%04d", tn, i), hdr, nil)
 			total++
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
 )
@@ -59,15 +57,11 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 		t.Helper()
 		n++
 		id := fmt.Sprint("kv-", n)
-		m := nats.NewMsg("dispatch.req.default")
-		m.Header.Set("Nats-Msg-Id", id)
-		m.Header.Set("Dispatch-ISL-Tokens", "1024")
+		hdr := map[string]string{"Dispatch-ISL-Tokens": "1024"}
 		if withHashes {
-			m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(prompt))
+			hdr["Dispatch-Block-Hashes"] = wire.EncodeHashes(prompt)
 		}
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, "dispatch.req.default", id, hdr, nil)
 		var w string
 		waitFor(t, 30*time.Second, "completion of "+id, func() bool {
 			mu.Lock()

@@ -202,13 +202,8 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 	prompt := wire.ChainHashes(nil, make([]uint32, 64*16), 16)
 	send := func(id string) {
 		t.Helper()
-		m := nats.NewMsg("dispatch.req.default")
-		m.Header.Set("Nats-Msg-Id", id)
-		m.Header.Set("Dispatch-ISL-Tokens", "1024")
-		m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(prompt))
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, "dispatch.req.default", id,
+			map[string]string{"Dispatch-ISL-Tokens": "1024", "Dispatch-Block-Hashes": wire.EncodeHashes(prompt)}, nil)
 	}
 	next := func(id string) dispatch {
 		t.Helper()

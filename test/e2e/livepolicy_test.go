@@ -143,17 +143,10 @@ func lpPut(t *testing.T, s *livepolicy.Store, yaml string) uint64 {
 // with their outcomes on lp.outcome.<run>.
 func lpPublish(t *testing.T, js jetstream.JetStream, run string, n int, classes ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	for i := range n {
 		for _, c := range classes {
-			m := nats.NewMsg("dispatch.req." + c)
-			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("%s-%s-%d", run, c, i))
-			m.Header.Set("Dispatch-ISL-Tokens", "512")
-			m.Header.Set("Dispatch-Reply-To", "lp.outcome."+run)
-			if _, err := js.PublishMsg(ctx, m); err != nil {
-				t.Fatal(err)
-			}
+			publish(t, js, "dispatch.req."+c, fmt.Sprintf("%s-%s-%d", run, c, i),
+				map[string]string{"Dispatch-ISL-Tokens": "512", "Dispatch-Reply-To": "lp.outcome." + run}, nil)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func outPublish(t *testing.T, js jetstream.JetStream, run string, n int) []strin
 	for i := range n {
 		for _, c := range []string{"premium", "regular"} {
 			id := fmt.Sprintf("%s-%s-%d", run, c, i)
-			ecsPublish(t, js, "dispatch.req."+c, id, map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Output-Tokens": "1"}, []byte(id))
+			publish(t, js, "dispatch.req."+c, id, map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Output-Tokens": "1"}, []byte(id))
 			ids = append(ids, id)
 		}
 	}

@@ -218,15 +218,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 
 	// 3a. Dead letters: a bad request in each pool lands in its own DLQ only.
 	for _, p := range pools {
-		m := nats.NewMsg(p.prefix + ".req." + p.classes[0])
-		m.Header.Set("Nats-Msg-Id", p.prefix+"-bad")
-		m.Header.Set("Dispatch-ISL-Tokens", "abc")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := js.PublishMsg(ctx, m)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, p.prefix+".req."+p.classes[0], p.prefix+"-bad", map[string]string{"Dispatch-ISL-Tokens": "abc"}, nil)
 	}
 	live := map[*pool]*proc{llama: llama.spare, qwen: qwen.leader}
 	for _, p := range pools {
