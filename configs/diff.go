@@ -75,7 +75,7 @@ func Diff(old, new *Policy) []string {
 // classFields renders a class's settings as "key value" pairs, in a fixed
 // order, "-" where unset.
 func classFields(c Class) []string {
-	return []string{
+	out := []string{
 		"family " + dash(c.Family), "bucket " + dash(c.Bucket), "queue " + string(c.Queue),
 		fmt.Sprintf("quantum %d", c.Quantum),
 		"busy_threshold " + uintOr(c.PrefillBusyThreshold), "busy_threshold_frac " + floatOr(c.PrefillBusyThresholdFrac),
@@ -84,12 +84,21 @@ func classFields(c Class) []string {
 		"default_key_weight " + strconv.FormatFloat(c.DefaultKeyWeight, 'g', -1, 64),
 		"output_token_weight " + strconv.FormatFloat(c.OutputTokenWeight, 'g', -1, 64),
 	}
+	return append(out, extensionFields(c)...)
 }
 
-// classFieldsAdded is classFields plus the number of key weights, for a class
-// the new policy adds.
+// classFieldsAdded is classFields plus the number of key weights, less the
+// extensions left at their defaults, for a class the new policy adds.
 func classFieldsAdded(c Class) []string {
-	return append(classFields(c), fmt.Sprintf("key_weights %d", len(c.KeyWeights)))
+	all := classFields(c)
+	out := slices.Clone(all[:len(all)-len(extensionFields(c))])
+	out = append(out, fmt.Sprintf("key_weights %d", len(c.KeyWeights)))
+	for _, f := range extensionFields(c) {
+		if !extensionDefault(f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // keyWeightsDiff summarises how a class's key weights change: "key_weights

@@ -47,5 +47,5 @@ policy_classes:
 	// standard/3072 -> uncached (queues: false)
 	// nosuch/5000 -> uncached (queues: false)
 	// bad.yaml:4: policy_classes[0].quantum: must be > 0
-	// bad.yaml:5: policy_classes[1].colour: unknown field (known: name, policy_family, cache_bucket, queue_policy, quantum, prefill_busy_threshold, prefill_busy_threshold_frac, busy_worker_ratio, request_queue_limit_per_worker, raw_isl_token_queue_limit_per_worker, cached_token_queue_limit_per_worker, key_weights, default_key_weight, output_token_weight)
+	// bad.yaml:5: policy_classes[1].colour: unknown field (known: name, policy_family, cache_bucket, queue_policy, quantum, prefill_busy_threshold, prefill_busy_threshold_frac, busy_worker_ratio, request_queue_limit_per_worker, raw_isl_token_queue_limit_per_worker, cached_token_queue_limit_per_worker, key_weights, default_key_weight, output_token_weight, deadline_ms, key_deadlines_ms, shed_unreachable, default_key_budget, key_budgets, sheddable, max_preemptions, preempt_after_ms, min_share)
 }

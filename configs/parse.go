@@ -45,6 +45,8 @@ var (
 		keyKeyWeights, keyDefKeyWeight, keyOutputWeight}
 )
 
+func init() { classKeys = append(classKeys, extensionKeys...) }
+
 // noPolicy is the message for a document that configures nothing.
 const noPolicy = "no policy: give default_policy_family, uncached_isl_buckets and policy_classes, or no --policy-config"
 
@@ -273,10 +275,10 @@ func (w *walker) class(n *yaml.Node, path string) (rawClass, bool) {
 		p := join(path, keyQueuePolicy)
 		if s, ok := w.str(f.val, p); ok {
 			switch q := QueuePolicy(s); q {
-			case FCFS, WSPT:
+			case FCFS, WSPT, EDF:
 				c.Queue = q
 			default:
-				w.add(f.val.Line, p, "must be fcfs or wspt, got %q", s)
+				w.add(f.val.Line, p, "must be fcfs, wspt or edf, got %q", s)
 			}
 		}
 	}
@@ -353,6 +355,7 @@ func (w *walker) class(n *yaml.Node, path string) (rawClass, bool) {
 			c.OutputTokenWeight = v
 		}
 	}
+	w.extensions(&c, fields, path)
 	return c, true
 }
 

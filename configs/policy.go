@@ -63,6 +63,38 @@ type Class struct {
 	// prefill_tokens + OutputTokenWeight * output_tokens (docs/design.md, Cost
 	// settlement); in [0, MaxKeyWeight], default 0.
 	OutputTokenWeight float64
+
+	// DeadlineMs is the class's default deadline, in milliseconds after
+	// publication; nil: none. With KeyDeadlinesMs and the request's own
+	// Dispatch-Deadline-Ms the tightest wins (docs/design.md, Deadlines).
+	DeadlineMs *uint64
+	// KeyDeadlinesMs maps a fairness key to its deadline in milliseconds
+	// after publication, 0 to 2^40; nil: none.
+	KeyDeadlinesMs map[string]uint64
+	// ShedUnreachable rejects a request at admission as deadline_unreachable
+	// when its projected wait passes its deadline (docs/design.md, Shedding);
+	// default false.
+	ShedUnreachable bool
+	// DefaultKeyBudget is the token budget of a key not in KeyBudgets; nil:
+	// unlimited (docs/design.md, Token budgets).
+	DefaultKeyBudget *Budget
+	// KeyBudgets maps a fairness key to its budget; a nil value is a key
+	// listed as unlimited.
+	KeyBudgets map[string]*Budget
+	// Sheddable marks a class whose running requests may be preempted
+	// (docs/design.md, Preemption).
+	Sheddable bool
+	// MaxPreemptions bounds how often one request of a sheddable class is
+	// preempted, 0 to MaxMaxPreemptions; default DefaultMaxPreemptions.
+	MaxPreemptions uint32
+	// PreemptAfterMs, for a class that is not sheddable, is how long its
+	// request may wait, in milliseconds, before the dispatcher preempts
+	// sheddable work in its way; nil: never.
+	PreemptAfterMs *uint64
+	// MinShare maps a strict tier to the least share, in (0, 1), of its
+	// key's service it gets while backlogged (docs/design.md, Tier floors);
+	// the shares add up to less than 1. nil: strict priority alone.
+	MinShare map[uint32]float64
 }
 
 // Bounds of a fairness-key weight.
@@ -149,7 +181,7 @@ func Default(queuePolicy string, queueThreshold *float64) (*Policy, error) {
 	if q != FCFS && q != WSPT {
 		return nil, fmt.Errorf("configs: --queue-policy: must be fcfs or wspt, got %q", queuePolicy)
 	}
-	c := Class{Name: "default", Queue: q, Quantum: 1, DefaultKeyWeight: 1}
+	c := Class{Name: "default", Queue: q, Quantum: 1, DefaultKeyWeight: 1, MaxPreemptions: DefaultMaxPreemptions}
 	if queueThreshold != nil {
 		v := *queueThreshold
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {

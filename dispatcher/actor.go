@@ -80,6 +80,9 @@ type Deps struct {
 	KVResync func(worker string, rank int32) error
 	// KVMetrics counts the index's events and records its size; nil: none.
 	KVMetrics *metrics.KV
+	// CancelWorker forwards a cancellation to the worker running the
+	// request, on <prefix>.cancel.<worker> (bus.PublishCancel); nil: never.
+	CancelWorker func(worker string, c wire.Cancel) error
 }
 
 // held is a request the dispatcher holds: queued, or sent and not yet answered.
@@ -98,6 +101,7 @@ type held struct {
 	attempt  uint32 // the JetStream delivery count (docs/protocol.md, Outcomes: attempt)
 	inFlight bool
 	dead     bool       // being dead-lettered
+	cancel   bool       // cancelled while in a handshake (cancel.go)
 	form     letterForm // the form of the dead letter being stored
 }
 
@@ -124,6 +128,7 @@ type Actor struct {
 	dlq         *mailbox[dlqDone]
 	done        *mailbox[doneRecord]
 	kv          *mailbox[kvEvent] // parsed KV cache events (kv.go)
+	cancels     *mailbox[string]  // ids of cancellations (cancel.go)
 	thresholds  chan thresholdReq
 	policies    chan policyReq
 	conn        chan struct{} // a connection change; the state is in connState
@@ -132,6 +137,9 @@ type Actor struct {
 
 	cur         *term // the term deliveries are admitted from
 	held        map[uint64]*held
+	byID        map[string]uint64 // held requests' stream sequences by request id
+	cancelled   *memo[struct{}]   // ids cancelled lately (cancel.go)
+	running     *memo[runRef]     // where requests were dispatched lately (cancel.go)
 	inFlight    int
 	connected   bool
 	sendPaused  bool // a send failed for the connection's fault: wait for the next tick or connection event
@@ -196,6 +204,10 @@ func New(cfg Config, d Deps) *Actor {
 		dlq:         newMailbox[dlqDone](),
 		done:        newMailbox[doneRecord](),
 		kv:          newMailbox[kvEvent](),
+		cancels:     newMailbox[string](),
+		byID:        make(map[string]uint64),
+		cancelled:   newMemo[struct{}](maxCancelled, int64(cancelMemoAge)),
+		running:     newMemo[runRef](maxRunning, int64(cancelMemoAge)),
 		thresholds:  make(chan thresholdReq),
 		policies:    make(chan policyReq),
 		polRev:      cfg.PolicyRevision,
@@ -395,6 +407,10 @@ func (a *Actor) Run(ctx context.Context) {
 			for _, d := range a.done.take() {
 				a.settle(d)
 			}
+		case <-a.cancels.wake:
+			for _, id := range a.cancels.take() {
+				a.cancel(id)
+			}
 		case <-a.kv.wake:
 			evs := a.kv.take()
 			for i := range evs {
@@ -421,6 +437,8 @@ func (a *Actor) Run(ctx context.Context) {
 			now := a.cfg.Now()
 			a.tick(now)
 			a.kvTick(now)
+			a.cancelled.expire(now.UnixNano())
+			a.running.expire(now.UnixNano())
 			if now.Sub(lastView) >= time.Second {
 				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)

@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +45,7 @@ func (m *fakeMsg) delivery(token string, published time.Time) ingest.Delivery {
 func (m *fakeMsg) Ack(string) error                         { return m.did("+ACK") }
 func (m *fakeMsg) Nak(string) error                         { return m.did("-NAK") }
 func (m *fakeMsg) NakWithDelay(string, time.Duration) error { return m.did("-NAK delay") }
+func (m *fakeMsg) Term(_, reason string) error              { return m.did("+TERM " + reason) }
 func (m *fakeMsg) InProgress(string) error                  { return m.did("+WPI") }
 func (m *fakeMsg) did(a string) error {
 	m.mu.Lock()
@@ -127,11 +127,25 @@ type fixture struct {
 	a        *Actor
 	b        *fakeBus
 	rel      *countingReleaser
+	gate     *ingest.Gate
 	outcomes []wire.Outcome
+	subjects []string // the subject of each outcome
 	now      time.Time
 }
 
+// fixtureConfig is what differs between fixtures: the scheduler's start-up
+// grace and no-workers timeout, and whether the actor has a pull gate.
+type fixtureConfig struct {
+	grace, noWorkersTimeout time.Duration
+	gate                    bool
+}
+
 func newFixture(t testing.TB, policy string) *fixture {
+	t.Helper()
+	return newFixtureWith(t, policy, fixtureConfig{})
+}
+
+func newFixtureWith(t testing.TB, policy string, fc fixtureConfig) *fixture {
 	t.Helper()
 	pol, err := configs.Parse("t.yaml", []byte(policy))
 	if err != nil {
@@ -139,14 +153,23 @@ func newFixture(t testing.TB, policy string) *fixture {
 	}
 	now := time.Unix(1_700_000_000, 0)
 	f := &fixture{b: &fakeBus{}, rel: &countingReleaser{}, now: now}
-	s := scheduler.New(scheduler.Config{Policy: pol, Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 1))}, now.UnixNano())
-	f.a = New(Config{Stream: "DISPATCH_REQ", Prefix: "dispatch", AckWait: 30 * time.Second, DispatchTimeout: 2 * time.Second,
-		Now: func() time.Time { return f.now }}, Deps{
+	s := scheduler.New(scheduler.Config{Policy: pol, Scoring: filters.DefaultScoring(), Grace: int64(fc.grace),
+		NoWorkersTimeout: int64(fc.noWorkersTimeout), Rand: rand.New(rand.NewPCG(1, 1))}, now.UnixNano())
+	deps := Deps{
 		Scheduler: s, Handshaker: f.b, DeadLetters: f.b, Consumer: f.rel,
-		Keeper:  ingest.NewKeeper(30*time.Second, zerolog.Nop()),
-		Outcome: func(_ string, o wire.Outcome) error { f.outcomes = append(f.outcomes, o); return nil },
+		Keeper: ingest.NewKeeper(30*time.Second, zerolog.Nop()),
+		Outcome: func(subject string, o wire.Outcome) error {
+			f.outcomes, f.subjects = append(f.outcomes, o), append(f.subjects, subject)
+			return nil
+		},
 		Metrics: metrics.New(nil, classNames(pol)), Log: zerolog.Nop(),
-	})
+	}
+	if fc.gate {
+		f.gate = &ingest.Gate{}
+		deps.Gate = f.gate
+	}
+	f.a = New(Config{Stream: "DISPATCH_REQ", Prefix: "dispatch", AckWait: 30 * time.Second, DispatchTimeout: 2 * time.Second,
+		Now: func() time.Time { return f.now }}, deps)
 	f.a.SetLeader(true)
 	return f
 }
@@ -178,101 +201,6 @@ uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
 policy_classes:
   - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000}
 `
-
-func TestActorDispatchesAcceptsAndReleases(t *testing.T) {
-	f := newFixture(t, policy)
-	f.now = f.now.Add(time.Second)
-	f.report("w1", 0)
-	m := f.deliver(1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}, "Dispatch-Reply-To": {"out.1"}, "Nats-Msg-Id": {"r1"}})
-	if len(f.b.sent) != 1 {
-		t.Fatalf("sent %d, want 1", len(f.b.sent))
-	}
-	h := f.b.sent[0].hdr
-	for k, want := range map[string]string{"Dispatch-Request-Id": "r1", "Dispatch-Class": "premium", "Dispatch-DP-Rank": "0",
-		"Dispatch-Seq": "1", "Dispatch-Cost": "100", "Dispatch-Ack": "$JS.ACK.test", "Dispatch-ISL-Tokens": "100"} {
-		if got := h.Get(k); got != want {
-			t.Errorf("header %s = %q, want %q", k, got, want)
-		}
-	}
-	f.a.answer(bus.Result{Token: 1, Worker: "w1", Outcome: bus.Accepted})
-	if f.rel.released != 1 || len(f.a.held) != 0 || len(m.log()) != 0 {
-		t.Fatalf("after accept: released %d held %d acks %v; want 1, 0, none (the worker owns the message)", f.rel.released, len(f.a.held), m.log())
-	}
-	if len(f.outcomes) != 1 || f.outcomes[0].Status != wire.StatusDispatched || f.outcomes[0].WorkerID != "w1" {
-		t.Fatalf("outcomes %+v, want one dispatched to w1", f.outcomes)
-	}
-}
-
-func TestActorRefusalRequeuesAndKeepsAlive(t *testing.T) {
-	f := newFixture(t, policy)
-	f.now = f.now.Add(time.Second)
-	f.report("w1", 0)
-	m := f.deliver(7, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
-	f.a.answer(bus.Result{Token: 7, Worker: "w1", Outcome: bus.Refused})
-	if got := m.log(); len(got) != 1 || got[0] != "+WPI" {
-		t.Fatalf("acks after refusal %v, want one +WPI (the ack wait restarts with the hand-back)", got)
-	}
-	if len(f.b.sent) != 1 || f.a.d.Scheduler.Queued(0) != 1 {
-		t.Fatalf("sent %d queued %d, want 1 and 1: the refusing worker waits for its next report", len(f.b.sent), f.a.d.Scheduler.Queued(0))
-	}
-	f.report("w1", 0)
-	if len(f.b.sent) != 1 {
-		t.Fatalf("after a report within the exclusion: sent %d, want 1 (excluded for 10 ms whatever it reports)", len(f.b.sent))
-	}
-	f.now = f.now.Add(time.Duration(workers.MinExclusion))
-	f.report("w1", 0)
-	if len(f.b.sent) != 2 || f.b.sent[1].hdr.Get("Dispatch-Seq") != "2" {
-		t.Fatalf("after the exclusion: sent %d, want the request sent again with seq 2", len(f.b.sent))
-	}
-	if got := f.b.sent[1].hdr["Dispatch-Ack-Wait-Ms"]; len(got) != 1 || got[0] != strconv.FormatInt(f.a.cfg.AckWait.Milliseconds(), 10) {
-		t.Fatalf("Dispatch-Ack-Wait-Ms = %q, want the ack wait %v in ms, with exactly that casing", got, f.a.cfg.AckWait)
-	}
-}
-
-func TestActorDeadLetterThenAckThenOutcome(t *testing.T) {
-	f := newFixture(t, policy)
-	f.now = f.now.Add(time.Second)
-	m := f.deliver(3, "premium", nats.Header{"Dispatch-ISL-Tokens": {"abc"}, "Dispatch-Reply-To": {"out.3"}})
-	if len(f.b.letters) != 1 || f.b.letters[0].Code != "bad_request" || f.b.letters[0].Class != "premium" {
-		t.Fatalf("letters %+v, want one bad_request for token premium", f.b.letters)
-	}
-	if len(m.log()) != 0 || len(f.outcomes) != 0 {
-		t.Fatalf("before the DLQ ack: acks %v outcomes %d, want none", m.log(), len(f.outcomes))
-	}
-	f.a.deadLettered(dlqDone{seq: 3})
-	if got := m.log(); len(got) != 1 || got[0] != "+ACK" || len(f.outcomes) != 1 || f.outcomes[0].Error != "bad_request" {
-		t.Fatalf("after the DLQ ack: acks %v outcomes %+v, want +ACK and one bad_request outcome", got, f.outcomes)
-	}
-}
-
-func TestActorRedeliveryOfHeldRequestIsNotQueuedTwice(t *testing.T) {
-	f := newFixture(t, policy)
-	f.now = f.now.Add(time.Second)
-	f.report("w1", 5000) // busy: requests queue
-	f.deliver(9, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
-	f.deliver(9, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
-	if q := f.a.d.Scheduler.Queued(0); q != 1 || f.rel.released != 1 {
-		t.Fatalf("queued %d released %d, want 1 queued and the duplicate released", q, f.rel.released)
-	}
-}
-
-func TestActorLosingLeadHandsBack(t *testing.T) {
-	f := newFixture(t, policy)
-	f.now = f.now.Add(time.Second)
-	f.report("w1", 5000)
-	m := f.deliver(4, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
-	f.a.SetLeader(false)
-	if n := f.a.handBackQueued(); n != 1 || f.a.d.Scheduler.Queued(0) != 0 {
-		t.Fatalf("handed back %d, queued %d; want 1 and 0", n, f.a.d.Scheduler.Queued(0))
-	}
-	if got := m.log(); len(got) != 1 || got[0] != "-NAK" {
-		t.Fatalf("acks %v, want -NAK", got)
-	}
-	f.report("w1", 0)
-	if len(f.b.sent) != 0 {
-		t.Fatal("a standby dispatched")
-	}
-}
 
 // lastSend is a Handshaker that remembers only its last call, as cheaply as
 // the real one retains nothing.

@@ -9,6 +9,7 @@ import (
 	"fairdispatch/ingest"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
+	"fairdispatch/wire"
 )
 
 // admit takes in one delivery of the current term (a.cur).
@@ -30,10 +31,14 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if id == "" {
 		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)
 	}
+	if a.cancelledAtAdmission(now, dl, id) {
+		return
+	}
 	h := &held{msg: dl.Msg, rel: a.cur.rel, replyTo: dl.Headers.ReplyTo, attempt: deliveryCount(dl)}
 	a.held[dl.StreamSeq] = h
-	if msg := a.malformed(dl); msg != "" {
-		if dl.Err == nil {
+	a.byID[id] = dl.StreamSeq
+	if msg, replyBad := a.malformed(dl); msg != "" {
+		if replyBad {
 			h.replyTo = "" // the reply subject itself is what is refused
 		}
 		h.snap = &request.Snapshot{ID: id, Ref: dl.StreamSeq, Class: -1, Arrival: dl.Published.UnixNano(), Index: -1, DeadlineIndex: -1}
@@ -67,15 +72,25 @@ func (a *Actor) wait(h *held, seq uint64, now time.Time) {
 }
 
 // malformed returns why a delivery is a bad_request, or "": a malformed header
-// (docs/protocol.md, Request headers), or a Dispatch-Reply-To aimed at a $-subject or at the dispatch
-// protocol's own subjects, where an outcome could pose as a load report, a
-// request or a JetStream API call.
-func (a *Actor) malformed(dl *ingest.Delivery) string {
+// (docs/protocol.md, Request headers), or a Dispatch-Reply-To or
+// Dispatch-Response-To aimed at a $-subject or at the dispatch protocol's own
+// subjects, where an outcome or a worker's response could pose as a load
+// report, a request or a JetStream API call. replyBad says the reply subject
+// itself is refused: no outcome may go there.
+func (a *Actor) malformed(dl *ingest.Delivery) (msg string, replyBad bool) {
 	if dl.Err != nil {
-		return dl.Err.Error()
+		return dl.Err.Error(), false
 	}
-	if r := dl.Headers.ReplyTo; r != "" && (r[0] == '$' || strings.HasPrefix(r, a.cfg.Prefix+".")) {
-		return fmt.Sprintf("header Dispatch-Reply-To: %q may not start with \"$\" or %q", r, a.cfg.Prefix+".")
+	if r := dl.Headers.ReplyTo; r != "" && a.protocolSubject(r) {
+		return fmt.Sprintf("header %s: %q may not start with \"$\" or %q", wire.HeaderReplyTo, r, a.cfg.Prefix+"."), true
 	}
-	return ""
+	if r := dl.Headers.ResponseTo; r != "" && a.protocolSubject(r) {
+		return fmt.Sprintf("header %s: %q may not start with \"$\" or %q", wire.HeaderResponseTo, r, a.cfg.Prefix+"."), false
+	}
+	return "", false
+}
+
+// protocolSubject reports whether s is a $-subject or one of the prefix's.
+func (a *Actor) protocolSubject(s string) bool {
+	return s[0] == '$' || strings.HasPrefix(s, a.cfg.Prefix+".")
 }

@@ -69,7 +69,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	if err := h.msg.Ack(); err != nil {
 		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
 	}
-	delete(a.held, d.seq)
+	a.dropHeld(d.seq, h)
 	h.rel.Release(1)
 	if h.replyTo != "" {
 		r, e := h.snap, h.err
@@ -77,8 +77,14 @@ func (a *Actor) deadLettered(d dlqDone) {
 		if r.Class >= 0 {
 			o.PolicyClass = a.className(r.Class)
 		}
-		if e.Code == request.QueueFull {
+		switch e.Code {
+		case request.QueueFull:
 			o.Details = map[string]any{"limit_kind": e.LimitKind, "current": e.Current, "limit": e.Limit}
+		case request.DeadlineUnreachable:
+			o.Details = map[string]any{"projected_wait_ms": e.Projected / 1e6}
+		case request.BudgetExceeded:
+			// The gateway's 429 Retry-After (docs/protocol.md, Error codes).
+			o.Details = map[string]any{"projected_wait_ms": e.Projected / 1e6, "retry_after_ms": (e.RetryAfter + 1e6 - 1) / 1e6}
 		}
 		a.outcome(h.replyTo, o)
 	}
@@ -105,7 +111,7 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 		a.storeDead(h)
 		return
 	}
-	delete(a.held, r.Ref)
+	a.dropHeld(r.Ref, h)
 	h.rel.Release(1)
 	if errors.Is(err, bus.ErrClosed) { // shutting down: the next dispatcher takes it at once
 		_ = h.msg.Nak()

@@ -79,6 +79,9 @@ func (a *Actor) dispatchHeaders(now time.Time, h *held, d scheduler.Decision) na
 	for i, k := range wire.DispatchHeaders {
 		hdr[k] = v[i : i+1 : i+1]
 	}
+	if d.Prefill != 0 && d.Prefill != r.Cost {
+		hdr[wire.HeaderPrefillTokens] = []string{strconv.FormatUint(d.Prefill, 10)}
+	}
 	return hdr
 }
 
@@ -96,6 +99,10 @@ func (a *Actor) sendCompact(now time.Time, h *held, d scheduler.Decision) error 
 		QueuedMs: uint64(queuedMs(now, r)), Ack: h.msg.Reply(), AckWaitMs: uint64(a.cfg.AckWait.Milliseconds()),
 	})
 	f = h.msg.AppendHeaders(f, isOwnHeader)
+	if d.Prefill != 0 && d.Prefill != r.Cost {
+		var num [20]byte
+		f = wire.AppendHeaderEntry(f, wire.HeaderPrefillTokens, []string{string(strconv.AppendUint(num[:0], d.Prefill, 10))})
+	}
 	f = append(wire.EndHeaders(f), h.msg.Data()...)
 	if cap(f) <= maxKeptFrame {
 		a.frame = f
@@ -167,7 +174,7 @@ func isOwnHeader(k string) bool {
 			return true
 		}
 	}
-	return false
+	return strings.EqualFold(k, wire.HeaderPrefillTokens)
 }
 
 // answer handles a worker's answer to a dispatch.
@@ -184,8 +191,9 @@ func (a *Actor) answer(res bus.Result) {
 	if res.Outcome == bus.Accepted {
 		a.d.Scheduler.Accepted(h.worker)
 		r := h.snap
-		delete(a.held, res.Token)
+		a.dropHeld(res.Token, h)
 		h.rel.Release(1)
+		a.running.put(now.UnixNano(), r.ID, runRef{h.worker, h.seq})
 		a.d.Metrics.Dispatched(r.Class)
 		a.countServed(r.Class, r.Cost)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)
@@ -194,6 +202,9 @@ func (a *Actor) answer(res bus.Result) {
 			a.outcome(h.replyTo, wire.Outcome{RequestID: r.ID, Status: wire.StatusDispatched,
 				PolicyClass: a.className(r.Class), WorkerID: h.worker, DPRank: &rank, QueuedMs: &q, Attempt: uint64(h.attempt),
 				PolicyRevision: h.rev})
+		}
+		if h.cancel { // cancelled during the handshake (cancel.go)
+			a.forwardCancel(r.ID, runRef{h.worker, h.seq})
 		}
 		return
 	}
@@ -212,4 +223,7 @@ func (a *Actor) answer(res bus.Result) {
 		a.d.Metrics.ProgressAck()
 	}
 	a.wait(h, res.Token, now)
+	if h.cancel { // cancelled during the handshake: it leaves now (cancel.go)
+		a.cancelQueued(now, res.Token, h)
+	}
 }

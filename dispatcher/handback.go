@@ -6,7 +6,7 @@ import "context"
 func (a *Actor) handBack(seq uint64, h *held) {
 	_ = h.msg.Nak()
 	a.d.Keeper.Drop(seq)
-	delete(a.held, seq)
+	a.dropHeld(seq, h)
 	h.rel.Release(1)
 }
 

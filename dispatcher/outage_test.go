@@ -1,44 +1,21 @@
 package dispatcher
 
 import (
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
-	"fairdispatch/configs"
-	"fairdispatch/filters"
 	"fairdispatch/ingest"
-	"fairdispatch/metrics"
-	"fairdispatch/scheduler"
-	"fairdispatch/wire"
 )
 
 // outageFixture is a fixture whose scheduler has a no-workers timeout and
 // whose actor has a pull gate (docs/design.md, Fleet outage).
 func outageFixture(t *testing.T, timeout time.Duration) (*fixture, *ingest.Gate) {
 	t.Helper()
-	pol, err := configs.Parse("t.yaml", []byte(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Unix(1_700_000_000, 0)
-	f := &fixture{b: &fakeBus{}, rel: &countingReleaser{}, now: now}
-	gate := &ingest.Gate{}
-	s := scheduler.New(scheduler.Config{Policy: pol, Scoring: filters.DefaultScoring(), NoWorkersTimeout: int64(timeout),
-		Rand: rand.New(rand.NewPCG(1, 1))}, now.UnixNano())
-	f.a = New(Config{Stream: "DISPATCH_REQ", Prefix: "dispatch", AckWait: 30 * time.Second, DispatchTimeout: 2 * time.Second,
-		Now: func() time.Time { return f.now }}, Deps{
-		Scheduler: s, Handshaker: f.b, DeadLetters: f.b, Consumer: f.rel, Gate: gate,
-		Keeper:  ingest.NewKeeper(30*time.Second, zerolog.Nop()),
-		Outcome: func(_ string, o wire.Outcome) error { f.outcomes = append(f.outcomes, o); return nil },
-		Metrics: metrics.New(nil, classNames(pol)), Log: zerolog.Nop(),
-	})
-	f.a.SetLeader(true)
-	return f, gate
+	f := newFixtureWith(t, policy, fixtureConfig{noWorkersTimeout: timeout, gate: true})
+	return f, f.gate
 }
 
 // advance moves the clock and runs the actor's tick and drain, as Run would.
@@ -82,31 +59,5 @@ func TestActorFleetOutageHoldsAndResumes(t *testing.T) {
 	f.report("w1", 0)
 	if gate.Closed() || f.a.NoLiveWorkers() || len(f.b.sent) != 3 {
 		t.Fatalf("w1 back: gate closed %v, outage %v, sent %d; want open, over, all 3 sent at once", gate.Closed(), f.a.NoLiveWorkers(), len(f.b.sent))
-	}
-}
-
-func TestActorFleetOutageTimeout(t *testing.T) {
-	f, gate := outageFixture(t, 2*time.Second)
-	f.report("w1", 0)
-	f.advance(61 * time.Second)
-	since := f.now
-	for i := range uint64(2) {
-		f.deliver(20+i, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}})
-	}
-	f.advance(2*time.Second - time.Millisecond)
-	if len(f.b.letters) != 0 {
-		t.Fatalf("dead letters %d before the no-workers timeout, want 0", len(f.b.letters))
-	}
-	f.advance(time.Millisecond)
-	if len(f.b.letters) != 2 {
-		t.Fatalf("dead letters %d %v after the timeout, want 2", len(f.b.letters), f.now.Sub(since))
-	}
-	for _, l := range f.b.letters {
-		if l.Code != "no_endpoints" {
-			t.Fatalf("dead letter code %q, want no_endpoints", l.Code)
-		}
-	}
-	if !gate.Closed() {
-		t.Fatal("the gate opened at the timeout; it stays closed until a worker reports")
 	}
 }

@@ -46,6 +46,11 @@ func (a *Actor) settle(d doneRecord) {
 		PrefillTokens: d.rec.PrefillTokens, OutputTokens: d.rec.OutputTokens,
 	})
 	a.d.Metrics.Settlement(res.Outcome.String(), res.Correction)
+	if id := d.rec.RequestID; res.Outcome == scheduler.Settled && id != "" {
+		if ref, ok := a.running.get(id); ok && ref.worker == d.worker && ref.seq == d.rec.Seq {
+			a.running.del(id) // it finished: nothing to forward a cancellation to
+		}
+	}
 	if res.Outcome != scheduler.Settled {
 		a.log.Debug().Str("worker_id", d.worker).Str("request_id", d.rec.RequestID).
 			Uint64("seq", d.rec.Seq).Str("outcome", res.Outcome.String()).Msg("completion record ignored")
@@ -65,7 +70,7 @@ var errCompletion = errors.New("invalid completion record")
 
 // parseCompletion decodes and checks a completion record (docs/protocol.md,
 // Completion records): a JSON object at most maxCompletionBytes long, seq > 0,
-// token counts at most 2^40, status ok or failed (absent reads as ok). Other
+// token counts at most 2^40, status ok, failed or cancelled (absent reads as ok). Other
 // fields are not checked: the dispatcher does not use them.
 func parseCompletion(data []byte) (wire.Completion, error) {
 	var c wire.Completion
@@ -84,9 +89,9 @@ func parseCompletion(data []byte) (wire.Completion, error) {
 	switch c.Status {
 	case "":
 		c.Status = wire.StatusOK
-	case wire.StatusOK, wire.StatusFailed:
+	case wire.StatusOK, wire.StatusFailed, wire.StatusCancelled:
 	default:
-		return c, fmt.Errorf("%w: status %q, want ok or failed", errCompletion, c.Status)
+		return c, fmt.Errorf("%w: status %q, want ok, failed or cancelled", errCompletion, c.Status)
 	}
 	return c, nil
 }

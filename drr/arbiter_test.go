@@ -38,45 +38,6 @@ func runSteps(t *testing.T, a *Arbiter, w *world, steps []step) {
 	}
 }
 
-// TestSeedBurst is the seed example: quantum 10 with costs 3,3,3,3 dispatches three
-// from one quantum, then the ring moves on and the class keeps deficit 1.
-func TestSeedBurst(t *testing.T) {
-	w := newWorld(2)
-	w.fakes[0].push(0, 3, 3, 3, 3) // ids 0..3
-	w.fakes[1].push(10, 3, 3)      // ids 10, 11
-	a := New([]uint64{10, 10})
-	runSteps(t, a, w, []step{
-		{k: 0, id: 0, deficits: []int64{7, 0}, cursor: 1, carry: 0},
-		{k: 0, id: 1, deficits: []int64{4, 0}, cursor: 1, carry: 0}, // carry, no quantum
-		{k: 0, id: 2, deficits: []int64{1, 0}, cursor: 1, carry: 0},
-		// Next cost 3 > 1: the carry falls through, the scan starts at class 1.
-		{k: 1, id: 10, deficits: []int64{1, 7}, cursor: 0, carry: 1},
-		{k: 1, id: 11, deficits: []int64{1, 0}, cursor: 0, carry: -1}, // class 1 now empty
-		// Class 0 had 1 left: one quantum makes 11, pays 3.
-		{k: 0, id: 3, deficits: []int64{0, 0}, cursor: 1, carry: -1},
-		{k: -1, deficits: []int64{0, 0}, cursor: 1, carry: -1},
-	})
-}
-
-// TestBulkCredit is the seed's fast-forward: standard (quantum 1000, head 7000) and
-// latency (quantum 2000, head 9000). The ring scan leaves them at 1000 and 2000;
-// four virtual rounds bring standard to 5000 and latency to 10000; latency pays
-// 9000 and keeps 1000, and as its next head (9000) is still queued it is the carry.
-func TestBulkCredit(t *testing.T) {
-	w := newWorld(2)
-	w.fakes[0].push(0, 7000)
-	w.fakes[1].push(10, 9000, 9000)
-	a := New([]uint64{1000, 2000})
-	runSteps(t, a, w, []step{
-		{k: 1, id: 10, deficits: []int64{5000, 1000}, cursor: 0, carry: 1},
-		// Carry cannot pay 9000 from 1000. Scan: standard 5000+1000 < 7000,
-		// latency 1000+2000 < 9000. R = min(1, 3) = 1: standard 7000 pays.
-		{k: 0, id: 0, deficits: []int64{0, 5000}, cursor: 1, carry: -1},
-		// Scan from latency: 5000+2000 < 9000, standard empty; R = 1: 9000 pays.
-		{k: 1, id: 11, deficits: []int64{0, 0}, cursor: 0, carry: -1},
-	})
-}
-
 // TestBulkCreditCallsCandidateOnce checks the fast-forward asks each class for its
 // candidate once even though steps 2, 3 and 5 all look at it.
 func TestBulkCreditCallsCandidateOnce(t *testing.T) {

@@ -29,6 +29,7 @@ const (
 	hReplyTo
 	hKey
 	hHashes
+	hResponseTo
 	numHeaders
 )
 
@@ -37,7 +38,7 @@ var names = [numHeaders]string{
 	wire.HeaderISLTokens, wire.HeaderCachedTokens, wire.HeaderWorkerOverlap, wire.HeaderStrictPriority,
 	wire.HeaderPriority, wire.HeaderWorker, wire.HeaderDPRank, wire.HeaderAllowedWorkers,
 	wire.HeaderRequiredTaints, wire.HeaderPreferredTaints, wire.HeaderDeadlineMs, wire.HeaderReplyTo,
-	wire.HeaderFairnessKey, wire.HeaderBlockHashes,
+	wire.HeaderFairnessKey, wire.HeaderBlockHashes, wire.HeaderResponseTo,
 }
 
 // Headers holds the decoded request headers: what the scheduler takes in,
@@ -51,6 +52,10 @@ type Headers struct {
 	request.Arrival
 	MsgID   string // Nats-Msg-Id (exact-case match); "" when absent or empty
 	ReplyTo string // Dispatch-Reply-To: a literal NATS subject; "" when absent
+	// ResponseTo is Dispatch-Response-To (docs/protocol.md, Responses): a
+	// literal NATS subject, checked like ReplyTo; "" when absent. The
+	// dispatcher only validates it: it travels with the producer's headers.
+	ResponseTo string
 }
 
 // HeaderError names a malformed header (docs/protocol.md, Request headers: the request is rejected as
@@ -295,6 +300,15 @@ func (s *scan) decode() (Headers, error) {
 			note(headerErr(hReplyTo, vals[hReplyTo], r))
 		} else {
 			d.ReplyTo = v
+		}
+	}
+	big(hResponseTo)
+	if has(hResponseTo) {
+		v := trim(vals[hResponseTo])
+		if r := checkSubject(v); r != "" {
+			note(headerErr(hResponseTo, vals[hResponseTo], r))
+		} else {
+			d.ResponseTo = v
 		}
 	}
 	big(hKey)

@@ -219,6 +219,11 @@ var decodeCases = []decodeCase{
 	{name: "reply trailing dot", h: hdr(wire.HeaderReplyTo, "a."), wantErr: wire.HeaderReplyTo},
 	{name: "reply space", h: hdr(wire.HeaderReplyTo, "a b"), wantErr: wire.HeaderReplyTo},
 	{name: "reply control", h: hdr(wire.HeaderReplyTo, "a\x00b"), wantErr: wire.HeaderReplyTo},
+	{name: "response", h: hdr(wire.HeaderResponseTo, " _RESP.gw.r1 "), want: with(func(d *Headers) { d.ResponseTo = "_RESP.gw.r1" })},
+	{name: "response star", h: hdr(wire.HeaderResponseTo, "a.*"), wantErr: wire.HeaderResponseTo},
+	{name: "response gt", h: hdr(wire.HeaderResponseTo, ">"), wantErr: wire.HeaderResponseTo},
+	{name: "response empty token", h: hdr(wire.HeaderResponseTo, "a..b"), wantErr: wire.HeaderResponseTo},
+	{name: "response space", h: hdr(wire.HeaderResponseTo, "a b"), wantErr: wire.HeaderResponseTo},
 	{name: "reply empty", h: hdr(wire.HeaderReplyTo, ""), wantErr: wire.HeaderReplyTo},
 	{name: "reply case", h: hdr("dispatch-reply-to", "x.y"), want: with(func(d *Headers) { d.ReplyTo = "x.y" })},
 

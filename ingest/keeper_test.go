@@ -29,6 +29,7 @@ func (m *fakeMsg) msg() *Msg {
 
 func (m *fakeMsg) Ack(string) error                         { return nil }
 func (m *fakeMsg) NakWithDelay(string, time.Duration) error { return nil }
+func (m *fakeMsg) Term(string, string) error                { return nil }
 func (m *fakeMsg) Nak(string) error {
 	if m.fail {
 		return errors.New("fake failure")

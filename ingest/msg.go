@@ -39,6 +39,7 @@ type Acker interface {
 	Nak(reply string) error                               // the hand-back: redeliver at once
 	NakWithDelay(reply string, delay time.Duration) error // -NAK {"delay": ns}
 	InProgress(reply string) error                        // +WPI: restart the ack wait
+	Term(reply, reason string) error                      // +TERM <reason>: drop it; JetStream's advisory carries the reason
 }
 
 // ErrNoAcker is returned by the acknowledgements of a Msg without an Acker.
@@ -89,6 +90,16 @@ func (m *Msg) Nak() error { return m.ack(Acker.Nak) }
 
 // InProgress restarts the message's ack wait (+WPI).
 func (m *Msg) InProgress() error { return m.ack(Acker.InProgress) }
+
+// Term drops the message (+TERM, with reason when not empty): on the
+// work-queue stream it is removed, and JetStream's terminated advisory
+// carries the reason.
+func (m *Msg) Term(reason string) error {
+	if m.acks == nil {
+		return ErrNoAcker
+	}
+	return m.acks.Term(m.reply, reason)
+}
 
 // NakWithDelay hands the message back for redelivery after delay.
 func (m *Msg) NakWithDelay(delay time.Duration) error {
@@ -276,6 +287,13 @@ func (a natsAcker) Nak(reply string) error {
 		return a.hb.Nak(reply)
 	}
 	return a.publish(reply, ackNak)
+}
+
+func (a natsAcker) Term(reply, reason string) error {
+	if reason == "" {
+		return a.publish(reply, []byte("+TERM"))
+	}
+	return a.publish(reply, []byte("+TERM "+reason))
 }
 
 func (a natsAcker) NakWithDelay(reply string, delay time.Duration) error {

@@ -109,7 +109,7 @@
 // Memory is bounded by the keys backlogged or owed a settlement (a popped
 // request's key stays until [Keyed.Settle] or [Keyed.Release]); with
 // KeyConfig.MaxKeys keys tracked, new keys share [OverflowKey] (the request's
-// Key is rewritten). A key costs 128 bytes plus its map entry and 24-byte heap entry,
+// Key is rewritten). A key costs 136 bytes plus its map entry and 24-byte heap entry,
 // about 175 bytes in all (TestKeyedBytesPerKey); forgotten keys are reused. The
 // key heap (internal/iheap) holds entries that carry a copy of (v, order), so a sift reads
 // one array rather than the keys.

@@ -1,6 +1,8 @@
 package lanes
 
 import (
+	"slices"
+
 	"fairdispatch/internal/iheap"
 	"fairdispatch/request"
 )
@@ -22,10 +24,28 @@ type KeyConfig struct {
 	// MaxKeys bounds the keys tracked at once (backlogged or owed a correction);
 	// beyond it new keys share OverflowKey. 0 means no bound.
 	MaxKeys int
+	// Budgets maps a key to its token budget (docs/design.md, Token
+	// budgets); a nil value is a key listed as unlimited. Keys not listed
+	// take DefaultBudget; nil: unlimited.
+	Budgets       map[string]*Budget
+	DefaultBudget *Budget
+	// MinShare maps a strict tier to its floor: the least share of its key's
+	// cost served it gets while backlogged (docs/design.md, Tier floors).
+	MinShare map[uint32]float64
+	// Tally, when set, is told of every request entering and leaving the
+	// class's queue (the scheduler's shedding estimate, docs/design.md,
+	// Shedding).
+	Tally Tally
+}
+
+// Tally follows the requests queued in a class.
+type Tally interface {
+	Add(r *request.Snapshot)
+	Sub(r *request.Snapshot)
 }
 
 // key is one fairness key of a class: its normalized service and its own lanes.
-// The struct is kept small (128 bytes on 64-bit platforms): it is the memory a
+// The struct is kept small (136 bytes on 64-bit platforms): it is the memory a
 // backlogged key costs beyond its requests (docs/design.md, Fairness keys).
 type key struct {
 	name   string
@@ -40,6 +60,40 @@ type key struct {
 	n      int32      // queued requests
 	owed   int32      // charged dispatches not yet settled or released
 	sblock uint8      // shared head: 0 unblocked, sGated or sBlocked
+	thr    bool       // waiting for its budget, in Keyed.throttled (budget.go)
+	fblk   bool       // in Keyed.floorBlocked: left the key heap with only floor heads, none dispatchable
+	x      *keyExt    // its budget state and tier floors; nil: unlimited, no floor
+}
+
+// keyExt is the part of a key that only budgets and tier floors use, kept
+// out of key so that a key of a class using neither costs no more.
+type keyExt struct {
+	bud    *bucket // its budget state; nil: unlimited
+	floors []floor // its tiers with a floor share (floor.go); nil without
+}
+
+// ext returns k's extension, creating it.
+func (k *key) ext() *keyExt {
+	if k.x == nil {
+		k.x = &keyExt{}
+	}
+	return k.x
+}
+
+// budget returns k's budget state, or nil.
+func (k *key) budget() *bucket {
+	if k.x == nil {
+		return nil
+	}
+	return k.x.bud
+}
+
+// floorList returns k's tier floors, or nil.
+func (k *key) floorList() []floor {
+	if k.x == nil {
+		return nil
+	}
+	return k.x.floors
 }
 
 // Values of key.sblock.
@@ -85,6 +139,19 @@ type Keyed struct {
 
 	cand, last *request.Snapshot
 	candKey    *key
+	candFree   bool // the candidate is a throttled key's, served by SetConserve: not charged to its budget
+	lastFree   bool // candFree of the last Pop
+	candOwed   bool // the candidate is an owed floor head, gone before a higher tier
+
+	// Budgets (budget.go): the time, every key's budget state that is not
+	// full or whose key is tracked, the keys waiting for their budget.
+	now       int64
+	buckets   map[string]*bucket
+	throttled throttleHeap
+	conserve  bool
+	pruned    int64
+
+	floorBlocked []*key // keys that left the key heap with only undispatchable floor heads (floor.go)
 }
 
 // NewKeyed returns an empty keyed class whose heads are checked with check.
@@ -98,6 +165,7 @@ func NewKeyed(check Checker, cfg KeyConfig) *Keyed {
 		byName:  make(map[string]*key),
 		pinned:  make(map[keyTarget]*lane),
 		blocked: make(map[string][]*lane),
+		buckets: make(map[string]*bucket),
 	}
 }
 
@@ -113,6 +181,7 @@ func (c *Keyed) SetKeyConfig(cfg KeyConfig) {
 	for name, k := range c.byName {
 		k.weight = c.Weight(name)
 	}
+	c.setBudgets()
 }
 
 // Len returns the number of queued requests.
@@ -183,7 +252,20 @@ func (c *Keyed) Push(r *request.Snapshot) {
 	c.n++
 	c.isl += r.ISL
 	c.cached += r.Cached
+	if b := k.budget(); b != nil {
+		b.queued += float64(r.DRRCost())
+	}
+	if c.cfg.Tally != nil {
+		c.cfg.Tally.Add(r)
+	}
 	if !r.Pin.Pinned() {
+		if c.cfg.MinShare != nil {
+			if f := c.floorFor(k, r.Strict); f != nil {
+				f.q.Push(r)
+				c.enter(k)
+				return
+			}
+		}
 		k.shared.Push(r)
 		if k.sblock != sOpen && r.Index == 0 {
 			c.openShared(k) // a new head may be dispatchable where the old one was not
@@ -224,6 +306,9 @@ func (c *Keyed) keyFor(name string) *key {
 	k := reuse(&c.spare)
 	*k = key{name: name, weight: c.Weight(name), v: c.vnow, pos: -1, spos: -1, shared: k.shared[:0], ready: k.ready[:0]}
 	c.byName[name] = k
+	if c.cfg.budgeted() {
+		c.attachBudget(k)
+	}
 	return k
 }
 
@@ -231,7 +316,7 @@ func (c *Keyed) keyFor(name string) *key {
 // that returns after all its lanes were set aside as blocked keeps its standing:
 // its service is not lifted (docs/decisions.md, Fairness keys).
 func (c *Keyed) enter(k *key) {
-	if k.pos < 0 && (len(k.ready) > 0 || (len(k.shared) > 0 && k.sblock == sOpen)) {
+	if k.pos < 0 && !k.thr && (len(k.ready) > 0 || (len(k.shared) > 0 && k.sblock == sOpen) || k.x != nil && floorsQueued(k)) {
 		c.keys.Push(keyEntry{k.v, k.order, k})
 	}
 }
@@ -239,7 +324,7 @@ func (c *Keyed) enter(k *key) {
 // leave takes k out of the key heap when it has no lane left that is not known
 // to be blocked, and forgets it when it holds nothing and is owed nothing.
 func (c *Keyed) leave(k *key) {
-	if k.pos >= 0 && len(k.ready) == 0 && (len(k.shared) == 0 || k.sblock != sOpen) {
+	if k.pos >= 0 && len(k.ready) == 0 && (len(k.shared) == 0 || k.sblock != sOpen) && (k.x == nil || !floorsQueued(k)) {
 		c.keys.Remove(int(k.pos))
 	}
 	c.maybeForget(k)
@@ -255,6 +340,16 @@ func (c *Keyed) maybeForget(k *key) {
 	if k.sblock != sOpen {
 		c.openShared(k)
 	}
+	if b := k.budget(); b != nil {
+		c.dropThrottle(k)
+		b.key = nil // the state stays until it has refilled (PruneBudgets)
+	}
+	if k.fblk {
+		i := slices.Index(c.floorBlocked, k)
+		c.floorBlocked = slices.Delete(c.floorBlocked, i, i+1)
+		k.fblk = false
+	}
+	k.x = nil
 	delete(c.byName, k.name)
 	k.shared, k.ready = k.shared[:0], k.ready[:0]
 	if cap(k.shared) > 64 || cap(k.ready) > 64 {
@@ -283,6 +378,15 @@ func (c *Keyed) remove(k *key, r *request.Snapshot) {
 		c.cand, c.candKey = nil, nil
 	}
 	if !r.Pin.Pinned() {
+		if k.x != nil && k.x.floors != nil {
+			if f := inFloor(k, r); f != nil {
+				f.q.Remove(r.Index)
+				if len(f.q) == 0 {
+					f.credit = min(f.credit, 0)
+				}
+				goto counted
+			}
+		}
 		head := r.Index == 0
 		k.shared.Remove(r.Index)
 		if head && k.sblock != sOpen {
@@ -293,10 +397,17 @@ func (c *Keyed) remove(k *key, r *request.Snapshot) {
 		l.q.Remove(r.Index)
 		c.settleLane(k, l)
 	}
+counted:
 	k.n--
 	c.n--
 	c.isl -= r.ISL
 	c.cached -= r.Cached
+	if b := k.budget(); b != nil {
+		b.queued = max(0, b.queued-float64(r.DRRCost()))
+	}
+	if c.cfg.Tally != nil {
+		c.cfg.Tally.Sub(r)
+	}
 }
 
 // Candidate returns the DRR cost of the class candidate (docs/design.md, Fairness
@@ -306,7 +417,10 @@ func (c *Keyed) remove(k *key, r *request.Snapshot) {
 // Cost: one Checker call for the gated keys, plus per key examined the calls of
 // the lanes' Candidate and O(log K) when it leaves the heap.
 func (c *Keyed) Candidate() (uint64, bool) {
-	c.cand, c.candKey = nil, nil
+	c.cand, c.candKey, c.candFree, c.candOwed = nil, nil, false, false
+	if len(c.throttled) > 0 {
+		c.unthrottle()
+	}
 	if len(c.gated) > 0 && c.check.Dispatchable(c.gated[0].shared[0]) {
 		// The class gate opened: every unconstrained shared head may go again.
 		for len(c.gated) > 0 {
@@ -315,13 +429,28 @@ func (c *Keyed) Candidate() (uint64, bool) {
 			c.enter(k)
 		}
 	}
+	if len(c.floorBlocked) > 0 && c.floorsOpen(c.floorBlocked[0]) {
+		c.reopenFloors()
+	}
 	for len(c.keys) > 0 {
 		k := c.keys[0].k
 		if r := c.keyCandidate(k); r != nil {
+			if b := k.budget(); b != nil && b.levelAt(c.now) < b.needFor(r.DRRCost()) {
+				c.keys.Remove(0)
+				c.throttle(k, r.DRRCost()) // over budget: it waits, others go on
+				continue
+			}
 			c.cand, c.candKey = r, k
 			return r.DRRCost(), true
 		}
 		c.keys.Remove(0)
+		if k.x != nil && k.x.floors != nil && !k.fblk && floorsQueued(k) {
+			k.fblk = true
+			c.floorBlocked = append(c.floorBlocked, k)
+		}
+	}
+	if c.conserve && c.conserveCandidate() {
+		return c.cand.DRRCost(), true
 	}
 	return 0, false
 }
@@ -356,6 +485,9 @@ func (c *Keyed) keyCandidate(k *key) *request.Snapshot {
 		l.blocked = true
 		c.blocked[l.target.Worker] = append(c.blocked[l.target.Worker], l)
 	}
+	if k.x != nil && k.x.floors != nil {
+		best = c.floorCandidate(k, best)
+	}
 	return best
 }
 
@@ -365,7 +497,18 @@ func (c *Keyed) keyCandidate(k *key) *request.Snapshot {
 func (c *Keyed) Pop() {
 	r, k := c.cand, c.candKey
 	cost := r.DRRCost()
+	var from *floor
+	if k.x != nil && k.x.floors != nil {
+		from = inFloor(k, r)
+	}
 	c.remove(k, r)
+	if k.x != nil && k.x.floors != nil {
+		chargeFloors(k, r, from, float64(r.Cost), c.candOwed)
+	}
+	if b := k.budget(); b != nil && !c.candFree {
+		b.charge(c.now, float64(cost))
+	}
+	c.lastFree = c.candFree
 	c.vnow = max(c.vnow, k.v) // the v at which k was served
 	c.setV(k, k.v+float64(cost)/k.weight)
 	if cost > 0 {
@@ -386,6 +529,10 @@ func (c *Keyed) setV(k *key, v float64) {
 
 // Last returns the request removed by the last Pop.
 func (c *Keyed) Last() *request.Snapshot { return c.last }
+
+// LastFree reports whether the last Pop served a key over its budget in the
+// work-conserving pass (SetConserve), so that its budget was not charged.
+func (c *Keyed) LastFree() bool { return c.lastFree }
 
 // Settle applies a settlement correction of delta cost units (actual minus
 // charged) to key name's service and releases one debt of the key
@@ -413,6 +560,7 @@ func (c *Keyed) Release(name string) { c.Settle(name, 0) }
 // O((b + s) log K) for b lanes and s keys.
 func (c *Keyed) Recheck(id string) {
 	c.openSBlocked()
+	c.reopenFloors()
 	ls := c.blocked[id]
 	if len(ls) == 0 {
 		return
@@ -431,6 +579,7 @@ func (c *Keyed) RecheckAll() {
 		c.Recheck(id)
 	}
 	c.openSBlocked()
+	c.reopenFloors()
 	for len(c.gated) > 0 {
 		k := c.gated[len(c.gated)-1]
 		c.openShared(k)
@@ -470,6 +619,13 @@ func (c *Keyed) Each(fn func(*request.Snapshot) bool) {
 		for _, r := range k.shared {
 			if !fn(r) {
 				return
+			}
+		}
+		for i := range k.floorList() {
+			for _, r := range k.x.floors[i].q {
+				if !fn(r) {
+					return
+				}
 			}
 		}
 	}

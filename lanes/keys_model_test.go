@@ -50,15 +50,7 @@ func (m *refKeyed) push(r *request.Snapshot) {
 		k.order = m.order
 	}
 	l := append(k.lanes[r.Pin], r)
-	slices.SortFunc(l, func(a, b *request.Snapshot) int {
-		switch {
-		case a.Before(b):
-			return -1
-		case b.Before(a):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(l, request.Compare)
 	k.lanes[r.Pin] = l
 }
 

@@ -20,15 +20,7 @@ type refClass struct {
 
 func (m *refClass) push(r *request.Snapshot) {
 	l := append(m.lanes[r.Pin], r)
-	slices.SortFunc(l, func(a, b *request.Snapshot) int {
-		switch {
-		case a.Before(b):
-			return -1
-		case b.Before(a):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(l, request.Compare)
 	m.lanes[r.Pin] = l
 }
 

@@ -67,7 +67,33 @@ const (
 	DLQReturned = "returned"
 )
 
+// Where a cancellation found its request (label where of
+// fairdispatch_cancels_total; docs/protocol.md, Cancellation).
+const (
+	// CancelQueued: queued in the dispatcher; taken out, no service charged.
+	CancelQueued = "queued"
+	// CancelSending: in a dispatch handshake; forwarded or taken out on the answer.
+	CancelSending = "sending"
+	// CancelRunning: accepted by a worker lately; forwarded to it.
+	CancelRunning = "running"
+	// CancelRejected: being dead-lettered; nothing to do.
+	CancelRejected = "rejected"
+	// CancelUnknown: not held, not dispatched lately; remembered only.
+	CancelUnknown = "unknown"
+	// CancelStandby: received by a dispatcher that does not lead; remembered only.
+	CancelStandby = "standby"
+	// CancelAdmission: a request whose id was remembered as cancelled arrived
+	// and was dropped at admission.
+	CancelAdmission = "admission"
+	// CancelInvalid: the cancellation did not parse.
+	CancelInvalid = "invalid"
+	// CancelBacklog: dropped, too many cancellations waiting for the actor.
+	CancelBacklog = "backlog"
+)
+
 var (
+	cancelWheres = []string{CancelQueued, CancelSending, CancelRunning, CancelRejected, CancelUnknown, CancelStandby,
+		CancelAdmission, CancelInvalid, CancelBacklog}
 	outcomes    = []string{OutcomeAccepted, OutcomeRefused, OutcomeNoResponders, OutcomeTimeout, OutcomeLate}
 	dropReasons = []string{DropParse, DropMismatch, DropRank, DropInvalid, DropCapacity, DropInstance, DropOverflow}
 	faults      = []string{FaultRequest, FaultWorker, FaultConnection}
@@ -133,6 +159,7 @@ type Metrics struct {
 	dlqFailed      *prometheus.CounterVec
 	dlqRetries     prometheus.Counter
 	settlements    *prometheus.CounterVec
+	cancels        *prometheus.CounterVec
 	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
@@ -203,6 +230,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		loadDroppedVec: counterVec("load_reports_dropped_total", "Load reports dropped without being applied, per reason.", "reason"),
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
 		settlements:    counterVec("settlements_total", "Completion records received, per outcome: settled (the correction applied), unknown, foreign, already_settled (ignored, docs/design.md, Cost settlement), invalid (did not parse), backlog (dropped: too many waiting).", "outcome"),
+		cancels:        counterVec("cancels_total", "Cancellations received on <prefix>.cancel, per where the request was: queued (taken out, no service charged), sending (in a handshake), running (forwarded to its worker), rejected, unknown and standby (remembered only), admission (a remembered id arrived and was dropped), invalid, backlog (dropped).", "where"),
 		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
@@ -253,6 +281,9 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 	for _, o := range []string{"settled", "unknown", "foreign", "already_settled", "invalid", "backlog"} {
 		m.settlements.WithLabelValues(o)
 	}
+	for _, w := range cancelWheres {
+		m.cancels.WithLabelValues(w)
+	}
 	m.correction.WithLabelValues("under")
 	m.correction.WithLabelValues("over")
 
@@ -261,7 +292,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
-		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin)
+		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
@@ -438,6 +469,9 @@ func (m *Metrics) Settlement(outcome string, correction int64) {
 		m.correction.WithLabelValues("over").Add(float64(-correction))
 	}
 }
+
+// Cancel counts a cancellation by where it found its request (Cancel*).
+func (m *Metrics) Cancel(where string) { m.cancels.WithLabelValues(where).Inc() }
 
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }

@@ -61,6 +61,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_policy_applied_total", "COUNTER", nil},
 		{"fairdispatch_settlements_total", "COUNTER", []string{"outcome"}},
 		{"fairdispatch_settlement_correction_tokens_total", "COUNTER", []string{"direction"}},
+		{"fairdispatch_cancels_total", "COUNTER", []string{"where"}},
 		{"fairdispatch_oldest_queued_seconds", "GAUGE", []string{"class"}},
 	}
 	for _, tt := range tests {

@@ -43,6 +43,31 @@
 // lock. [Worker.CacheStats] gives the hit rate; the completion record carries
 // cached_tokens.
 //
+// # Responses and cancellation
+//
+// A request with Dispatch-Response-To (docs/protocol.md, Responses) is
+// streamed: one chunk per output token (a decode step makes one token per
+// sequence, so this is also one chunk per decode step), written when the
+// timing model says the token comes out (engine_hooks.go, tokenAt), then the
+// end marker with the usage (prompt tokens: Dispatch-ISL-Tokens; cached: the
+// prefix cache's, or Dispatch-Cached-Tokens' share of the cost) and a
+// confirmed acknowledgement, on the ack goroutines. The mock admits the
+// request to its engine when it accepts it and claims in parallel: a real
+// engine must claim before it spends work, the simulation spends none, and
+// tokens produced before the claim's answer are written when it comes. A
+// body with Dispatch-Api gets OpenAI's shapes (openai.go): chat.completion.chunk
+// or text_completion objects per token, the usage chunk with
+// stream_options.include_usage, or one chat.completion or text_completion
+// object without stream; its output length is Dispatch-Output-Tokens, else
+// max_tokens (max_completion_tokens for chat), at most 2^20.
+//
+// When the helper ends a request on its own (the producer's cancel, the
+// dispatcher's cancellation, nobody listening, taken, Stop), the worker's
+// Cancelled takes the job out of the engine at once (its slot goes to the
+// next waiting request) and publishes a completion record with status
+// cancelled and the tokens computed so far (none for taken: the execution
+// that took it over reports it).
+//
 // Time is simulated by events: when the simulator runs late, a slot freed at
 // time t starts its next request at t, not at the late wake-up, so the
 // simulated schedule does not drift.

@@ -204,6 +204,10 @@ type Stats struct {
 	// completion record published; with confirmed acknowledgements the
 	// count is taken just before the record, the confirmation follows).
 	Completed uint64
+	// Cancelled counts accepted requests the helper ended before they
+	// finished (cancelled, nobody listening to the response, taken over by
+	// another execution, or stopping): their jobs left the engine.
+	Cancelled uint64
 	// AckFailures counts completed requests whose acknowledgement JetStream
 	// did not confirm within AckWait, or whose connection closed first:
 	// JetStream redelivers them unless the acknowledgement took effect after
@@ -231,12 +235,15 @@ type Worker struct {
 	// cacheStats their counters (prefixcache.go).
 	caches     []*prefixCache
 	cacheStats CacheStats
+	// streams are the responses of the jobs in the engine whose producers
+	// asked for one (stream.go).
+	streams map[*job]*stream
 
 	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
 	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
 	// WaitGroup of them (Add only on the simulation goroutine).
 	ackMu      sync.Mutex
-	ackQ       []*job
+	ackQ       []ackJob
 	ackRunning int
 	ackWG      sync.WaitGroup
 }
@@ -260,13 +267,14 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 		eng:      newEngine(cfg),
+		streams:  make(map[*job]*stream),
 	}
 	m.helper, err = workerkit.New(nc, workerkit.Config{
 		ID: cfg.ID, Prefix: cfg.Prefix, DPStart: cfg.DPStart, DPSize: cfg.DPSize,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
 		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait, MaxActiveRequests: cfg.MaxActiveRequests,
 		HeaderForm: cfg.HeaderForm,
-	}, workerkit.HandlerFunc(m.offer), log)
+	}, handler{m}, log)
 	if err != nil {
 		return nil, fmt.Errorf("mock: %w", err)
 	}
@@ -343,6 +351,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, lo
 
 // uncached returns the uncached token count of r (see the package doc).
 func uncached(r *workerkit.Request) uint64 {
+	if v := workerkit.HeaderValue(r.Header, wire.HeaderPrefillTokens); v != "" {
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			return min(n, max(r.ISL, n))
+		}
+	}
 	if r.Compact || workerkit.HeaderValue(r.Header, wire.HeaderCost) != "" { // the compact form always carries the cost
 		return r.Cost
 	}
@@ -353,12 +366,11 @@ func uncached(r *workerkit.Request) uint64 {
 // offer is the helper's Handler: it admits r to the engine and updates the
 // reported load before returning, as the helper's seen_seq contract requires.
 func (m *Worker) offer(r *workerkit.Request) bool {
-	out := m.cfg.OutputTokens
-	if s := workerkit.HeaderValue(r.Header, wire.HeaderOutputTokens); s != "" {
-		if v, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && v >= 1 {
-			out = v
-		}
+	var api *apiRequest
+	if a := strings.TrimSpace(workerkit.HeaderValue(r.Header, wire.HeaderAPI)); a != "" && r.Response() != nil {
+		api = parseAPI(a, r.Data, r.RequestID, time.Now())
 	}
+	out := outputTokens(strings.TrimSpace(workerkit.HeaderValue(r.Header, wire.HeaderOutputTokens)), api, m.cfg.OutputTokens)
 	j := &job{req: r, id: r.RequestID, rank: r.DPRank, uncached: uncached(r), out: out}
 	tokens := r.ISL
 	if tokens == 0 {
@@ -379,6 +391,7 @@ func (m *Worker) offer(r *workerkit.Request) bool {
 	if ok {
 		m.stats.Accepted++
 		m.setLoadLocked(j.rank)
+		m.openStream(j, api)
 	} else {
 		m.stats.Refused++
 	}
@@ -407,14 +420,24 @@ func (m *Worker) loop() {
 	defer timer.Stop()
 	for {
 		m.mu.Lock()
-		done := m.eng.advance(time.Now())
+		now := time.Now()
+		done := m.eng.advance(now)
 		for i := range m.eng.ranks {
 			m.setLoadLocked(m.cfg.DPStart + i)
 		}
-		next, ok := m.eng.next()
-		m.mu.Unlock()
+		var finished []*stream
 		for _, j := range done {
-			m.complete(j)
+			st := m.streams[j]
+			finished = append(finished, st) // nil for a job without a response
+			delete(m.streams, j)
+		}
+		next, ok := m.eng.next()
+		if len(m.streams) > 0 {
+			next, ok = earlier(next, ok, m.writeTokens(now))
+		}
+		m.mu.Unlock()
+		for i, j := range done {
+			m.complete(j, finished[i])
 		}
 		wait := time.Until(next)
 		if ok && m.cfg.PreciseTimers && wait <= spin.Window {
@@ -447,12 +470,14 @@ func (m *Worker) loop() {
 }
 
 // complete acknowledges a finished request and publishes its record: at once
-// by default, through the ack goroutines with ConfirmAcks. It runs on the
-// simulation goroutine and does not block.
-func (m *Worker) complete(j *job) {
-	if m.cfg.ConfirmAcks {
+// by default, through the ack goroutines with ConfirmAcks or a response (st
+// not nil: the end marker waits for the producer's answer, and the
+// acknowledgement is confirmed). It runs on the simulation goroutine and
+// does not block.
+func (m *Worker) complete(j *job, st *stream) {
+	if m.cfg.ConfirmAcks || st != nil {
 		m.ackMu.Lock()
-		m.ackQ = append(m.ackQ, j)
+		m.ackQ = append(m.ackQ, ackJob{j, st})
 		spawn := m.ackRunning < ackWorkers
 		if spawn {
 			m.ackRunning++
@@ -478,6 +503,13 @@ func (m *Worker) complete(j *job) {
 	}
 }
 
+// ackJob is a finished job waiting for an ack goroutine, with its response
+// (nil: none).
+type ackJob struct {
+	j  *job
+	st *stream
+}
+
 // ackLoop confirms the acknowledgements of queued jobs, oldest first, until
 // the queue is empty. Until an ack goroutine takes a job its request stays
 // held by the helper, which keeps sending progress (+WPI) for it.
@@ -490,11 +522,22 @@ func (m *Worker) ackLoop() {
 			m.ackMu.Unlock()
 			return
 		}
-		j := m.ackQ[0]
-		m.ackQ[0] = nil
+		a := m.ackQ[0]
+		m.ackQ[0] = ackJob{}
 		m.ackQ = m.ackQ[1:]
 		m.ackMu.Unlock()
-		m.confirm(j)
+		if a.st != nil {
+			var rec []byte
+			if !m.cfg.NoCompletions {
+				var err error
+				if rec, err = m.completion(a.j); err != nil {
+					m.log.Error().Err(err).Str("request_id", a.j.id).Msg("encode completion")
+				}
+			}
+			m.finishStream(a.j, a.st, rec)
+			continue
+		}
+		m.confirm(a.j)
 	}
 }
 

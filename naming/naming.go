@@ -138,6 +138,14 @@ func (n Names) KVSync(worker string) string { return n.prefix + ".kvsync." + wor
 // completion records (docs/protocol.md, Completion records).
 func (n Names) Done(worker string) string { return n.prefix + ".done." + worker }
 
+// Cancel returns "<prefix>.cancel", where producers cancel requests by id
+// (docs/protocol.md, Cancellation); every dispatcher subscribes to it.
+func (n Names) Cancel() string { return n.prefix + ".cancel" }
+
+// CancelWorker returns "<prefix>.cancel.<worker>", where the dispatcher tells
+// a worker to stop a running request (docs/protocol.md, Cancellation).
+func (n Names) CancelWorker(worker string) string { return n.prefix + ".cancel." + worker }
+
 // DoneAll returns "<prefix>.done.*".
 func (n Names) DoneAll() string { return n.prefix + ".done.*" }
 

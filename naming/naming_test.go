@@ -59,6 +59,8 @@ func TestSubjects(t *testing.T) {
 		{n.KVAll(), "dispatch.kv.*"},
 		{n.KVSync("w1"), "dispatch.kvsync.w1"},
 		{n.KVStream(), "DISPATCH_KV"},
+		{n.Cancel(), "dispatch.cancel"},
+		{n.CancelWorker("w1"), "dispatch.cancel.w1"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

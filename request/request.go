@@ -104,6 +104,10 @@ type Snapshot struct {
 	// Score orders requests within a strict tier, higher first (docs/design.md, Lanes). It is
 	// computed once, from the class's queue policy, when the request is admitted.
 	Score float64
+	// Due orders a lane before the strict tier, earlier first: the effective
+	// deadline in a class of queue policy edf (math.MaxInt64 for a request
+	// without one), 0 in every other class (docs/design.md, Deadlines).
+	Due int64
 
 	Pin   Target
 	Route *Route // nil: no allow-list, taints, overlap or block hashes
@@ -116,6 +120,14 @@ type Snapshot struct {
 	// Charged is set once DRR has charged the request. A request handed back
 	// after a refused dispatch keeps its place and is not charged again.
 	Charged bool
+	// Preempted counts how often the request was preempted (docs/design.md,
+	// Preemption); a preempted request waits at the head of its lane.
+	Preempted uint8
+	// Paid is set when DRR charged the request its cost, at its first
+	// arbitration. Charged without Paid is a request dispatched at arrival
+	// (never arbitrated) and refused: it is queued as charged without having
+	// paid, so cancelling it refunds nothing.
+	Paid bool
 	// Refused is set when a worker refused the request (or did not answer); such
 	// a request waits in its lane whatever its class's queueing (docs/protocol.md, Dispatch handshake).
 	Refused bool
@@ -159,9 +171,13 @@ func (s *Snapshot) Constrained() bool {
 	return s.Route != nil && (s.Route.Allowed != nil || len(s.Route.Required) > 0)
 }
 
-// Before reports whether s ranks ahead of o within a class (docs/design.md, Lanes): higher
-// strict priority, then higher score, then lower seq.
+// Before reports whether s ranks ahead of o within a class (docs/design.md, Lanes): earlier
+// Due (edf classes only; 0 elsewhere), then higher strict priority, then higher score, then
+// lower seq.
 func (s *Snapshot) Before(o *Snapshot) bool {
+	if s.Due != o.Due {
+		return s.Due < o.Due
+	}
 	if s.Strict != o.Strict {
 		return s.Strict > o.Strict
 	}
@@ -169,4 +185,16 @@ func (s *Snapshot) Before(o *Snapshot) bool {
 		return s.Score > o.Score
 	}
 	return s.Seq < o.Seq
+}
+
+// Compare orders a and b as Before does, for slices.SortFunc: -1 when a ranks
+// ahead of b, 1 when b ranks ahead of a, 0 for the same request.
+func Compare(a, b *Snapshot) int {
+	switch {
+	case a.Before(b):
+		return -1
+	case b.Before(a):
+		return 1
+	}
+	return 0
 }

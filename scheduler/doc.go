@@ -4,9 +4,11 @@
 // filters), the worker registry (package workers) and, optionally, the KV
 // cache index (package kvindex). It decides; it does no I/O. Time comes in as
 // a now argument (Unix nanoseconds) and randomness from Config.Rand, so the
-// same calls make the same decisions: every rule of docs/design.md is a plain
-// unit test here, and the virtual-time tests (sim_test.go, keys_sim_test.go,
-// kv_sim_test.go) replay whole workloads.
+// same calls make the same decisions: the rules of docs/design.md are told as
+// stories in the scenario files of testdata/ (commands, the scheduler's
+// answers and its state as [Scheduler.Describe] prints it; testdata/README.md
+// says how to read and regenerate them), and the virtual-time tests
+// (sim_test.go, keys_sim_test.go, kv_sim_test.go) replay whole workloads.
 //
 // # Usage
 //

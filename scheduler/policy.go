@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"maps"
+
 	"fairdispatch/configs"
 	"fairdispatch/drr"
 	"fairdispatch/filters"
@@ -51,7 +53,6 @@ type PolicyChange struct {
 // queued requests moved or re-ordered, plus O(q) to re-index the q queued
 // requests of kept classes whose index changed.
 func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
-	_ = now
 	old := s.pol
 	ch := PolicyChange{To: make([]int, len(old.Classes))}
 	from := make([]int, len(p.Classes))
@@ -86,15 +87,20 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 
 	classes := make([]*lanes.Keyed, len(p.Classes))
 	queues := make([]drr.Queue, len(p.Classes))
+	oldShed := s.shed
+	s.pol = p
+	s.indexBudgets()
+	s.indexShed(now, oldShed, from)
 	for k := range p.Classes {
 		c := &p.Classes[k]
 		f := from[k]
 		if f < 0 {
 			ch.Added = append(ch.Added, c.Name)
-			classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(c))
+			classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(k))
 		} else {
 			classes[k] = s.classes[f]
-			classes[k].SetKeyConfig(s.keyConfig(c))
+			classes[k].SetNow(now)
+			classes[k].SetKeyConfig(s.keyConfig(k))
 		}
 		queues[k] = classes[k]
 	}
@@ -114,7 +120,7 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 			continue
 		}
 		c := classes[k]
-		changed := old.Classes[f].Queue != p.Classes[k].Queue
+		changed := old.Classes[f].Queue != p.Classes[k].Queue || !maps.Equal(old.Classes[f].MinShare, p.Classes[k].MinShare)
 		if f == k && !changed {
 			continue
 		}
@@ -131,7 +137,7 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 		}
 	}
 	for _, r := range reorder {
-		r.Score = score(p.Classes[r.Class].Queue, r)
+		s.order(r)
 		classes[r.Class].Push(r)
 	}
 	for _, r := range moved {
@@ -139,6 +145,12 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 		classes[r.Class].Push(r)
 	}
 	ch.Moved, ch.Reordered = len(moved), len(reorder)+len(moved)
+	for k, st := range s.shed {
+		if st != nil { // count what the class holds now
+			*st.tally = *newDueTally(now)
+			classes[k].Each(func(r *request.Snapshot) bool { st.tally.Add(r); return true })
+		}
+	}
 	s.recheckAll()
 	return ch
 }
@@ -163,5 +175,5 @@ func (s *Scheduler) reclass(r *request.Snapshot, ch PolicyChange) {
 	} else {
 		r.Class = s.pol.Resolve(r.Token, r.Uncached())
 	}
-	r.Score = score(s.pol.Classes[r.Class].Queue, r)
+	s.order(r)
 }

@@ -83,6 +83,14 @@ type Decision struct {
 	// the request's blocks and the longest prefix of them the chosen rank
 	// holds (0 and 0 otherwise).
 	KVPrompt, KVOverlap int
+	// Prefill is what the dispatch booked on the chosen rank, in tokens: the
+	// request's uncached tokens on that rank (docs/protocol.md, Bookings and
+	// seen_seq); Req.Cost stays the arrival's DRR cost.
+	Prefill uint64
+	// Projected is the wait projected at admission, in nanoseconds, for a
+	// request queued in a class that sheds (docs/design.md, Shedding); -1
+	// when there is no projection.
+	Projected int64
 }
 
 // Error is why a request was rejected.
@@ -94,6 +102,12 @@ type Error struct {
 	LimitKind string
 	Current   uint64
 	Limit     uint64
+	// Projected, for budget_exceeded and deadline_unreachable, is the wait
+	// projected at admission, in nanoseconds.
+	Projected int64
+	// RetryAfter, for budget_exceeded, is how long, in nanoseconds, until
+	// the same request would be admitted by its key's budget.
+	RetryAfter int64
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
@@ -124,6 +138,11 @@ type Scheduler struct {
 	settle  settlements
 	maxKeys int       // Config.MaxKeysPerClass, defaulted
 	keyWin  keyWindow // the key fairness window (keyfair.go)
+
+	budgeted []int        // the classes with token budgets (budget.go)
+	shed     []*shedState // per class, nil unless it sheds (edf.go)
+	pre      preemptions  // preempted requests and the preemptions asked (preempt.go)
+	now      int64        // the latest now of Arrive, Next or Tick, for settlements
 }
 
 // New returns a scheduler started at now (Unix nanoseconds).
@@ -146,18 +165,28 @@ func New(cfg Config, now int64) *Scheduler {
 	s.gates = filters.NewGates(s.reg, gates)
 	s.sel = filters.NewSelector(cfg.Scoring, cfg.Thresholds, cfg.Rand)
 	s.sel.KV, s.kv = cfg.KV, cfg.KV
+	s.indexBudgets()
+	s.indexShed(now, nil, nil)
+	s.pre.init()
 	s.classes = make([]*lanes.Keyed, n)
 	s.queues = make([]drr.Queue, n)
 	for k := range s.classes {
-		s.classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(&cfg.Policy.Classes[k]))
+		s.classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(k))
 		s.queues[k] = s.classes[k]
 	}
 	return s
 }
 
-// keyConfig is the key level's configuration of class c (docs/design.md, Fairness keys).
-func (s *Scheduler) keyConfig(c *configs.Class) lanes.KeyConfig {
-	return lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: s.maxKeys}
+// keyConfig is the key level's configuration of class k of the policy in
+// force (docs/design.md, Fairness keys, Token budgets, Tier floors).
+func (s *Scheduler) keyConfig(k int) lanes.KeyConfig {
+	c := &s.pol.Classes[k]
+	cfg := lanes.KeyConfig{Weights: c.KeyWeights, Default: c.DefaultKeyWeight, MaxKeys: s.maxKeys, MinShare: c.MinShare}
+	budgetConfig(c, &cfg)
+	if st := s.shed[k]; st != nil {
+		cfg.Tally = st.tally
+	}
+	return cfg
 }
 
 // classParams returns the DRR quanta and the gates of p's classes, in ring order.
@@ -211,6 +240,7 @@ func (s *Scheduler) holding(now int64) bool {
 // for an expired deadline); once the outage has lasted the no-workers
 // timeout, every request fails as no_endpoints (docs/design.md, Fleet outage).
 func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
+	s.now = max(s.now, now)
 	r := s.snapshot(a)
 	cls, cfg := s.classes[r.Class], &s.pol.Classes[r.Class]
 	if s.InGrace(now) {
@@ -240,8 +270,20 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 	if r.Deadline != 0 && r.Deadline <= now {
 		return s.expire(now, r)
 	}
+	if s.budgeted != nil {
+		if err := s.checkBudget(now, r); err != nil {
+			return Decision{Kind: Reject, Req: r, Err: err}
+		}
+	}
+	projected := int64(-1)
+	if s.shed[r.Class] != nil {
+		var err *Error
+		if projected, err = s.checkShed(now, r); err != nil {
+			return Decision{Kind: Reject, Req: r, Err: err, Projected: projected}
+		}
+	}
 	s.enqueue(r)
-	return Decision{Kind: Queued, Req: r}
+	return Decision{Kind: Queued, Req: r, Projected: projected}
 }
 
 // snapshot builds the immutable snapshot of docs/design.md, Snapshot.
@@ -267,7 +309,9 @@ func (s *Scheduler) snapshot(a *request.Arrival) *request.Snapshot {
 	r.Cached = min(s.bestCached(a, r), r.ISL)
 	r.Cost = max(1, r.ISL-r.Cached)
 	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
-	r.Score = score(s.pol.Classes[r.Class].Queue, r)
+	s.applyDeadlines(r, a.Published)
+	s.pre.readmit(r)
+	s.order(r)
 	return r
 }
 
@@ -343,20 +387,32 @@ func (s *Scheduler) enqueue(r *request.Snapshot) {
 // With no live worker it returns None: the queues wait for a worker (Tick
 // fails them once the no-workers timeout has run out).
 func (s *Scheduler) Next(now int64) Decision {
+	s.now = max(s.now, now)
 	if s.InGrace(now) || s.reg.Len() == 0 {
 		return Decision{}
 	}
-	k, ok := s.arb.Next(s.queues)
+	k, ok := s.arbitrate(now)
 	if !ok {
 		return Decision{}
 	}
-	r := s.classes[k].Last()
+	c := s.classes[k]
+	r := c.Last()
+	cost := r.DRRCost()
+	if !r.Charged {
+		r.Paid = true // charged its cost just now
+	}
 	r.Charged = true
 	removeDeadline(&s.dl, r)
+	if s.shed[k] != nil {
+		s.drained(now, k, r.Cost)
+	}
 	d := s.place(now, r)
 	switch d.Kind {
 	case Dispatch:
 		s.settle.record(now, d, r.Cost, true)
+		if s.budgeted != nil && !c.LastFree() && c.Budgeted() {
+			s.settle.budgeted(d, cost)
+		}
 	case Reject:
 		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
 	}
@@ -373,7 +429,8 @@ func (s *Scheduler) place(now int64, r *request.Snapshot) Decision {
 	if hit, ok := s.sel.KVOverlap(ch); ok {
 		d.KVPrompt, d.KVOverlap = len(r.Route.Hashes), hit.Blocks
 	}
-	d.Seq = s.reg.Book(now, ch.Worker, ch.Rank, r.Cost)
+	d.Prefill = s.booking(r, d)
+	d.Seq = s.reg.Book(now, ch.Worker, ch.Rank, d.Prefill)
 	s.gates.Update(ch.Worker)
 	return d
 }
@@ -463,7 +520,7 @@ func (s *Scheduler) Accepted(id string) {
 // Without requeue (the request itself cannot be sent) the caller rejects it.
 func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
 	s.settle.forget(id, seq, !requeue)
-	if w := s.reg.Get(id); w != nil && s.reg.Unbook(w, seq) {
+	if w := s.reg.Get(id); w != nil && s.reg.Unsent(w, seq) {
 		s.gates.Update(w)
 		for _, c := range s.classes {
 			c.Recheck(w.ID)
@@ -512,6 +569,7 @@ func (s *Scheduler) ApplyReport(now int64, rep workers.Report) (workers.Change, 
 // to dst. Once a fleet outage has lasted the no-workers timeout, every queued
 // request is rejected as no_endpoints too (docs/design.md, Fleet outage).
 func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
+	s.now = max(s.now, now)
 	s.expired = s.reg.Expire(now, s.expired[:0])
 	for _, w := range s.expired {
 		s.gates.Remove(w)
@@ -536,6 +594,9 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 		s.recheckAll()
 	}
 	s.settle.expire(now)
+	for _, k := range s.budgeted {
+		s.classes[k].PruneBudgets(now)
+	}
 	for len(s.dl) > 0 && s.dl[0].Deadline <= now {
 		r := s.dl[0]
 		removeDeadline(&s.dl, r)
@@ -658,10 +719,12 @@ func (s *Scheduler) Stats(dst []wire.ClassStats) []wire.ClassStats {
 	for k, c := range s.classes {
 		isl, cached := c.Tokens()
 		pinned, blocked := c.Lanes()
-		dst = append(dst, wire.ClassStats{
+		cs := wire.ClassStats{
 			Name: s.pol.Classes[k].Name, Pending: c.Len(), ISLTokens: isl, CachedTokens: cached,
 			Deficit: s.arb.Deficit(k), Keys: c.Keys(), TopKeys: topKeys(c), PinnedLanes: pinned, BlockedLanes: blocked, FreeRanks: s.gates.Free(k),
-		})
+		}
+		s.extensionStats(k, &cs)
+		dst = append(dst, cs)
 	}
 	return dst
 }

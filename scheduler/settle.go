@@ -86,6 +86,9 @@ func (s *Scheduler) Settle(worker string, c Completion) SettleResult {
 	res.Correction = int64(math.Round(actual)) - int64(min(rec.charged, math.MaxInt64/4))
 	s.arb.Charge(rec.class, res.Correction)
 	s.classes[rec.class].Settle(rec.key, res.Correction)
+	if rec.budget > 0 {
+		s.classes[rec.class].ChargeBudget(s.now, rec.key, res.Correction)
+	}
 	return res
 }
 
@@ -134,6 +137,7 @@ type dispatchRec struct {
 	class   int
 	charged uint64 // the cost DRR and the key were charged; 0 when not arbitrated
 	at      int64  // dispatch time
+	budget  uint64 // what the key's token budget was charged; 0: nothing
 	owes    bool   // arbitrated: the key is owed this settlement
 	settled bool
 	dropped bool // forgotten: handed back, unsent, or its worker's numbering started over
@@ -231,6 +235,14 @@ func (st *settlements) reclass(to []int) {
 				rec.owes = false
 			}
 		}
+	}
+}
+
+// budgeted notes that dispatch d charged its key's budget cost units, so
+// that its settlement corrects the budget too.
+func (st *settlements) budgeted(d Decision, cost uint64) {
+	if rec := st.find(d.Worker, d.Seq); rec != nil {
+		rec.budget = cost
 	}
 }
 

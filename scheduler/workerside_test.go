@@ -4,73 +4,8 @@ import (
 	"testing"
 
 	"fairdispatch/filters"
-	"fairdispatch/request"
 	"fairdispatch/workers"
 )
-
-// capacity declares max_active_requests n in a report.
-func capacity(n uint64) func(*workers.Report) {
-	return func(r *workers.Report) { r.MaxActive = n }
-}
-
-// TestCapacityGatesAndSelection (docs/protocol.md, Load report: capacity): a
-// rank at max_active_requests, counting bookings, is busy for every class gate
-// and no candidate for selection; the free-rank counts follow bookings,
-// refusals and reports.
-func TestCapacityGatesAndSelection(t *testing.T) {
-	f := newFixture(t, twoClasses, filters.Thresholds{})
-	f.report("w1", 0, capacity(2), func(r *workers.Report) { r.HasSeenSeq = true })
-	f.wantKind(f.arrive("premium", 10), Dispatch)
-	d2 := f.arrive("premium", 10)
-	f.wantKind(d2, Dispatch)
-	// Two booked of two: full for every class, though 20 tokens are far below premium's 1000.
-	f.wantKind(f.arrive("premium", 10), Queued)
-	for k, c := range f.s.Stats(nil) {
-		if c.FreeRanks != 0 {
-			t.Errorf("class %d (%s): %d free ranks while w1 is full, want 0", k, c.Name, c.FreeRanks)
-		}
-	}
-	if got := f.s.Next(f.now); got.Kind != None {
-		t.Fatalf("Next while w1 is full = %d, want None", got.Kind)
-	}
-	// A class that does not queue finds every worker overloaded, pinned or not.
-	f.wantReject(f.arrive("batch", 10), request.AllWorkersOverloaded)
-	f.wantReject(f.arrive("batch", 10, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: 0} }), request.PinnedWorkerOverloaded)
-	f.wantReject(f.arrive("batch", 10, func(a *request.Arrival) { a.Pin = request.Target{Worker: "w1", Rank: request.AnyRank} }), request.PinnedWorkerOverloaded)
-
-	// A refused dispatch frees its place at once (and excludes the worker for a while).
-	f.s.Return(f.now, d2.Req, d2.Worker, d2.Seq)
-	if got := f.s.Stats(nil)[0].FreeRanks; got != 0 {
-		t.Fatalf("free ranks after a refusal: %d, want 0 (excluded)", got)
-	}
-	f.now += workers.MinExclusion
-	f.s.Tick(f.now, nil)
-	if got := f.s.Stats(nil)[0].FreeRanks; got != 1 {
-		t.Fatalf("free ranks once the exclusion ended: %d, want 1", got)
-	}
-	d := f.s.Next(f.now)
-	f.wantKind(d, Dispatch) // the refused request, back in its lane
-	if got := f.s.Next(f.now); got.Kind != None {
-		t.Fatalf("Next with w1 full again = %d, want None", got.Kind)
-	}
-	f.s.Accepted("w1")
-	// The worker reports: it counts seq 1..3, one request finished.
-	f.report("w1", 0, capacity(2), func(r *workers.Report) {
-		r.SeenSeq, r.HasSeenSeq = 3, true
-		r.Ranks[0].ActiveRequests = 1
-	})
-	if got := f.s.Stats(nil)[0].FreeRanks; got != 1 {
-		t.Fatalf("free ranks with 1 of 2 active: %d, want 1", got)
-	}
-	f.wantKind(f.s.Next(f.now), Dispatch)
-	if got := f.s.Next(f.now); got.Kind != None {
-		t.Fatalf("Next with w1 full again = %d, want None", got.Kind)
-	}
-	// Without the field the worker has no capacity: the queue drains.
-	f.wantKind(f.arrive("premium", 10), Queued)
-	f.report("w1", 0, func(r *workers.Report) { r.SeenSeq, r.HasSeenSeq = 4, true; r.Ranks[0].ActiveRequests = 2 })
-	f.wantKind(f.s.Next(f.now), Dispatch)
-}
 
 // TestRefusingWorkerOffersBounded simulates ten seconds: a request arrives
 // every millisecond; worker "bad" refuses every offer, answering after 1 ms,

@@ -25,14 +25,15 @@ type Completion struct {
 	PrefillTokens uint64 `json:"prefill_tokens"`
 	// OutputTokens is the output tokens generated, at most 2^40.
 	OutputTokens uint64 `json:"output_tokens"`
-	// Status is how the request ended: StatusOK or StatusFailed ("" reads as ok).
+	// Status is how the request ended: StatusOK, StatusFailed or
+	// StatusCancelled ("" reads as ok).
 	Status string `json:"status,omitempty"`
 	// CachedTokens is the prompt tokens the worker found in its prefix
 	// cache (the mock worker with --kv-capacity); omitted when 0.
 	CachedTokens uint64 `json:"cached_tokens,omitempty"`
 }
 
-// The statuses of a completion record.
+// The statuses of a completion record (and StatusCancelled).
 const (
 	StatusOK     = "ok"
 	StatusFailed = "failed"

@@ -48,6 +48,14 @@ const (
 var DispatchHeaders = []string{HeaderRequestID, HeaderClass, HeaderDPRank, HeaderSeq,
 	HeaderCost, HeaderQueuedMs, HeaderAck, HeaderAckWaitMs}
 
+// HeaderPrefillTokens is the prefill tokens the dispatcher booked on the
+// chosen rank: the request's uncached tokens on that rank at dispatch
+// (docs/protocol.md, Bookings and seen_seq). The dispatcher adds it, in both
+// forms, only when it differs from HeaderCost (the arrival's DRR cost), and
+// removes any producer-sent variant. A worker that reports bookings reads it
+// first, then HeaderCost.
+const HeaderPrefillTokens = "Dispatch-Prefill-Tokens"
+
 // HeaderStatus is the header of a worker's answer to a dispatch
 // (docs/protocol.md, Accepting and refusing): absent accepts, StatusBusy
 // refuses; StatusMalformed refuses a dispatch the worker cannot read.
@@ -66,6 +74,32 @@ const (
 	HeaderBodyDropped    = "Dispatch-Body-Dropped"
 	HeaderHeadersDropped = "Dispatch-Headers-Dropped"
 	HeaderSubject        = "Dispatch-Subject"
+)
+
+// Response headers (docs/protocol.md, Responses): HeaderResponseTo and
+// HeaderAPI are request headers a producer may set (the dispatcher validates
+// the first, forwards both); the others are on the messages of a response,
+// with HeaderRequestID.
+const (
+	// HeaderResponseTo is the producer's request header naming the literal
+	// subject its response goes to (docs/protocol.md, Asking for a response).
+	HeaderResponseTo = "Dispatch-Response-To"
+	// HeaderAPI is the producer's request header saying which OpenAI endpoint
+	// the body is a request for: APIChatCompletions or APICompletions
+	// (docs/protocol.md, OpenAI-shaped requests).
+	HeaderAPI = "Dispatch-Api"
+	// HeaderResponse is on every message of the response path: the worker's
+	// kind (MsgClaim, MsgChunk, MsgPing, MsgEnd) or the
+	// producer's answer (AnswerGo, AnswerOK, AnswerCancel, AnswerTaken).
+	HeaderResponse = "Dispatch-Response"
+	// HeaderExecution is the worker's id of one execution of the request:
+	// unique per worker process and dispatch, opaque to the producer.
+	HeaderExecution = "Dispatch-Execution"
+	// HeaderResponseSeq numbers the response: chunk n carries n (from 1), a
+	// ping the number of chunks sent so far, the end marker chunks+1.
+	HeaderResponseSeq = "Dispatch-Response-Seq"
+	// HeaderResponseStatus is on the end marker: EndOK, EndFailed or EndCancelled.
+	HeaderResponseStatus = "Dispatch-Response-Status"
 )
 
 // HeaderOutputTokens is a convention of this project's load generator and

@@ -5,8 +5,10 @@ import (
 	"strconv"
 )
 
-// MaxKVInstanceLen bounds the bytes of a KV cache event's instance (at least 1).
-const MaxKVInstanceLen = 64
+// MaxKVInstanceLen bounds the bytes of a KV cache event's instance (at least
+// 1): the bound of a load report's instance, so that a worker sends one
+// instance in both (docs/protocol.md, KV cache events).
+const MaxKVInstanceLen = 128
 
 // KVEvent is one decoded cache event of a worker rank (docs/protocol.md, KV cache
 // events). It is applied in this order: Cleared, then Removed, then Stored.

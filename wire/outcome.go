@@ -6,7 +6,8 @@ import (
 	"fmt"
 )
 
-// Outcome statuses (docs/protocol.md, Outcomes).
+// Outcome statuses (docs/protocol.md, Outcomes); a cancelled request's
+// outcome has StatusCancelled.
 const (
 	StatusDispatched = "dispatched"
 	StatusRejected   = "rejected"
@@ -18,7 +19,7 @@ const (
 type Outcome struct {
 	// RequestID is the request id.
 	RequestID string `json:"request_id"`
-	// Status is StatusDispatched or StatusRejected.
+	// Status is StatusDispatched, StatusRejected or StatusCancelled.
 	Status string `json:"status"`
 	// PolicyClass is the physical class, when one was resolved.
 	PolicyClass string `json:"policy_class,omitempty"`
@@ -26,8 +27,9 @@ type Outcome struct {
 	WorkerID string `json:"worker_id,omitempty"`
 	// DPRank is the data-parallel rank chosen (dispatched only).
 	DPRank *int `json:"dp_rank,omitempty"`
-	// QueuedMs is the time from publication to dispatch, in milliseconds,
-	// never negative (a negative value is written as 0).
+	// QueuedMs is the time from publication to dispatch (to cancellation for
+	// a cancelled request), in milliseconds, never negative (a negative value
+	// is written as 0).
 	QueuedMs *int64 `json:"queued_ms,omitempty"`
 	// Attempt is the JetStream delivery count of the request message the
 	// outcome is about (1 on the first delivery); 0 when unknown, and then left
@@ -49,7 +51,7 @@ type Outcome struct {
 // MarshalOutcome returns o's JSON (docs/protocol.md, Outcomes), without a
 // trailing newline and without HTML escaping. It refuses an unknown status.
 func MarshalOutcome(o Outcome) ([]byte, error) {
-	if o.Status != StatusDispatched && o.Status != StatusRejected {
+	if o.Status != StatusDispatched && o.Status != StatusRejected && o.Status != StatusCancelled {
 		return nil, fmt.Errorf("outcome %s: unknown status %q", o.RequestID, o.Status)
 	}
 	if o.QueuedMs != nil && *o.QueuedMs < 0 {

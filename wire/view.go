@@ -68,6 +68,13 @@ type ClassStats struct {
 	PinnedLanes  int          `json:"pinned_lanes"`
 	BlockedLanes int          `json:"blocked_lanes"`
 	FreeRanks    int          `json:"free_ranks"`
+	// ThrottledKeys is the number of keys waiting for their token budget
+	// (docs/design.md, Token budgets); absent for a class without budgets.
+	ThrottledKeys *int `json:"throttled_keys,omitempty"`
+	// DrainRate is the class's measured drain rate while backlogged, in
+	// cost units per second, for a class that sheds (docs/design.md,
+	// Shedding); absent otherwise or while not measured yet.
+	DrainRate *float64 `json:"drain_rate,omitempty"`
 }
 
 // KeyFairness is how fairly a class's keys were served over the last window
@@ -106,6 +113,21 @@ type KeyStats struct {
 	// window, or nothing could be measured; set by Scheduler.KeyFairness.
 	Share       *float64 `json:"share,omitempty"`
 	WeightShare *float64 `json:"weight_share,omitempty"`
+	// Budget is the key's token budget and its state (docs/design.md, Token
+	// budgets); absent for a key without one.
+	Budget *KeyBudget `json:"budget,omitempty"`
+}
+
+// KeyBudget is a key's token budget in a KeyStats.
+type KeyBudget struct {
+	// TokensPerSecond and Burst are the budget, in cost units.
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	Burst           uint64  `json:"burst"`
+	// Level is what the bucket holds now, in cost units; below 0 the key is
+	// in debt (settlement found its requests cost more than charged).
+	Level float64 `json:"level"`
+	// Throttled says the key waits for its budget: it takes no turn.
+	Throttled bool `json:"throttled"`
 }
 
 // WorkerView is one live worker in a QueueView.

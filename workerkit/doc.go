@@ -96,18 +96,57 @@
 // Stop publishes what is gathered and waits up to 5 s for JetStream's
 // acknowledgements.
 //
+// # Responses and cancellation
+//
+// A producer may ask for the worker's response with Dispatch-Response-To
+// (docs/protocol.md, Responses). [Request.Response] then returns a
+// [Response], nil otherwise. As soon as the request is accepted the helper
+// claims the response (a NATS request to the producer); the application
+// calls [Response.Start], which waits for the answer and returns nil when
+// the request may run. It then writes chunks with [Response.Write] (the
+// helper frames and numbers them) and closes with [Response.End] (the end
+// marker with the status and usage, then a confirmed +ACK, or +TERM for
+// status cancelled). While the response is open the helper pings the
+// producer every second.
+//
+// The helper ends an accepted request on its own when the producer answers
+// cancel or taken, when nobody listens any more (a claim or ping finds no
+// responders, or pings go unanswered), when the dispatcher forwards a
+// cancellation on <prefix>.cancel.<id> (any request, with or without a
+// response), and when Stop's grace runs out. It does what docs/protocol.md,
+// What a worker does with each answer, says (the end marker, +TERM, -NAK, or
+// nothing at all for taken), then cancels [Request.Context] with the cause
+// (ErrCancelled, ErrNoListener, ErrTaken, ErrStopped) and calls the
+// handler's Cancelled when it implements [CancelHandler]. The application
+// only has to stop working; its later Write, End, Done, Nak or Term calls
+// return an error wrapping ErrFinished.
+//
+// An application that knows nothing of responses keeps working: Done ends
+// the response with status ok, Term with status failed, and Nak hands the
+// request back before its first chunk (after it, Nak returns
+// ErrResponseStarted). Each accepted dispatch is its own execution: a second
+// dispatch of a running request claims anew, and the newest claim wins until
+// a chunk is seen.
+//
+// Claims, pings and end markers share one inbox subscription (asker.go), so
+// an open response costs one runtime timer, no goroutine.
+//
 // # Stopping
 //
 // [Worker.Stop] marks the worker draining, reports it, stops taking requests
 // (later arrivals are refused busy), waits until every held request is finished
-// or ctx ends, hands back (-NAK) whatever is still held, publishes a last report
-// and returns. [Worker.Close] is Stop with no wait.
+// or ctx ends, hands back (-NAK) whatever is still held (a response with a
+// chunk written is ended with status failed and dropped instead: it must not
+// run again), publishes a last report and returns. [Worker.Close] is Stop with
+// no wait.
 //
 // # Concurrency
 //
 // A Worker is safe for concurrent use. Offer is called from one goroutine (the
 // subscription's), in arrival order, and must not block: queue the work and
-// return. Request methods may be called from any goroutine. The helper runs two
-// goroutines per Worker (the report loop and the progress ticker) and none per
-// request.
+// return. Request and Response methods may be called from any goroutine. The
+// helper runs three goroutines per Worker (the report loop and the two
+// progress loops) and none per request; its timers (pings, claim retries,
+// answer timeouts) run their callbacks on goroutines of their own while
+// they fire.
 package workerkit

@@ -20,6 +20,9 @@ var (
 	ackNak      = []byte("-NAK")
 	ackProgress = []byte("+WPI")
 	ackTerm     = []byte("+TERM")
+	// ackTermCancelled drops a cancelled request; JetStream's terminated
+	// advisory carries the reason.
+	ackTermCancelled = []byte("+TERM cancelled")
 )
 
 // ErrFinished is returned by a second Done, Nak or Term of one request.
@@ -86,7 +89,13 @@ type Request struct {
 	HeaderErrors []error
 
 	w     *Worker
-	state reqState // guarded by w.mu
+	resp  *Response // nil: the producer asked for no response
+	state reqState  // guarded by w.mu
+	// ctx and cancel are made by the first Context call; cause is why the
+	// helper ended the request on its own; all guarded by w.mu.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	cause  error
 	// period is the keep-alive period (a third of the ack wait) and next the
 	// time of the next +WPI, both set at acceptance; guarded by w.mu.
 	period time.Duration
@@ -175,9 +184,68 @@ func (r *Request) setAckWait(ms uint64) {
 // maxAckWaitMs bounds Dispatch-Ack-Wait-Ms, so that it converts to a Duration: 30 days.
 const maxAckWaitMs = 30 * 24 * 3600 * 1000
 
+// Response returns the response the producer asked for (Dispatch-Response-To),
+// nil when it asked for none (docs/protocol.md, Responses).
+func (r *Request) Response() *Response { return r.resp }
+
+// Context returns a context that is done once the helper has ended the
+// request on its own: the producer or the dispatcher cancelled it, nobody
+// listens to its response, another execution took its response over, or
+// Stop's grace ran out. context.Cause says which (ErrCancelled,
+// ErrNoListener, ErrTaken, ErrStopped, ErrBadResponseSubject). The helper has
+// then already done what the protocol asks (end marker, +TERM or -NAK, or
+// nothing for ErrTaken): the application only stops working, and finishing
+// calls return ErrFinished. The context is made on the first call.
+func (r *Request) Context() context.Context {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if r.ctx == nil {
+		r.ctx, r.cancel = context.WithCancelCause(context.Background())
+		if r.cause != nil {
+			r.cancel(r.cause)
+		}
+	}
+	return r.ctx
+}
+
+// Cause returns why the helper ended the request on its own, nil while it
+// has not.
+func (r *Request) Cause() error {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	return r.cause
+}
+
+// endTimeout bounds the end marker and acknowledgement that Done and Term
+// send on their own for a request with a response.
+const endTimeout = 30 * time.Second
+
 // Done sends +ACK: the request is finished and its JetStream message removed.
-// It returns ErrFinished when the request was already finished.
-func (r *Request) Done() error { return r.finish(ackAck, "ack") }
+// It returns ErrFinished when the request was already finished. For a
+// request with a response it ends the response with status ok (in the
+// background: the end marker, then a confirmed +ACK), as [Response.End] does.
+func (r *Request) Done() error {
+	if r.resp != nil {
+		return r.endInBackground(wire.ResponseEnd{Status: wire.EndOK}, ackAck)
+	}
+	return r.finish(ackAck, "ack")
+}
+
+// endInBackground ends r's response with e and acknowledges with ack, off
+// the caller's goroutine.
+func (r *Request) endInBackground(e wire.ResponseEnd, ack []byte) error {
+	if !r.w.isHeld(r) {
+		return ErrFinished
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		defer cancel()
+		if err := r.resp.finish(ctx, e, ack, nil); err != nil && !errors.Is(err, ErrFinished) {
+			about(r.w.log.Warn(), r).Err(err).Msg("end of response")
+		}
+	}()
+	return nil
+}
 
 // Completion returns the request's completion record (docs/protocol.md,
 // Completion records) for what it really cost: the uncached input tokens the
@@ -212,15 +280,42 @@ func (r *Request) Complete(prefillTokens, outputTokens uint64, failed bool) erro
 }
 
 // Nak sends -NAK: the request goes back to the dispatcher for redelivery at once.
-func (r *Request) Nak() error { return r.finish(ackNak, "nak") }
+// A request whose response has a chunk written cannot go back (it must not
+// run again): Nak returns ErrResponseStarted and sends nothing; end the
+// response instead. Before the first chunk the response closes silently:
+// the next execution claims it afresh.
+func (r *Request) Nak() error {
+	if p := r.resp; p != nil {
+		if p.Chunks() > 0 {
+			return ErrResponseStarted
+		}
+		if r.w.isHeld(r) {
+			p.close(errHandedBack, "", false)
+		}
+	}
+	return r.finish(ackNak, "nak")
+}
 
-// Term sends +TERM: the request is dropped.
-func (r *Request) Term() error { return r.finish(ackTerm, "term") }
+// errHandedBack is the cause of a response closed by Nak.
+var errHandedBack = errors.New("worker: request handed back")
+
+// Term sends +TERM: the request is dropped. For a request with a response
+// it first ends the response with status failed (in the background).
+func (r *Request) Term() error {
+	if r.resp != nil {
+		return r.endInBackground(wire.ResponseEnd{Status: wire.EndFailed, Error: "dropped by the worker"}, ackTerm)
+	}
+	return r.finish(ackTerm, "term")
+}
 
 // DoneSync is Done, but sends +ACK as a NATS request and waits until JetStream
 // confirms it or ctx ends. The request counts as finished even when the
 // confirmation fails; the error then says the acknowledgement may be lost.
+// For a request with a response it is [Response.End] with status ok.
 func (r *Request) DoneSync(ctx context.Context) error {
+	if r.resp != nil {
+		return r.resp.finish(ctx, wire.ResponseEnd{Status: wire.EndOK}, ackAck, nil)
+	}
 	if !r.w.release(r) {
 		return ErrFinished
 	}
@@ -268,13 +363,17 @@ func (r *Request) DoneConfirmed(ctx context.Context) error { return r.DoneConfir
 // DoneConfirmedAfter is [Request.DoneConfirmed] calling before(attempt), when
 // not nil, ahead of every attempt (attempt counts from 1), once the request
 // is marked finished; it is not called when DoneConfirmedAfter returns
-// ErrFinished. It is for a worker that publishes its result on the worker's
+// ErrFinished. For a request with a response it is [Response.EndAfter] with
+// status ok. It is for a worker that publishes its result on the worker's
 // connection before acknowledging (at least once: a worker that dies in
 // between causes a redelivery, not a lost result): publishing it again ahead
 // of each attempt puts a copy of the result before the acknowledgement that
 // JetStream confirms, in the same connection, even when an earlier copy went
 // down with a server. Subscribers may thus get identical copies of a result.
 func (r *Request) DoneConfirmedAfter(ctx context.Context, before func(attempt int)) error {
+	if r.resp != nil {
+		return r.resp.finish(ctx, wire.ResponseEnd{Status: wire.EndOK}, ackAck, before)
+	}
 	if !r.w.release(r) {
 		return ErrFinished
 	}
@@ -284,12 +383,12 @@ func (r *Request) DoneConfirmedAfter(ctx context.Context, before func(attempt in
 		}
 		return nil
 	}
-	return confirmAck(ctx, r.w.nc, r.Ack, r.RequestID, before)
+	return confirmAck(ctx, r.w.nc, r.Ack, r.RequestID, ackAck, before)
 }
 
-// confirmAck sends +ACK to subj as a request until it is answered; see
-// [Request.DoneConfirmedAfter].
-func confirmAck(ctx context.Context, nc *nats.Conn, subj, id string, before func(int)) error {
+// confirmAck sends body (+ACK, +TERM) to subj as a request until it is
+// answered; see [Request.DoneConfirmedAfter].
+func confirmAck(ctx context.Context, nc *nats.Conn, subj, id string, body []byte, before func(int)) error {
 	backoff := confirmBackoffMin
 	var last error
 	for attempt := 1; ; attempt++ {
@@ -297,7 +396,7 @@ func confirmAck(ctx context.Context, nc *nats.Conn, subj, id string, before func
 			before(attempt)
 		}
 		actx, cancel := context.WithTimeout(ctx, confirmAttempt)
-		_, err := nc.RequestWithContext(actx, subj, ackAck)
+		_, err := nc.RequestWithContext(actx, subj, body)
 		cancel()
 		if err == nil {
 			return nil

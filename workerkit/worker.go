@@ -37,15 +37,19 @@ var ErrStarted = errors.New("worker: already started")
 
 // Worker is the worker side of the wire contract. Build it with [New].
 type Worker struct {
-	nc       *nats.Conn
-	cfg      Config
-	h        Handler
-	log      zerolog.Logger
-	instance string
-	taints   []string
-	workSubj string
-	loadSubj string
-	doneSubj string
+	nc         *nats.Conn
+	cfg        Config
+	h          Handler
+	log        zerolog.Logger
+	instance   string
+	taints     []string
+	workSubj   string
+	loadSubj   string
+	doneSubj   string
+	cancelSubj string
+	// ask carries the response path's requests (claims, pings, end
+	// markers); set by Start.
+	ask *asker
 
 	kick chan struct{} // cap 1: a report is wanted
 	// progressKick (cap 1) wakes progressLoop when an acceptance is due
@@ -72,7 +76,8 @@ type Worker struct {
 	stopping  bool
 	heldEmpty chan struct{} // closed when held empties while stopping
 	sub       *nats.Subscription
-	kv        *kvPublisher // KV cache events (kvcache.go); nil: not enabled
+	cancelSub *nats.Subscription // <prefix>.cancel.<id>
+	kv        *kvPublisher       // KV cache events (kvcache.go); nil: not enabled
 }
 
 // New validates cfg, applies its defaults and returns a Worker that is not yet
@@ -104,6 +109,7 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		workSubj:     names.Work(cfg.ID),
 		loadSubj:     names.Load(cfg.ID),
 		doneSubj:     names.Done(cfg.ID),
+		cancelSubj:   names.CancelWorker(cfg.ID),
 		kick:         make(chan struct{}, 1),
 		freshKick:    make(chan struct{}, 1),
 		progressKick: make(chan struct{}, 1),
@@ -138,13 +144,19 @@ func (w *Worker) Start() error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("worker: pending limits %s: %w", w.workSubj, err)
 	}
+	csub, err := w.nc.Subscribe(w.cancelSubj, w.onCancel)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("worker: subscribe %s: %w", w.cancelSubj, err)
+	}
 	if w.kv != nil {
 		if err := w.kv.start(); err != nil {
 			_ = sub.Unsubscribe()
+			_ = csub.Unsubscribe()
 			return err
 		}
 	}
-	w.sub = sub
+	w.sub, w.cancelSub, w.ask = sub, csub, newAsker(w.nc)
 	w.started = true
 	w.wg.Add(3)
 	go w.reportLoop()
@@ -175,8 +187,13 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		r = parseRequest(m, w.cfg.DPStart, time.Now())
 	}
 	r.w = w
+	r.resp = newResponse(r)
 	for _, err := range r.HeaderErrors {
 		about(w.log.Warn(), r).Err(err).Msg("malformed dispatch header")
+	}
+	if r.resp != nil && m.Reply != "" && !validResponseSubject(r.resp.subject, w.cfg.Prefix) {
+		w.dropBadResponse(m, r)
+		return
 	}
 	if m.Reply == "" {
 		about(w.log.Warn(), r).Msg("dispatch without reply subject; accepting it is impossible, refusing")
@@ -234,6 +251,9 @@ func (w *Worker) onMsg(m *nats.Msg) {
 			about(w.log.Error(), r).Err(err).Msg("reply to dispatch")
 		}
 	}
+	if accepted && r.resp != nil && w.isHeld(r) {
+		r.resp.claim() // after accepting, before any work (docs/protocol.md, Messages of a response)
+	}
 	if accepted && r.Ack != "" {
 		due := time.Now().Add(min(w.cfg.FirstProgressDelay, w.keepAlive(r)))
 		w.mu.Lock()
@@ -250,6 +270,28 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		}
 	}
 	about(w.log.Debug(), r).Bool("accepted", accepted).Str("class", r.Class).Int("dp_rank", r.DPRank).Msg("dispatch answered")
+}
+
+// dropBadResponse accepts a dispatch whose Dispatch-Response-To a worker may
+// not respond to and drops it (+TERM) without calling Offer or sending
+// anything there (docs/protocol.md, Asking for a response).
+func (w *Worker) dropBadResponse(m *nats.Msg, r *Request) {
+	about(w.log.Error(), r).Str("subject", r.resp.subject).Msg("Dispatch-Response-To may not be responded to; dropping the request")
+	w.mu.Lock()
+	if r.Seq > w.seenSeq {
+		w.seenSeq = r.Seq
+	}
+	r.state, r.cause = stateFinished, ErrBadResponseSubject
+	w.mu.Unlock()
+	w.kickReport()
+	if err := w.nc.PublishMsg(&nats.Msg{Subject: m.Reply}); err != nil {
+		about(w.log.Error(), r).Err(err).Msg("reply to dispatch")
+	}
+	if r.Ack != "" {
+		if err := w.nc.Publish(r.Ack, ackTerm); err != nil {
+			about(w.log.Error(), r).Err(err).Msg("drop request")
+		}
+	}
 }
 
 // about adds r's request id and sequence to e; e is nil (and stays so, at no
@@ -500,9 +542,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.mu.Unlock()
 		for _, r := range left {
-			if err := r.Nak(); err != nil && !errors.Is(err, ErrFinished) {
-				w.log.Error().Err(err).Str("request_id", r.RequestID).Msg("hand back on stop")
-			}
+			// -NAK, or for a response with a chunk written an end marker
+			// with status failed and +TERM (abort).
+			w.abort(r, ErrStopped)
 		}
 		if len(left) > 0 {
 			w.log.Warn().Int("requests", len(left)).Msg("stopped with requests held; handed them back")
@@ -511,6 +553,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	close(w.quit)
 	w.wg.Wait()
+	if err := w.cancelSub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		w.log.Warn().Err(err).Msg("unsubscribe")
+	}
+	w.ask.close()
 	if kv := w.kvPub(); kv != nil {
 		kv.stop(5 * time.Second)
 	}

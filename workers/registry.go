@@ -119,6 +119,24 @@ func (w *Worker) Rank(r int32) *Rank { return &w.Ranks[r-int32(w.Start)] }
 // Bookings returns the number of dispatches booked and not yet counted by a report.
 func (w *Worker) Bookings() int { return len(w.bookings) }
 
+// Booking is one dispatch booked on a worker and not yet counted by a report.
+type Booking struct {
+	Seq  uint64 // its Dispatch-Seq
+	Rank int32  // the dp rank it was booked on
+	Cost uint64 // prefill tokens booked
+	At   int64  // when it was booked, Unix nanoseconds
+}
+
+// AppendBookings appends w's bookings to dst in sequence order and returns
+// the extended slice: for tests and debugging (the scheduler's scenario dump),
+// not the dispatch path. O(B) for B bookings.
+func (w *Worker) AppendBookings(dst []Booking) []Booking {
+	for _, b := range w.bookings {
+		dst = append(dst, Booking{Seq: b.seq, Rank: int32(w.Start) + int32(b.rank), Cost: b.cost, At: b.at})
+	}
+	return dst
+}
+
 // Change says what applying a report did.
 type Change struct {
 	New     bool // the worker was not live before
@@ -396,6 +414,21 @@ func (g *Registry) Unbook(w *Worker, seq uint64) bool {
 	rk.Booked -= b.cost
 	rk.BookedRequests--
 	return true
+}
+
+// Unsent releases the booking of the dispatch with sequence seq, which never
+// reached w through no fault of w's (docs/decisions.md, Whose fault is an
+// error), as Unbook does; when that dispatch was the probe w is excluded for
+// (docs/protocol.md, Refusals back off), the wait for its answer ends too: no
+// answer will come, and w's next offer is the probe again. It reports whether
+// it found the booking.
+func (g *Registry) Unsent(w *Worker, seq uint64) bool {
+	found := g.Unbook(w, seq)
+	if w.Excluded && w.ExcludedUntil == awaiting && seq >= w.probeFrom {
+		w.Excluded, w.ExcludedUntil = false, 0
+		g.touch(w)
+	}
+	return found
 }
 
 // Expire removes every worker whose TTL has run out at now, appending them to

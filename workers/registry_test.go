@@ -230,6 +230,12 @@ func TestBookPerRank(t *testing.T) {
 	if got := w.Rank(5).Booked; got != 50 {
 		t.Errorf("rank 5 Booked after seen_seq 1: got %d, want 50", got)
 	}
+	// AppendBookings lists what is left, in sequence order, with its dp rank.
+	got := w.AppendBookings([]workers.Booking{{Seq: 99}})
+	want := []workers.Booking{{Seq: 99}, {Seq: 2, Rank: 5, Cost: 20}, {Seq: 3, Rank: 5, Cost: 30}}
+	if !slices.Equal(got, want) {
+		t.Errorf("AppendBookings: got %+v, want %+v", got, want)
+	}
 }
 
 func TestSequenceNeverAtOrBelowSeenSeq(t *testing.T) {
@@ -884,3 +890,38 @@ func TestRefusalBackoff(t *testing.T) {
 }
 
 const MaxExclusionMs = workers.MaxExclusion / 1e6
+
+// TestUnsentProbe: a probe that never reached the worker (the request's or
+// the connection's fault) releases its booking and ends the wait for its
+// answer, which will never come; the next offer is the probe again. Before,
+// the worker stayed excluded for good. A dispatch that was not a probe
+// changes no exclusion.
+func TestUnsentProbe(t *testing.T) {
+	g := workers.New()
+	w, _ := mustApply(t, g, 0, rep("w1", seen(0), ttl(600000)))
+	first := g.Book(0, w, 0, 1)
+	g.Unbook(w, first)
+	g.Refused(0, w, first)
+	g.Expire(10*ms, nil) // the 10 ms exclusion ends
+	probe := g.Book(10*ms, w, 0, 5)
+	if !w.Excluded {
+		t.Fatal("not excluded while the probe is unanswered")
+	}
+	if !g.Unsent(w, probe) || w.Excluded || w.Bookings() != 0 || w.Refusals() != 1 {
+		t.Fatalf("after the unsent probe: excluded %v, bookings %d, refusals %d; want false, 0, 1 (kept)", w.Excluded, w.Bookings(), w.Refusals())
+	}
+	again := g.Book(11*ms, w, 0, 5)
+	if !w.Excluded {
+		t.Fatal("the next offer after an unsent probe is not a probe")
+	}
+	g.Unbook(w, again)
+	g.Refused(12*ms, w, again)
+	if got := w.ExcludedUntil - 12*ms; got != 20*ms {
+		t.Fatalf("the refused second probe excludes for %d ms, want 20 (the unsent one counted nothing)", got/ms)
+	}
+	// An unsent dispatch while excluded for a time (not awaiting a probe)
+	// leaves the exclusion alone.
+	if g.Unsent(w, 999) || !w.Excluded {
+		t.Fatalf("an unknown unsent dispatch ended a timed exclusion")
+	}
+}

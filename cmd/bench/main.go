@@ -55,6 +55,7 @@ type options struct {
 	million       bool // the queued curve's 1,000,000 point
 	profileHop    bool // a CPU profile of the dispatcher in the throughput run
 	prefix        string
+	natsSync      string       // the bench's nats-server's JetStream sync (bus.ParseSync)
 	names         naming.Names // of prefix
 }
 
@@ -103,6 +104,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.curves, "curves", true, "run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve too; --curves=false skips them; with --only, only those named there run")
 	fs.BoolVar(&o.profileHop, "profile-hop", false, "save 3-second CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), in fairdispatch's throughput run; profiling costs the hop about 1%")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
+	fs.StringVar(&o.natsSync, "nats-sync", "2m", "how the bench's nats-server syncs JetStream writes: always, or a period (nats-server's default, 2m); the dispatcher's embedded server defaults to always (docs/deployment.md, Durability)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -173,7 +175,7 @@ func run(args []string) error {
 		}
 	}
 
-	b.server, b.url, err = startRole("nats", filepath.Join(b.tmp, "nats.log"), filepath.Join(b.tmp, "jetstream"))
+	b.server, b.url, err = startRole("nats", filepath.Join(b.tmp, "nats.log"), filepath.Join(b.tmp, "jetstream"), b.opt.natsSync)
 	if err != nil {
 		return err
 	}

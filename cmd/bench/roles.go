@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"fairdispatch/bus"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -46,16 +47,23 @@ func runRole(role string, args []string) int {
 }
 
 // natsRole runs nats-server (the library, embedded) with JetStream on file
-// storage in args[0], prints its client URL on stdout, and runs until SIGTERM
-// or until its standard input closes (the bench died).
+// storage in args[0], syncing as args[1] says (bus.ParseSync), prints its
+// client URL on stdout, and runs until SIGTERM or until its standard input
+// closes (the bench died).
 func natsRole(args []string) error {
-	if len(args) != 1 {
-		return fmt.Errorf("want the store directory")
+	if len(args) != 2 {
+		return fmt.Errorf("want the store directory and the sync")
 	}
-	srv, err := server.NewServer(&server.Options{
+	sync, err := bus.ParseSync(args[1])
+	if err != nil {
+		return fmt.Errorf("sync %q: %w", args[1], err)
+	}
+	opts := &server.Options{
 		ServerName: "bench", Host: "127.0.0.1", Port: -1,
 		JetStream: true, StoreDir: args[0], NoLog: true, NoSigs: true,
-	})
+	}
+	sync.Apply(opts)
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return err
 	}

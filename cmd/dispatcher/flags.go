@@ -20,7 +20,7 @@ import (
 
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
 type settings struct {
-	natsURL, dataDir, storage, natsListen                     string
+	natsURL, dataDir, storage, natsListen, natsSync           string
 	creds, nkey, user, password, tlsCA, tlsCert, tlsKey       string
 	inboxPrefix                                               string
 	policy, prefix, httpAddr, adminToken                      string
@@ -96,6 +96,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.natsListen, "nats-listen", "127.0.0.1:4222", "host:port the embedded nats-server listens on (only without --nats-url)")
 	fs.StringVar(&s.dataDir, "data-dir", "./data", "JetStream storage directory of the embedded server")
 	fs.StringVar(&s.storage, "stream-storage", "file", "stream storage: file or memory")
+	fs.StringVar(&s.natsSync, "nats-sync", bus.DefaultSync.String(), "how the embedded nats-server syncs JetStream writes to disk: always (before acknowledging each; nothing acknowledged is lost to a power cut) or a period such as 1s (faster; up to that period of acknowledged writes lost to a power cut); only without --nats-url (docs/deployment.md, Durability)")
 	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
 	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
 	fs.StringVar(&s.user, "nats-user", "", "NATS user")
@@ -203,6 +204,9 @@ func (s *settings) validate() error {
 	var bad []string
 	if s.storage != "file" && s.storage != "memory" {
 		bad = append(bad, fmt.Sprintf("--stream-storage %q: want file or memory", s.storage))
+	}
+	if _, err := bus.ParseSync(s.natsSync); err != nil {
+		bad = append(bad, fmt.Sprintf("--nats-sync %q: %v", s.natsSync, err))
 	}
 	if s.replicas < 1 || s.replicas > 5 {
 		bad = append(bad, fmt.Sprintf("--stream-replicas %d: want 1 to 5", s.replicas))

@@ -271,9 +271,10 @@ func (p *process) buildActor(ctx context.Context) error {
 		Keeper: ingest.NewKeeper(s.ackWait, p.log), Gate: p.gate,
 		Outcome: func(subj string, o wire.Outcome) error { return bus.PublishOutcome(nc, subj, o) },
 		Metrics: p.m, Trace: tracer(p.rec), Log: p.log,
-		KV:        p.kv,
-		KVResync:  func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
-		KVMetrics: p.kvM,
+		KV:           p.kv,
+		KVResync:     func(w string, rank int32) error { return bus.RequestKVResync(nc, names.KVSync(w), rank) },
+		KVMetrics:    p.kvM,
+		CancelWorker: func(w string, c wire.Cancel) error { return bus.PublishCancel(nc, names, w, c) },
 	})
 	p.act.Store(p.a)
 	if !nc.IsConnected() {
@@ -283,8 +284,8 @@ func (p *process) buildActor(ctx context.Context) error {
 }
 
 // startAdapters starts what feeds the actor and what reads it: the policy
-// follower, the stream watch, the admin API, the load report and completion
-// record subscriptions, and the KV event replay (--kv-index).
+// follower, the stream watch, the admin API, the load report, completion
+// record and cancellation subscriptions, and the KV event replay (--kv-index).
 func (p *process) startAdapters(ctx context.Context) error {
 	s, a, log := p.s, p.a, p.log
 	if p.refused != nil {
@@ -312,6 +313,13 @@ func (p *process) startAdapters(ctx context.Context) error {
 		return err
 	}
 	p.onCleanup(func() { _ = doneSub.Unsubscribe() })
+	// Every dispatcher, leader or standby, hears cancellations: a standby
+	// remembers them for when it leads (docs/protocol.md, Cancellation).
+	cancelSub, err := bus.SubscribeCancel(p.nc, s.prefix, a.CancelRequest)
+	if err != nil {
+		return err
+	}
+	p.onCleanup(func() { _ = cancelSub.Unsubscribe() })
 	if p.kv != nil {
 		// Read <Q>_KV from its first message: this rebuilds the index after
 		// a restart (docs/protocol.md, Resynchronisation).
@@ -454,10 +462,16 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		}
 		_ = l.Close()
 	}
-	srv, err := server.NewServer(&server.Options{
+	sync, err := bus.ParseSync(s.natsSync) // validated with the flags
+	if err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
 		JetStream: true, StoreDir: s.dataDir, NoLog: true, NoSigs: true,
-	})
+	}
+	sync.Apply(opts)
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
@@ -466,6 +480,7 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded nats-server on %s did not start (is the port taken?)", s.natsListen)
 	}
-	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Msg("embedded nats-server with JetStream started")
+	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Str("sync", sync.String()).
+		Msg("embedded nats-server with JetStream started; it stops with the dispatcher")
 	return srv, nil
 }

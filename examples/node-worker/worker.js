@@ -2,6 +2,9 @@
 // "Writing a worker: checklist", step by step (the numbers below are the
 // checklist's), and needs nothing but the official NATS client (npm "nats").
 // It simulates work: each request is held HOLD_MS milliseconds, then +ACKed.
+// A request that asks for a response (Dispatch-Response-To) is streamed
+// instead: CHUNKS chunks, one every CHUNK_MS, with the claim, pings and end
+// marker of docs/protocol.md, Responses (checklist item 17).
 //
 // Environment:
 //   NATS_URL            NATS server, default nats://127.0.0.1:4222
@@ -12,6 +15,9 @@
 //   TTL_MS              the report ttl_ms, default 3000
 //   ACK_WAIT_MS         fallback ack wait for a dispatch without Dispatch-Ack-Wait-Ms
 //                       (an older dispatcher); default 30000
+//   CHUNKS              chunks of a response, default 4; a request's Dispatch-Output-Tokens
+//                       (the mock worker's convention) overrides it
+//   CHUNK_MS            ms between two chunks, default 5
 //   COMPLETION_RECORDS  "1": publish a JSON completion record on
 //                       <prefix>.done.<id> per finished request, as the Go mock
 //                       worker does, for the end-to-end tests; not part of the protocol
@@ -20,7 +26,7 @@
 "use strict";
 
 const crypto = require("node:crypto");
-const { connect, headers, Match } = require("nats");
+const { connect, headers, Match, ErrorCode } = require("nats");
 
 const env = process.env;
 const prefix = env.SUBJECT_PREFIX || "dispatch";
@@ -30,6 +36,10 @@ const holdMs = intEnv("HOLD_MS", 5, 0, 86400000);
 const ttlMs = intEnv("TTL_MS", 3000, 100, 600000);
 const fallbackAckWaitMs = intEnv("ACK_WAIT_MS", 30000, 3, 2592000000);
 const completionRecords = env.COMPLETION_RECORDS === "1";
+const defaultChunks = intEnv("CHUNKS", 4, 0, 1000000);
+const chunkMs = intEnv("CHUNK_MS", 5, 0, 86400000);
+// The response path's timing (docs/protocol.md, Timeouts and bounds).
+const ANSWER_MS = 1000, PING_MS = 1000, CLAIM_ATTEMPTS = 3, CLAIM_RETRY_MS = 500, PING_MISSES = 3, END_ATTEMPTS = 3;
 
 // 1. An id and a new random instance per process start.
 if (!/^[A-Za-z0-9_-]{1,128}$/.test(id)) {
@@ -127,18 +137,123 @@ async function main() {
     for (const ack of r.acks) nc.publish(ack, enc.encode("+WPI"));
   }
 
-  // 6. Finish exactly once: +ACK every ack subject the request was dispatched with.
-  function finish(r) {
+  // 6. Finish exactly once: +ACK every ack subject the request was dispatched
+  // with (+TERM to drop it, nothing at all when another execution took it).
+  function finish(r, ackBody = "+ACK", status = "ok") {
+    if (r.finished) return;
+    r.finished = true;
     clearInterval(r.progress);
+    clearTimeout(r.work);
+    if (r.resp) clearTimeout(r.resp.pingTimer);
     running.delete(r.requestId);
     active--;
-    for (const ack of r.acks) nc.publish(ack, enc.encode("+ACK"));
-    if (completionRecords) {
+    if (ackBody !== null) {
+      for (const ack of r.acks) {
+        if (r.resp) {
+          // A confirmed acknowledgement: JetStream answers an ack sent as a request.
+          nc.request(ack, enc.encode(ackBody), { timeout: ANSWER_MS }).catch(() => nc.publish(ack, enc.encode(ackBody)));
+        } else {
+          nc.publish(ack, enc.encode(ackBody));
+        }
+      }
+    }
+    if (completionRecords && ackBody !== null) {
       nc.publish(`${prefix}.done.${id}`, enc.encode(JSON.stringify({
-        request_id: r.requestId, class: r.cls, worker_id: id, dp_rank: rank, seq: r.seq,
+        request_id: r.requestId, class: r.cls, worker_id: id, dp_rank: rank, seq: r.seq, status,
       })));
     }
     reportNow(); // a freed slot is reported at once: the dispatcher waits for it
+  }
+
+  // 17. Responses (docs/protocol.md, Responses). Every message on the
+  // response subject carries the kind, the request id and this execution's id.
+  function respMsg(r, kind, seq) {
+    const h = headers();
+    h.set("Dispatch-Response", kind);
+    h.set("Dispatch-Request-Id", r.requestId);
+    h.set("Dispatch-Execution", r.resp.exec);
+    if (seq !== undefined) h.set("Dispatch-Response-Seq", String(seq));
+    return h;
+  }
+  // ask sends a NATS request and resolves to the answer's Dispatch-Response
+  // ("" when none), "no-responders" or "timeout".
+  async function ask(r, h, body) {
+    try {
+      const m = await nc.request(r.resp.subject, body || new Uint8Array(0), { timeout: ANSWER_MS, headers: h });
+      return m.headers ? m.headers.get("Dispatch-Response", Match.IgnoreCase).trim() : "";
+    } catch (err) {
+      if (err && err.code === ErrorCode.NoResponders) return "no-responders";
+      return "timeout";
+    }
+  }
+  // A subject starting with "$" or the prefix is not one to respond to.
+  function validResponseSubject(s) {
+    return s !== "" && !s.startsWith("$") && !s.startsWith(`${prefix}.`) &&
+      s.split(".").every((t) => t !== "" && t !== "*" && t !== ">" && !/\s/.test(t));
+  }
+  // The claim: after accepting, before any work; 3 attempts.
+  async function claim(r) {
+    for (let attempt = 1; attempt <= CLAIM_ATTEMPTS; attempt++) {
+      const a = await ask(r, respMsg(r, "claim"));
+      if (r.finished) return;
+      if (a === "cancel") return finish(r, "+TERM cancelled", "cancelled"); // do not run it
+      if (a === "taken") return finish(r, null); // another execution holds the message: no ack at all
+      if (a === "no-responders") {
+        await new Promise((res) => setTimeout(res, CLAIM_RETRY_MS));
+        continue;
+      }
+      if (a === "timeout") continue;
+      return stream(r); // go, or any other answer
+    }
+    finish(r, "+TERM", "cancelled"); // nobody listens
+  }
+  // Chunks, numbered from 1, one every CHUNK_MS; pings every second meanwhile.
+  function stream(r) {
+    const p = r.resp;
+    p.open = true;
+    // At most one ping out; the next goes 1 s after the previous was sent.
+    const ping = async () => {
+      if (!p.open || r.finished) return;
+      const sentAt = Date.now();
+      const a = await ask(r, respMsg(r, "ping", p.sent));
+      if (!p.open || r.finished) return;
+      if (a === "cancel") return stopRequest(r, "cancelled by the producer");
+      if (a === "taken") { p.open = false; return finish(r, null); }
+      if (a === "no-responders") { p.open = false; return finish(r, "+TERM", "cancelled"); }
+      p.misses = a === "timeout" ? p.misses + 1 : 0;
+      if (p.misses >= PING_MISSES) { p.open = false; return finish(r, "+TERM", "cancelled"); }
+      p.pingTimer = setTimeout(ping, Math.max(0, PING_MS - (Date.now() - sentAt)));
+    };
+    p.pingTimer = setTimeout(ping, PING_MS);
+    const next = () => {
+      if (!p.open || r.finished) return;
+      if (p.sent === p.chunks) return end(r, { status: "ok", chunks: p.sent, finish_reason: "stop" }, "+ACK");
+      p.sent++;
+      nc.publish(p.subject, enc.encode(`chunk ${p.sent}`), { headers: respMsg(r, "chunk", p.sent) });
+      r.work = setTimeout(next, chunkMs);
+    };
+    r.prefilled = true;
+    next();
+  }
+  // The end marker: a request, up to 3 attempts; then the acknowledgement.
+  async function end(r, body, ackBody) {
+    const p = r.resp;
+    p.open = false;
+    clearTimeout(p.pingTimer);
+    const h = respMsg(r, "end", p.sent + 1);
+    h.set("Dispatch-Response-Status", body.status);
+    for (let attempt = 1; attempt <= END_ATTEMPTS; attempt++) {
+      const a = await ask(r, h, enc.encode(JSON.stringify(body)));
+      if (a !== "timeout") break; // answered, or nobody listens
+    }
+    finish(r, ackBody, body.status);
+  }
+  // 16. Stop a request: a claimed response ends with status cancelled.
+  function stopRequest(r, why) {
+    if (r.finished) return;
+    clearTimeout(r.work);
+    if (r.resp && r.resp.open) return end(r, { status: "cancelled", chunks: r.resp.sent, error: why }, "+TERM cancelled");
+    finish(r, "+TERM cancelled", "cancelled");
   }
 
   // 2. Subscribe in a queue group named after the id: should a second process
@@ -179,7 +294,18 @@ async function main() {
         r.progress = setInterval(() => keepAlive(r), period);
         running.set(requestId, r);
         keepAlive(r); // at once
-        setTimeout(() => { r.prefilled = true; finish(r); }, holdMs);
+        const respTo = header(m, "Dispatch-Response-To").trim();
+        if (respTo === "") {
+          r.work = setTimeout(() => { r.prefilled = true; finish(r); }, holdMs);
+        } else if (!validResponseSubject(respTo)) {
+          log("error", "Dispatch-Response-To may not be responded to; dropping the request", { request_id: requestId });
+          setImmediate(() => finish(r, "+TERM"));
+        } else {
+          const n = uintHeader(m, "Dispatch-Output-Tokens");
+          r.resp = { subject: respTo, exec: `${id}/${instance}/${seq}`, chunks: Number.isSafeInteger(n) ? n : defaultChunks,
+            sent: 0, open: false, misses: 0, pingTimer: null };
+          setImmediate(() => claim(r)); // after the reply below has gone out
+        }
       }
       if (Number.isSafeInteger(seq) && seq > seenSeq) seenSeq = seq; // refused ones too
       if (accept) {
@@ -190,6 +316,17 @@ async function main() {
         m.respond(new Uint8Array(0), { headers: h });
       }
       reportSoon();
+    }
+  })();
+
+  // 16. Cancellations of running requests, from the dispatcher.
+  const cancelSub = nc.subscribe(`${prefix}.cancel.${id}`);
+  (async () => {
+    for await (const m of cancelSub) {
+      let c;
+      try { c = JSON.parse(new TextDecoder().decode(m.data)); } catch { continue; }
+      const r = c && typeof c.request_id === "string" ? running.get(c.request_id) : undefined;
+      if (r) stopRequest(r, "cancelled by the dispatcher"); // an id not running here is ignored
     }
   })();
 
@@ -210,6 +347,7 @@ async function main() {
     if (reportTimer !== null) clearTimeout(reportTimer);
     report();
     await sub.drain();
+    await cancelSub.drain();
     await nc.drain();
     log("info", "worker stopped", {});
     process.exit(0);

@@ -139,7 +139,7 @@ func TestImportsFollowTheSides(t *testing.T) {
 		side := sides[dir]
 		allowed := may[side]
 		if what == "tests" {
-			allowed = append(slices.Clip(allowed), "test") // the shared fixtures, internal/natstest
+			allowed = append(slices.Clip(allowed), "test") // the shared fixtures, internal/natstest and internal/scenario
 		}
 		if slices.Contains(allowed, "anything") {
 			return

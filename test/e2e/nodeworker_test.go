@@ -5,12 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"fairdispatch/internal/natstest"
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // The example worker in examples/node-worker, written in Node.js from
@@ -32,6 +34,60 @@ func TestEndToEndGoMockWorker(t *testing.T) {
 // and `npm ci` in examples/node-worker: without them it skips, but under CI
 // (CI=true) it fails, so that CI never passes without running it.
 func TestEndToEndNodeWorker(t *testing.T) {
+	node := nodeOrSkip(t)
+	wsEndToEnd(t, "node-1", func(t *testing.T, url string) {
+		startNodeWorker(t, node, url, "node-1", "COMPLETION_RECORDS=1", "MAX_ACTIVE=8", "HOLD_MS=2")
+	})
+}
+
+// TestNodeWorkerStreams: the Node worker streams responses as
+// docs/protocol.md, Responses says (claim, numbered chunks, end marker, then
+// the acknowledgement), stops a request cancelled through the dispatcher
+// (end marker cancelled, +TERM) and one whose producer went away.
+func TestNodeWorkerStreams(t *testing.T) {
+	node := nodeOrSkip(t)
+	ns := startNATS(t)
+	p := startDispatcher(t, ns.URL())
+	nc := connect(t, ns.URL())
+	js := jsOf(t, nc)
+	startNodeWorker(t, node, ns.URL(), "node-s", "MAX_ACTIVE=8", "CHUNKS=5", "CHUNK_MS=2")
+	waitLive(t, p, "node-s")
+
+	var prods []*rsProducer
+	for i := range 5 {
+		pr := rsFollow(t, nc, "node-"+strconv.Itoa(i))
+		pr.publish(js, "default", map[string]string{wire.HeaderISLTokens: "10"})
+		prods = append(prods, pr)
+	}
+	// Long ones: 100,000 chunks 2 ms apart, cancelled or left.
+	cancelled, left := rsFollow(t, nc, "node-cancel"), rsFollow(t, nc, "node-left")
+	cancelled.publish(js, "default", map[string]string{wire.HeaderISLTokens: "10", wire.HeaderOutputTokens: "100000"})
+	left.publish(js, "default", map[string]string{wire.HeaderISLTokens: "10", wire.HeaderOutputTokens: "100000"})
+	for _, pr := range prods {
+		waitFor(t, 20*time.Second, pr.id+": its response", func() bool { _, end, broken, _, _ := pr.state(); return end != nil || broken != "" })
+		chunks, end, broken, claims, _ := pr.state()
+		if broken != "" || end == nil || end.Status != wire.EndOK || end.Chunks != 5 || chunks != 5 || claims != 1 {
+			t.Errorf("%s: %d chunks, end %+v, broken %q, %d claims; want 5 chunks and an ok end, one claim", pr.id, chunks, end, broken, claims)
+		}
+	}
+	<-cancelled.firstChunk
+	<-left.firstChunk
+	rsCancel(t, nc, "node-cancel")
+	left.goAway()
+	waitFor(t, 10*time.Second, "the cancelled response's end marker", func() bool { _, end, _, _, _ := cancelled.state(); return end != nil })
+	if _, end, _, _, _ := cancelled.state(); end.Status != wire.EndCancelled {
+		t.Errorf("cancelled request: end status %q, want cancelled", end.Status)
+	}
+	frlWaitMetric(t, p, "fairdispatch_cancels_total", `where="running"`, 1)
+	waitFor(t, 10*time.Second, "the request stream to empty (the two stopped requests dropped)", func() bool {
+		return streamMsgs(t, js, "DISPATCH_REQ") == 0
+	})
+}
+
+// nodeOrSkip returns the node binary, skipping the test when node or the
+// example's node_modules is missing, except under CI (CI=true), where it fails.
+func nodeOrSkip(t *testing.T) string {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	missing := ""
 	switch {
@@ -45,28 +101,32 @@ func TestEndToEndNodeWorker(t *testing.T) {
 	if missing != "" {
 		natstest.Missing(t, "the Node example worker cannot run: "+missing)
 	}
-	wsEndToEnd(t, "node-1", func(t *testing.T, url string) {
-		cmd := exec.Command(node, "worker.js")
-		cmd.Dir = nodeWorkerDir
-		cmd.Env = append(os.Environ(), "NATS_URL="+url, "WORKER_ID=node-1", "COMPLETION_RECORDS=1",
-			"MAX_ACTIVE=8", "HOLD_MS=2")
-		_, done := startProcess(t, "node worker", cmd)
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM) // it drains, then exits 0
-			select {
-			case err := <-done:
-				var ee *exec.ExitError
-				if err != nil && !errors.As(err, &ee) {
-					t.Errorf("node worker: %v", err)
-				} else if err != nil {
-					t.Errorf("node worker exited with %v after SIGTERM, want 0", err)
-				}
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Errorf("node worker did not stop within 10 s of SIGTERM")
+	return node
+}
+
+// startNodeWorker runs examples/node-worker/worker.js as worker id; at the
+// end of the test it sends SIGTERM and requires a clean exit.
+func startNodeWorker(t *testing.T, node, url, id string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(node, "worker.js")
+	cmd.Dir = nodeWorkerDir
+	cmd.Env = append(append(os.Environ(), "NATS_URL="+url, "WORKER_ID="+id), env...)
+	_, done := startProcess(t, "node worker", cmd)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // it drains, then exits 0
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Errorf("node worker: %v", err)
+			} else if err != nil {
+				t.Errorf("node worker exited with %v after SIGTERM, want 0", err)
 			}
-		})
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("node worker did not stop within 10 s of SIGTERM")
+		}
 	})
 }
 

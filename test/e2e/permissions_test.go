@@ -591,3 +591,49 @@ func TestPermissionsPoolsConfined(t *testing.T) {
 		}
 	}
 }
+
+// TestPermissionsResponsePath: under the example permissions a worker
+// streams a response to a producer's _RESP.<user> subject and gets the
+// producer's answers on its own inbox, the producer cancels through
+// dispatch.cancel and the dispatcher forwards it to the worker, and another
+// producer cannot read the first one's responses.
+func TestPermissionsResponsePath(t *testing.T) {
+	n, p := permStart(t)
+	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
+	startMock(t, w1, mockworker.Config{ID: "w1", TTL: 3 * time.Second, OutputTokens: 3, NoCompletions: true})
+	waitFor(t, 10*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
+	premium, premErrs := secConnect(t, n.URL(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	js, err := jetstream.New(premium)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	done := rsFollowOn(t, premium, "perm-r1", "_RESP.producer_premium.perm-r1")
+	done.publish(js, "premium", map[string]string{"Dispatch-ISL-Tokens": "64"})
+	waitFor(t, 10*time.Second, "the response", func() bool { _, end, broken, _, _ := done.state(); return end != nil || broken != "" })
+	if chunks, end, broken, _, _ := done.state(); broken != "" || end.Status != "ok" || chunks != 3 {
+		t.Fatalf("response: %d chunks, end %+v, broken %q; want 3 chunks and ok", chunks, end, broken)
+	}
+	waitFor(t, 10*time.Second, "the dispatched outcome on the response subject", func() bool { return done.outcomesOf("dispatched") == 1 })
+
+	long := rsFollowOn(t, premium, "perm-r2", "_RESP.producer_premium.perm-r2")
+	long.publish(js, "premium", map[string]string{"Dispatch-ISL-Tokens": "64", "Dispatch-Output-Tokens": "1000000"})
+	<-long.firstChunk
+	rsCancel(t, premium, "perm-r2")
+	waitFor(t, 10*time.Second, "the cancelled end marker", func() bool { _, end, _, _, _ := long.state(); return end != nil })
+	if _, end, _, _, _ := long.state(); end.Status != "cancelled" {
+		t.Errorf("end status %q, want cancelled", end.Status)
+	}
+
+	regular, regErrs := secConnect(t, n.URL(), "producer_regular", permRegularSecret, "_INBOX_producer_regular")
+	if _, err := regular.SubscribeSync("_RESP.producer_premium.>"); err != nil {
+		t.Fatal(err)
+	}
+	_ = regular.Flush()
+	waitFor(t, 5*time.Second, "the refusal of another producer's response subjects", func() bool {
+		return regErrs.has(`Subscription to "_RESP.producer_premium.>"`)
+	})
+	if s := premErrs.String() + w1Errs.String(); s != "" {
+		t.Errorf("asynchronous errors:\n%s", s)
+	}
+}

@@ -1,0 +1,153 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"fairdispatch/configs"
+	"fairdispatch/request"
+)
+
+// budgetClass is one class whose key "a" has a token budget (extra is YAML
+// appended to the budget mapping) and every other key none. The burst, 500
+// tokens, covers the 20 ms between two chances of a dispatch on the fleet
+// of the tests (a burst smaller than the refill between two chances loses
+// what overflows it).
+func budgetClass(rate float64, extra string) string {
+	return fmt.Sprintf(`default_policy_family: c
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: c, policy_family: c, cache_bucket: all, quantum: 1000, prefill_busy_threshold: 0,
+     key_budgets: {a: {tokens_per_second: %g, burst: 500%s}}}
+`, rate, extra)
+}
+
+// plainClass is budgetClass without any budget: the negative control.
+const plainClass = `default_policy_family: c
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: c, policy_family: c, cache_bucket: all, quantum: 1000, prefill_busy_threshold: 0}
+`
+
+// backlogged keeps depth requests of cost tokens queued under each key.
+func backlogged(f *vfleet, cost uint64, depth int, keys ...string) map[string]int {
+	queued := map[string]int{}
+	n := 0
+	f.topUp = func(now int64) {
+		for _, k := range keys {
+			for ; queued[k] < depth; queued[k]++ {
+				n++
+				f.add(now, request.Arrival{ID: fmt.Sprintf("%s/%d", k, n), Token: "c", ISL: cost, Key: k}, 0)
+			}
+		}
+	}
+	prev := f.onDispatch
+	f.onDispatch = func(j *vjob) {
+		queued[j.d.Req.Key]--
+		if prev != nil {
+			prev(j)
+		}
+	}
+	return queued
+}
+
+// TestBudgetSplit is acceptance 1 of docs/design.md, Token budgets: key a
+// with 2,000 tokens/s and key b unlimited, both backlogged, on a fleet that
+// serves 10,000 tokens/s (four workers of 2,500): a gets 2,000 +- 5% in each
+// second and b the rest. The negative control without the budget splits
+// the fleet evenly.
+func TestBudgetSplit(t *testing.T) {
+	const secs = 20
+	for _, tc := range []struct {
+		name   string
+		yaml   string
+		a, b   float64 // tokens per second wanted
+		budget bool
+	}{
+		{"budget", budgetClass(2000, ""), 2000, 8000, true},
+		{"control", plainClass, 5000, 5000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t, tc.yaml, 4, 2500)
+			served := map[string][]float64{}
+			backlogged(f, 50, 40, "a", "b")
+			prev := f.onDispatch
+			f.onDispatch = func(j *vjob) {
+				perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs)
+				prev(j)
+			}
+			f.run(secs * 1e9)
+			for s := 1; s < secs; s++ { // second 0 holds a's burst
+				a, b := served["a"][s], served["b"][s]
+				if math.Abs(a-tc.a) > 0.05*tc.a || math.Abs(b-tc.b) > 0.05*tc.b {
+					t.Errorf("second %d: a got %.0f tokens, b %.0f; want %.0f and %.0f +- 5%%", s, a, b, tc.a, tc.b)
+				}
+			}
+			t.Logf("a: %v", served["a"])
+			t.Logf("b: %v", served["b"])
+		})
+	}
+}
+
+// TestBudgetWorkConserving: with work_conserving and b idle, a gets the whole
+// fleet; once b is backlogged again a is held to its budget.
+func TestBudgetWorkConserving(t *testing.T) {
+	const secs = 10
+	f := newFleet(t, budgetClass(2000, ", work_conserving: true"), 4, 2500)
+	served := map[string][]float64{}
+	f.onDispatch = func(j *vjob) { perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs) }
+	backlogged(f, 50, 40, "a")
+	f.after(5e9, func() {
+		q := backlogged(f, 50, 40, "a", "b")
+		q["a"] = 40 // a is already backlogged
+	})
+	f.run(secs * 1e9)
+	for s := range 5 {
+		if a := served["a"][s]; math.Abs(a-10000) > 500 {
+			t.Errorf("second %d, b idle: a got %.0f tokens, want 10000 +- 5%%", s, a)
+		}
+	}
+	for s := 6; s < secs; s++ {
+		if a := served["a"][s]; math.Abs(a-2000) > 100 {
+			t.Errorf("second %d, b backlogged: a got %.0f tokens, want 2000 +- 5%%", s, a)
+		}
+	}
+	t.Logf("a: %v", served["a"])
+	t.Logf("b: %v", served["b"])
+}
+
+// TestBudgetLiveChange: a budget changed by a policy change applies at once:
+// in the first second after a's budget goes from 2,000 to 4,000 tokens/s, a
+// gets 4,000 +- 5%.
+func TestBudgetLiveChange(t *testing.T) {
+	const secs = 8
+	f := newFleet(t, budgetClass(2000, ""), 4, 2500)
+	served := map[string][]float64{}
+	backlogged(f, 50, 40, "a", "b")
+	prev := f.onDispatch
+	f.onDispatch = func(j *vjob) {
+		perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs)
+		prev(j)
+	}
+	f.after(4e9, func() {
+		p, err := configs.Parse("new.yaml", []byte(budgetClass(4000, "")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.s.SetPolicy(f.now, p)
+	})
+	f.run(secs * 1e9)
+	for s := 1; s < secs; s++ {
+		want := 2000.0
+		if s >= 4 {
+			want = 4000
+		}
+		if a := served["a"][s]; math.Abs(a-want) > 0.05*want {
+			t.Errorf("second %d: a got %.0f tokens, want %.0f +- 5%%", s, a, want)
+		}
+	}
+	t.Logf("a: %v", served["a"])
+}

@@ -1,0 +1,189 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// The kinds of message a worker sends on the response subject
+// (HeaderResponse; docs/protocol.md, Messages of a response).
+const (
+	// MsgClaim asks the producer whether this execution may respond; a
+	// NATS request, sent after accepting and before any work.
+	MsgClaim = "claim"
+	// MsgChunk is one part of the response, in order; a plain publish.
+	MsgChunk = "chunk"
+	// MsgPing keeps the response alive and asks whether anyone still
+	// listens; a NATS request, at least every PingInterval.
+	MsgPing = "ping"
+	// MsgEnd closes the response with its status; a NATS request.
+	MsgEnd = "end"
+)
+
+// The producer's answers (HeaderResponse of its reply; docs/protocol.md,
+// What a worker does with each answer). A worker reads any other value, or a
+// reply without the header, as AnswerGo to a claim and AnswerOK to a ping.
+const (
+	// AnswerGo answers a claim: this execution is the one; stream.
+	AnswerGo = "go"
+	// AnswerOK answers a ping (go on) or an end marker (received).
+	AnswerOK = "ok"
+	// AnswerCancel answers a claim or a ping: the request is over (the caller
+	// cancelled it or went away, or its response finished or broke off). The
+	// worker stops, ends a claimed response with EndCancelled, and drops the
+	// request (+TERM).
+	AnswerCancel = "cancel"
+	// AnswerTaken answers a claim or a ping: another execution of the request
+	// has the response. The worker stops and sends nothing more, neither to the
+	// producer nor to the request's Dispatch-Ack subject: the other execution
+	// holds the message.
+	AnswerTaken = "taken"
+)
+
+// The statuses of an end marker (HeaderResponseStatus and ResponseEnd.Status).
+// EndOK and EndFailed are the completion record's StatusOK and StatusFailed.
+const (
+	EndOK        = StatusOK
+	EndFailed    = StatusFailed
+	EndCancelled = StatusCancelled
+)
+
+// StatusCancelled is the status of a request that was cancelled: in an
+// outcome (the dispatcher removed it before any worker accepted it,
+// docs/protocol.md, Outcomes), in an end marker, and in a completion record.
+const StatusCancelled = "cancelled"
+
+// The values of HeaderAPI (docs/protocol.md, OpenAI-shaped requests).
+const (
+	APIChatCompletions = "chat.completions"
+	APICompletions     = "completions"
+)
+
+// Timing of the response path (docs/protocol.md, Timeouts and bounds).
+const (
+	// AnswerTimeoutMs is how long a worker waits for the answer to one claim,
+	// ping or end marker.
+	AnswerTimeoutMs = 1000
+	// PingIntervalMs is the longest a worker goes between two pings of an open
+	// response.
+	PingIntervalMs = 1000
+	// SilenceMs is how long a producer waits, once it has seen a chunk, for
+	// the next message of the execution before it declares the response broken
+	// off: three ping intervals.
+	SilenceMs = 3 * PingIntervalMs
+	// ClaimAttempts and EndAttempts bound the attempts of a claim and of an
+	// end marker; PingMisses is how many pings in a row may go unanswered
+	// before the worker stops.
+	ClaimAttempts = 3
+	EndAttempts   = 3
+	PingMisses    = 3
+	// ClaimRetryMs is how long a worker waits after a claim found no responders
+	// before it claims again.
+	ClaimRetryMs = 500
+)
+
+// MaxExecutionLen bounds HeaderExecution's value, in bytes.
+const MaxExecutionLen = 256
+
+// Usage is what the engine used for the request, in tokens: OpenAI's usage
+// without the totals (docs/protocol.md, The end marker).
+type Usage struct {
+	// PromptTokens is the input length.
+	PromptTokens uint64 `json:"prompt_tokens"`
+	// CompletionTokens is the output length.
+	CompletionTokens uint64 `json:"completion_tokens"`
+	// CachedTokens is the part of the input found in the engine's prefix
+	// cache; omitted when 0.
+	CachedTokens uint64 `json:"cached_tokens,omitempty"`
+}
+
+// ResponseEnd is the body of an end marker (docs/protocol.md, The end marker).
+type ResponseEnd struct {
+	// Status is EndOK, EndFailed or EndCancelled; the end marker's
+	// Dispatch-Response-Status header has the same value.
+	Status string `json:"status"`
+	// Chunks is the number of chunks sent before the end marker.
+	Chunks uint64 `json:"chunks"`
+	// FinishReason is the engine's reason to stop ("stop", "length", ...);
+	// omitted when there is none.
+	FinishReason string `json:"finish_reason,omitempty"`
+	// Usage is the engine's token usage; nil when not known.
+	Usage *Usage `json:"usage,omitempty"`
+	// Error says why the request failed or was cancelled; omitted when ok.
+	Error string `json:"error,omitempty"`
+}
+
+// MaxEndBytes bounds an end marker's body.
+const MaxEndBytes = 4096
+
+// validEndStatus reports whether s is a status of an end marker.
+func validEndStatus(s string) bool { return s == EndOK || s == EndFailed || s == EndCancelled }
+
+// MarshalResponseEnd returns e's JSON, without a trailing newline or HTML
+// escaping. It refuses an unknown status and a body over MaxEndBytes (a long
+// Error is cut to fit).
+func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
+	if !validEndStatus(e.Status) {
+		return nil, fmt.Errorf("response end: unknown status %q", e.Status)
+	}
+	for {
+		b, err := marshalCompact(e)
+		if err != nil {
+			return nil, fmt.Errorf("response end: %w", err)
+		}
+		if len(b) <= MaxEndBytes || e.Error == "" {
+			return b, nil
+		}
+		e.Error = e.Error[:len(e.Error)/2]
+	}
+}
+
+// ParseResponseEnd decodes an end marker's body and checks it: at most
+// MaxEndBytes, a JSON object with a known status. Unknown fields are ignored.
+func ParseResponseEnd(b []byte) (ResponseEnd, error) {
+	var e ResponseEnd
+	if len(b) > MaxEndBytes {
+		return e, fmt.Errorf("response end: %d bytes, more than %d", len(b), MaxEndBytes)
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return e, fmt.Errorf("response end: %w", err)
+	}
+	if !validEndStatus(e.Status) {
+		return e, fmt.Errorf("response end: unknown status %q", e.Status)
+	}
+	return e, nil
+}
+
+// ParseResponseSeq parses a Dispatch-Response-Seq value: an unsigned decimal
+// integer (surrounding spaces and tabs ignored).
+func ParseResponseSeq(s string) (uint64, error) {
+	n, err := strconv.ParseUint(trimSpace(s), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("header %s: %q is not an unsigned integer", HeaderResponseSeq, s)
+	}
+	return n, nil
+}
+
+func trimSpace(s string) string {
+	i, j := 0, len(s)
+	for i < j && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	for j > i && (s[j-1] == ' ' || s[j-1] == '\t') {
+		j--
+	}
+	return s[i:j]
+}
+
+// marshalCompact is json.Marshal without HTML escaping or a trailing newline.
+func marshalCompact(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,103 @@
+package workerkit
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
+)
+
+// CancelHandler is implemented by a [Handler] that wants to hear when the
+// helper ends an accepted request on its own (the reasons of
+// [Request.Context]): the helper calls Cancelled once, after it has done what
+// the protocol asks, from one of its goroutines, without its locks. It must
+// not block. It is the allocation-free alternative to watching
+// Request.Context for every request.
+type CancelHandler interface {
+	Cancelled(r *Request, cause error)
+}
+
+// onCancel handles a cancellation from the dispatcher on
+// <prefix>.cancel.<id> (docs/protocol.md, Cancellation): every held
+// request of that id is ended with ErrCancelled.
+func (w *Worker) onCancel(m *nats.Msg) {
+	c, err := wire.ParseCancel(m.Data)
+	if err != nil {
+		w.log.Warn().Err(err).Msg("cancellation dropped")
+		return
+	}
+	var hit []*Request
+	w.mu.Lock()
+	for r := range w.held {
+		if r.RequestID == c.RequestID && r.state != stateFinished {
+			hit = append(hit, r)
+		}
+	}
+	w.mu.Unlock()
+	for _, r := range hit {
+		w.abort(r, fmt.Errorf("%w by the dispatcher", ErrCancelled))
+	}
+	w.log.Debug().Str("request_id", c.RequestID).Uint64("seq", c.Seq).Int("held", len(hit)).Msg("cancellation")
+}
+
+// abort ends r for cause, on the helper's own decision, as docs/protocol.md,
+// What a worker does with each answer, says: ErrTaken sends nothing at all;
+// ErrCancelled ends a claimed response with status cancelled and sends
+// +TERM; ErrStopped hands the request back (-NAK) before its first chunk
+// and, after it, ends the response with status failed and sends +TERM; the
+// other causes (ErrNoListener, ErrBadResponseSubject) send +TERM. Then
+// r's context is cancelled with cause and the handler's Cancelled runs. A
+// request already finished is left alone.
+func (w *Worker) abort(r *Request, cause error) {
+	w.mu.Lock()
+	if r.state == stateFinished {
+		w.mu.Unlock()
+		return
+	}
+	if r.cause == nil {
+		r.cause = cause
+	}
+	w.mu.Unlock()
+	started := false
+	if p := r.resp; p != nil {
+		switch {
+		case errors.Is(cause, ErrCancelled):
+			started = p.close(cause, wire.EndCancelled, false)
+		case errors.Is(cause, ErrStopped):
+			started = p.close(cause, wire.EndFailed, true)
+		default:
+			started = p.close(cause, "", false)
+		}
+	}
+	// After the response is closed, so that Start returns the response's
+	// error rather than the context's.
+	w.mu.Lock()
+	if r.cancel != nil {
+		r.cancel(r.cause)
+	}
+	w.mu.Unlock()
+	if !w.release(r) {
+		return // finished meanwhile by the application
+	}
+	var body []byte
+	switch {
+	case errors.Is(cause, ErrTaken):
+	case errors.Is(cause, ErrStopped) && !started:
+		body = ackNak
+	case errors.Is(cause, ErrCancelled):
+		body = ackTermCancelled
+	default:
+		body = ackTerm
+	}
+	if body != nil && r.Ack != "" {
+		if err := w.nc.Publish(r.Ack, body); err != nil {
+			about(w.log.Error(), r).Err(err).Msg("acknowledgement of an ended request")
+		}
+	}
+	about(w.log.Debug(), r).Err(cause).Msg("request ended by the helper")
+	if ch, ok := w.h.(CancelHandler); ok {
+		ch.Cancelled(r, cause)
+	}
+}

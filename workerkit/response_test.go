@@ -1,0 +1,614 @@
+package workerkit_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
+	"fairdispatch/workerkit"
+)
+
+// testProducer plays the producer's side of docs/protocol.md, Responses on
+// one subject: it records every message and answers each request with
+// answer(kind) ("" answers nothing: no reply at all).
+type testProducer struct {
+	t   *testing.T
+	sub *nats.Subscription
+
+	mu     sync.Mutex
+	msgs   []*nats.Msg
+	answer func(kind string) string
+}
+
+func newProducer(t *testing.T, nc *nats.Conn, subject string, answer func(kind string) string) *testProducer {
+	t.Helper()
+	p := &testProducer{t: t, answer: answer}
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		p.mu.Lock()
+		p.msgs = append(p.msgs, m)
+		a := p.answer(m.Header.Get(wire.HeaderResponse))
+		p.mu.Unlock()
+		if m.Reply != "" && a != "" {
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{wire.HeaderResponse: {a}}})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p.sub = sub
+	return p
+}
+
+// answers is the answer func of a producer that answers go, ok and ok.
+func answers(kind string) string {
+	if kind == wire.MsgClaim {
+		return wire.AnswerGo
+	}
+	return wire.AnswerOK
+}
+
+func (p *testProducer) setAnswer(f func(string) string) {
+	p.mu.Lock()
+	p.answer = f
+	p.mu.Unlock()
+}
+
+// kinds returns the kinds received so far, in order.
+func (p *testProducer) kinds() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, m := range p.msgs {
+		out = append(out, m.Header.Get(wire.HeaderResponse))
+	}
+	return out
+}
+
+func (p *testProducer) of(kind string) []*nats.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*nats.Msg
+	for _, m := range p.msgs {
+		if m.Header.Get(wire.HeaderResponse) == kind {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// acks records what a worker sends to one Dispatch-Ack subject, and confirms
+// acknowledgements sent as requests, as JetStream does.
+type acks struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func watchAcks(t *testing.T, nc *nats.Conn, subject string) *acks {
+	t.Helper()
+	a := &acks{}
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		a.mu.Lock()
+		a.bodies = append(a.bodies, string(m.Data))
+		a.mu.Unlock()
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *acks) all() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.bodies...)
+}
+
+// has reports whether body was sent, other than +WPI.
+func (a *acks) has(body string) bool {
+	for _, b := range a.all() {
+		if b == body {
+			return true
+		}
+	}
+	return false
+}
+
+// final returns the bodies other than +WPI.
+func (a *acks) final() []string {
+	var out []string
+	for _, b := range a.all() {
+		if b != "+WPI" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// streamer is an application that accepts everything and hands each request
+// to run, on a goroutine of its own, and records the helper's cancellations.
+type streamer struct {
+	run func(r *workerkit.Request)
+
+	mu        sync.Mutex
+	cancelled map[string]error
+}
+
+func (s *streamer) Offer(r *workerkit.Request) bool {
+	go s.run(r)
+	return true
+}
+
+func (s *streamer) Cancelled(r *workerkit.Request, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancelled == nil {
+		s.cancelled = map[string]error{}
+	}
+	s.cancelled[r.RequestID] = cause
+}
+
+func (s *streamer) cause(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancelled[id]
+}
+
+func startStreamer(t *testing.T, nc *nats.Conn, run func(r *workerkit.Request)) (*workerkit.Worker, *streamer) {
+	t.Helper()
+	s := &streamer{run: run}
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, s, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w, s
+}
+
+// dispatchResponse dispatches request id, asking for a response on subject,
+// with its acknowledgements on "ack.<id>", and checks it is accepted.
+func dispatchResponse(t *testing.T, nc *nats.Conn, id string, seq uint64, subject string) {
+	t.Helper()
+	m := dispatchMsg(id, seq, 0, "ack."+id)
+	m.Header.Set(wire.HeaderResponseTo, subject)
+	resp, err := nc.RequestMsg(m, wait)
+	if err != nil {
+		t.Fatalf("dispatch %s: %v", id, err)
+	}
+	if s := resp.Header.Get("Dispatch-Status"); s != "" {
+		t.Fatalf("dispatch %s: refused %q", id, s)
+	}
+}
+
+// TestResponseStreamsInOrder: the helper claims, numbers the chunks, pings
+// while the response is open with the chunks sent so far, ends it with the
+// end marker numbered chunks+1, and then acknowledges with a confirmed +ACK.
+func TestResponseStreamsInOrder(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	prod := newProducer(t, nc, "resp.r1", answers)
+	ack := watchAcks(t, nc, "ack.r1")
+	release := make(chan struct{})
+	errs := make(chan error, 1)
+	startStreamer(t, nc, func(r *workerkit.Request) {
+		p := r.Response()
+		if p == nil {
+			errs <- errors.New("no response")
+			return
+		}
+		if err := p.Start(context.Background()); err != nil {
+			errs <- err
+			return
+		}
+		for i := range 3 {
+			if err := p.Write([]byte("tok" + strconv.Itoa(i))); err != nil {
+				errs <- err
+				return
+			}
+		}
+		<-release // a ping comes meanwhile
+		errs <- p.End(context.Background(), wire.ResponseEnd{Status: wire.EndOK, FinishReason: "length",
+			Usage: &wire.Usage{PromptTokens: 100, CompletionTokens: 3}})
+	})
+	dispatchResponse(t, nc, "r1", 1, "resp.r1")
+	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgPing)) > 0 }, "a ping")
+	close(release)
+	if err := <-errs; err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	natstest.Eventually(t, wait, func() bool { return ack.has("+ACK") }, "the +ACK")
+
+	kinds := prod.kinds()
+	if len(kinds) < 6 || kinds[0] != wire.MsgClaim || kinds[len(kinds)-1] != wire.MsgEnd {
+		t.Fatalf("kinds: got %v, want claim, 3 chunks and pings, end", kinds)
+	}
+	exec := prod.of(wire.MsgClaim)[0].Header.Get(wire.HeaderExecution)
+	if exec == "" || len(exec) > wire.MaxExecutionLen {
+		t.Errorf("execution %q", exec)
+	}
+	for i, m := range prod.of(wire.MsgChunk) {
+		if got := m.Header.Get(wire.HeaderResponseSeq); got != strconv.Itoa(i+1) || string(m.Data) != "tok"+strconv.Itoa(i) {
+			t.Errorf("chunk %d: seq %q body %q", i, got, m.Data)
+		}
+	}
+	prod.mu.Lock()
+	all := append([]*nats.Msg(nil), prod.msgs...)
+	prod.mu.Unlock()
+	for _, m := range all {
+		if m.Header.Get(wire.HeaderExecution) != exec || m.Header.Get(wire.HeaderRequestID) != "r1" {
+			t.Errorf("%s: execution %q request %q, want %q r1", m.Header.Get(wire.HeaderResponse),
+				m.Header.Get(wire.HeaderExecution), m.Header.Get(wire.HeaderRequestID), exec)
+		}
+	}
+	for _, m := range prod.of(wire.MsgPing) {
+		if got := m.Header.Get(wire.HeaderResponseSeq); got != "3" {
+			t.Errorf("ping seq %q, want 3 (the chunks sent before it)", got)
+		}
+	}
+	end := prod.of(wire.MsgEnd)
+	if len(end) != 1 {
+		t.Fatalf("%d end markers, want 1", len(end))
+	}
+	if got := end[0].Header.Get(wire.HeaderResponseSeq); got != "4" {
+		t.Errorf("end seq %q, want 4", got)
+	}
+	if got := end[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndOK {
+		t.Errorf("end status %q", got)
+	}
+	e, err := wire.ParseResponseEnd(end[0].Data)
+	if err != nil || e.Chunks != 3 || e.FinishReason != "length" || e.Usage == nil || e.Usage.CompletionTokens != 3 {
+		t.Errorf("end marker %s: %+v, %v", end[0].Data, e, err)
+	}
+	if got := ack.final(); len(got) != 1 || got[0] != "+ACK" {
+		t.Errorf("acknowledgements: got %v, want one +ACK", got)
+	}
+}
+
+// TestResponseClaimAnswers: cancel drops the request (+TERM cancelled) and
+// taken forgets it without a word to the ack subject; neither runs.
+func TestResponseClaimAnswers(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	starts := make(chan error, 2)
+	_, app := startStreamer(t, nc, func(r *workerkit.Request) { starts <- r.Response().Start(context.Background()) })
+	for _, c := range []struct {
+		answer string
+		want   error
+		ack    []string
+	}{
+		{wire.AnswerCancel, workerkit.ErrCancelled, []string{"+TERM cancelled"}},
+		{wire.AnswerTaken, workerkit.ErrTaken, nil},
+	} {
+		id := "r-" + c.answer
+		prod := newProducer(t, nc, "resp."+id, func(string) string { return c.answer })
+		ack := watchAcks(t, nc, "ack."+id)
+		dispatchResponse(t, nc, id, 1, "resp."+id)
+		if err := <-starts; !errors.Is(err, c.want) {
+			t.Errorf("%s: Start returned %v, want %v", c.answer, err, c.want)
+		}
+		natstest.Eventually(t, wait, func() bool { return app.cause(id) != nil }, "%s: Cancelled", c.answer)
+		flush(t, nc)
+		if got := ack.final(); len(got) != len(c.ack) || len(got) > 0 && got[0] != c.ack[0] {
+			t.Errorf("%s: acknowledgements %v, want %v", c.answer, got, c.ack)
+		}
+		if got := prod.kinds(); len(got) != 1 {
+			t.Errorf("%s: messages %v, want the claim alone", c.answer, got)
+		}
+	}
+}
+
+// flush makes sure that what the worker's connection published has reached
+// the test's subscriptions (they share nc).
+func flush(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResponseNobodyListening: a claim that finds no responders is tried
+// again and then given up (+TERM, ErrNoListener); a response whose producer
+// unsubscribes stops at the next ping, its context cancelled.
+func TestResponseNobodyListening(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	results := make(chan error, 2)
+	var mu sync.Mutex
+	ctxs := map[string]context.Context{}
+	startStreamer(t, nc, func(r *workerkit.Request) {
+		ctx := r.Context()
+		mu.Lock()
+		ctxs[r.RequestID] = ctx
+		mu.Unlock()
+		if err := r.Response().Start(ctx); err != nil {
+			results <- err
+			return
+		}
+		for i := 0; ; i++ {
+			if err := r.Response().Write([]byte("t")); err != nil {
+				results <- err
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+
+	ack := watchAcks(t, nc, "ack.none")
+	dispatchResponse(t, nc, "none", 1, "resp.none")
+	if err := <-results; !errors.Is(err, workerkit.ErrNoListener) {
+		t.Errorf("claim with nobody subscribed: got %v, want ErrNoListener", err)
+	}
+	natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of the unclaimed request")
+
+	prod := newProducer(t, nc, "resp.gone", answers)
+	ack = watchAcks(t, nc, "ack.gone")
+	dispatchResponse(t, nc, "gone", 2, "resp.gone")
+	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgChunk)) > 0 }, "a chunk")
+	if err := prod.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	err := <-results
+	if !errors.Is(err, workerkit.ErrNoListener) || !errors.Is(err, workerkit.ErrFinished) {
+		t.Errorf("write after the producer left: got %v, want ErrFinished and ErrNoListener", err)
+	}
+	t.Logf("stopped %v after the producer unsubscribed (bound: 1 s ping interval plus a round trip)", time.Since(gone))
+	mu.Lock()
+	ctx := ctxs["gone"]
+	mu.Unlock()
+	if cause := context.Cause(ctx); !errors.Is(cause, workerkit.ErrNoListener) {
+		t.Errorf("context cause %v, want ErrNoListener", cause)
+	}
+	natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of the abandoned request")
+}
+
+// TestResponsePingAnswers: a ping answered cancel ends the response with
+// status cancelled (+TERM cancelled); one answered taken stops it without a
+// word, to the producer or the ack subject.
+func TestResponsePingAnswers(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	done := make(chan error, 2)
+	startStreamer(t, nc, func(r *workerkit.Request) {
+		if err := r.Response().Start(context.Background()); err != nil {
+			done <- err
+			return
+		}
+		if err := r.Response().Write([]byte("first")); err != nil {
+			done <- err
+			return
+		}
+		<-r.Context().Done()
+		done <- context.Cause(r.Context())
+	})
+	for _, c := range []struct {
+		answer string
+		want   error
+		ack    string
+		end    bool
+	}{
+		{wire.AnswerCancel, workerkit.ErrCancelled, "+TERM cancelled", true},
+		{wire.AnswerTaken, workerkit.ErrTaken, "", false},
+	} {
+		id := "p-" + c.answer
+		prod := newProducer(t, nc, "resp."+id, func(kind string) string {
+			if kind == wire.MsgPing {
+				return c.answer
+			}
+			return answers(kind)
+		})
+		ack := watchAcks(t, nc, "ack."+id)
+		dispatchResponse(t, nc, id, 1, "resp."+id)
+		if err := <-done; !errors.Is(err, c.want) {
+			t.Errorf("%s: cause %v, want %v", c.answer, err, c.want)
+		}
+		flush(t, nc)
+		natstest.Eventually(t, wait, func() bool { return len(ack.final()) > 0 || c.ack == "" }, "%s: acknowledgement", c.answer)
+		flush(t, nc)
+		if got := ack.final(); c.ack == "" && len(got) != 0 || c.ack != "" && (len(got) != 1 || got[0] != c.ack) {
+			t.Errorf("%s: acknowledgements %v, want %q", c.answer, got, c.ack)
+		}
+		ends := prod.of(wire.MsgEnd)
+		if c.end {
+			natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgEnd)) == 1 }, "%s: end marker", c.answer)
+			ends = prod.of(wire.MsgEnd)
+			if got := ends[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
+				t.Errorf("%s: end status %q", c.answer, got)
+			}
+			if got := ends[0].Header.Get(wire.HeaderResponseSeq); got != "2" {
+				t.Errorf("%s: end seq %q, want 2", c.answer, got)
+			}
+		} else if len(ends) != 0 {
+			t.Errorf("%s: %d end markers, want none", c.answer, len(ends))
+		}
+	}
+}
+
+// TestCancelFromDispatcher: a cancellation on <prefix>.cancel.<id> stops a
+// running request, with or without a response: its context is cancelled,
+// the handler told, a claimed response ended with status cancelled, and the
+// message dropped (+TERM cancelled). An id the worker does not run is ignored.
+func TestCancelFromDispatcher(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	causes := make(chan error, 2)
+	_, app := startStreamer(t, nc, func(r *workerkit.Request) {
+		if p := r.Response(); p != nil {
+			if err := p.Start(context.Background()); err != nil {
+				causes <- err
+				return
+			}
+			_ = p.Write([]byte("x"))
+		}
+		<-r.Context().Done()
+		causes <- context.Cause(r.Context())
+		if err := r.Done(); !errors.Is(err, workerkit.ErrFinished) {
+			causes <- err
+		}
+	})
+	prod := newProducer(t, nc, "resp.c1", answers)
+	ackResp := watchAcks(t, nc, "ack.c1")
+	ackPlain := watchAcks(t, nc, "ack.c2")
+	dispatchResponse(t, nc, "c1", 1, "resp.c1")
+	if _, err := nc.RequestMsg(dispatchMsg("c2", 2, 0, "ack.c2"), wait); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgChunk)) == 1 }, "a chunk")
+	for _, id := range []string{"unknown", "c1", "c2"} {
+		b, _ := wire.MarshalCancel(wire.Cancel{RequestID: id, Seq: 1, Reason: wire.CancelReasonCancel})
+		if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := <-causes; !errors.Is(err, workerkit.ErrCancelled) {
+			t.Errorf("cause %v, want ErrCancelled", err)
+		}
+	}
+	for _, a := range []*acks{ackResp, ackPlain} {
+		natstest.Eventually(t, wait, func() bool { return a.has("+TERM cancelled") }, "+TERM cancelled")
+	}
+	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgEnd)) == 1 }, "the end marker")
+	if got := prod.of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
+		t.Errorf("end status %q, want cancelled", got)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if !errors.Is(app.cause(id), workerkit.ErrCancelled) {
+			t.Errorf("%s: Cancelled got %v", id, app.cause(id))
+		}
+	}
+}
+
+// TestStopEndsOrHandsBack: Stop's grace over, a response with no chunk yet
+// is handed back (-NAK: it runs elsewhere, invisibly), one with a chunk is
+// ended with status failed and dropped (+TERM: it must not run again).
+func TestStopEndsOrHandsBack(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	prodA := newProducer(t, nc, "resp.a", answers)
+	prodB := newProducer(t, nc, "resp.b", answers)
+	ackA, ackB := watchAcks(t, nc, "ack.a"), watchAcks(t, nc, "ack.b")
+	w, _ := startStreamer(t, nc, func(r *workerkit.Request) {
+		if err := r.Response().Start(context.Background()); err != nil {
+			return
+		}
+		if r.RequestID == "b" {
+			_ = r.Response().Write([]byte("x"))
+		}
+		<-r.Context().Done()
+	})
+	dispatchResponse(t, nc, "a", 1, "resp.a")
+	dispatchResponse(t, nc, "b", 2, "resp.b")
+	natstest.Eventually(t, wait, func() bool { return len(prodA.of(wire.MsgClaim)) == 1 && len(prodB.of(wire.MsgChunk)) == 1 },
+		"a claimed, b streaming")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := w.Stop(ctx); err == nil {
+		t.Error("Stop: got nil, want the hand-back error")
+	}
+	natstest.Eventually(t, wait, func() bool { return ackA.has("-NAK") && ackB.has("+TERM") }, "-NAK of a, +TERM of b")
+	if n := len(prodA.of(wire.MsgEnd)); n != 0 {
+		t.Errorf("a: %d end markers, want none", n)
+	}
+	natstest.Eventually(t, wait, func() bool { return len(prodB.of(wire.MsgEnd)) == 1 }, "b's end marker")
+	if got := prodB.of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
+		t.Errorf("b: end status %q, want failed", got)
+	}
+}
+
+// TestResponseOldAPI: an application that knows nothing of responses still
+// works: Done ends the response with status ok (and a confirmed +ACK); Nak
+// before the first chunk hands it back silently, and after it is refused.
+func TestResponseOldAPI(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	reqs := make(chan *workerkit.Request, 2)
+	startStreamer(t, nc, func(r *workerkit.Request) { reqs <- r })
+	prod := newProducer(t, nc, "resp.o1", answers)
+	ack := watchAcks(t, nc, "ack.o1")
+	dispatchResponse(t, nc, "o1", 1, "resp.o1")
+	r := <-reqs
+	if err := r.Done(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, wait, func() bool { return ack.has("+ACK") }, "+ACK")
+	if got := prod.kinds(); len(got) < 2 || got[0] != wire.MsgClaim || got[len(got)-1] != wire.MsgEnd {
+		t.Errorf("kinds %v, want claim ... end", got)
+	}
+
+	prod2 := newProducer(t, nc, "resp.o2", answers)
+	ack2 := watchAcks(t, nc, "ack.o2")
+	dispatchResponse(t, nc, "o2", 2, "resp.o2")
+	r = <-reqs
+	if err := r.Response().Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Response().Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Nak(); !errors.Is(err, workerkit.ErrResponseStarted) {
+		t.Errorf("Nak after a chunk: got %v, want ErrResponseStarted", err)
+	}
+	if err := r.Response().End(context.Background(), wire.ResponseEnd{Status: wire.EndFailed, Error: "engine died"}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, wait, func() bool { return ack2.has("+ACK") }, "+ACK")
+	if got := ack2.final(); len(got) != 1 {
+		t.Errorf("acknowledgements %v, want one +ACK", got)
+	}
+	if e := prod2.of(wire.MsgEnd); len(e) != 1 || e[0].Header.Get(wire.HeaderResponseStatus) != wire.EndFailed {
+		t.Errorf("end markers %v", prod2.kinds())
+	}
+}
+
+// TestBadResponseSubject: a Dispatch-Response-To a worker may not respond to
+// ($-subjects, the prefix's own) is accepted and dropped without Offer.
+func TestBadResponseSubject(t *testing.T) {
+	t.Parallel()
+	_, nc := natstest.StartServer(t)
+	offered := make(chan string, 2)
+	startStreamer(t, nc, func(r *workerkit.Request) { offered <- r.RequestID })
+	for i, s := range []string{"dispatch.load.w2", "$JS.API.STREAM.DELETE.X"} {
+		id := "bad" + strconv.Itoa(i)
+		ack := watchAcks(t, nc, "ack."+id)
+		spy, err := nc.SubscribeSync(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dispatchResponse(t, nc, id, uint64(i+1), s)
+		natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of %s", id)
+		flush(t, nc)
+		if n, _, _ := spy.Pending(); n != 0 {
+			t.Errorf("%s: %d messages sent to %s", id, n, s)
+		}
+	}
+	select {
+	case id := <-offered:
+		t.Errorf("%s was offered", id)
+	default:
+	}
+}
