@@ -176,20 +176,13 @@ func TestResponseProducersGoAway(t *testing.T) {
 	waitFor(t, 10*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
 }
 
-// rsQueuePolicy queues in class default once its worker is full.
-const rsQueuePolicy = `default_policy_family: default
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: default, policy_family: default, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000000}
-`
-
 // TestCancelQueuedRequest: a request queued behind a full worker and then
 // cancelled leaves with the cancelled outcome, is not dead-lettered, and
 // costs its key and class nothing: the class's deficit and tracked keys are
 // as before it arrived.
 func TestCancelQueuedRequest(t *testing.T) {
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, rsQueuePolicy))
+	p := startDispatcher(t, ns.URL(), "--policy-config", policyFile(t, "queue-default"))
 	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)
 	startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1", MaxActiveRequests: 1, MaxNumSeqs: 1,
