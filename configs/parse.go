@@ -375,27 +375,13 @@ func (w *walker) keyWeight(n *yaml.Node, path string) (float64, bool) {
 // keyWeights reads key_weights: a mapping from fairness key
 // (docs/protocol.md, Request headers: 1 to 64 bytes of [A-Za-z0-9_.:@-]) to weight.
 func (w *walker) keyWeights(n *yaml.Node, path string) map[string]float64 {
-	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		w.add(line, path, "must be a mapping from fairness key to weight, got %s", describe(n))
-		return nil
-	}
-	out := make(map[string]float64, len(n.Content)/2)
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || !ValidKey(k.Value) {
-			w.add(k.Line, path, "keys must be fairness keys (1 to 64 bytes of [A-Za-z0-9_.:@-]), got %s", describe(k))
-			continue
-		}
-		p := join(path, k.Value)
-		if w.repeated(seen, k.Value, k.Line, p) {
-			continue
-		}
+	out := map[string]float64{}
+	if !w.keyMap(n, path, "weight", func(v *yaml.Node, key, p string) {
 		if wt, ok := w.keyWeight(v, p); ok {
-			out[k.Value] = wt
+			out[key] = wt
 		}
+	}) {
+		return nil
 	}
 	return out
 }

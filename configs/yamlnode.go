@@ -90,10 +90,8 @@ type field struct {
 // or repeated key and every key that is not a string. The result holds the
 // first occurrence of each known key present.
 func (w *walker) mapping(n *yaml.Node, path string, known ...string) (map[string]field, bool) {
-	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		w.add(line, path, "must be a mapping, got %s", describe(n))
+	n, ok := w.mappingNode(n, path, "")
+	if !ok {
 		return nil, false
 	}
 	out := make(map[string]field, len(known))
@@ -107,7 +105,7 @@ func (w *walker) mapping(n *yaml.Node, path string, known ...string) (map[string
 			continue
 		}
 		p := join(path, kd.Value)
-		if w.repeated(seen, kd.Value, k.Line, p) {
+		if repeated(w, seen, kd.Value, k.Line, p, "key") {
 			continue
 		}
 		if !contains(known, kd.Value) {
@@ -119,16 +117,30 @@ func (w *walker) mapping(n *yaml.Node, path string, known ...string) (map[string
 	return out, true
 }
 
-// repeated reports whether key name, at line, was seen before in its
-// mapping (seen maps each key seen to its line): a repeat is a problem at p.
-// A key seen for the first time is recorded.
-func (w *walker) repeated(seen map[string]int, name string, line int, p string) bool {
-	if first, dup := seen[name]; dup {
-		w.add(line, p, "duplicate key (first at line %d)", first)
+// repeated reports whether key k of a mapping, at line, was seen before in
+// it (seen maps each key seen to its line): a repeat is a problem at p,
+// "duplicate <noun>". A key seen for the first time is recorded.
+func repeated[K comparable](w *walker, seen map[K]int, k K, line int, p, noun string) bool {
+	if first, dup := seen[k]; dup {
+		w.add(line, p, "duplicate %s (first at line %d)", noun, first)
 		return true
 	}
-	seen[name] = line
+	seen[k] = line
 	return false
+}
+
+// mappingNode follows n's aliases to a mapping, or reports, at n's own line,
+// that it must be a mapping (of says of what, "" for any).
+func (w *walker) mappingNode(n *yaml.Node, path, of string) (*yaml.Node, bool) {
+	d := deref(n)
+	if d.Kind != yaml.MappingNode {
+		if of != "" {
+			of = " " + of
+		}
+		w.add(n.Line, path, "must be a mapping%s, got %s", of, describe(d))
+		return nil, false
+	}
+	return d, true
 }
 
 func contains(list []string, s string) bool {
