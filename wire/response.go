@@ -159,22 +159,11 @@ func ParseResponseEnd(b []byte) (ResponseEnd, error) {
 // ParseResponseSeq parses a Dispatch-Response-Seq value: an unsigned decimal
 // integer (surrounding spaces and tabs ignored).
 func ParseResponseSeq(s string) (uint64, error) {
-	n, err := strconv.ParseUint(trimSpace(s), 10, 64)
+	n, err := strconv.ParseUint(TrimValue(s), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("header %s: %q is not an unsigned integer", HeaderResponseSeq, s)
 	}
 	return n, nil
-}
-
-func trimSpace(s string) string {
-	i, j := 0, len(s)
-	for i < j && (s[i] == ' ' || s[i] == '\t') {
-		i++
-	}
-	for j > i && (s[j-1] == ' ' || s[j-1] == '\t') {
-		j--
-	}
-	return s[i:j]
 }
 
 // marshalCompact is json.Marshal without HTML escaping or a trailing newline.
