@@ -94,6 +94,14 @@ func newFixture(t testing.TB) *fixture {
 	return f
 }
 
+// startFixture starts a fixture whose dispatcher runs with the extra flags.
+func startFixture(t testing.TB, extra ...string) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	f.p = startDispatcher(t, f.ns.URL(), extra...)
+	return f
+}
+
 // startBusy starts a fixture whose dispatcher runs testdata/<policy>.yaml and
 // the extra flags, and whose only worker, wbusy, is its load reports: 5000
 // active prefill tokens, over any class gate of threshold 0, so nothing of

@@ -18,10 +18,8 @@ import (
 // 200 completions each tenant got.
 func keysArm(t *testing.T, withKeys bool) map[string]int {
 	t.Helper()
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", policyFile(t, "keys"))
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t, "--policy-config", policyFile(t, "keys"))
+	p, nc, js := f.p, f.nc, f.js
 
 	var mu sync.Mutex
 	var order []string // tenants in completion order

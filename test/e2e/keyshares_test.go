@@ -45,9 +45,8 @@ type shareArm struct {
 // run runs the arm and returns the dispatches in order and the groups' sizes.
 func (a shareArm) run(t *testing.T) ([]dispatched, map[string]int) {
 	t.Helper()
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", policyFile(t, a.policy))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", policyFile(t, a.policy))
+	ns, p, nc := f.ns, f.p, f.nc
 
 	var mu sync.Mutex
 	var order []dispatched

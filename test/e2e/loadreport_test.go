@@ -13,9 +13,8 @@ import (
 const frlDropped = "fairdispatch_load_reports_dropped_total"
 
 func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 
 	reasons := []string{"mismatch", "parse", "rank", "invalid"}
 	before := map[string]float64{}

@@ -46,10 +46,8 @@ func TestEndToEndNodeWorker(t *testing.T) {
 // (end marker cancelled, +TERM) and one whose producer went away.
 func TestNodeWorkerStreams(t *testing.T) {
 	node := nodeOrSkip(t)
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	startNodeWorker(t, node, ns.URL(), "node-s", "MAX_ACTIVE=8", "CHUNKS=5", "CHUNK_MS=2")
 	waitLive(t, p, "node-s")
 

@@ -114,9 +114,8 @@ func frlCheckAllOn(t *testing.T, res *loadgen.Result, n int, id string) {
 // and checks that every one completed on good.
 func frlBesideGood(t *testing.T, id string, n int, start func(nc *nats.Conn)) (*proc, *mockworker.Worker) {
 	t.Helper()
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 	start(nc)
 	good := startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
 	waitLive(t, p, id, "good")
@@ -197,9 +196,8 @@ func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 // are dispatched again and each completes exactly once, on the good worker.
 func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	const n = 8
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	ns, p, nc := f.ns, f.p, f.nc
 	records := frlRecordDone(t, nc)
 	outcomes := frlRecordOutcomes(t, ns.URL(), "killed")
 
@@ -269,9 +267,8 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 // worker reports, until the worker accepts it.
 func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	const n, refusals = 4, 3
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 
 	var offers atomic.Int64
 	perRequest := sync.Map{} // request id -> *atomic.Int64 offers

@@ -21,10 +21,8 @@ import (
 // is redelivered, runs on another worker, and the producer sees one whole
 // response, from that worker alone.
 func TestResponseWorkerKilledBeforeFirstChunk(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	slowNC := connect(t, ns.URL())
 	// A prefill of 1000 tokens at 50 tokens/s: 20 s without a chunk.
 	startMock(t, slowNC, mockworker.Config{ID: "slow", PrefillTokensPerSec: 50, OutputTokens: 5, AckWait: 4 * time.Second})
@@ -56,10 +54,8 @@ func TestResponseWorkerKilledBeforeFirstChunk(t *testing.T) {
 // and the request is not run again: the redelivery's claim is answered
 // cancel and dropped.
 func TestResponseWorkerKilledMidStream(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	aNC := connect(t, ns.URL())
 	startMock(t, aNC, mockworker.Config{ID: "a", OutputTokens: 1000, DecodePerToken: 50 * time.Millisecond, AckWait: 4 * time.Second})
 	waitLive(t, p, "a")
@@ -95,10 +91,8 @@ func TestResponseWorkerKilledMidStream(t *testing.T) {
 // round trip), and /debug/queues shows nothing queued, held or booked.
 func TestResponseProducersGoAway(t *testing.T) {
 	const n = 100
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	var mu sync.Mutex
 	stopped := map[string]time.Time{}
 	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
@@ -181,10 +175,8 @@ func TestResponseProducersGoAway(t *testing.T) {
 // costs its key and class nothing: the class's deficit and tracked keys are
 // as before it arrived.
 func TestCancelQueuedRequest(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", policyFile(t, "queue-default"))
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t, "--policy-config", policyFile(t, "queue-default"))
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1", MaxActiveRequests: 1, MaxNumSeqs: 1,
 		OutputTokens: 100000, DecodePerToken: 50 * time.Millisecond})
 	waitLive(t, p, "w1")
@@ -232,10 +224,8 @@ func TestCancelQueuedRequest(t *testing.T) {
 // seen is remembered, and the request, published afterwards, is cancelled at
 // admission: no worker is offered it.
 func TestCancelBeforeArrival(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	w := startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1"})
 	waitLive(t, p, "w1")
 

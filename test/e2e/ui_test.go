@@ -127,9 +127,8 @@ func uiPolicy(t *testing.T) string {
 // of the worker. A screenshot must come out as a PNG.
 func TestStatusPageInChromium(t *testing.T) {
 	bin := uiChromium(t)
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", uiPolicy(t))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", uiPolicy(t))
+	p, nc := f.p, f.nc
 	w := startMock(t, nc, mockworker.Config{ID: "w1", DPSize: 2, MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 
 	res := runLoad(t, nc, loadgen.Config{
@@ -246,9 +245,8 @@ func TestStatusPageScreenshot(t *testing.T) {
 		t.Skip(uiScreenshotEnv + " unset: this only regenerates docs/ui.png")
 	}
 	bin := uiChromium(t)
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", uiPolicy(t))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", uiPolicy(t))
+	p, nc := f.p, f.nc
 	for _, id := range []string{"gpu-a", "gpu-b"} {
 		startMock(t, nc, mockworker.Config{ID: id, DPSize: 2, MaxNumSeqs: 2, OutputTokens: 1, PrefillTokensPerSec: 3000})
 	}

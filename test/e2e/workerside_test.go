@@ -123,9 +123,8 @@ func TestWorkerCapacityNoRefusalNeeded(t *testing.T) {
 func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 	const n, rate = 800, 200
 	const perSec = 20 // the goal; the bound of docs/protocol.md is below it
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 
 	var mu sync.Mutex
 	var offers []time.Time
@@ -179,9 +178,8 @@ func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 // ack wait, from Dispatch-Ack-Wait-Ms alone: it is never dispatched again.
 func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	const ackWait = time.Second
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
+	p, nc := f.p, f.nc
 
 	type offer struct {
 		id, ackWait string
@@ -246,9 +244,8 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 // queue group), and every request completes once.
 func TestWorkerOneIDTwoProcesses(t *testing.T) {
 	const n = 60
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	ns, p, nc := f.ns, f.p, f.nc
 	hold := func() time.Duration { return time.Millisecond }
 	cfg := workerkit.Config{ID: "twin", TTL: 60 * time.Second}
 	first := wsStartFinisher(t, connect(t, ns.URL()), cfg, hold)
