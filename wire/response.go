@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -129,7 +128,7 @@ func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 		return nil, fmt.Errorf("response end: unknown status %q", e.Status)
 	}
 	for {
-		b, err := marshalCompact(e)
+		b, err := Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("response end: %w", err)
 		}
@@ -164,15 +163,4 @@ func ParseResponseSeq(s string) (uint64, error) {
 		return 0, fmt.Errorf("header %s: %q is not an unsigned integer", HeaderResponseSeq, s)
 	}
 	return n, nil
-}
-
-// marshalCompact is json.Marshal without HTML escaping or a trailing newline.
-func marshalCompact(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
