@@ -156,6 +156,53 @@ func TestDeadLetterStoredOnce(t *testing.T) {
 	}
 }
 
+// TestDeadLetterRefusedForRoomEndsAtOnce: with the DLQ at its own limit
+// (discard new), a letter's done gets, at JetStream's first refusal and
+// without a retry, an error wrapping ErrConnectionFault and ErrStoreFull that
+// names the reason; once there is room the same letter is stored.
+func TestDeadLetterRefusedForRoomEndsAtOnce(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := streamConfig(t, js, DLQStream)
+	cfg.MaxMsgs = 1
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctxT(t), "dispatch.dlq.other", []byte("an older letter")); err != nil {
+		t.Fatal(err)
+	}
+	d := newDeadLetterer(t, js)
+	var sink doneSink
+	if err := d.Publish(sampleLetter(), sink.done); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done", func() bool { return len(sink.calls()) == 1 })
+	err := sink.calls()[0]
+	if !errors.Is(err, ErrStoreFull) || Fault(err) != ErrConnectionFault || !strings.Contains(err.Error(), "maximum messages exceeded") {
+		t.Fatalf("done(%v): want ErrStoreFull, a connection fault, naming the reason", err)
+	}
+	if d.Retries() != 0 || d.Pending() != 0 {
+		t.Errorf("retries %d, pending %d; want 0, 0", d.Retries(), d.Pending())
+	}
+	cfg.MaxMsgs = 2
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Publish(sampleLetter(), sink.done); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done again", func() bool { return len(sink.calls()) == 2 })
+	if err := sink.calls()[1]; err != nil {
+		t.Fatalf("done with room: %v", err)
+	}
+	if got := dlqCount(t, js); got != 2 {
+		t.Errorf("DLQ messages: got %d, want 2", got)
+	}
+}
+
 // TestDeadLetterSurvivesRestart holds a publish unacknowledged (a silent core
 // subscriber takes it and no stream exists yet), restarts the server, and
 // checks that the pending publish fails with ErrDisconnected, is republished

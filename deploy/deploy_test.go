@@ -166,7 +166,8 @@ func registered(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m := metrics.New(reg, []string{"premium", "regular"})
-	m.SetWorkers([]metrics.WorkerLoad{{ID: "w1"}}) // the per-worker families appear with a worker
+	m.SetWorkers([]metrics.WorkerLoad{{ID: "w1"}})          // the per-worker families appear with a worker
+	metrics.NewStorage(reg, []string{"DISPATCH_REQ"}, true) // with an embedded server: every storage gauge
 	metrics.RegisterBuildInfo(reg, "v0", "r", "go")
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -11,6 +11,11 @@
 // requests asynchronously with at most Window publications awaiting their
 // JetStream acknowledgement. Every request carries Nats-Msg-Id = <run id>-<n>,
 // so a publication retried after a lost acknowledgement is stored once.
+// A publication JetStream refuses for want of room (the request stream at its
+// limit, the store full: docs/protocol.md, When a stream or the store is
+// full) is retried with backoff, 50 ms doubling to 2 s, until it is stored or
+// the run ends, and counted by reason in [Result.Refused]; any other failure
+// is retried at once, five times, then counted in Result.PublishFailed.
 //
 // A request ends when its first completion record arrives (a [Completion]) or a
 // rejected outcome (docs/protocol.md, Outcomes) arrives for it (an [Outcome]). Run returns when every
@@ -31,6 +36,15 @@
 // (Zipf-distributed) plus blocks of its own, sent as Dispatch-Block-Hashes
 // ([Prefixes]); [Result.CacheHitRate] is the fleet's prefix cache hit rate
 // from the workers' completion records (cached_tokens).
+//
+// With Config.Replay it replays a trace in the Mooncake format (trace.go:
+// ReadTrace, PrepareReplay) instead: each record is one request published at
+// its timestamp over Replay.Speedup, with its ISL, Dispatch-Output-Tokens,
+// and Dispatch-Block-Hashes chained over token ids derived from its hash ids
+// (TraceTokens: two records sharing their first k hash ids share exactly
+// their first k × 512 tokens), its conversation's tenant (TenantOf) and one
+// class. Completions then carry the record's first_token_at (TTFT), prefill
+// and output tokens, and the tenant even when it was not sent.
 //
 // Run is safe to call concurrently with different configurations; a Result is
 // immutable once returned.

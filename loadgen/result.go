@@ -19,6 +19,9 @@ type Completion struct {
 	Class string `json:"class"`
 	// Key is the fairness key loadgen sent (Config.Tenants); "" when none.
 	Key string `json:"fairness_key,omitempty"`
+	// Tenant is the request's tenant: Key, or a replay's tenant even when
+	// it was not sent (Replay.SendKeys false).
+	Tenant string `json:"tenant,omitempty"`
 	// PhysicalClass is the class named by the completion record (Dispatch-Class).
 	PhysicalClass string `json:"physical_class"`
 	// WorkerID and DPRank name where it ran.
@@ -29,12 +32,19 @@ type Completion struct {
 	// QueuedMs is the dispatcher's queueing time, in ms.
 	QueuedMs uint64 `json:"queued_ms"`
 	// PublishedAt is when loadgen published it; the rest come from the record.
-	PublishedAt time.Time `json:"published_at"`
-	ReceivedAt  time.Time `json:"received_at"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at"`
-	// Latency is FinishedAt - PublishedAt.
+	PublishedAt  time.Time `json:"published_at"`
+	ReceivedAt   time.Time `json:"received_at"`
+	StartedAt    time.Time `json:"started_at"`
+	FirstTokenAt time.Time `json:"first_token_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at"`
+	// Latency is FinishedAt - PublishedAt, and TTFT FirstTokenAt -
+	// PublishedAt (0 when the worker did not say).
 	Latency time.Duration `json:"latency"`
+	TTFT    time.Duration `json:"ttft,omitempty"`
+	// PrefillTokens and OutputTokens are the record's: the uncached prompt
+	// tokens computed and the tokens generated.
+	PrefillTokens uint64 `json:"prefill_tokens"`
+	OutputTokens  uint64 `json:"output_tokens"`
 	// PromptTokens is the request's Dispatch-ISL-Tokens, and CachedTokens
 	// the prompt tokens the worker found in its prefix cache (the record's
 	// cached_tokens; 0 from workers without one).
@@ -84,6 +94,12 @@ type Result struct {
 	// PublishFailed counts requests whose publication failed for good; they
 	// count as ended.
 	PublishFailed int
+	// Refused counts publication attempts JetStream refused for want of
+	// room, by reason (wire.RefusalMaxBytes, wire.RefusalInsufficientResources...;
+	// docs/protocol.md, When a stream or the store is full). Each was
+	// retried with the same Nats-Msg-Id: a request refused three times and
+	// then stored counts 3 here and 1 in Published.
+	Refused map[string]int
 	// Completions are the first completion record of each request, in arrival order.
 	Completions []Completion
 	// Rejected are the rejected outcomes, in arrival order.
@@ -167,6 +183,7 @@ type Summary struct {
 	Requests      int            `json:"requests"`
 	Published     int            `json:"published"`
 	PublishFailed int            `json:"publish_failed"`
+	Refused       map[string]int `json:"publish_refused_by_reason,omitempty"`
 	Completed     int            `json:"completed"`
 	Rejected      int            `json:"rejected"`
 	Duplicates    int            `json:"duplicates"`
@@ -182,6 +199,10 @@ type Summary struct {
 	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
 	CacheHitRate  float64        `json:"cache_hit_rate,omitempty"`
 	PerWorker     map[string]int `json:"completions_per_worker,omitempty"`
+	// TTFTP50Ms and TTFTP99Ms are the time to first token's percentiles,
+	// when the workers' records carry first_token_at.
+	TTFTP50Ms float64 `json:"ttft_p50_ms,omitempty"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms,omitempty"`
 }
 
 // ClassSummary is one class of a Summary.
@@ -204,7 +225,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // request count of the first class.
 func (r *Result) Summarize(firstClassCount int) Summary {
 	s := Summary{
-		RunID: r.RunID, Requests: r.Requests, Published: r.Published, PublishFailed: r.PublishFailed,
+		RunID: r.RunID, Requests: r.Requests, Published: r.Published, PublishFailed: r.PublishFailed, Refused: r.Refused,
 		Completed: len(r.Completions), Rejected: len(r.Rejected), Duplicates: r.Duplicates,
 		Complete: r.Complete, ElapsedMs: ms(r.Elapsed), Throughput: r.Throughput,
 		P50Ms: ms(r.P50), P90Ms: ms(r.P90), P99Ms: ms(r.P99),
@@ -216,6 +237,16 @@ func (r *Result) Summarize(firstClassCount int) Summary {
 		for _, c := range r.Completions {
 			s.PerWorker[c.WorkerID]++
 		}
+	}
+	var ttft []time.Duration
+	for _, c := range r.Completions {
+		if c.TTFT > 0 {
+			ttft = append(ttft, c.TTFT)
+		}
+	}
+	if len(ttft) > 0 {
+		p50, _, p99 := percentiles(ttft)
+		s.TTFTP50Ms, s.TTFTP99Ms = ms(p50), ms(p99)
 	}
 	for _, c := range r.Classes {
 		st := r.PerClass[c]
@@ -247,8 +278,14 @@ func (s Summary) String() string {
 		fmt.Fprintf(&b, "%-16s %9d %10d %9d %8d %10.1f %9.1f %9.1f %9.1f\n", c.Class, c.Published, c.Dispatched,
 			c.Completed, c.Rejected, c.Throughput, c.P50Ms, c.P90Ms, c.P99Ms)
 	}
-	for k, n := range s.RejectedBy {
-		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	for _, k := range slices.Sorted(maps.Keys(s.RejectedBy)) {
+		fmt.Fprintf(&b, "rejected %s: %d\n", k, s.RejectedBy[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Refused)) {
+		fmt.Fprintf(&b, "publish refused by JetStream (%s): %d, retried\n", k, s.Refused[k])
+	}
+	if s.TTFTP50Ms > 0 {
+		fmt.Fprintf(&b, "time to first token p50 %.1f ms p99 %.1f ms\n", s.TTFTP50Ms, s.TTFTP99Ms)
 	}
 	if s.CacheHitRate > 0 {
 		fmt.Fprintf(&b, "prefix cache hit rate %.3f; completions per worker:", s.CacheHitRate)

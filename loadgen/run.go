@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/jsstorage"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -37,6 +39,9 @@ type Progress struct {
 	CompletedByKey map[string]int
 	// Rejected counts rejections over all classes.
 	Rejected int
+	// Refused counts publications JetStream refused for want of room (each
+	// attempt; they are retried).
+	Refused int
 	// Elapsed is the time since the first publication.
 	Elapsed time.Duration
 }
@@ -46,6 +51,7 @@ type request struct {
 	class       string
 	isl         uint64
 	key         string // Dispatch-Fairness-Key; "" when none
+	tenant      string // the replay's tenant, sent or not
 	publishedAt time.Time
 	ended       bool
 }
@@ -65,6 +71,7 @@ type run struct {
 	total       int
 	published   int
 	failed      int
+	refused     map[string]int // publication attempts refused for want of room, by reason
 	dups        int
 	completions []Completion
 	rejected    []Outcome
@@ -98,6 +105,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		reqs:     map[string]*request{},
 		perClass: map[string]*ClassStats{},
 		byKey:    map[string]int{},
+		refused:  map[string]int{},
 		allEnded: make(chan struct{}),
 	}
 	if cfg.Prefixes.N > 0 {
@@ -237,6 +245,24 @@ func order(cfg Config) []string {
 	return out
 }
 
+// replayMessage builds request n of the replay.
+func (r *run) replayMessage(n int, id, inbox string) *nats.Msg {
+	rr := &r.cfg.Replay.Requests[n]
+	m := nats.NewMsg(r.names.Req(rr.Class))
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Header.Set(wire.HeaderISLTokens, strconv.Itoa(rr.ISL))
+	m.Header.Set(wire.HeaderOutputTokens, strconv.Itoa(rr.Output))
+	if rr.encoded != "" {
+		m.Header.Set(wire.HeaderBlockHashes, rr.encoded)
+	}
+	if r.cfg.Replay.SendKeys && rr.Tenant != "" {
+		m.Header.Set(wire.HeaderFairnessKey, rr.Tenant)
+	}
+	m.Header.Set(wire.HeaderReplyTo, inbox)
+	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, r.cfg.RunID, n, rr.Class)
+	return m
+}
+
 // message builds request n of class; it returns its ISL too.
 func (r *run) message(n int, class, id, inbox string) (*nats.Msg, uint64) {
 	cfg := r.cfg
@@ -302,9 +328,22 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 	}()
 
 	tenants := newTenantPicker(r.cfg.Tenants)
-	for n, class := range order(r.cfg) {
-		if r.cfg.Rate > 0 {
-			at := r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
+	rp := r.cfg.Replay
+	classes := order(r.cfg)
+	if rp != nil {
+		classes = make([]string, len(rp.Requests))
+		for i := range rp.Requests {
+			classes[i] = rp.Requests[i].Class
+		}
+	}
+	for n, class := range classes {
+		if r.cfg.Rate > 0 || rp != nil {
+			var at time.Time
+			if rp != nil {
+				at = r.start.Add(time.Duration(float64(rp.Requests[n].At) / rp.Speedup))
+			} else {
+				at = r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
+			}
 			if d := time.Until(at); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -319,13 +358,27 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 			return
 		}
 		id := r.cfg.RunID + "-" + strconv.Itoa(n)
-		m, isl := r.message(n, class, id, inbox)
-		key := tenants.next(class)
-		if key != "" {
-			m.Header.Set(wire.HeaderFairnessKey, key)
+		var q *request
+		var m *nats.Msg
+		if rp != nil {
+			rr := &rp.Requests[n]
+			m = r.replayMessage(n, id, inbox)
+			q = &request{class: class, isl: uint64(rr.ISL), tenant: rr.Tenant}
+			if rp.SendKeys {
+				q.key = rr.Tenant
+			}
+		} else {
+			var isl uint64
+			m, isl = r.message(n, class, id, inbox)
+			key := tenants.next(class)
+			if key != "" {
+				m.Header.Set(wire.HeaderFairnessKey, key)
+			}
+			q = &request{class: class, isl: isl, key: key, tenant: key}
 		}
+		q.publishedAt = time.Now()
 		r.mu.Lock()
-		r.reqs[id] = &request{class: class, isl: isl, key: key, publishedAt: time.Now()}
+		r.reqs[id] = q
 		r.mu.Unlock()
 		fut, err := js.PublishMsgAsync(m)
 		if err != nil {
@@ -340,10 +393,36 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 	}
 }
 
-// retry republishes m synchronously (same Nats-Msg-Id) up to 5 times.
+// Backoff of a publication JetStream refused for want of room.
+const (
+	refusedRetryMin = 50 * time.Millisecond
+	refusedRetryMax = 2 * time.Second
+)
+
+// retry republishes m synchronously (same Nats-Msg-Id) after the failure
+// err. A refusal for want of room (docs/protocol.md, When a stream or the
+// store is full) is counted by its reason and retried with backoff (50 ms
+// doubling to 2 s) until it is stored or the run ends, as a producer should;
+// another failure is retried at once, up to 5 times.
 func (r *run) retry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, err error) error {
-	for attempt := 1; attempt <= 5 && ctx.Err() == nil; attempt++ {
-		r.log.Debug().Err(err).Str("request_id", m.Header.Get(jetstream.MsgIDHeader)).Int("attempt", attempt).Msg("republish")
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	wait, others := refusedRetryMin, 0
+	for ctx.Err() == nil {
+		if reason, ok := jsstorage.Refused(err); ok {
+			r.refusal(id, reason, wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("loadgen: publish %s: %w", id, err)
+			case <-t.C:
+			}
+			wait = min(2*wait, refusedRetryMax)
+		} else if others++; others > 5 {
+			break
+		} else {
+			r.log.Debug().Err(err).Str("request_id", id).Int("attempt", others).Msg("republish")
+		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = js.PublishMsg(pctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 		cancel()
@@ -351,7 +430,22 @@ func (r *run) retry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, er
 			return nil
 		}
 	}
-	return fmt.Errorf("loadgen: publish %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+	return fmt.Errorf("loadgen: publish %s: %w", id, err)
+}
+
+// refusal counts one publication attempt refused for want of room; the first
+// of each reason is logged at warn.
+func (r *run) refusal(id, reason string, retryIn time.Duration) {
+	r.mu.Lock()
+	r.refused[reason]++
+	first := r.refused[reason] == 1
+	r.mu.Unlock()
+	ev := r.log.Debug()
+	if first {
+		ev = r.log.Warn()
+	}
+	ev.Str("request_id", id).Str("reason", reason).Dur("retry_in", retryIn).
+		Msg("publication refused by JetStream for want of room; retrying with the same Nats-Msg-Id (later refusals are logged at debug)")
 }
 
 // published1 records the fate of one publication.
@@ -403,12 +497,17 @@ func (r *run) onCompletion(m *nats.Msg) {
 	if q.key != "" {
 		r.byKey[q.key]++
 	}
-	r.completions = append(r.completions, Completion{
-		RequestID: rec.RequestID, Class: q.class, Key: q.key, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
+	c := Completion{
+		RequestID: rec.RequestID, Class: q.class, Key: q.key, Tenant: q.tenant, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
-		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FirstTokenAt: rec.FirstTokenAt, FinishedAt: rec.FinishedAt,
 		Latency: rec.FinishedAt.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
-	})
+		PrefillTokens: rec.PrefillTokens, OutputTokens: rec.OutputTokens,
+	}
+	if !rec.FirstTokenAt.IsZero() {
+		c.TTFT = rec.FirstTokenAt.Sub(q.publishedAt)
+	}
+	r.completions = append(r.completions, c)
 	r.perClass[q.class].Completed++
 	r.endLocked(q)
 }
@@ -450,7 +549,7 @@ func (r *run) onOutcome(m *nats.Msg) {
 func (r *run) progress() Progress {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := Progress{Requests: r.total, Published: r.published, Rejected: len(r.rejected),
+	p := Progress{Requests: r.total, Published: r.published, Rejected: len(r.rejected), Refused: sumCounts(r.refused),
 		Completed: make(map[string]int, len(r.perClass)), Elapsed: time.Since(r.start)}
 	for c, st := range r.perClass {
 		p.Completed[c] = st.Completed
@@ -470,6 +569,7 @@ func (r *run) result(elapsed time.Duration) *Result {
 		Completions: append([]Completion(nil), r.completions...),
 		Rejected:    append([]Outcome(nil), r.rejected...),
 		Duplicates:  r.dups, PerClass: map[string]ClassStats{}, Elapsed: elapsed,
+		Refused:     maps.Clone(r.refused),
 		KeyRequests: r.keyRequestsLocked(),
 		Complete:    r.ended == r.total,
 	}
@@ -502,6 +602,14 @@ func (r *run) result(elapsed time.Duration) *Result {
 		res.Throughput = float64(len(res.Completions)) / secs
 	}
 	return res
+}
+
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // keyRequestsLocked counts the requests published under each fairness key;

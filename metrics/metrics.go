@@ -158,6 +158,7 @@ type Metrics struct {
 	sendFailed     *prometheus.CounterVec
 	dlqFailed      *prometheus.CounterVec
 	dlqRetries     prometheus.Counter
+	leaseFailed    prometheus.Counter
 	settlements    *prometheus.CounterVec
 	cancels        *prometheus.CounterVec
 	correction     *prometheus.CounterVec
@@ -233,14 +234,16 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		cancels:        counterVec("cancels_total", "Cancellations received on <prefix>.cancel, per where the request was: queued (taken out, no service charged), sending (in a handshake), running (forwarded to its worker), rejected, unknown and standby (remembered only), admission (a remembered id arrived and was dropped), invalid, backlog (dropped).", "where"),
 		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
-		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
-		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
-		reported:       workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
-		overloaded:     workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (docs/design.md, Worker selection), else 0."),
-		liveWorkers:    gauge("live_workers", "Workers currently live."),
-		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
-		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),
-		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
+		leaseFailed: counter("lease_renewal_failures_total",
+			"Renewals of the leader lease that failed (unanswered, or refused by JetStream), each retried a quarter TTL later; the lease is lost when none succeeds within 3/4 TTL."),
+		dlqFailed:    counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
+		booked:       workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
+		reported:     workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
+		overloaded:   workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (docs/design.md, Worker selection), else 0."),
+		liveWorkers:  gauge("live_workers", "Workers currently live."),
+		held:         gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
+		redelivered:  counter("redelivered_messages_total", "Request messages received again while or after being held."),
+		progressAcks: counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
 		coalesced: counter("load_reports_coalesced_total",
 			"Load reports replaced by a newer one of the same worker before the queue actor applied them (the latest wins; not an error)."),
 		idConflicts: counter("worker_id_conflicts_total",
@@ -289,7 +292,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
-			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
+			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.leaseFailed, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
 		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels)
@@ -469,6 +472,9 @@ func (m *Metrics) Settlement(outcome string, correction int64) {
 		m.correction.WithLabelValues("over").Add(float64(-correction))
 	}
 }
+
+// LeaseRenewalFailed counts one failed renewal of the leader lease.
+func (m *Metrics) LeaseRenewalFailed() { m.leaseFailed.Inc() }
 
 // Cancel counts a cancellation by where it found its request (Cancel*).
 func (m *Metrics) Cancel(where string) { m.cancels.WithLabelValues(where).Inc() }

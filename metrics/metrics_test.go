@@ -43,6 +43,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_dispatch_send_failures_total", "COUNTER", []string{"fault"}},
 		{"fairdispatch_dead_letter_failures_total", "COUNTER", []string{"action"}},
 		{"fairdispatch_dead_letter_retries_total", "COUNTER", nil},
+		{"fairdispatch_lease_renewal_failures_total", "COUNTER", nil},
 		{"fairdispatch_worker_booked_prefill_tokens", "GAUGE", []string{"worker"}},
 		{"fairdispatch_worker_reported_prefill_tokens", "GAUGE", []string{"worker"}},
 		{"fairdispatch_worker_overloaded", "GAUGE", []string{"worker"}},

@@ -25,6 +25,7 @@ type settings struct {
 	inboxPrefix                                               string
 	policy, prefix, httpAddr, adminToken                      string
 	replicas                                                  int
+	natsMaxStore                                              int64 // --nats-max-file-store, bytes
 	decodeBlocks, prefillTokensFrac, queueThreshold           optFloat
 	prefillTokens                                             optUint
 	queuePolicy                                               string
@@ -97,6 +98,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.dataDir, "data-dir", "./data", "JetStream storage directory of the embedded server")
 	fs.StringVar(&s.storage, "stream-storage", "file", "stream storage: file or memory")
 	fs.StringVar(&s.natsSync, "nats-sync", bus.DefaultSync.String(), "how the embedded nats-server syncs JetStream writes to disk: always (before acknowledging each; nothing acknowledged is lost to a power cut) or a period such as 1s (faster; up to that period of acknowledged writes lost to a power cut); only without --nats-url (docs/deployment.md, Durability)")
+	fs.Int64Var(&s.natsMaxStore, "nats-max-file-store", 0, "the embedded nats-server's JetStream file store limit in bytes (its max_file_store; 0: nats-server's default, 75% of the free disk space at start); at it every stream and file bucket refuses writes (docs/operations.md, When storage runs out); only without --nats-url")
 	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
 	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
 	fs.StringVar(&s.user, "nats-user", "", "NATS user")
@@ -207,6 +209,9 @@ func (s *settings) validate() error {
 	}
 	if _, err := bus.ParseSync(s.natsSync); err != nil {
 		bad = append(bad, fmt.Sprintf("--nats-sync %q: %v", s.natsSync, err))
+	}
+	if s.natsMaxStore < 0 {
+		bad = append(bad, fmt.Sprintf("--nats-max-file-store %d: want >= 0 bytes (0: nats-server's default)", s.natsMaxStore))
 	}
 	if s.replicas < 1 || s.replicas > 5 {
 		bad = append(bad, fmt.Sprintf("--stream-replicas %d: want 1 to 5", s.replicas))
