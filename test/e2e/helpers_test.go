@@ -136,21 +136,27 @@ func startWithMock(t testing.TB, cfg mockworker.Config, extra ...string) (*fixtu
 // and body. The id must be new: a duplicate fails the test.
 func publish(t testing.TB, js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) {
 	t.Helper()
-	m := nats.NewMsg(subject)
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	for k, v := range hdr {
-		m.Header[k] = []string{v} // exact spelling, as a producer would send it
-	}
-	m.Data = body
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ack, err := js.PublishMsg(ctx, m)
+	ack, err := tryPublish(js, subject, id, hdr, body)
 	if err != nil {
 		t.Fatalf("publish %s: %v", id, err)
 	}
 	if ack.Duplicate {
 		t.Fatalf("publish %s: JetStream says duplicate", id)
 	}
+}
+
+// tryPublish is publish returning JetStream's acknowledgement or its error,
+// for tests that expect a refusal.
+func tryPublish(js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) (*jetstream.PubAck, error) {
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	for k, v := range hdr {
+		m.Header[k] = []string{v} // exact spelling, as a producer would send it
+	}
+	m.Data = body
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return js.PublishMsg(ctx, m)
 }
 
 // stream returns stream name and its info, read now.
