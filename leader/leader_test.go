@@ -41,8 +41,15 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: never}, nil)
+}
+
+// campaignOn runs an Elector of cfg on nc until the end of the test;
+// onChange, when not nil, is told of every change too.
+func campaignOn(t *testing.T, nc *nats.Conn, cfg Config, onChange func(lead bool)) *candidate {
+	t.Helper()
 	js, _ := jetstream.New(nc)
-	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: never}, zerolog.Nop())
+	e, err := New(context.Background(), js, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +57,12 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 	c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		e.Run(ctx, func(bool) { c.events.Add(1) })
+		e.Run(ctx, func(lead bool) {
+			c.events.Add(1)
+			if onChange != nil {
+				onChange(lead)
+			}
+		})
 	}()
 	t.Cleanup(func() { cancel(); <-c.done })
 	return c
@@ -378,26 +390,13 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
-		e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
-		go func() {
-			defer close(c.done)
-			e.Run(ctx, func(lead bool) {
-				c.events.Add(1)
-				ledMu.Lock()
-				if lead && ledAt.IsZero() {
-					ledAt = time.Now()
-				}
-				ledMu.Unlock()
-			})
-		}()
-		t.Cleanup(func() { cancel(); <-c.done })
-		return c
+		return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
+			ledMu.Lock()
+			if lead && ledAt.IsZero() {
+				ledAt = time.Now()
+			}
+			ledMu.Unlock()
+		})
 	}
 	a := start("a")
 	waitFor(t, 10*time.Second, "a to lead at once in a fresh deployment", a.e.Leader)
