@@ -42,6 +42,7 @@ type settings struct {
 	demo                                                      bool
 	demoPerClass                                              int
 	demoScenario                                              string
+	demoGatewayConfig, demoGatewayAddr                        string
 	record                                                    string // --record FILE
 	recordStream                                              bool
 	recordStreamBytes                                         int64
@@ -145,7 +146,9 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
-	fs.StringVar(&s.demoScenario, "demo-scenario", "classes", "with --demo: classes (premium against regular) or keys (a flooding tenant against quiet ones in one class; use configs/policy-keys.yaml)")
+	fs.StringVar(&s.demoScenario, "demo-scenario", "classes", "with --demo: classes (premium against regular), keys (a flooding tenant against quiet ones in one class; use configs/policy-keys.yaml) or gateway (two tenants through the OpenAI gateway; it keeps serving until stopped)")
+	fs.StringVar(&s.demoGatewayConfig, "demo-gateway-config", "configs/gateway-demo.yaml", "with --demo-scenario gateway: the gateway file (docs/config.md, Gateway)")
+	fs.StringVar(&s.demoGatewayAddr, "demo-gateway-addr", "127.0.0.1:8000", "with --demo-scenario gateway: the gateway's address")
 	fs.StringVar(&s.record, "record", "", "record the traffic trace (arrivals, dispatches, rejections; no bodies) to this file as JSON lines (docs/protocol.md, Trace records)")
 	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
 	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", recorder.DefaultStreamMaxBytes, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
@@ -216,8 +219,8 @@ func (s *settings) validate() error {
 	if s.replicas < 1 || s.replicas > 5 {
 		bad = append(bad, fmt.Sprintf("--stream-replicas %d: want 1 to 5", s.replicas))
 	}
-	if s.demoScenario != "classes" && s.demoScenario != "keys" {
-		bad = append(bad, fmt.Sprintf("--demo-scenario %q: want classes or keys", s.demoScenario))
+	if s.demoScenario != "classes" && s.demoScenario != "keys" && s.demoScenario != "gateway" {
+		bad = append(bad, fmt.Sprintf("--demo-scenario %q: want classes, keys or gateway", s.demoScenario))
 	}
 	if s.queuePolicy != "fcfs" && s.queuePolicy != "wspt" {
 		bad = append(bad, fmt.Sprintf("--queue-policy %q: want fcfs or wspt", s.queuePolicy))

@@ -420,8 +420,11 @@ func (p *process) inFlight() int {
 
 // demo runs the demo of --demo-scenario.
 func (p *process) demo(ctx context.Context) error {
-	if p.s.demoScenario == "keys" {
+	switch p.s.demoScenario {
+	case "keys":
 		return runKeysDemo(ctx, p.nc, p.s, p.pol, p.stdout, p.log)
+	case "gateway":
+		return runGatewayDemo(ctx, p.nc, p.s, p.stdout, p.log)
 	}
 	return runDemo(ctx, p.nc, p.s, p.stdout, p.log)
 }
