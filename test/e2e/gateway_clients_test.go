@@ -40,7 +40,7 @@ func mockText(n int) string {
 }
 
 func clientsRig(t *testing.T) *gwRig {
-	return startGatewayRig(t, gwOptions{policy: gwClassesPolicy, workers: 1,
+	return startGatewayRig(t, gwOptions{policy: policy(t, "gateway-classes"), workers: 1,
 		worker: mockworker0(), tenants: []gwTenant{
 			{name: "acme", classes: "[premium, regular]"},
 			{name: "solo", classes: "[regular]"},
