@@ -82,9 +82,16 @@ func TestNodeWorkerStreams(t *testing.T) {
 	})
 }
 
-// nodeOrSkip returns the node binary, skipping the test when node or the
-// example's node_modules is missing, except under CI (CI=true), where it fails.
+// nodeOrSkip returns the node binary for the example worker (nodeFor).
 func nodeOrSkip(t *testing.T) string {
+	t.Helper()
+	return nodeFor(t, nodeWorkerDir, "examples/node-worker", "nats", "the Node example worker")
+}
+
+// nodeFor returns the node binary, skipping the test when node or module in
+// dir's node_modules (dir is shown as name) is missing, except under CI
+// (CI=true), where it fails; what names what cannot run.
+func nodeFor(t *testing.T, dir, name, module, what string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	missing := ""
@@ -92,12 +99,12 @@ func nodeOrSkip(t *testing.T) string {
 	case err != nil:
 		missing = "node is not on PATH"
 	default:
-		if _, err := os.Stat(filepath.Join(nodeWorkerDir, "node_modules", "nats", "package.json")); err != nil {
-			missing = "examples/node-worker/node_modules is missing: run `npm ci` in examples/node-worker"
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", module, "package.json")); err != nil {
+			missing = name + "/node_modules is missing: run `npm ci` in " + name
 		}
 	}
 	if missing != "" {
-		natstest.Missing(t, "the Node example worker cannot run: "+missing)
+		natstest.Missing(t, what+" cannot run: "+missing)
 	}
 	return node
 }
