@@ -93,11 +93,7 @@ func dlqCount(t *testing.T, js jetstream.JetStream) uint64 {
 }
 
 func TestDeadLetterStoredWithHeaders(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	d := newDeadLetterer(t, js)
 	var sink doneSink
 	dl := sampleLetter()
@@ -141,11 +137,7 @@ func TestDeadLetterStoredWithHeaders(t *testing.T) {
 }
 
 func TestDeadLetterStoredOnce(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	d := newDeadLetterer(t, js)
 	var sink doneSink
 	for range 2 {

@@ -222,11 +222,7 @@ func TestEnsureStreamsRightAfterRestart(t *testing.T) {
 // configured max age (DefaultKVMaxAge by default), and an operator's own max
 // age on an existing stream is kept.
 func TestEnsureStreamsKVMaxAge(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	if got := streamConfig(t, js, "DISPATCH_KV").MaxAge; got != DefaultKVMaxAge {
 		t.Fatalf("max age %v, want %v", got, DefaultKVMaxAge)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/metrics"
 )
 
@@ -35,19 +36,7 @@ var pendingMetrics = []string{"fairdispatch_policy_refused_total", "fairdispatch
 // is skipped otherwise, saying so.
 func promtool(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv(promtoolEnvVar); bin != "" {
-		return bin
-	}
-	bin, err := exec.LookPath("promtool")
-	if err == nil {
-		return bin
-	}
-	msg := "no promtool on PATH and " + promtoolEnvVar + " unset: install one (apt-get install prometheus) to check the alert rules"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return natstest.Program(t, promtoolEnvVar, "install one (apt-get install prometheus) to check the alert rules", "promtool")
 }
 
 func runPromtool(t *testing.T, bin, dir string, args ...string) {

@@ -41,8 +41,15 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: never}, nil)
+}
+
+// campaignOn runs an Elector of cfg on nc until the end of the test;
+// onChange, when not nil, is told of every change too.
+func campaignOn(t *testing.T, nc *nats.Conn, cfg Config, onChange func(lead bool)) *candidate {
+	t.Helper()
 	js, _ := jetstream.New(nc)
-	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: never}, zerolog.Nop())
+	e, err := New(context.Background(), js, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +57,12 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 	c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		e.Run(ctx, func(bool) { c.events.Add(1) })
+		e.Run(ctx, func(lead bool) {
+			c.events.Add(1)
+			if onChange != nil {
+				onChange(lead)
+			}
+		})
 	}()
 	t.Cleanup(func() { cancel(); <-c.done })
 	return c
@@ -94,15 +106,22 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Dur
 	return time.Since(start)
 }
 
-func TestOneLeaderAndCleanHandover(t *testing.T) {
+// leaderAndStandby starts a server and candidate a, waits until it leads,
+// then starts candidate b, both with ttl, and watches them (watch).
+func leaderAndStandby(t *testing.T, ttl time.Duration) (a, b *candidate, stop func()) {
+	t.Helper()
 	s := startServer(t)
+	a = campaign(t, s.ClientURL(), "a", ttl)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
+	b = campaign(t, s.ClientURL(), "b", ttl)
+	return a, b, watch(t, a, b)
+}
+
+func TestOneLeaderAndCleanHandover(t *testing.T) {
 	// 2 s: a's renewals (every ttl/3) have 1.5 s of slack on a loaded machine
 	// before it would step down during the 2*ttl below.
 	ttl := 2 * time.Second
-	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
-	b := campaign(t, s.ClientURL(), "b", ttl)
-	stop := watch(t, a, b)
+	a, b, stop := leaderAndStandby(t, ttl)
 	time.Sleep(2 * ttl) // b campaigns several times meanwhile; the behaviour under test is that it does not win
 	if b.e.Leader() || !a.e.Leader() {
 		t.Fatalf("leaders: a %v b %v, want a only", a.e.Leader(), b.e.Leader())
@@ -118,12 +137,8 @@ func TestOneLeaderAndCleanHandover(t *testing.T) {
 }
 
 func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
-	s := startServer(t)
 	ttl := 600 * time.Millisecond
-	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
-	b := campaign(t, s.ClientURL(), "b", ttl)
-	stop := watch(t, a, b)
+	a, b, stop := leaderAndStandby(t, ttl)
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
 	// watch checks the safety (never two leaders); the deadline here is only
 	// generous, not a measure of speed.
@@ -375,26 +390,13 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
-		e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
-		go func() {
-			defer close(c.done)
-			e.Run(ctx, func(lead bool) {
-				c.events.Add(1)
-				ledMu.Lock()
-				if lead && ledAt.IsZero() {
-					ledAt = time.Now()
-				}
-				ledMu.Unlock()
-			})
-		}()
-		t.Cleanup(func() { cancel(); <-c.done })
-		return c
+		return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
+			ledMu.Lock()
+			if lead && ledAt.IsZero() {
+				ledAt = time.Now()
+			}
+			ledMu.Unlock()
+		})
 	}
 	a := start("a")
 	waitFor(t, 10*time.Second, "a to lead at once in a fresh deployment", a.e.Leader)

@@ -431,27 +431,26 @@ func (m *Metrics) DeadLetter(k int) { m.deadLetters[m.slot(k)].Inc() }
 
 // Handshake counts one handshake outcome, one of the Outcome constants. It does
 // not allocate for those; another value is counted under its own label value.
-func (m *Metrics) Handshake(outcome string) {
-	for i, o := range outcomes {
-		if o == outcome {
-			m.handshakes[i].Inc()
-			return
-		}
-	}
-	m.handshakesVec.WithLabelValues(outcome).Inc()
-}
+func (m *Metrics) Handshake(outcome string) { inc(outcomes, m.handshakes, m.handshakesVec, outcome) }
 
 // LoadDropped counts one dropped load report, for reason one of the Drop
 // constants. It does not allocate for those; another value is counted under its
 // own label value.
 func (m *Metrics) LoadDropped(reason string) {
-	for i, r := range dropReasons {
-		if r == reason {
-			m.loadDropped[i].Inc()
+	inc(dropReasons, m.loadDropped, m.loadDroppedVec, reason)
+}
+
+// inc counts one under label value v of vec: with the counter of counters
+// made for v when v is one of known (same index; no allocation), else
+// through vec.
+func inc(known []string, counters []prometheus.Counter, vec *prometheus.CounterVec, v string) {
+	for i, k := range known {
+		if k == v {
+			counters[i].Inc()
 			return
 		}
 	}
-	m.loadDroppedVec.WithLabelValues(reason).Inc()
+	vec.WithLabelValues(v).Inc()
 }
 
 // SendFailed counts one dispatch that could not be sent, for fault one of

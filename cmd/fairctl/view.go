@@ -99,33 +99,28 @@ func writeRaw(w io.Writer, raw json.RawMessage) error {
 	return err
 }
 
-func runQueues(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs("queues", g, args); err != nil {
-		return err
+// viewCommand is a command that shows one part of /debug/queues: as raw
+// returns it (the JSON as served) with --json, as render writes it otherwise.
+func viewCommand(name string, raw func(*queuesView) json.RawMessage, render func(io.Writer, *queuesView) error) func(context.Context, *globals, []string) error {
+	return func(ctx context.Context, g *globals, args []string) error {
+		if err := noArgs(name, g, args); err != nil {
+			return err
+		}
+		v, err := g.fetchQueues(ctx)
+		if err != nil {
+			return err
+		}
+		if g.json {
+			return writeRaw(g.stdout, raw(v))
+		}
+		return render(g.stdout, v)
 	}
-	v, err := g.fetchQueues(ctx)
-	if err != nil {
-		return err
-	}
-	if g.json {
-		return writeRaw(g.stdout, v.RawClasses)
-	}
-	return renderClasses(g.stdout, v)
 }
 
-func runWorkers(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs("workers", g, args); err != nil {
-		return err
-	}
-	v, err := g.fetchQueues(ctx)
-	if err != nil {
-		return err
-	}
-	if g.json {
-		return writeRaw(g.stdout, v.RawWorkers)
-	}
-	return renderWorkers(g.stdout, v)
-}
+var (
+	runQueues  = viewCommand("queues", func(v *queuesView) json.RawMessage { return v.RawClasses }, renderClasses)
+	runWorkers = viewCommand("workers", func(v *queuesView) json.RawMessage { return v.RawWorkers }, renderWorkers)
+)
 
 // renderClasses writes the queues table.
 func renderClasses(w io.Writer, v *queuesView) error {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func mockText(n int) string {
 }
 
 func clientsRig(t *testing.T) *gwRig {
-	return startGatewayRig(t, gwOptions{policy: gwClassesPolicy, workers: 1,
+	return startGatewayRig(t, gwOptions{policy: policy(t, "gateway-classes"), workers: 1,
 		worker: mockworker0(), tenants: []gwTenant{
 			{name: "acme", classes: "[premium, regular]"},
 			{name: "solo", classes: "[regular]"},
@@ -193,22 +192,7 @@ const nodeClientDir = "../openai-node"
 // Without node or its node_modules it skips, or fails under CI=true.
 func runNodeClient(t *testing.T, url string, plan []map[string]any) map[string]nodeResult {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	missing := ""
-	switch {
-	case err != nil:
-		missing = "node is not on PATH"
-	default:
-		if _, err := os.Stat(filepath.Join(nodeClientDir, "node_modules", "openai", "package.json")); err != nil {
-			missing = "test/openai-node/node_modules is missing: run `npm ci` in test/openai-node"
-		}
-	}
-	if missing != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the openai npm client cannot run under CI: %s", missing)
-		}
-		t.Skipf("the openai npm client cannot run: %s (under CI=true this fails)", missing)
-	}
+	node := nodeFor(t, nodeClientDir, "test/openai-node", "openai", "the openai npm client")
 	b, _ := json.Marshal(plan)
 	cmd := exec.Command(node, "client.js", string(b))
 	cmd.Dir = nodeClientDir

@@ -31,16 +31,8 @@ import (
 //   - no_endpoints: the worker stopped, --no-workers-timeout ran out: 503;
 //   - dispatcher_unreachable: the dispatcher killed: 503.
 
-const gwErrorsPolicy = `default_policy_family: deep
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: tiny, policy_family: tiny, cache_bucket: all, quantum: 512, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 1}
-  - {name: deep, policy_family: deep, cache_bucket: all, quantum: 512, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 100}
-  - {name: nowait, policy_family: nowait, cache_bucket: all, quantum: 512}
-`
-
 func TestGatewayErrorsWithTheClients(t *testing.T) {
-	r := startGatewayRig(t, gwOptions{policy: gwErrorsPolicy, workers: 1,
+	r := startGatewayRig(t, gwOptions{policy: policy(t, "gateway-errors"), workers: 1,
 		dispArgs: []string{"--no-workers-timeout", "1s"},
 		worker:   mockworker.Config{MaxNumSeqs: 1, MaxActiveRequests: 1, DecodePerToken: 50 * time.Millisecond, TTL: time.Second},
 		tenants: []gwTenant{
@@ -72,7 +64,7 @@ func TestGatewayErrorsWithTheClients(t *testing.T) {
 	waitFor(t, 10*time.Second, "the blocker runs", func() bool { return r.disp.metric("fairdispatch_dispatched_total") >= 2 })
 	hold("sk-acme", "tiny")
 	waitFor(t, 10*time.Second, "tiny's one request queued", func() bool {
-		v, ok := frlQueues(r.disp)
+		v, ok := r.disp.queues()
 		return ok && v.pendingTotal() == 1
 	})
 	type want struct {
@@ -131,7 +123,7 @@ func TestGatewayErrorsWithTheClients(t *testing.T) {
 		noWorker <- runNodeClient(t, r.url, []map[string]any{{"name": "no worker", "kind": "chat", "key": "sk-acme", "model": gwModel, "max_tokens": 2, "content": "x"}})
 	}()
 	waitFor(t, 10*time.Second, "a request queued behind it", func() bool {
-		v, ok := frlQueues(r.disp)
+		v, ok := r.disp.queues()
 		return ok && v.pendingTotal() == 1
 	})
 	r.stopWorkers()

@@ -119,7 +119,7 @@ func TestGatewayFairnessKeyWeights(t *testing.T) {
 		{"1:1 control", "", 280, 320, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startGatewayRig(t, gwOptions{policy: gwPolicy(tc.weights), worker: gwFleet(), tenants: []gwTenant{
+			r := startGatewayRig(t, gwOptions{policy: policy(t, "gateway-keys", "extra", tc.weights), worker: gwFleet(), tenants: []gwTenant{
 				{name: "heavy", classes: "[c]", extra: "max_concurrent: 100"},
 				{name: "light", classes: "[c]", extra: "max_concurrent: 100"},
 			}})
@@ -134,7 +134,7 @@ func TestGatewayFairnessKeyWeights(t *testing.T) {
 }
 
 func TestGatewayFairnessClassQuanta(t *testing.T) {
-	r := startGatewayRig(t, gwOptions{policy: gwClassesPolicy, worker: gwFleet(), tenants: []gwTenant{
+	r := startGatewayRig(t, gwOptions{policy: policy(t, "gateway-classes"), worker: gwFleet(), tenants: []gwTenant{
 		{name: "gold", classes: "[premium]", extra: "max_concurrent: 100"},
 		{name: "basic", classes: "[regular]", extra: "max_concurrent: 100"},
 	}})

@@ -177,23 +177,6 @@ func (r *gwRig) postWithin(d time.Duration, path, key, body string) (int, string
 	return resp.StatusCode, string(b)
 }
 
-// gwPolicy is one queueing class c, or with two, the seed's premium and
-// regular (quanta 512:128); extra goes into c (key weights).
-func gwPolicy(extra string) string {
-	return `default_policy_family: c
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: c, policy_family: c, cache_bucket: all, quantum: 512, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 8192` + extra + `}
-`
-}
-
-const gwClassesPolicy = `default_policy_family: regular
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 8192}
-  - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128, prefill_busy_threshold: 100000, request_queue_limit_per_worker: 8192}
-`
-
 // mockworker0 is one mock worker of four sequences at 2 ms a token.
 func mockworker0() mockworker.Config {
 	return mockworker.Config{MaxNumSeqs: 4, DecodePerToken: 2 * time.Millisecond}

@@ -30,18 +30,12 @@ type stoTracker struct {
 func stoTrack(t *testing.T, nc *nats.Conn) *stoTracker {
 	t.Helper()
 	k := &stoTracker{inbox: nc.NewRespInbox(), completed: map[string]int{}, outcomes: map[string][]ecsOutcome{}}
-	done, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c wire.Completion
-		if json.Unmarshal(m.Data, &c) == nil {
-			k.mu.Lock()
-			k.completed[c.RequestID]++
-			k.mu.Unlock()
-		}
+	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
+		k.mu.Lock()
+		k.completed[c.RequestID]++
+		k.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := nc.Subscribe(k.inbox, func(m *nats.Msg) {
+	subscribe(t, nc, k.inbox, func(m *nats.Msg) {
 		var o ecsOutcome
 		if json.Unmarshal(m.Data, &o) == nil {
 			k.mu.Lock()
@@ -49,18 +43,6 @@ func stoTrack(t *testing.T, nc *nats.Conn) *stoTracker {
 			k.mu.Unlock()
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*nats.Subscription{done, out} {
-		if err := s.SetPendingLimits(-1, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = done.Unsubscribe(); _ = out.Unsubscribe() })
 	return k
 }
 
@@ -105,21 +87,6 @@ func (k *stoTracker) rejected(ids []string) map[string][]ecsOutcome {
 	return out
 }
 
-// stoPublish publishes one message with a Nats-Msg-Id and headers, waiting
-// for JetStream's acknowledgement, and returns its error.
-func stoPublish(js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) error {
-	m := nats.NewMsg(subject)
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	for k, v := range hdr {
-		m.Header[k] = []string{v}
-	}
-	m.Data = body
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := js.PublishMsg(ctx, m)
-	return err
-}
-
 // stoFill publishes messages <idPrefix>-0, -1, ... to subject until JetStream
 // refuses one, and returns the ids it stored and the refusal. It fails the
 // test when an error is not a refusal for want of room, or when max
@@ -129,7 +96,7 @@ func stoFill(t *testing.T, js jetstream.JetStream, subject, idPrefix string, hdr
 	var ids []string
 	for i := range max {
 		id := fmt.Sprintf("%s-%d", idPrefix, i)
-		err := stoPublish(js, subject, id, hdr, body)
+		_, err := tryPublish(js, subject, id, hdr, body)
 		if err == nil {
 			ids = append(ids, id)
 			continue
@@ -177,7 +144,7 @@ func stoSetLimits(t *testing.T, js jetstream.JetStream, stream string, edit func
 func stoLetters(t *testing.T, js jetstream.JetStream) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	for _, m := range ecsStreamAll(t, js, "DISPATCH_DLQ") {
+	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
 		id := m.Header.Get(wire.HeaderRequestID)
 		if id == "" {
 			id = m.Header.Get(jetstream.MsgIDHeader)
@@ -188,17 +155,8 @@ func stoLetters(t *testing.T, js jetstream.JetStream) map[string][]string {
 }
 
 // stoStreamInfo returns a stream's state.
-func stoStreamInfo(t *testing.T, js jetstream.JetStream, stream string) jetstream.StreamState {
+func stoStreamInfo(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamState {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, info := stream(t, js, name)
 	return info.State
 }

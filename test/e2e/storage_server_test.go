@@ -16,22 +16,6 @@ import (
 	"fairdispatch/wire"
 )
 
-const stoPolicy = `default_policy_family: default
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - {name: default, policy_family: default, cache_bucket: all, quantum: 512}
-`
-
-const stoPolicyNew = `default_policy_family: default
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - {name: default, policy_family: default, cache_bucket: all, quantum: 256}
-`
-
 // TestStorageServerStoreFull is the acceptance for the whole JetStream store
 // full: the dispatcher's embedded server capped at 128 KiB
 // (--nats-max-file-store), filled by requests in DISPATCH_REQ, which has no
@@ -52,7 +36,7 @@ func TestStorageServerStoreFull(t *testing.T) {
 	addr := freeAddr(t)
 	url := "nats://" + addr
 	p := startDispatcher(t, "", "--nats-listen", addr, "--data-dir", t.TempDir(), "--nats-max-file-store", fmt.Sprint(maxStore),
-		"--policy-config", writePolicy(t, stoPolicy))
+		"--policy-config", policyFile(t, "one-class", "quantum", 512))
 	nc := connect(t, url)
 	js := jsOf(t, nc)
 	tr := stoTrack(t, nc)
@@ -80,7 +64,8 @@ func TestStorageServerStoreFull(t *testing.T) {
 	// the lease is renewed four times.
 	r0 := revision()
 	waitFor(t, 20*time.Second, "four lease renewals stored while the store is full", func() bool { return revision() >= r0+4 })
-	stoRefusal(t, stoPublish(js, "dispatch.req.default", "probe", hdr, body), wire.JSErrCodeInsufficientResources, wire.RefusalInsufficientResources)
+	_, err = tryPublish(js, "dispatch.req.default", "probe", hdr, body)
+	stoRefusal(t, err, wire.JSErrCodeInsufficientResources, wire.RefusalInsufficientResources)
 	if lead, failed := p.metric("fairdispatch_leader"), p.metric("fairdispatch_lease_renewal_failures_total"); lead != 1 || failed != 0 {
 		t.Fatalf("while the store is full: fairdispatch_leader %v, lease renewal failures %v; want 1, 0", lead, failed)
 	}
@@ -90,7 +75,7 @@ func TestStorageServerStoreFull(t *testing.T) {
 			p.metric("fairdispatch_jetstream_account_bytes", `storage="file"`) >= 0.9*maxStore &&
 			p.metric("fairdispatch_stream_bytes", `stream="DISPATCH_REQ"`) > 0
 	})
-	newPolicy := writePolicy(t, stoPolicyNew)
+	newPolicy := policyFile(t, "one-class", "quantum", 256)
 	out, err := exec.Command(fairctl(t), "--server", url, "policy", "put", newPolicy).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), wire.RefusalInsufficientResources) || !strings.Contains(string(out), "store is full") {
 		t.Fatalf("fairctl policy put into a full store: %v\n%s\nwant a failure saying the store is full (insufficient resources)", err, out)

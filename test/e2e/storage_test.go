@@ -79,7 +79,7 @@ func TestStorageRequestStreamFull(t *testing.T) {
 	waitFor(t, 30*time.Second, "an empty request stream and nothing held", func() bool {
 		return stoStreamInfo(t, js, "DISPATCH_REQ").Msgs == 0 && p.metric("fairdispatch_held_messages") == 0
 	})
-	if err := stoPublish(js, "dispatch.req.default", "after", hdr, []byte("body")); err != nil {
+	if _, err := tryPublish(js, "dispatch.req.default", "after", hdr, []byte("body")); err != nil {
 		t.Fatalf("publish after the drain: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the request published after the drain completed", func() bool { return len(tr.missing([]string{"after"})) == 0 })
@@ -110,7 +110,7 @@ func TestStorageDeadLetterStreamFull(t *testing.T) {
 	js := jsOf(t, nc)
 	p := startDispatcher(t, ns.URL(), "--max-held", "16")
 	startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4})
-	ecsWaitWorker(t, p, "w1")
+	waitLive(t, p, "w1")
 	tr := stoTrack(t, nc)
 
 	const limit = 25
@@ -122,7 +122,7 @@ func TestStorageDeadLetterStreamFull(t *testing.T) {
 	for i := range bad {
 		id := fmt.Sprint("bad-", i)
 		badIDs = append(badIDs, id)
-		if err := stoPublish(js, "dispatch.req.default", id, map[string]string{wire.HeaderISLTokens: "lots", wire.HeaderReplyTo: tr.inbox}, []byte("x")); err != nil {
+		if _, err := tryPublish(js, "dispatch.req.default", id, map[string]string{wire.HeaderISLTokens: "lots", wire.HeaderReplyTo: tr.inbox}, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
