@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -79,13 +80,13 @@ func TestAcksAcrossEmbeddedRestart(t *testing.T) {
 
 	var totalDup, totalExcused int
 	for run := range runs {
-		frlWaitLive(t, p, "go-1", "mock-1", "node-1")
+		waitLive(t, p, "go-1", "mock-1", "node-1")
 		prefix := fmt.Sprintf("acks-%d-", run)
 		mock0 := m.Stats().Accepted
 		gs0, ms0 := w.Stats(), m.Helper().Stats()
 		for i := range n {
 			id := fmt.Sprintf("%s%03d", prefix, i)
-			ecsPublish(t, js, "dispatch.req.default", id, map[string]string{"Dispatch-ISL-Tokens": "100"}, []byte(id))
+			publish(t, js, "dispatch.req.default", id, map[string]string{"Dispatch-ISL-Tokens": "100"}, []byte(id))
 		}
 		executed := func() int {
 			return gw.count(prefix) + akNodeRuns(nodeOut.String(), prefix).total + int(m.Stats().Accepted-mock0)
@@ -204,9 +205,8 @@ type akRecords struct {
 func akWatchRecords(t *testing.T, nc *nats.Conn, id string) *akRecords {
 	t.Helper()
 	r := &akRecords{seen: map[string]map[time.Time]bool{}}
-	sub, err := nc.Subscribe("dispatch.done."+id, func(m *nats.Msg) {
-		var c mockworker.Completion
-		if json.Unmarshal(m.Data, &c) != nil || c.OutputTokens == 0 {
+	onCompletion(t, nc, "dispatch.done."+id, func(c wire.Completion) {
+		if c.OutputTokens == 0 {
 			return
 		}
 		r.mu.Lock()
@@ -216,16 +216,6 @@ func akWatchRecords(t *testing.T, nc *nats.Conn, id string) *akRecords {
 		}
 		r.seen[c.RequestID][c.ReceivedAt] = true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return r
 }
 

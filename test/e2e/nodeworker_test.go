@@ -112,12 +112,12 @@ func nodeFor(t *testing.T, dir, name, module, what string) string {
 // startNodeWorker runs examples/node-worker/worker.js as worker id and
 // returns its output; at the end of the test it sends SIGTERM and requires a
 // clean exit.
-func startNodeWorker(t *testing.T, node, url, id string, env ...string) *lockedBuffer {
+func startNodeWorker(t *testing.T, node, url, id string, env ...string) *natstest.Buffer {
 	t.Helper()
 	cmd := exec.Command(node, "worker.js")
 	cmd.Dir = nodeWorkerDir
 	cmd.Env = append(append(os.Environ(), "NATS_URL="+url, "WORKER_ID="+id), env...)
-	_, done := startProcess(t, "node worker", cmd)
+	out, done := startProcess(t, "node worker", cmd)
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM) // it drains, then exits 0
 		select {
