@@ -160,6 +160,7 @@ type Metrics struct {
 	dlqRetries     prometheus.Counter
 	settlements    *prometheus.CounterVec
 	cancels        *prometheus.CounterVec
+	preemptions    *prometheus.CounterVec
 	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
@@ -231,16 +232,19 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
 		settlements:    counterVec("settlements_total", "Completion records received, per outcome: settled (the correction applied), unknown, foreign, already_settled (ignored, docs/design.md, Cost settlement), invalid (did not parse), backlog (dropped: too many waiting).", "outcome"),
 		cancels:        counterVec("cancels_total", "Cancellations received on <prefix>.cancel, per where the request was: queued (taken out, no service charged), sending (in a handshake), running (forwarded to its worker), rejected, unknown and standby (remembered only), admission (a remembered id arrived and was dropped), invalid, backlog (dropped).", "where"),
-		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
-		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
-		dlqFailed:      counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
-		booked:         workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
-		reported:       workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
-		overloaded:     workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (docs/design.md, Worker selection), else 0."),
-		liveWorkers:    gauge("live_workers", "Workers currently live."),
-		held:           gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
-		redelivered:    counter("redelivered_messages_total", "Request messages received again while or after being held."),
-		progressAcks:   counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "preemptions_total",
+			Help: "Preemptions of running requests of sheddable classes (docs/design.md, Preemption), per class of the preempted request and event: asked (a cancellation with reason preempt sent to its worker), returned (the request came back from the stream, at the head of its lane)."},
+			[]string{"class", "event"}),
+		correction:   counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
+		dlqRetries:   counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
+		dlqFailed:    counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
+		booked:       workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
+		reported:     workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
+		overloaded:   workerVec("worker_overloaded", "1 if the live worker is overloaded for selection (docs/design.md, Worker selection), else 0."),
+		liveWorkers:  gauge("live_workers", "Workers currently live."),
+		held:         gauge("held_messages", "Request messages held by the dispatcher (queued or in a handshake)."),
+		redelivered:  counter("redelivered_messages_total", "Request messages received again while or after being held."),
+		progressAcks: counter("progress_acks_total", "Progress acknowledgements (+WPI) sent for held messages."),
 		coalesced: counter("load_reports_coalesced_total",
 			"Load reports replaced by a newer one of the same worker before the queue actor applied them (the latest wins; not an error)."),
 		idConflicts: counter("worker_id_conflicts_total",
@@ -292,7 +296,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
-		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels)
+		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels, m.preemptions)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
@@ -473,6 +477,12 @@ func (m *Metrics) Settlement(outcome string, correction int64) {
 
 // Cancel counts a cancellation by where it found its request (Cancel*).
 func (m *Metrics) Cancel(where string) { m.cancels.WithLabelValues(where).Inc() }
+
+// Preempted counts one preemption event ("asked" or "returned") of a
+// request of class.
+func (m *Metrics) Preempted(class, event string) {
+	m.preemptions.WithLabelValues(class, event).Inc()
+}
 
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }

@@ -52,7 +52,7 @@ type story struct {
 
 func (h *story) run(t *testing.T, td *scenario.TestData) string {
 	t.Helper()
-	out := scenario.Do(t, td, h.s != nil, "policy", h.commands(), "draining", "summary")
+	out := scenario.Do(t, td, h.s != nil, "policy", h.commands(), "draining", "summary", "preempt", "again", "cancelled")
 	return strings.TrimRight(out, "\n") + "\n"
 }
 
@@ -62,7 +62,7 @@ func (h *story) commands() map[string]func(*scenario.Args) string {
 		"policy": h.policy, "report": h.report, "arrive": h.arrive, "next": h.next, "dispatch": h.dispatch,
 		"answer": h.answer, "settle": h.settle, "complete": h.settle, "serve": h.serve, "tick": h.tick,
 		"advance-time": h.advance, "thresholds": h.thresholds, "recheck": h.recheck, "remove": h.remove,
-		"pause": h.pause, "resume": h.resume, "stats": h.stats, "print": h.print,
+		"pause": h.pause, "resume": h.resume, "stats": h.stats, "print": h.print, "preempt": h.preempt,
 	}
 }
 
@@ -178,6 +178,7 @@ func (h *story) report(a *scenario.Args) string {
 		WorkerID: id, DPStart: uint32(start), DPSize: uint32(n), TTLms: uint64(a.Dur("ttl", 3*time.Second).Milliseconds()),
 		Instance: a.StrOr("instance", "i-"+id), MaxActive: a.Uint("max_active", 0), MaxBatched: a.Uint("batched", 0),
 		TotalKV: a.Uint("total_kv", 0), Draining: a.Flag("draining"), Taints: a.List("taints"),
+		Preempt: a.Flag("preempt"),
 	}
 	if _, ok := a.Str("seen"); ok {
 		rep.SeenSeq, rep.HasSeenSeq = a.Uint("seen", 0), true
@@ -220,6 +221,7 @@ func (h *story) arrive(a *scenario.Args) string {
 	token := a.Pos(0)
 	count := int(a.Uint("n", 1))
 	id, named := a.Str("id")
+	again := a.Flag("again")
 	if named && count > 1 {
 		a.Fatalf("id names one request")
 	}
@@ -251,7 +253,7 @@ func (h *story) arrive(a *scenario.Args) string {
 		if !named {
 			arr.ID = "r" + strconv.Itoa(h.n)
 		}
-		if _, dup := h.reqs[arr.ID]; dup {
+		if _, dup := h.reqs[arr.ID]; dup && !again {
 			a.Fatalf("request %s arrived before", arr.ID)
 		}
 		arr.Ref = uint64(h.n)
@@ -341,6 +343,7 @@ func (h *story) answer(a *scenario.Args) string {
 	switch how {
 	case "accept":
 		h.s.Accepted(d.Worker)
+		h.s.Started(h.now, d.Req, d.Worker, d.Seq)
 	case "refuse", "timeout":
 		h.s.Return(h.now, d.Req, d.Worker, d.Seq)
 	case "unsent":
@@ -372,7 +375,7 @@ func (h *story) answer(a *scenario.Args) string {
 // the dispatch (a forged or stray record).
 func (h *story) settle(a *scenario.Args) string {
 	first := a.Pos(0)
-	c := Completion{PrefillTokens: a.Uint("prefill", 0), OutputTokens: a.Uint("output", 0)}
+	c := Completion{PrefillTokens: a.Uint("prefill", 0), OutputTokens: a.Uint("output", 0), Cancelled: a.Flag("cancelled")}
 	worker := first
 	if d, ok := h.last[first]; ok {
 		worker, c.Seq, c.RequestID = d.Worker, d.Seq, first
@@ -413,6 +416,7 @@ func (h *story) serve(a *scenario.Args) string {
 			}
 			delete(h.inFlight, rid)
 			h.s.Accepted(id)
+			h.s.Started(h.now, d.Req, id, d.Seq)
 			running = append(running, d)
 		}
 		slices.SortFunc(running, func(x, y Decision) int { return cmp.Compare(x.Seq, y.Seq) })
@@ -455,6 +459,23 @@ func (h *story) serve(a *scenario.Args) string {
 	fmt.Fprintf(&b, "\nfirst %d: %s\n", min(show, n), runs(order[:min(show, n)]))
 	b.WriteString(h.deficits())
 	return b.String()
+}
+
+// preempt calls Preempt: each preemption asked, and whether sheddable
+// classes hold back.
+func (h *story) preempt(*scenario.Args) string {
+	var lines []string
+	for _, p := range h.s.Preempt(h.now, nil) {
+		lines = append(lines, fmt.Sprintf("ask %s to preempt %s seq %d (%s) for %s, waited %s", p.Worker, p.RequestID, p.Seq,
+			h.s.Policy().Classes[p.Class].Name, h.s.Policy().Classes[p.For].Name, ms(p.Waited)))
+	}
+	if len(lines) == 0 {
+		lines = append(lines, "no preemption")
+	}
+	if h.s.pre.yield {
+		lines = append(lines, "sheddable classes hold back")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // tick advances the clock (tick +30ms) and ticks: workers whose TTL ran out,

@@ -174,6 +174,7 @@ func New(cfg Config, now int64) *Scheduler {
 		s.classes[k] = lanes.NewKeyed(checker{s}, s.keyConfig(k))
 		s.queues[k] = s.classes[k]
 	}
+	s.configurePreemption(nil)
 	return s
 }
 
@@ -204,7 +205,9 @@ func classParams(p *configs.Policy) ([]uint64, []filters.Gate) {
 // the request.
 type checker struct{ s *Scheduler }
 
-func (c checker) Dispatchable(r *request.Snapshot) bool { return !c.s.gates.GatedFor(r.Class, r) }
+func (c checker) Dispatchable(r *request.Snapshot) bool {
+	return !c.s.pre.holdsBack(r.Class) && !c.s.gates.GatedFor(r.Class, r)
+}
 
 // Policy returns the policy the scheduler runs.
 func (s *Scheduler) Policy() *configs.Policy { return s.pol }
@@ -257,12 +260,22 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 		s.enqueue(r)
 		return Decision{Kind: Queued, Req: r}
 	}
-	if !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r)) {
+	if !cfg.Queues() || (cls.Empty() && !s.pre.holdsBack(r.Class) && !s.gates.GatedFor(r.Class, r)) {
 		d := s.place(now, r)
 		if d.Kind == Dispatch {
 			s.settle.record(now, d, 0, false) // not arbitrated: nothing charged to correct
 		}
 		return d
+	}
+	if r.Preempted > 0 {
+		// Handed back by a preemption: admitted before, it waits again
+		// at the head of its lane, without a limit, budget or shedding
+		// check (docs/design.md, Preemption).
+		if r.Deadline != 0 && r.Deadline <= now {
+			return s.expire(now, r)
+		}
+		s.enqueue(r)
+		return Decision{Kind: Queued, Req: r, Projected: -1}
 	}
 	if err := s.checkLimits(r.Class); err != nil {
 		return Decision{Kind: Reject, Req: r, Err: err}
@@ -310,7 +323,7 @@ func (s *Scheduler) snapshot(a *request.Arrival) *request.Snapshot {
 	r.Cost = max(1, r.ISL-r.Cached)
 	r.Class = s.pol.Resolve(a.Token, r.ISL-r.Cached)
 	s.applyDeadlines(r, a.Published)
-	s.pre.readmit(r)
+	s.readmit(r)
 	s.order(r)
 	return r
 }
@@ -378,6 +391,9 @@ func (s *Scheduler) enqueue(r *request.Snapshot) {
 	s.classes[r.Class].Push(r)
 	if r.Deadline != 0 {
 		s.dl.Push(r)
+	}
+	if s.pre.on {
+		s.pre.queued(r)
 	}
 }
 
@@ -552,6 +568,9 @@ func (s *Scheduler) ApplyReport(now int64, rep workers.Report) (workers.Change, 
 	if ch.Rival {
 		return ch, true
 	}
+	if ch.Restarted {
+		s.pre.dropWorker(w.ID)
+	}
 	s.sel.Thresholds.UpdateLatch(w)
 	s.gates.Update(w)
 	if ch.New {
@@ -573,6 +592,7 @@ func (s *Scheduler) Tick(now int64, dst []Decision) []Decision {
 	s.expired = s.reg.Expire(now, s.expired[:0])
 	for _, w := range s.expired {
 		s.gates.Remove(w)
+		s.pre.dropWorker(w.ID)
 		if s.kv != nil {
 			// Its cache state may be gone with it; if it comes back under
 			// the same instance, its next event shows a gap and it
