@@ -248,8 +248,9 @@ func (p *preemptions) dropWorker(worker string) {
 // one ask while fewer asks are under way for the class than such requests:
 // the victim is a running request of a sheddable class, preempted fewer than
 // its class's max_preemptions times and not asked before, on a worker that
-// declares preemption support and is eligible for the waiting request; the
-// most recently started one (the least work lost). While asks are under way,
+// declares preemption support and is eligible for the waiting request; of
+// those, the one preempted least often, then the most recently started (the
+// least work lost). While asks are under way,
 // sheddable classes hold back, so that the slot freed goes to the request
 // that waited. Call it at every tick. O(1) when no class preempts; else
 // O(overdue × running sheddable dispatches) plus the cleaning of the
@@ -343,7 +344,8 @@ func (s *Scheduler) victim(now int64, r *request.Snapshot) (Preemption, bool) {
 			if e.asked != 0 || e.preempted >= p.max[e.class] {
 				continue
 			}
-			if best == nil || e.at > best.at || (e.at == best.at && wk.ID < bestW.ID) {
+			if best == nil || e.preempted < best.preempted ||
+				(e.preempted == best.preempted && (e.at > best.at || (e.at == best.at && wk.ID < bestW.ID))) {
 				best, bestW = e, wk
 			}
 		}
