@@ -6,7 +6,7 @@ ARGS     ?=
 BIN      ?= bin
 BENCHTIME ?= 1s
 
-.PHONY: run test vet fmt bench bench-e2e bench-quick build fuzz fuzz-short cover clean
+.PHONY: run test vet fmt bench bench-e2e bench-quick bench-fleet build fuzz fuzz-short cover clean
 
 ## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone;
 ## DEMO=keys: a flooding tenant against quiet ones in one class, on configs/policy-keys.yaml; ARGS: more flags). It builds $(BIN)/dispatcher and execs it, so that a signal to make reaches the dispatcher
@@ -58,6 +58,13 @@ bench-e2e:
 ## bench-quick: the same, small (under a minute)
 bench-quick:
 	$(GO) run ./cmd/bench --quick
+
+## bench-fleet: the Mooncake trace against 8 simulated Llama-3.3-70B engines behind round robin, least loaded,
+## a queueless cache-aware router and four fairdispatch variants, at 50%, 80% and 110% of the fleet's measured
+## capacity; prints the table and writes it with fleet.json and a PNG per metric into bench-out/ (about 7 minutes;
+## docs/bench.md, What it buys a fleet). The trace is read from shared/traces/ beside the repository.
+bench-fleet:
+	$(GO) run ./cmd/bench --fleet $(ARGS)
 
 ## cover: coverage of the core packages
 cover:

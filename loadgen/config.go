@@ -138,6 +138,12 @@ type Config struct {
 	// Prefixes, when Prefixes.N > 0, makes every request's prompt one of
 	// shared prefixes, with Dispatch-Block-Hashes (prefixes.go).
 	Prefixes Prefixes
+	// Replay, when not nil, publishes a trace (trace.go) instead: its
+	// requests, each at its own time, with its own ISL, output tokens,
+	// block hashes, class and tenant. Classes is then filled from the
+	// requests when empty; Rate, ISL, OutputTokens, Order, Tenants and
+	// Prefixes must be left zero.
+	Replay *Replay
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -154,6 +160,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.ProgressInterval = DefaultProgressInterval
 	}
 	var errs []error
+	if c.Replay != nil {
+		errs = append(errs, c.Replay.check(&c)...)
+	}
 	if _, err := naming.New(c.Prefix); err != nil {
 		errs = append(errs, err)
 	}
@@ -210,4 +219,33 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("loadgen: invalid config: %w", errors.Join(errs...))
 	}
 	return c, nil
+}
+
+// check validates a replay and fills c.Classes from its requests when empty.
+func (rp *Replay) check(c *Config) []error {
+	var errs []error
+	if !(rp.Speedup > 0) || math.IsInf(rp.Speedup, 0) {
+		errs = append(errs, fmt.Errorf("replay speedup %v: want > 0", rp.Speedup))
+	}
+	if c.Rate != 0 || c.ISL != 0 || c.OutputTokens != 0 || len(c.Tenants) > 0 || c.Prefixes.N != 0 {
+		errs = append(errs, errors.New("a replay sets its own rate, ISL, output tokens, tenants and prompts: leave them zero"))
+	}
+	counts := map[string]int{}
+	var names []string
+	for i, r := range rp.Requests {
+		if i > 0 && r.At < rp.Requests[i-1].At {
+			errs = append(errs, fmt.Errorf("replay request %d at %v is before the one before it", i, r.At))
+			break
+		}
+		if counts[r.Class] == 0 {
+			names = append(names, r.Class)
+		}
+		counts[r.Class]++
+	}
+	if len(c.Classes) == 0 {
+		for _, n := range names {
+			c.Classes = append(c.Classes, ClassCount{Class: n, Count: counts[n]})
+		}
+	}
+	return errs
 }

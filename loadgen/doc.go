@@ -32,6 +32,15 @@
 // ([Prefixes]); [Result.CacheHitRate] is the fleet's prefix cache hit rate
 // from the workers' completion records (cached_tokens).
 //
+// With Config.Replay it replays a trace in the Mooncake format (trace.go:
+// ReadTrace, PrepareReplay) instead: each record is one request published at
+// its timestamp over Replay.Speedup, with its ISL, Dispatch-Output-Tokens,
+// and Dispatch-Block-Hashes chained over token ids derived from its hash ids
+// (TraceTokens: two records sharing their first k hash ids share exactly
+// their first k × 512 tokens), its conversation's tenant (TenantOf) and one
+// class. Completions then carry the record's first_token_at (TTFT), prefill
+// and output tokens, and the tenant even when it was not sent.
+//
 // Run is safe to call concurrently with different configurations; a Result is
 // immutable once returned.
 package loadgen

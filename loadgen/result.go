@@ -19,6 +19,9 @@ type Completion struct {
 	Class string `json:"class"`
 	// Key is the fairness key loadgen sent (Config.Tenants); "" when none.
 	Key string `json:"fairness_key,omitempty"`
+	// Tenant is the request's tenant: Key, or a replay's tenant even when
+	// it was not sent (Replay.SendKeys false).
+	Tenant string `json:"tenant,omitempty"`
 	// PhysicalClass is the class named by the completion record (Dispatch-Class).
 	PhysicalClass string `json:"physical_class"`
 	// WorkerID and DPRank name where it ran.
@@ -29,12 +32,19 @@ type Completion struct {
 	// QueuedMs is the dispatcher's queueing time, in ms.
 	QueuedMs uint64 `json:"queued_ms"`
 	// PublishedAt is when loadgen published it; the rest come from the record.
-	PublishedAt time.Time `json:"published_at"`
-	ReceivedAt  time.Time `json:"received_at"`
-	StartedAt   time.Time `json:"started_at"`
-	FinishedAt  time.Time `json:"finished_at"`
-	// Latency is FinishedAt - PublishedAt.
+	PublishedAt  time.Time `json:"published_at"`
+	ReceivedAt   time.Time `json:"received_at"`
+	StartedAt    time.Time `json:"started_at"`
+	FirstTokenAt time.Time `json:"first_token_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at"`
+	// Latency is FinishedAt - PublishedAt, and TTFT FirstTokenAt -
+	// PublishedAt (0 when the worker did not say).
 	Latency time.Duration `json:"latency"`
+	TTFT    time.Duration `json:"ttft,omitempty"`
+	// PrefillTokens and OutputTokens are the record's: the uncached prompt
+	// tokens computed and the tokens generated.
+	PrefillTokens uint64 `json:"prefill_tokens"`
+	OutputTokens  uint64 `json:"output_tokens"`
 	// PromptTokens is the request's Dispatch-ISL-Tokens, and CachedTokens
 	// the prompt tokens the worker found in its prefix cache (the record's
 	// cached_tokens; 0 from workers without one).
@@ -182,6 +192,10 @@ type Summary struct {
 	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
 	CacheHitRate  float64        `json:"cache_hit_rate,omitempty"`
 	PerWorker     map[string]int `json:"completions_per_worker,omitempty"`
+	// TTFTP50Ms and TTFTP99Ms are the time to first token's percentiles,
+	// when the workers' records carry first_token_at.
+	TTFTP50Ms float64 `json:"ttft_p50_ms,omitempty"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms,omitempty"`
 }
 
 // ClassSummary is one class of a Summary.
@@ -217,6 +231,16 @@ func (r *Result) Summarize(firstClassCount int) Summary {
 			s.PerWorker[c.WorkerID]++
 		}
 	}
+	var ttft []time.Duration
+	for _, c := range r.Completions {
+		if c.TTFT > 0 {
+			ttft = append(ttft, c.TTFT)
+		}
+	}
+	if len(ttft) > 0 {
+		p50, _, p99 := percentiles(ttft)
+		s.TTFTP50Ms, s.TTFTP99Ms = ms(p50), ms(p99)
+	}
 	for _, c := range r.Classes {
 		st := r.PerClass[c]
 		s.Classes = append(s.Classes, ClassSummary{Class: c, Published: st.Published, Dispatched: st.Dispatched,
@@ -249,6 +273,9 @@ func (s Summary) String() string {
 	}
 	for k, n := range s.RejectedBy {
 		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	}
+	if s.TTFTP50Ms > 0 {
+		fmt.Fprintf(&b, "time to first token p50 %.1f ms p99 %.1f ms\n", s.TTFTP50Ms, s.TTFTP99Ms)
 	}
 	if s.CacheHitRate > 0 {
 		fmt.Fprintf(&b, "prefix cache hit rate %.3f; completions per worker:", s.CacheHitRate)

@@ -46,6 +46,7 @@ type request struct {
 	class       string
 	isl         uint64
 	key         string // Dispatch-Fairness-Key; "" when none
+	tenant      string // the replay's tenant, sent or not
 	publishedAt time.Time
 	ended       bool
 }
@@ -237,6 +238,24 @@ func order(cfg Config) []string {
 	return out
 }
 
+// replayMessage builds request n of the replay.
+func (r *run) replayMessage(n int, id, inbox string) *nats.Msg {
+	rr := &r.cfg.Replay.Requests[n]
+	m := nats.NewMsg(r.names.Req(rr.Class))
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Header.Set(wire.HeaderISLTokens, strconv.Itoa(rr.ISL))
+	m.Header.Set(wire.HeaderOutputTokens, strconv.Itoa(rr.Output))
+	if rr.encoded != "" {
+		m.Header.Set(wire.HeaderBlockHashes, rr.encoded)
+	}
+	if r.cfg.Replay.SendKeys && rr.Tenant != "" {
+		m.Header.Set(wire.HeaderFairnessKey, rr.Tenant)
+	}
+	m.Header.Set(wire.HeaderReplyTo, inbox)
+	m.Data = fmt.Appendf(nil, `{"run":%q,"n":%d,"class":%q}`, r.cfg.RunID, n, rr.Class)
+	return m
+}
+
 // message builds request n of class; it returns its ISL too.
 func (r *run) message(n int, class, id, inbox string) (*nats.Msg, uint64) {
 	cfg := r.cfg
@@ -302,9 +321,22 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 	}()
 
 	tenants := newTenantPicker(r.cfg.Tenants)
-	for n, class := range order(r.cfg) {
-		if r.cfg.Rate > 0 {
-			at := r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
+	rp := r.cfg.Replay
+	classes := order(r.cfg)
+	if rp != nil {
+		classes = make([]string, len(rp.Requests))
+		for i := range rp.Requests {
+			classes[i] = rp.Requests[i].Class
+		}
+	}
+	for n, class := range classes {
+		if r.cfg.Rate > 0 || rp != nil {
+			var at time.Time
+			if rp != nil {
+				at = r.start.Add(time.Duration(float64(rp.Requests[n].At) / rp.Speedup))
+			} else {
+				at = r.start.Add(time.Duration(float64(n) / r.cfg.Rate * float64(time.Second)))
+			}
 			if d := time.Until(at); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -319,13 +351,27 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 			return
 		}
 		id := r.cfg.RunID + "-" + strconv.Itoa(n)
-		m, isl := r.message(n, class, id, inbox)
-		key := tenants.next(class)
-		if key != "" {
-			m.Header.Set(wire.HeaderFairnessKey, key)
+		var q *request
+		var m *nats.Msg
+		if rp != nil {
+			rr := &rp.Requests[n]
+			m = r.replayMessage(n, id, inbox)
+			q = &request{class: class, isl: uint64(rr.ISL), tenant: rr.Tenant}
+			if rp.SendKeys {
+				q.key = rr.Tenant
+			}
+		} else {
+			var isl uint64
+			m, isl = r.message(n, class, id, inbox)
+			key := tenants.next(class)
+			if key != "" {
+				m.Header.Set(wire.HeaderFairnessKey, key)
+			}
+			q = &request{class: class, isl: isl, key: key, tenant: key}
 		}
+		q.publishedAt = time.Now()
 		r.mu.Lock()
-		r.reqs[id] = &request{class: class, isl: isl, key: key, publishedAt: time.Now()}
+		r.reqs[id] = q
 		r.mu.Unlock()
 		fut, err := js.PublishMsgAsync(m)
 		if err != nil {
@@ -403,12 +449,17 @@ func (r *run) onCompletion(m *nats.Msg) {
 	if q.key != "" {
 		r.byKey[q.key]++
 	}
-	r.completions = append(r.completions, Completion{
-		RequestID: rec.RequestID, Class: q.class, Key: q.key, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
+	c := Completion{
+		RequestID: rec.RequestID, Class: q.class, Key: q.key, Tenant: q.tenant, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
-		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FirstTokenAt: rec.FirstTokenAt, FinishedAt: rec.FinishedAt,
 		Latency: rec.FinishedAt.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
-	})
+		PrefillTokens: rec.PrefillTokens, OutputTokens: rec.OutputTokens,
+	}
+	if !rec.FirstTokenAt.IsZero() {
+		c.TTFT = rec.FirstTokenAt.Sub(q.publishedAt)
+	}
+	r.completions = append(r.completions, c)
 	r.perClass[q.class].Completed++
 	r.endLocked(q)
 }

@@ -43,6 +43,13 @@
 // lock. [Worker.CacheStats] gives the hit rate; the completion record carries
 // cached_tokens.
 //
+// With Config.Model each rank is instead a continuously batched engine
+// (package mockworker/batching, wired in batched.go): chunked prefill
+// sharing steps with decodes, decode steps that slow with the batch, a KV
+// block pool that is also the prefix cache, and timings fitted to a
+// published benchmark, scaled by the model's Speedup. The completion record
+// then carries the engine's own first_token_at.
+//
 // # Responses and cancellation
 //
 // A request with Dispatch-Response-To (docs/protocol.md, Responses) is

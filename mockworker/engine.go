@@ -3,6 +3,8 @@ package mockworker
 import (
 	"time"
 
+	"fairdispatch/mockworker/batching"
+
 	"fairdispatch/workerkit"
 )
 
@@ -28,6 +30,8 @@ type job struct {
 	startedAt  time.Time
 	prefillEnd time.Time
 	finishAt   time.Time
+	// seq is the job in its rank's batched engine (Config.Model).
+	seq *batching.Seq
 }
 
 // rankState is one rank's slots and queue.
@@ -46,6 +50,9 @@ type engine struct {
 	prefillPerTok  float64 // seconds per token
 	decodePerTok   time.Duration
 	ranks          []rankState
+	// alt, when not nil, answers engine_hooks.go's questions instead: the
+	// batched engines (Config.Model, batched.go) hold the jobs then.
+	alt timing
 }
 
 func newEngine(cfg Config) *engine {

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/spin"
+	"fairdispatch/mockworker/batching"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
@@ -124,6 +125,17 @@ type Config struct {
 	// "_" for a request without one), each in (0, 1000], so that a test can
 	// mis-estimate one tenant's requests and not another's.
 	KeyCostFactors map[string]float64
+	// Model, when not nil, replaces the simulation above with a continuously
+	// batched engine per rank (package mockworker/batching: chunked prefill,
+	// decode steps that slow with the batch, a KV block pool that is also
+	// the prefix cache, timings from Model, scaled by Model.Speedup). Its
+	// cache publishes KV cache events like KVCapacity's, which must then be
+	// 0; BlockSize defaults to Model.BlockSize and must equal it;
+	// MaxNumSeqs, PrefillTokensPerSec and DecodePerToken are not used, and
+	// MaxNumBatchedTokens and TotalKVBlocks default to the model's. A
+	// request's prompt is Dispatch-ISL-Tokens with Dispatch-Block-Hashes,
+	// its output Dispatch-Output-Tokens (or OutputTokens).
+	Model *batching.Model
 	// NoCompletions, when true, publishes no completion record: the worker
 	// leaves the dispatcher's estimates uncorrected (docs/design.md, Cost
 	// settlement), as a worker that does not implement records does.
@@ -131,6 +143,25 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if c.Model != nil {
+		if err := c.Model.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.BlockSize == 0 {
+			c.BlockSize = c.Model.BlockSize
+		}
+		if c.MaxNumBatchedTokens == 0 {
+			c.MaxNumBatchedTokens = uint64(c.Model.MaxBatchedTokens)
+		}
+		if c.TotalKVBlocks == 0 {
+			c.TotalKVBlocks = uint64(c.Model.KVBlocks)
+		}
+		if c.BlockSize != c.Model.BlockSize || c.KVCapacity != 0 {
+			errs = append(errs, fmt.Errorf("with a model: block size %d must be the model's %d, and kv capacity %d must be 0 (the model's pool is the cache)",
+				c.BlockSize, c.Model.BlockSize, c.KVCapacity))
+		}
+	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = DefaultMaxNumSeqs
 	}
@@ -158,7 +189,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CostFactor == 0 {
 		c.CostFactor = 1
 	}
-	var errs []error
 	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
 		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
 	}
@@ -242,6 +272,10 @@ type Worker struct {
 	// cacheStats their counters (prefixcache.go).
 	caches     []*prefixCache
 	cacheStats CacheStats
+	// bat are the ranks' batched engines with Config.Model (batched.go),
+	// which then replace eng and caches, and batJobs their jobs by request.
+	bat     []batchedRank
+	batJobs map[*workerkit.Request]*job
 	// streams are the responses of the jobs in the engine whose producers
 	// asked for one (stream.go).
 	streams map[*job]*stream
@@ -287,6 +321,11 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		return nil, fmt.Errorf("mock: %w", err)
 	}
 	m.ackWait = m.helper.Config().AckWait
+	if cfg.Model != nil {
+		if err := m.newBatched(); err != nil {
+			return nil, fmt.Errorf("mock: %w", err)
+		}
+	}
 	if cfg.KVCapacity > 0 {
 		for range m.helper.Config().DPSize {
 			m.caches = append(m.caches, newPrefixCache(cfg.KVCapacity, cfg.KVHostCapacity))
@@ -388,6 +427,20 @@ func (m *Worker) offer(r *workerkit.Request) bool {
 	j.blocks = (tokens + uint64(out) + bs - 1) / bs
 
 	m.mu.Lock()
+	if m.bat != nil {
+		err := m.offerBatched(time.Now(), r, j)
+		if err == nil {
+			m.stats.Accepted++
+			m.setLoadLocked(j.rank)
+			m.openStream(j, api)
+		} else {
+			m.stats.Refused++
+			m.log.Warn().Err(err).Str("request_id", r.RequestID).Msg("refused")
+		}
+		m.mu.Unlock()
+		m.kick()
+		return err == nil
+	}
 	hashes, cached, hasHashes := m.cacheLookup(r)
 	if hasHashes {
 		j.uncached, j.cached = r.ISL-cached, cached
@@ -405,17 +458,18 @@ func (m *Worker) offer(r *workerkit.Request) bool {
 	}
 	m.mu.Unlock()
 	if ok {
-		select {
-		case m.wake <- struct{}{}:
-		default:
-		}
+		m.kick()
 	}
 	return ok
 }
 
 // setLoadLocked reports rank's load; m.mu must be held.
 func (m *Worker) setLoadLocked(rank int) {
-	if err := m.helper.SetLoad(rank, m.eng.rank(rank).load); err != nil {
+	load := m.eng.rank(rank).load
+	if m.bat != nil {
+		load = m.loadBatched(rank)
+	}
+	if err := m.helper.SetLoad(rank, load); err != nil {
 		m.log.Error().Err(err).Msg("set load")
 	}
 }
@@ -429,7 +483,16 @@ func (m *Worker) loop() {
 	for {
 		m.mu.Lock()
 		now := time.Now()
-		done := m.eng.advance(now)
+		var (
+			done []*job
+			next time.Time
+			ok   bool
+		)
+		if m.bat != nil {
+			done = m.advanceBatched(now)
+		} else {
+			done = m.eng.advance(now)
+		}
 		for i := range m.eng.ranks {
 			m.setLoadLocked(m.cfg.DPStart + i)
 		}
@@ -439,7 +502,11 @@ func (m *Worker) loop() {
 			finished = append(finished, st) // nil for a job without a response
 			delete(m.streams, j)
 		}
-		next, ok := m.eng.next()
+		if m.bat != nil {
+			next, ok = m.nextBatched()
+		} else {
+			next, ok = m.eng.next()
+		}
 		if len(m.streams) > 0 {
 			next, ok = earlier(next, ok, m.writeTokens(now))
 		}
@@ -609,6 +676,7 @@ func (m *Worker) completion(j *job) ([]byte, error) {
 	}
 	c := r.Completion(uint64(math.Round(float64(j.uncached)*f)), uint64(j.out), false)
 	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
+	c.FirstTokenAt = j.prefillEnd
 	c.CachedTokens = j.cached
 	return json.Marshal(c)
 }

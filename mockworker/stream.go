@@ -69,6 +69,9 @@ func (h handler) Cancelled(r *workerkit.Request, cause error) {
 
 // jobOf finds r's job in the engine; m.mu is held. O(jobs of its rank).
 func (m *Worker) jobOf(r *workerkit.Request) *job {
+	if m.bat != nil {
+		return m.batJobs[r]
+	}
 	rs := m.eng.rank(r.DPRank)
 	for _, j := range rs.running {
 		if j.req == r {

@@ -31,6 +31,9 @@ type Completion struct {
 	// CachedTokens is the prompt tokens the worker found in its prefix
 	// cache (the mock worker with --kv-capacity); omitted when 0.
 	CachedTokens uint64 `json:"cached_tokens,omitempty"`
+	// FirstTokenAt is when the first output token was generated (the end
+	// of the request's prefill); omitted when unknown.
+	FirstTokenAt time.Time `json:"first_token_at,omitzero"`
 }
 
 // The statuses of a completion record (and StatusCancelled).

@@ -57,6 +57,9 @@ type options struct {
 	prefix        string
 	natsSync      string       // the bench's nats-server's JetStream sync (bus.ParseSync)
 	names         naming.Names // of prefix
+	fleetMode     bool         // run the fleet replay (fleet.go) instead
+	fleetFrom     string       // redo the fleet replay's table and charts from its fleet.json
+	fleet         fleetOptions
 }
 
 type bench struct {
@@ -106,7 +109,14 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.natsSync, "nats-sync", "2m", "how the bench's nats-server syncs JetStream writes: always, or a period (nats-server's default, 2m); the dispatcher's embedded server defaults to always (docs/deployment.md, Durability)")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
+	fs.BoolVar(&o.fleetMode, "fleet", false, "run the fleet replay instead (issue 27): the Mooncake trace against batched mock engines behind every baseline router and fairdispatch, at three loads; the --fleet-* flags tune it")
+	fs.StringVar(&o.fleetFrom, "fleet-from", "", "print the table and render the charts of a fleet replay's fleet.json again, into --out; runs nothing")
+	var fleetLoads, fleetSystems string
+	o.fleet.flags(fs, &fleetLoads, &fleetSystems)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := o.fleet.parse(fleetLoads, fleetSystems); err != nil {
 		return o, err
 	}
 	given := map[string]bool{}
@@ -151,6 +161,9 @@ func run(args []string) error {
 		return opt.only == "" || strings.Contains(","+opt.only+",", ","+part+",")
 	}
 
+	if opt.fleetFrom != "" {
+		return replotFleet(opt.fleetFrom, opt.out)
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
 		return fmt.Errorf("run from inside the fairdispatch module (go env GOMOD: %v)", err)
@@ -165,7 +178,7 @@ func run(args []string) error {
 	}
 
 	b.dispatcherBin = opt.dispatcherBin
-	if b.dispatcherBin == "" && (want("fair") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
+	if b.dispatcherBin == "" && (opt.fleetMode || want("fair") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
 		b.dispatcherBin = filepath.Join(b.tmp, "dispatcher")
 		b.logf("building ./cmd/dispatcher")
 		cmd := exec.Command("go", "build", "-o", b.dispatcherBin, "./cmd/dispatcher")
@@ -192,6 +205,9 @@ func run(args []string) error {
 	}
 	defer b.pub.close()
 	b.logf("nats-server %s (pid %d), store %s", b.url, b.server.pid(), b.tmp)
+	if opt.fleetMode {
+		return b.runFleet(args)
+	}
 
 	res := &results{
 		Command: "go run ./cmd/bench " + strings.Join(args, " "), Started: started.UTC().Format(time.RFC3339),
@@ -293,4 +309,56 @@ func (b *bench) keepLogs() {
 			b.logf("%s wrote %d bytes of log: %s", strings.TrimSuffix(filepath.Base(l), ".log"), len(data), dst)
 		}
 	}
+}
+
+// runFleet runs the fleet replay and writes fleet.md, fleet.json and the
+// charts into the output directory.
+func (b *bench) runFleet(args []string) error {
+	res, err := b.fleet(args)
+	if res == nil {
+		return err
+	}
+	b.keepLogs()
+	md := res.markdown()
+	fmt.Print(md)
+	if werr := os.WriteFile(filepath.Join(b.opt.out, "fleet.md"), []byte(md), 0o644); werr != nil {
+		return werr
+	}
+	j, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr != nil {
+		return jerr
+	}
+	if werr := os.WriteFile(filepath.Join(b.opt.out, "fleet.json"), append(j, '\n'), 0o644); werr != nil {
+		return werr
+	}
+	files, cerr := res.charts(b.opt.out)
+	for _, f := range files {
+		b.logf("chart %s", f)
+	}
+	if err != nil {
+		return err
+	}
+	return cerr
+}
+
+// replotFleet prints the table of a saved fleet replay and renders its
+// charts into dir.
+func replotFleet(path, dir string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res fleetResults
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	fmt.Print(res.markdown())
+	files, err := res.charts(dir)
+	for _, f := range files {
+		fmt.Fprintln(os.Stderr, "chart", f)
+	}
+	return err
 }

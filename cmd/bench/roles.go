@@ -24,7 +24,8 @@ import (
 
 // roleEnv, when set in the environment, makes this program one of the helper
 // processes the bench starts from its own executable: "nats" (the embedded
-// nats-server) or "forwarder" (the bare pipe). They run in processes of their
+// nats-server), "forwarder" (the bare pipe) or "router" (a baseline router
+// of the fleet replay, router.go). They run in processes of their
 // own so that /proc gives the CPU of each apart from the bench process's.
 const roleEnv = "FAIRDISPATCH_BENCH_ROLE"
 
@@ -36,6 +37,8 @@ func runRole(role string, args []string) int {
 		err = natsRole(args)
 	case "forwarder":
 		err = forwarderRole(args)
+	case "router":
+		err = routerRole(args)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

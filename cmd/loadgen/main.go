@@ -88,6 +88,11 @@ func run() (int, error) {
 	flag.IntVar(&cfg.Prefixes.SuffixBlocks, "suffix-blocks", 4, "with --prefixes: blocks of each request's own after its prefix")
 	flag.IntVar(&cfg.Prefixes.BlockSize, "block-size", loadgen.DefaultBlockSize, "with --prefixes: tokens per block (the workers' and the dispatcher's --block-size)")
 	tenants := flag.String("tenants", "", "fairness keys and their parts of each class's requests, e.g. flood:10,a:1,b:1 (Dispatch-Fairness-Key; empty: none)")
+	trace := flag.String("trace", "", "replay this trace in the Mooncake format (JSON lines, gzipped or not) instead of --class: each record one request of class --trace-class at its timestamp over --trace-speedup, with Dispatch-Output-Tokens and block hashes of --block-size (docs/bench.md, What it buys a fleet)")
+	traceSpeedup := flag.Float64("trace-speedup", 1, "with --trace: the time compression")
+	traceClass := flag.String("trace-class", "chat", "with --trace: the subject token of every request")
+	traceTenants := flag.String("trace-tenants", "", "with --trace: tenants and their parts of the conversations, e.g. t1:4,t2:3,t3:2,t4:1, sent as Dispatch-Fairness-Key (empty: none)")
+	traceRequests := flag.Int("trace-requests", 0, "with --trace: replay only the first N records (0: all)")
 	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
 	if *version {
@@ -97,15 +102,23 @@ func run() (int, error) {
 	if flag.NArg() > 0 {
 		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
+	if *trace != "" {
+		if err := traceConfig(&cfg, *trace, *traceSpeedup, *traceClass, *traceTenants, *traceRequests); err != nil {
+			return 1, err
+		}
+		classes = cfg.Classes
+	}
 	if len(classes) == 0 {
-		return 1, errors.New("at least one --class name:count is required")
+		return 1, errors.New("at least one --class name:count (or a --trace) is required")
 	}
 	var err error
 	if cfg.Prefixes.MinBlocks, cfg.Prefixes.MaxBlocks, err = loadgen.ParseBlockRange(*blockRange); err != nil {
 		return 1, err
 	}
 	cfg.Classes = classes
-	cfg.Order = loadgen.Order(*order)
+	if *trace == "" {
+		cfg.Order = loadgen.Order(*order)
+	}
 	if *tenants != "" {
 		ts, err := loadgen.ParseTenants(*tenants)
 		if err != nil {
@@ -182,4 +195,34 @@ func run() (int, error) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// traceConfig makes cfg a replay of the trace at path (loadgen.Replay), the
+// block hashes of cfg.Prefixes.BlockSize tokens (--block-size).
+func traceConfig(cfg *loadgen.Config, path string, speedup float64, class, tenants string, n int) error {
+	recs, err := loadgen.ReadTraceFile(path)
+	if err != nil {
+		return err
+	}
+	if n > 0 && n < len(recs) {
+		recs = recs[:n]
+	}
+	var ts []loadgen.TraceTenant
+	if tenants != "" {
+		parsed, err := loadgen.ParseTenants(tenants)
+		if err != nil {
+			return fmt.Errorf("--trace-tenants: %w", err)
+		}
+		for _, t := range parsed {
+			ts = append(ts, loadgen.TraceTenant{Key: t.Key, Share: float64(t.Weight)})
+		}
+	}
+	reqs, err := loadgen.PrepareReplay(recs, loadgen.ReplayOptions{BlockSize: cfg.Prefixes.BlockSize, Tenants: ts, Class: class})
+	if err != nil {
+		return err
+	}
+	cfg.Replay = &loadgen.Replay{Requests: reqs, Speedup: speedup, SendKeys: len(ts) > 0}
+	cfg.Classes = []loadgen.ClassCount{{Class: class, Count: len(reqs)}}
+	cfg.ISL = 0
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"fairdispatch/internal/buildinfo"
 	"fairdispatch/mockworker"
+	"fairdispatch/mockworker/batching"
 	"fairdispatch/workerkit"
 )
 
@@ -66,6 +67,8 @@ func run() error {
 	flag.BoolVar(&cfg.Preempt, "preempt", false, "declare preemption support: hand back a request the dispatcher preempts before its first response chunk (docs/protocol.md, Preemption)")
 	flag.BoolVar(&cfg.HeaderForm, "header-form", false, "ask for dispatches in the header form, not the compact form (docs/protocol.md, Compact dispatch form)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
+	model := flag.String("model", "", "simulate a continuously batched engine with this model's published timings instead (mockworker/batching): llama70b-h100 (Llama-3.3-70B FP8 on 2x H100 as NIM 1.8.0 serves it); replaces --max-num-seqs, --prefill-tokens-per-sec, --decode-ms-per-token and --kv-capacity, and sets --block-size to the model's (64)")
+	speedup := flag.Float64("model-speedup", 1, "with --model: divide every duration by this (a trace replayed this much faster)")
 	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
 	flag.Parse()
 	if *version {
@@ -79,6 +82,15 @@ func run() error {
 		return fmt.Errorf("--decode-ms-per-token %v: want >= 0", *decodeMs)
 	}
 	cfg.DecodePerToken = time.Duration(*decodeMs * float64(time.Millisecond))
+	switch *model {
+	case "":
+	case "llama70b-h100":
+		m := batching.Llama70BH100.Scaled(*speedup)
+		cfg.Model = &m
+		cfg.BlockSize, cfg.KVCapacity = 0, 0
+	default:
+		return fmt.Errorf("--model %q: want llama70b-h100", *model)
+	}
 	if cfg.DecodePerToken == 0 {
 		cfg.DecodePerToken = time.Nanosecond // 0 means default in mockworker.Config
 	}

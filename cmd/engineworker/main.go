@@ -1,0 +1,106 @@
+// Command engineworker runs a fairdispatch worker in front of one vLLM or
+// SGLang server (package engineworker; docs/deployment.md, In front of vLLM).
+//
+//	engineworker --engine vllm --engine-url http://127.0.0.1:8000 --id gpu-0 \
+//	  --max-num-seqs 256 --kv-endpoint tcp://127.0.0.1:5557 --kv-replay-endpoint tcp://127.0.0.1:5558
+//
+// Every flag can also be set by the environment variable ENGINEWORKER_<FLAG>
+// (upper case, - as _), e.g. ENGINEWORKER_ENGINE_URL; a flag on the command
+// line wins.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/engineworker"
+	"fairdispatch/workerkit"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "engineworker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg engineworker.Config
+	url := flag.String("nats-url", nats.DefaultURL, "NATS server URL")
+	level := flag.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	connWait := flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up")
+	flag.StringVar(&cfg.Engine, "engine", "vllm", "the engine: vllm or sglang")
+	flag.StringVar(&cfg.EngineURL, "engine-url", "http://127.0.0.1:8000", "the engine's HTTP base URL")
+	flag.StringVar(&cfg.MetricsURL, "metrics-url", "", "the engine's Prometheus metrics (default <engine-url>/metrics)")
+	flag.StringVar(&cfg.Worker.ID, "id", "", "worker id (required): [A-Za-z0-9_-]+")
+	flag.StringVar(&cfg.Worker.Prefix, "subject-prefix", workerkit.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix")
+	flag.IntVar(&cfg.Worker.DPStart, "dp-start", 0, "first data-parallel rank the engine serves through this worker")
+	flag.IntVar(&cfg.Worker.DPSize, "dp-size", 1, "number of data-parallel ranks")
+	flag.Uint64Var(&cfg.MaxNumSeqs, "max-num-seqs", 0, "the engine's --max-num-seqs (SGLang: --max-running-requests): each rank's capacity; required for vLLM, read from /get_server_info for SGLang when 0")
+	flag.Uint64Var(&cfg.Worker.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "the engine's --max-num-batched-tokens (SGLang: --chunked-prefill-size, read from /get_server_info when 0); 0 unknown")
+	flag.Uint64Var(&cfg.Worker.TotalKVBlocks, "total-kv-blocks", 0, "KV blocks per rank; 0: vllm:cache_config_info's num_gpu_blocks, SGLang's max_total_num_tokens / --block-size")
+	flag.DurationVar(&cfg.Worker.TTL, "ttl", workerkit.DefaultTTL, "load report TTL (100ms to 600s)")
+	flag.IntVar(&cfg.BlockSize, "block-size", 16, "our block size in tokens: the producers' and the dispatcher's --block-size")
+	flag.StringVar(&cfg.KVEndpoint, "kv-endpoint", "", "the engine's ZMQ KV event endpoint for rank 0 (its kv-events-config endpoint, * read as 127.0.0.1); rank r at port + r; empty: no KV events")
+	flag.StringVar(&cfg.ReplayEndpoint, "kv-replay-endpoint", "", "the engine's replay endpoint for rank 0 (replay_endpoint); empty: a gap resets the rank")
+	flag.StringVar(&cfg.KVTopic, "kv-topic", "", "the engine's KV event topic")
+	flag.IntVar(&cfg.KVGroup, "kv-group", 0, "the KV cache group whose events count (hybrid models)")
+	flag.DurationVar(&cfg.ScrapeInterval, "scrape-interval", 250*time.Millisecond, "how often the engine's metrics are read")
+	flag.DurationVar(&cfg.HealthInterval, "health-interval", 500*time.Millisecond, "how often /health is checked")
+	flag.DurationVar(&cfg.HealthTimeout, "health-timeout", time.Second, "a /health check slower than this fails")
+	flag.IntVar(&cfg.HealthFailures, "health-failures", 2, "failed checks in a row that make the engine unhealthy")
+	flag.DurationVar(&cfg.StopGrace, "stop-grace", 8*time.Second, "on SIGTERM, how long running requests may finish before they are handed back (or end failed)")
+	flag.Parse()
+	if err := fromEnv(); err != nil {
+		return err
+	}
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cctx, cancel := context.WithTimeout(ctx, *connWait)
+	defer cancel()
+	nc, err := workerkit.Connect(cctx, *url, nats.Name("engineworker "+cfg.Worker.ID))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	w, err := engineworker.New(nc, cfg, log)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("worker_id", cfg.Worker.ID).Str("engine", cfg.Engine).Str("engine_url", cfg.EngineURL).Msg("engineworker starting")
+	return w.Run(ctx)
+}
+
+// fromEnv sets every flag not given on the command line from
+// ENGINEWORKER_<FLAG>, when set.
+func fromEnv() error {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	flag.VisitAll(func(f *flag.Flag) {
+		name := "ENGINEWORKER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && !set[f.Name] && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s: %w", name, e)
+			}
+		}
+	})
+	return err
+}

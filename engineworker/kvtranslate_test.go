@@ -1,0 +1,116 @@
+package engineworker
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"fairdispatch/wire"
+)
+
+// docs/protocol.md, Block hashes: tokens 1..10, B = 4.
+const (
+	vec0 = 0x7e75ba253efd3fc1
+	vec1 = 0x6cdb6eff59291782
+)
+
+func seq(from, to uint32) []uint32 {
+	var s []uint32
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+func storedEv(parent string, size int, toks []uint32, hashes ...string) Event {
+	return Event{Kind: BlockStored, Parent: parent, BlockSize: size, Tokens: toks, Hashes: hashes, Group: -1}
+}
+
+// The engine's block size need not be ours: the same prompt gives the
+// protocol's test vector whether the engine cuts blocks of 4, 2 or 8 tokens.
+func TestChainMatchesTheProtocolVector(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		events []Event
+	}{
+		{"engine blocks of 4", []Event{storedEv("", 4, seq(1, 8), "a", "b")}},
+		{"engine blocks of 2, two events", []Event{
+			storedEv("", 2, seq(1, 6), "a", "b", "c"),
+			storedEv("c", 2, seq(7, 10), "d", "e"),
+		}},
+		{"engine blocks of 8 (a partial one of ours left)", []Event{storedEv("", 8, append(seq(1, 10), 11, 12, 13, 14, 15, 16), "a", "b")}},
+	} {
+		ch := NewChain(4, 0, 100)
+		var out []Change
+		for _, ev := range c.events {
+			var err error
+			if out, err = ch.Apply(ev, out); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		var got []uint64
+		for _, ch := range out {
+			got = append(got, ch.Hashes...)
+		}
+		if len(got) < 2 || got[0] != vec0 || got[1] != vec1 {
+			t.Errorf("%s: got %x, want %x %x first", c.name, got, uint64(vec0), uint64(vec1))
+		}
+	}
+	if want := wire.ChainHashes(nil, seq(1, 12), 4); blockHash(blockHash(blockHash(0, seq(1, 4)), seq(5, 8)), seq(9, 12)) != want[2] {
+		t.Errorf("blockHash chained differs from wire.ChainHashes")
+	}
+	if got := blockHash(0, seq(1, 4)); got != vec0 {
+		t.Errorf("blockHash: got %x, want %x", got, uint64(vec0))
+	}
+}
+
+func TestChainChanges(t *testing.T) {
+	ch := NewChain(4, 0, 100)
+	apply := func(ev Event) ([]Change, error) { return ch.Apply(ev, nil) }
+
+	got, err := apply(storedEv("", 4, seq(1, 8), "a", "b"))
+	if want := []Change{{Op: OpStored, Tier: wire.Device, Hashes: []uint64{vec0, vec1}}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored: got %v %v, want %v", got, err, want)
+	}
+	// Offloaded to the CPU: known blocks, no tokens needed.
+	got, _ = apply(Event{Kind: BlockStored, Hashes: []string{"a"}, BlockSize: 4, Medium: "CPU", Group: -1})
+	if want := []Change{{Op: OpStored, Tier: wire.Host, Hashes: []uint64{vec0}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("offload: got %v, want %v", got, want)
+	}
+	got, _ = apply(Event{Kind: BlockRemoved, Hashes: []string{"b", "zz"}, Group: -1})
+	if want := []Change{{Op: OpRemoved, Tier: wire.Device, Hashes: []uint64{vec1}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("removed: got %v, want %v", got, want)
+	}
+	if held := ch.Held(); !reflect.DeepEqual(held, [wire.NumTiers][]uint64{{vec0}, {vec0}}) {
+		t.Errorf("held: got %v", held)
+	}
+	if _, err := apply(storedEv("b", 4, seq(9, 12), "c")); !errors.Is(err, ErrUnknownParent) {
+		t.Errorf("parent removed: got %v, want ErrUnknownParent", err)
+	}
+	// Another KV cache group is ignored; a LoRA block and its children get no hash.
+	if got, _ := apply(Event{Kind: BlockStored, Hashes: []string{"g"}, Tokens: seq(1, 4), BlockSize: 4, Group: 1}); got != nil {
+		t.Errorf("group 1: got %v", got)
+	}
+	lora := storedEv("", 4, seq(1, 4), "l")
+	lora.Unhashable = true
+	if got, _ := apply(lora); got != nil {
+		t.Errorf("lora: got %v", got)
+	}
+	if got, err := apply(storedEv("l", 4, seq(5, 8), "l2")); got != nil || err != nil {
+		t.Errorf("child of lora: got %v %v", got, err)
+	}
+	if _, err := apply(Event{Kind: BlockStored, Hashes: []string{"m"}, Tokens: seq(1, 4), BlockSize: 4, Medium: "NVME", Group: -1}); !errors.Is(err, ErrLayout) {
+		t.Errorf("medium: got %v, want ErrLayout", err)
+	}
+	got, _ = apply(Event{Kind: AllBlocksCleared, Group: -1})
+	if want := []Change{{Op: OpCleared}}; !reflect.DeepEqual(got, want) || ch.Len() != 0 {
+		t.Errorf("cleared: got %v (len %d), want %v", got, ch.Len(), want)
+	}
+}
+
+func TestChainBounded(t *testing.T) {
+	ch := NewChain(4, 0, 1)
+	if _, err := ch.Apply(storedEv("", 4, seq(1, 8), "a", "b"), nil); !errors.Is(err, ErrOverflow) {
+		t.Fatalf("got %v, want ErrOverflow", err)
+	}
+}

@@ -1,0 +1,290 @@
+package engineworker
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/fakeengine"
+	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
+)
+
+const wait = 20 * time.Second
+
+// rig is a fake engine, an engine worker "eng" in front of it on an
+// embedded NATS server, and recorders of the worker's load reports and
+// completion records.
+type rig struct {
+	t  *testing.T
+	nc *nats.Conn
+	e  *fakeengine.Engine
+	w  *Worker
+
+	mu      sync.Mutex
+	report  wire.LoadReport
+	reports int
+	records map[string]wire.Completion
+	stop    context.CancelFunc
+	done    chan error
+}
+
+func newRig(t *testing.T, ecfg fakeengine.Config, cfg Config) *rig {
+	t.Helper()
+	_, nc := natstest.StartServer(t)
+	e, url := startFake(t, ecfg)
+	cfg.Worker.ID, cfg.EngineURL = "eng", url
+	if cfg.Engine == "" {
+		cfg.Engine = ecfg.Kind
+		if cfg.Engine == "" {
+			cfg.Engine = "vllm"
+		}
+	}
+	if cfg.Engine == "vllm" && cfg.MaxNumSeqs == 0 {
+		cfg.MaxNumSeqs = uint64(e.Config().MaxNumSeqs)
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval, cfg.HealthTimeout = 50*time.Millisecond, 200*time.Millisecond
+	}
+	if cfg.ScrapeInterval == 0 {
+		cfg.ScrapeInterval = 50 * time.Millisecond
+	}
+	k := &rig{t: t, nc: nc, e: e, records: map[string]wire.Completion{}, done: make(chan error, 1)}
+	if _, err := nc.Subscribe("dispatch.load.eng", func(m *nats.Msg) {
+		var r wire.LoadReport
+		if json.Unmarshal(m.Data, &r) == nil {
+			k.mu.Lock()
+			k.report, k.reports = r, k.reports+1
+			k.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("dispatch.done.eng", func(m *nats.Msg) {
+		var c wire.Completion
+		if json.Unmarshal(m.Data, &c) == nil {
+			k.mu.Lock()
+			k.records[c.RequestID] = c
+			k.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(nc, cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.w = w
+	ctx, cancel := context.WithCancel(context.Background())
+	k.stop = cancel
+	go func() { k.done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		e.Hang(false)
+		cancel()
+		select {
+		case <-k.done:
+		case <-time.After(wait):
+			t.Error("Run did not return")
+		}
+	})
+	select {
+	case <-w.Ready():
+	case err := <-k.done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(wait):
+		t.Fatal("the worker never got ready")
+	}
+	return k
+}
+
+// lastReport returns the last load report and how many came.
+func (k *rig) lastReport() (wire.LoadReport, int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.report, k.reports
+}
+
+func (k *rig) record(id string) (wire.Completion, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, ok := k.records[id]
+	return c, ok
+}
+
+// dispatch sends request id to the worker as the dispatcher does, with its
+// acknowledgements on ack.<id>; respondTo "" asks for no response. It
+// returns the worker's answer's Dispatch-Status ("" accepted).
+func (k *rig) dispatch(id string, seq uint64, respondTo, api string, body []byte) string {
+	k.t.Helper()
+	m := nats.NewMsg("dispatch.work.eng")
+	m.Header.Set(wire.HeaderRequestID, id)
+	m.Header.Set(wire.HeaderClass, "default")
+	m.Header.Set(wire.HeaderSeq, strconv.FormatUint(seq, 10))
+	m.Header.Set(wire.HeaderCost, "100")
+	m.Header.Set(wire.HeaderAck, "ack."+id)
+	m.Header.Set(wire.HeaderFairnessKey, "tenant")
+	if respondTo != "" {
+		m.Header.Set(wire.HeaderResponseTo, respondTo)
+	}
+	if api != "" {
+		m.Header.Set(wire.HeaderAPI, api)
+	}
+	m.Data = body
+	resp, err := k.nc.RequestMsg(m, wait)
+	if err != nil {
+		k.t.Fatalf("dispatch %s: %v", id, err)
+	}
+	return resp.Header.Get(wire.HeaderStatus)
+}
+
+// producer plays the producer of docs/protocol.md, Responses on one
+// subject: it keeps every message and answers with answer(kind).
+type producer struct {
+	sub    *nats.Subscription
+	mu     sync.Mutex
+	msgs   []*nats.Msg
+	answer func(kind string) string
+}
+
+func (k *rig) producer(subject string) *producer {
+	k.t.Helper()
+	p := &producer{answer: func(kind string) string {
+		if kind == wire.MsgClaim {
+			return wire.AnswerGo
+		}
+		return wire.AnswerOK
+	}}
+	sub, err := k.nc.Subscribe(subject, func(m *nats.Msg) {
+		p.mu.Lock()
+		p.msgs = append(p.msgs, m)
+		a := p.answer(m.Header.Get(wire.HeaderResponse))
+		p.mu.Unlock()
+		if m.Reply != "" && a != "" {
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{wire.HeaderResponse: {a}}})
+		}
+	})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if err := k.nc.Flush(); err != nil {
+		k.t.Fatal(err)
+	}
+	p.sub = sub
+	return p
+}
+
+func (p *producer) setAnswer(f func(string) string) {
+	p.mu.Lock()
+	p.answer = f
+	p.mu.Unlock()
+}
+
+func (p *producer) of(kind string) []*nats.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*nats.Msg
+	for _, m := range p.msgs {
+		if m.Header.Get(wire.HeaderResponse) == kind {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// end returns the end marker, once it came.
+func (p *producer) end() (wire.ResponseEnd, bool) {
+	ends := p.of(wire.MsgEnd)
+	if len(ends) == 0 {
+		return wire.ResponseEnd{}, false
+	}
+	var e wire.ResponseEnd
+	_ = json.Unmarshal(ends[0].Data, &e)
+	return e, true
+}
+
+// acks records what the worker sends to ack.<id> and confirms requests.
+type acks struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func (k *rig) acks(id string) *acks {
+	k.t.Helper()
+	a := &acks{}
+	if _, err := k.nc.Subscribe("ack."+id, func(m *nats.Msg) {
+		if string(m.Data) == "+WPI" {
+			return
+		}
+		a.mu.Lock()
+		a.bodies = append(a.bodies, string(m.Data))
+		a.mu.Unlock()
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}); err != nil {
+		k.t.Fatal(err)
+	}
+	if err := k.nc.Flush(); err != nil {
+		k.t.Fatal(err)
+	}
+	return a
+}
+
+// final returns the acknowledgements other than +WPI.
+func (a *acks) final() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.bodies...)
+}
+
+// TestSGLangSettingsFromServerInfo: without --max-num-seqs an SGLang
+// worker reads its capacity, max_num_batched_tokens and KV capacity from
+// /get_server_info.
+func TestSGLangSettingsFromServerInfo(t *testing.T) {
+	t.Parallel()
+	k := newRig(t, fakeengine.Config{Kind: "sglang", MaxNumSeqs: 5, MaxNumBatchedTokens: 4096, NumGPUBlocks: 300, BlockSize: 1}, Config{})
+	natstest.Eventually(t, wait, func() bool { _, n := k.lastReport(); return n > 0 }, "a load report")
+	r, _ := k.lastReport()
+	if r.MaxActive == nil || *r.MaxActive != 5 || r.MaxBatched == nil || *r.MaxBatched != 4096 || r.TotalKV != 300/16 {
+		t.Fatalf("report %+v: want max_active_requests 5, max_num_batched_tokens 4096, total_kv_blocks %d", r, 300/16)
+	}
+	if _, err := New(k.nc, Config{Engine: "vllm", EngineURL: "http://127.0.0.1:1", Worker: k.w.cfg.Worker}, zerolog.Nop()); err == nil {
+		t.Fatal("a vLLM worker without max_num_seqs was built")
+	}
+}
+
+// TestLoadFollowsTheMetrics: requests the engine runs for another client
+// count in active_requests, and kv_used_blocks is the engine's usage times
+// vllm:cache_config_info's num_gpu_blocks; both come back to 0.
+func TestLoadFollowsTheMetrics(t *testing.T) {
+	t.Parallel()
+	k := newRig(t, fakeengine.Config{NumGPUBlocks: 40, DecodePerToken: 5 * time.Millisecond}, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // before the engine's server closes, which waits for its requests
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := []byte(`{"model":"fake-model","prompt":"` + string(rune('a'+i)) + ` 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16","max_tokens":100000}`)
+			_, _ = Call(ctx, k.w.http, k.w.cfg.EngineURL, "completions", body, -1, func([]byte) error { return nil })
+		}()
+	}
+	want := func(active, kv uint64) func() bool {
+		return func() bool {
+			r, _ := k.lastReport()
+			return len(r.Ranks) == 1 && r.Ranks[0].ActiveRequests == active && r.Ranks[0].KVUsedBlocks == kv && r.TotalKV == 40
+		}
+	}
+	// Two prompts of 18 tokens: two blocks each of 40: usage 0.1, 4 blocks.
+	natstest.Eventually(t, wait, want(2, 4), "the engine's two requests and four blocks in the report")
+	cancel()
+	wg.Wait()
+	natstest.Eventually(t, wait, want(0, 0), "the load back to zero (the blocks are free: kv_cache_usage_perc counts running requests' blocks)")
+}
