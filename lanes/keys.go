@@ -148,6 +148,7 @@ type Keyed struct {
 	now       int64
 	buckets   map[string]*bucket
 	throttled throttleHeap
+	charged   float64 // cost units charged to budgets, for BudgetCharged
 	conserve  bool
 	pruned    int64
 
@@ -514,6 +515,7 @@ func (c *Keyed) Pop() {
 	}
 	if b := k.budget(); b != nil && !c.candFree {
 		b.charge(c.now, float64(cost))
+		c.charged += float64(cost)
 	}
 	c.lastFree = c.candFree
 	c.vnow = max(c.vnow, k.v) // the v at which k was served

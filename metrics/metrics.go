@@ -116,6 +116,13 @@ type ClassState struct {
 	Deficit int64
 	// Keys is the number of fairness keys the class tracks.
 	Keys int
+	// Budgeted is set for a class with token budgets (docs/design.md, Token
+	// budgets): ThrottledKeys is then the number of its keys waiting for
+	// their budget, and BudgetCharged the cost units charged to its budgets
+	// so far (cumulative; the counter takes its increase).
+	Budgeted      bool
+	ThrottledKeys int
+	BudgetCharged float64
 }
 
 // Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];
@@ -161,6 +168,9 @@ type Metrics struct {
 	settlements    *prometheus.CounterVec
 	cancels        *prometheus.CounterVec
 	preemptions    *prometheus.CounterVec
+	throttled      *prometheus.GaugeVec
+	budgetCharged  *prometheus.CounterVec
+	lastCharged    map[string]float64 // class name -> the BudgetCharged last counted
 	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
@@ -235,6 +245,11 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "preemptions_total",
 			Help: "Preemptions of running requests of sheddable classes (docs/design.md, Preemption), per class of the preempted request and event: asked (a cancellation with reason preempt sent to its worker), returned (the request came back from the stream, at the head of its lane)."},
 			[]string{"class", "event"}),
+		throttled: classVec("budget_throttled_keys",
+			"Fairness keys of a class with token budgets waiting for their budget (docs/design.md, Token budgets); absent for a class without budgets. Set about once a second."),
+		budgetCharged: counterVec("budget_tokens_charged_total",
+			"Cost units (uncached tokens) charged to a class's token budgets: at dispatch, plus settlement corrections above the estimate. Taken from the queue view about once a second.", "class"),
+		lastCharged:  map[string]float64{},
 		correction:   counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:   counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		dlqFailed:    counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
@@ -296,7 +311,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
-		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels, m.preemptions)
+		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels, m.preemptions, m.throttled, m.budgetCharged)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
@@ -355,7 +370,7 @@ func (m *Metrics) SetClasses(classes []string) {
 	for _, c := range m.classes {
 		if !keep[c] {
 			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec,
-				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec} {
+				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec, m.throttled} {
 				v.DeleteLabelValues(c)
 			}
 		}
@@ -503,6 +518,15 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
 	m.keys[k].Set(float64(s.Keys))
+	if !s.Budgeted {
+		return
+	}
+	name := m.classes[k]
+	m.throttled.WithLabelValues(name).Set(float64(s.ThrottledKeys))
+	if d := s.BudgetCharged - m.lastCharged[name]; d > 0 {
+		m.budgetCharged.WithLabelValues(name).Add(d)
+	}
+	m.lastCharged[name] = max(m.lastCharged[name], s.BudgetCharged)
 }
 
 // SetOldestQueued sets the age, in seconds, of the oldest request of class k

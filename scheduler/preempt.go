@@ -76,6 +76,7 @@ type preemptions struct {
 	back    map[string]backRec    // request id -> the preemption it comes back from
 	asks    []ask
 	seen    map[*request.Snapshot]struct{} // scratch of scan
+	asked   map[string]uint64              // class name -> preemptions asked, for Stats
 	// Counters, for Describe and metrics.
 	Asked, Returned, Ignored uint64
 }
@@ -84,6 +85,7 @@ func (p *preemptions) init() {
 	p.running = map[string][]runEntry{}
 	p.back = map[string]backRec{}
 	p.seen = map[*request.Snapshot]struct{}{}
+	p.asked = map[string]uint64{}
 }
 
 // configure reads the policy's preemption settings; to maps old class
@@ -354,6 +356,7 @@ func (s *Scheduler) victim(now int64, r *request.Snapshot) (Preemption, bool) {
 		return Preemption{}, false
 	}
 	best.asked = now
+	p.asked[s.pol.Classes[best.class].Name]++
 	p.back[best.id] = backRec{n: best.preempted + 1, worker: bestW.ID, seq: best.seq, at: now}
 	return Preemption{Worker: bestW.ID, Seq: best.seq, RequestID: best.id, Class: best.class}, true
 }
