@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -540,8 +541,20 @@ func (h *story) stats(_ *scenario.Args) string {
 	for _, c := range h.s.Stats(nil) {
 		fmt.Fprintf(&b, "%s: pending %d, isl %d, cached %d, deficit %d, keys %d, pinned lanes %d, blocked %d, free ranks %d\n",
 			c.Name, c.Pending, c.ISLTokens, c.CachedTokens, c.Deficit, c.Keys, c.PinnedLanes, c.BlockedLanes, c.FreeRanks)
+		if c.ThrottledKeys != nil {
+			fmt.Fprintf(&b, "  budgets: %d keys throttled, %s charged\n", *c.ThrottledKeys, num(*c.BudgetCharged))
+		}
+		if c.DrainRate != nil {
+			fmt.Fprintf(&b, "  drain rate %s per second\n", num(math.Round(*c.DrainRate)))
+		}
+		if c.Preempted != nil {
+			fmt.Fprintf(&b, "  preempted %d\n", *c.Preempted)
+		}
 		for _, k := range c.TopKeys {
 			fmt.Fprintf(&b, "  top key %s: queued %d, weight %s, lead %s\n", k.Key, k.Queued, num(k.Weight), num(k.Lead))
+			if bu := k.Budget; bu != nil {
+				fmt.Fprintf(&b, "    budget %s/s, burst %d, level %s, throttled %v\n", num(bu.TokensPerSecond), bu.Burst, num(math.Round(bu.Level)), bu.Throttled)
+			}
 		}
 	}
 	return b.String()
@@ -553,11 +566,19 @@ func (h *story) decision(d Decision) string {
 	case None:
 		return "none"
 	case Queued:
-		return fmt.Sprintf("%s: queued in %s (key %s, cost %d)", d.Req.ID, h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		out := fmt.Sprintf("%s: queued in %s (key %s, cost %d)", d.Req.ID, h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		if d.Projected >= 0 && h.s.shed[d.Req.Class] != nil {
+			out += fmt.Sprintf(", projected wait %s", time.Duration(d.Projected).Round(time.Millisecond))
+		}
+		return out
 	case Dispatch:
 		h.inFlight[d.Req.ID], h.last[d.Req.ID] = d, d
-		return fmt.Sprintf("%s: dispatch to %s/%d seq %d (%s, key %s, cost %d)", d.Req.ID, d.Worker, d.Rank, d.Seq,
+		out := fmt.Sprintf("%s: dispatch to %s/%d seq %d (%s, key %s, cost %d)", d.Req.ID, d.Worker, d.Rank, d.Seq,
 			h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		if d.Prefill != d.Req.Cost {
+			out += fmt.Sprintf(", books %d prefill tokens", d.Prefill)
+		}
+		return out
 	default:
 		return fmt.Sprintf("%s: reject %s: %s", d.Req.ID, d.Err.Code, d.Err.Message)
 	}
