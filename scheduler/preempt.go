@@ -148,7 +148,9 @@ func (s *Scheduler) configurePreemption(to []int) {
 }
 
 // holdsBack reports whether class k holds back for a preemption under way.
-func (p *preemptions) holdsBack(k int) bool { return p.yield && p.sheddable[k] }
+func (p *preemptions) holdsBack(k int) bool {
+	return p.yield && k >= 0 && k < len(p.sheddable) && p.sheddable[k]
+}
 
 // queued notes that r was queued, for a class that preempts.
 func (p *preemptions) queued(r *request.Snapshot) {
@@ -245,9 +247,9 @@ func (p *preemptions) dropWorker(worker string) {
 }
 
 // Preempt decides the preemptions to ask at now, appended to dst
-// (docs/design.md, Preemption). For each class with preempt_after_ms, its
-// queued requests that have waited longer than that, oldest first, each get
-// one ask while fewer asks are under way for the class than such requests:
+// (docs/design.md, Preemption). For each class with preempt_after_ms, each
+// of its queued requests that has waited longer than that, oldest first,
+// gets one ask unless one is under way for it:
 // the victim is a running request of a sheddable class, preempted fewer than
 // its class's max_preemptions times and not asked before, on a worker that
 // declares preemption support and is eligible for the waiting request; of
