@@ -1,19 +1,21 @@
 # fairdispatch: the two commands a newcomer needs are `make run` and `make test`.
 GO       ?= go
 PKGS     ?= ./...
-DEMO     ?= 1
+DEMO     ?= gateway
 ARGS     ?=
 BIN      ?= bin
 BENCHTIME ?= 1s
 
 .PHONY: run test vet fmt bench bench-e2e bench-quick bench-fleet build fuzz fuzz-short cover clean
 
-## run: the dispatcher on an embedded NATS server with the seed's premium/regular demo (DEMO=0: the dispatcher alone;
+## run: the dispatcher on an embedded NATS server, two mock workers and the OpenAI gateway on 127.0.0.1:8000
+## (configs/gateway-demo.yaml): two tenants' streaming clients share the fleet, then it keeps serving any OpenAI
+## client until stopped (DEMO=1: the seed's premium/regular burst instead, and exit; DEMO=0: the dispatcher alone;
 ## DEMO=keys: a flooding tenant against quiet ones in one class, on configs/policy-keys.yaml; ARGS: more flags). It builds $(BIN)/dispatcher and execs it, so that a signal to make reaches the dispatcher
 ## (`go run` does not pass SIGTERM on to its child, which then kept both ports after make was killed).
 run:
 	$(GO) build -o $(BIN)/dispatcher ./cmd/dispatcher
-	exec $(BIN)/dispatcher $(if $(filter keys,$(DEMO)),--policy-config configs/policy-keys.yaml --demo --demo-scenario keys,--policy-config configs/policy-classes.yaml --demo=$(DEMO)) $(ARGS)
+	exec $(BIN)/dispatcher $(if $(filter keys,$(DEMO)),--policy-config configs/policy-keys.yaml --demo --demo-scenario keys,$(if $(filter gateway,$(DEMO)),--policy-config configs/policy-classes.yaml --demo --demo-scenario gateway,--policy-config configs/policy-classes.yaml --demo=$(DEMO))) $(ARGS)
 
 ## test: vet, gofmt check, every test under the race detector, then each fuzz target briefly
 ## (the end-to-end package takes about 10 minutes beside a CPU hog on 2 cores: go test's
@@ -35,7 +37,7 @@ bench:
 
 FUZZTIME ?= 60s
 # package:target of every fuzz target; `go test -fuzz` takes one target at a time.
-FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport wire:FuzzDecodeLoadReport wire:FuzzDecodeDispatch configs:FuzzParse admin:FuzzBusyThresholdBody kvindex:FuzzParseEvent
+FUZZ_TARGETS ?= ingest:FuzzDecode workers:FuzzParseReport wire:FuzzDecodeLoadReport wire:FuzzDecodeDispatch configs:FuzzParse admin:FuzzBusyThresholdBody kvindex:FuzzParseEvent gateway:FuzzParseRequest
 
 ## fuzz: run each fuzz target for FUZZTIME (default 60s); findings land in each package's testdata/fuzz
 fuzz:

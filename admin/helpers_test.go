@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/filters"
+	"fairdispatch/internal/natstest"
 )
 
 // fakeControl is a Control whose state tests set and inspect.
@@ -86,30 +86,12 @@ func (f *fakeControl) setCount() int {
 func ptr[T any](v T) *T { return &v }
 
 // newTestServer builds a Server on a fresh fake; logs go to the returned buffer.
-func newTestServer(t testing.TB, token string, g prometheus.Gatherer) (*Server, *fakeControl, *syncBuffer) {
+func newTestServer(t testing.TB, token string, g prometheus.Gatherer) (*Server, *fakeControl, *natstest.Buffer) {
 	t.Helper()
 	f := &fakeControl{}
-	buf := &syncBuffer{}
+	buf := &natstest.Buffer{}
 	s := New(Config{Addr: "127.0.0.1:0", Token: token, Gatherer: g}, f, zerolog.New(buf))
 	return s, f, buf
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // req is one request to the handler.

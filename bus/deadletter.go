@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"fairdispatch/internal/jsstorage"
 	"fairdispatch/wire"
 
 	"github.com/cenkalti/backoff/v4"
@@ -66,12 +67,18 @@ type DeadLetter struct {
 	Bare bool
 }
 
+// ErrStoreFull is wrapped (with ErrConnectionFault) by the error of a dead
+// letter JetStream refused for want of room: the DLQ at its own limit, or the
+// JetStream store or account full. A later attempt can succeed.
+var ErrStoreFull = errors.New("no room to store it")
+
 // DeadLetterer publishes dead letters to DLQStream with JetStream
 // acknowledgement. At most DLQWindow publishes are unacknowledged at once;
 // the rest wait in FIFO order. A failed publish is retried: at once when the
 // connection comes back after a disconnect (every pending asynchronous publish
 // fails with nats.ErrDisconnected then), with exponential backoff (100 ms to
-// 5 s) otherwise. Each retry carries the same Nats-Msg-Id, so JetStream stores
+// 5 s) otherwise, except a refusal for want of room, which ends the letter at
+// once with ErrStoreFull. Each retry carries the same Nats-Msg-Id, so JetStream stores
 // the letter once as long as it is stored within the stream's duplicate window.
 //
 // One goroutine owns all state and calls every done function; done must not
@@ -161,7 +168,10 @@ func NewDeadLetterer(js jetstream.JetStream, prefix string, log zerolog.Logger) 
 // one), with an error wrapping ErrRequestFault when this letter can never be
 // stored (too large for the stream or the connection: the caller may try a
 // smaller one), or an error wrapping ErrConnectionFault when the server cannot
-// store dead letters at all or Close gives up on it. Publish fails without
+// store dead letters at all or Close gives up on it; also wrapping
+// ErrStoreFull at JetStream's first refusal for want of room (the DLQ at its
+// limit, the store full: docs/protocol.md, When a stream or the store is
+// full), which is not retried here. Publish fails without
 // calling done for an invalid letter (no RequestID, nil done; a class that is
 // not a subject token wraps ErrRequestFault) or after Close (ErrClosed).
 func (d *DeadLetterer) Publish(dl DeadLetter, done func(error)) error {
@@ -325,6 +335,16 @@ func (d *DeadLetterer) run() {
 		if fault := permanentPublishError(err); fault != nil {
 			ev.Msg("dead letter cannot be stored")
 			finish(l, fmt.Errorf("bus: dead letter %s to %s: %w: %w", l.requestID, l.subject, fault, err))
+			return
+		}
+		if reason, full := jsstorage.Refused(err); full {
+			// No room: retrying here would keep the request held (and its
+			// held slot taken) for as long as the DLQ is full. The caller
+			// hands it back to the request stream instead, and logs it
+			// (rate-limited: a full DLQ refuses every letter).
+			d.log.Debug().Err(err).Str("request_id", l.requestID).Str("class", l.class).Str("subject", l.subject).
+				Str("reason", reason).Msg("dead letter refused: no room in the DLQ or the JetStream store")
+			finish(l, fmt.Errorf("bus: dead letter %s to %s: %w: %w: %w", l.requestID, l.subject, ErrConnectionFault, ErrStoreFull, err))
 			return
 		}
 		if l.bo == nil {

@@ -93,11 +93,7 @@ func dlqCount(t *testing.T, js jetstream.JetStream) uint64 {
 }
 
 func TestDeadLetterStoredWithHeaders(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	d := newDeadLetterer(t, js)
 	var sink doneSink
 	dl := sampleLetter()
@@ -141,11 +137,7 @@ func TestDeadLetterStoredWithHeaders(t *testing.T) {
 }
 
 func TestDeadLetterStoredOnce(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	d := newDeadLetterer(t, js)
 	var sink doneSink
 	for range 2 {
@@ -161,6 +153,53 @@ func TestDeadLetterStoredOnce(t *testing.T) {
 	}
 	if got := dlqCount(t, js); got != 1 {
 		t.Errorf("DLQ messages: got %d, want 1", got)
+	}
+}
+
+// TestDeadLetterRefusedForRoomEndsAtOnce: with the DLQ at its own limit
+// (discard new), a letter's done gets, at JetStream's first refusal and
+// without a retry, an error wrapping ErrConnectionFault and ErrStoreFull that
+// names the reason; once there is room the same letter is stored.
+func TestDeadLetterRefusedForRoomEndsAtOnce(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := streamConfig(t, js, DLQStream)
+	cfg.MaxMsgs = 1
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctxT(t), "dispatch.dlq.other", []byte("an older letter")); err != nil {
+		t.Fatal(err)
+	}
+	d := newDeadLetterer(t, js)
+	var sink doneSink
+	if err := d.Publish(sampleLetter(), sink.done); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done", func() bool { return len(sink.calls()) == 1 })
+	err := sink.calls()[0]
+	if !errors.Is(err, ErrStoreFull) || Fault(err) != ErrConnectionFault || !strings.Contains(err.Error(), "maximum messages exceeded") {
+		t.Fatalf("done(%v): want ErrStoreFull, a connection fault, naming the reason", err)
+	}
+	if d.Retries() != 0 || d.Pending() != 0 {
+		t.Errorf("retries %d, pending %d; want 0, 0", d.Retries(), d.Pending())
+	}
+	cfg.MaxMsgs = 2
+	if _, err := js.UpdateStream(ctxT(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Publish(sampleLetter(), sink.done); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done again", func() bool { return len(sink.calls()) == 2 })
+	if err := sink.calls()[1]; err != nil {
+		t.Fatalf("done with room: %v", err)
+	}
+	if got := dlqCount(t, js); got != 2 {
+		t.Errorf("DLQ messages: got %d, want 2", got)
 	}
 }
 

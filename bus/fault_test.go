@@ -129,11 +129,7 @@ func storeLetter(t *testing.T, d *DeadLetterer, dl DeadLetter) error {
 // Dispatch-Headers-Dropped; before, the publish failed and was retried
 // forever, so the letter was never stored.
 func TestDeadLetterLeavesOutUnsendableHeaders(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	d := newDeadLetterer(t, js)
 	dl := sampleLetter()
 	dl.Header["X/Y"] = []string{"v"}
@@ -153,11 +149,7 @@ func TestDeadLetterLeavesOutUnsendableHeaders(t *testing.T) {
 // The smaller forms: without the body (its size in Dispatch-Body-Dropped),
 // and bare (no original header either).
 func TestDeadLetterForms(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	d := newDeadLetterer(t, js)
 	dl := sampleLetter()
 	dl.Class, dl.DropBody = "bodiless", true
@@ -183,11 +175,7 @@ func TestDeadLetterForms(t *testing.T) {
 // A letter over max_payload is refused for its own sake: done gets a request
 // fault, so that the caller stores a smaller one.
 func TestDeadLetterTooLargeIsARequestFault(t *testing.T) {
-	ts := startServer(t, func(o *server.Options) { o.MaxPayload = 4096 })
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, func(o *server.Options) { o.MaxPayload = 4096 })
 	d := newDeadLetterer(t, js)
 	dl := sampleLetter()
 	dl.Body = make([]byte, 5000)

@@ -38,6 +38,21 @@ func (r *results) of(token uint64) []Result {
 	return append([]Result(nil), r.got[token]...)
 }
 
+// alternate requires one result for each token below n: even for the even
+// tokens, odd for the odd ones.
+func (r *results) alternate(t *testing.T, n int, even, odd Outcome) {
+	t.Helper()
+	for i := range n {
+		want := even
+		if i%2 == 1 {
+			want = odd
+		}
+		if got := r.of(uint64(i)); len(got) != 1 || got[0].Outcome != want {
+			t.Fatalf("token %d: got %+v, want one %v", i, got, want)
+		}
+	}
+}
+
 // worker subscribes to a work subject and answers with answer (nil: never).
 func worker(t *testing.T, nc *nats.Conn, subject string, answer func(m *nats.Msg) *nats.Msg) {
 	t.Helper()
@@ -204,15 +219,7 @@ func TestHandshakeManyInFlight(t *testing.T) {
 	}
 	mu.Unlock()
 	waitFor(t, "all answers", func() bool { return r.count() == n })
-	for i := range n {
-		want := Accepted
-		if i%2 == 1 {
-			want = Refused
-		}
-		if got := r.of(uint64(i)); len(got) != 1 || got[0].Outcome != want {
-			t.Fatalf("token %d: got %+v, want one %v", i, got, want)
-		}
-	}
+	r.alternate(t, n, Accepted, Refused)
 	if got := h.InFlight(); got != 0 {
 		t.Errorf("in flight: got %d, want 0", got)
 	}
@@ -244,15 +251,7 @@ func TestHandshakeMixedTimeouts(t *testing.T) {
 		}
 	}
 	waitFor(t, "all resolved", func() bool { return r.count() == n })
-	for i := range n {
-		want := Timeout
-		if i%2 == 1 {
-			want = Accepted
-		}
-		if got := r.of(uint64(i)); len(got) != 1 || got[0].Outcome != want {
-			t.Fatalf("token %d: got %+v, want one %v", i, got, want)
-		}
-	}
+	r.alternate(t, n, Timeout, Accepted)
 }
 
 func TestHandshakeCloseResolvesInFlight(t *testing.T) {

@@ -1,9 +1,7 @@
 package bus
 
 import (
-	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +31,17 @@ func connect(t *testing.T, ts *natstest.Server) *nats.Conn {
 	return nc
 }
 
+// withStreams starts a server (mod as for startServer), creates the
+// dispatcher's streams on it, and returns a JetStream client of it.
+func withStreams(t *testing.T, mod func(*server.Options)) jetstream.JetStream {
+	t.Helper()
+	js := newJS(t, connect(t, startServer(t, mod)))
+	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 func newJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc)
@@ -54,26 +63,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	natstest.Eventually(t, 20*time.Second, cond, "%s", what)
 }
 
-// logBuf is a goroutine-safe log sink that outlives the test.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger() (zerolog.Logger, *logBuf) {
-	lb := &logBuf{}
+func testLogger() (zerolog.Logger, *natstest.Buffer) {
+	lb := &natstest.Buffer{}
 	return zerolog.New(lb).Level(zerolog.DebugLevel), lb
 }
 

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -16,20 +15,7 @@ import (
 // Parsing and checking the report is the caller's business. Unsubscribe the
 // returned subscription to stop.
 func SubscribeLoad(nc *nats.Conn, prefix string, fn func(token string, data []byte)) (*nats.Subscription, error) {
-	subj, err := NewSubjects(prefix)
-	if err != nil {
-		return nil, fmt.Errorf("bus: subscribe load: %w", err)
-	}
-	if nc == nil || fn == nil {
-		return nil, errors.New("bus: subscribe load: nil connection or function")
-	}
-	sub, err := nc.Subscribe(subj.LoadAll(), func(m *nats.Msg) {
-		fn(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], m.Data)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: subscribe %s: %w", subj.LoadAll(), err)
-	}
-	return sub, nil
+	return subscribeTokens(nc, prefix, "load", Subjects.LoadAll, fn)
 }
 
 // SubscribeDone subscribes to "<prefix>.done.*" (docs/protocol.md, Completion
@@ -39,18 +25,25 @@ func SubscribeLoad(nc *nats.Conn, prefix string, fn func(token string, data []by
 // not block for long. Parsing and settling the record is the caller's
 // business. Unsubscribe the returned subscription to stop.
 func SubscribeDone(nc *nats.Conn, prefix string, fn func(token string, data []byte)) (*nats.Subscription, error) {
+	return subscribeTokens(nc, prefix, "done", Subjects.DoneAll, fn)
+}
+
+// subscribeTokens subscribes to the subject all names for prefix and calls fn
+// with each message's last subject token and body; what names the subscription
+// in errors.
+func subscribeTokens(nc *nats.Conn, prefix, what string, all func(Subjects) string, fn func(token string, data []byte)) (*nats.Subscription, error) {
 	subj, err := NewSubjects(prefix)
 	if err != nil {
-		return nil, fmt.Errorf("bus: subscribe done: %w", err)
+		return nil, fmt.Errorf("bus: subscribe %s: %w", what, err)
 	}
 	if nc == nil || fn == nil {
-		return nil, errors.New("bus: subscribe done: nil connection or function")
+		return nil, fmt.Errorf("bus: subscribe %s: nil connection or function", what)
 	}
-	sub, err := nc.Subscribe(subj.DoneAll(), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(all(subj), func(m *nats.Msg) {
 		fn(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], m.Data)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bus: subscribe %s: %w", subj.DoneAll(), err)
+		return nil, fmt.Errorf("bus: subscribe %s: %w", all(subj), err)
 	}
 	return sub, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // DefaultDuplicateWindow is the duplicate window used when
@@ -42,6 +43,9 @@ type StreamConfig struct {
 	// KVMaxAge is the max age of the KV event stream when it is created
 	// (an existing stream keeps its own); 0 means DefaultKVMaxAge.
 	KVMaxAge time.Duration
+	// Log receives the warning of a stream whose discard policy is changed
+	// (the zero value logs nothing).
+	Log zerolog.Logger
 }
 
 // EnsureStreams creates the prefix's request stream ("<Q>_REQ", subjects
@@ -83,90 +87,109 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, c StreamConfig) 
 	if c.KVMaxAge < 0 {
 		return fmt.Errorf("bus: ensure streams: negative kv max age %s", c.KVMaxAge)
 	}
-	want := []jetstream.StreamConfig{
-		{
+	want := []struct {
+		cfg        jetstream.StreamConfig
+		discardNew bool   // enforce discard new on an existing stream
+		whatIsLost string // what discard old deletes, for the warning
+	}{
+		{jetstream.StreamConfig{
 			Name:       subj.ReqStream(),
 			Subjects:   []string{subj.ReqAll()},
 			Retention:  jetstream.WorkQueuePolicy,
+			Discard:    jetstream.DiscardNew,
 			Storage:    c.Storage,
 			Replicas:   c.Replicas,
 			Duplicates: c.DuplicateWindow,
-		},
-		{
+		}, true, "the oldest requests, which no worker ran and no dead letter records"},
+		{jetstream.StreamConfig{
 			Name:       subj.DLQStream(),
 			Subjects:   []string{subj.DLQAll()},
 			Retention:  jetstream.LimitsPolicy,
+			Discard:    jetstream.DiscardNew,
 			Storage:    c.Storage,
 			Replicas:   c.Replicas,
 			Duplicates: c.DuplicateWindow,
-		},
-		{
+		}, true, "the oldest dead letters"},
+		{jetstream.StreamConfig{
 			// Limits retention: every dispatcher (a standby, a restarted
 			// one) reads it all, so no read may remove a message.
 			Name:       subj.KVStream(),
 			Subjects:   []string{subj.KVAll()},
 			Retention:  jetstream.LimitsPolicy,
+			Discard:    jetstream.DiscardOld,
 			MaxAge:     c.KVMaxAge,
 			Storage:    c.Storage,
 			Replicas:   c.Replicas,
 			Duplicates: c.DuplicateWindow,
-		},
+		}, false, ""},
 	}
 	for _, w := range want {
-		if err := ensureStream(ctx, js, w); err != nil {
+		fixed, err := ensureStream(ctx, js, w.cfg, w.discardNew)
+		if err != nil {
 			return err
+		}
+		if fixed {
+			c.Log.Warn().Str("component", "bus").Str("stream", w.cfg.Name).
+				Msgf("stream had discard policy old, a data-loss setting: at its limits it would have deleted %s; "+
+					"set to discard new, so that a full stream refuses publishes instead (docs/protocol.md, When a stream or the store is full)", w.whatIsLost)
 		}
 	}
 	return nil
 }
 
-// ensureStream creates w or brings the existing stream of that name in line.
-func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.StreamConfig) error {
+// ensureStream creates w or brings the existing stream of that name in line;
+// with discardNew, an existing stream's discard policy becomes w's, and
+// fixed says whether it was another.
+func ensureStream(ctx context.Context, js jetstream.JetStream, w jetstream.StreamConfig, discardNew bool) (fixed bool, err error) {
 	s, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, w.Name) })
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, w) }); err != nil {
 			// Another dispatcher may have created it meanwhile: fall through
 			// to the update path once.
 			if isSubjectOverlap(err) {
-				return fmt.Errorf("bus: create stream %s: %w: another stream captures %v (one created by an earlier release for this prefix "+
+				return false, fmt.Errorf("bus: create stream %s: %w: another stream captures %v (one created by an earlier release for this prefix "+
 					"is named DISPATCH_REQ or DISPATCH_DLQ: docs/deployment.md, Several pools on one NATS account)", w.Name, err, w.Subjects)
 			}
 			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				return fmt.Errorf("bus: create stream %s: %w", w.Name, err)
+				return false, fmt.Errorf("bus: create stream %s: %w", w.Name, err)
 			}
 			if s, err = retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, w.Name) }); err != nil {
-				return fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
+				return false, fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
 			}
 		} else {
-			return nil
+			return false, nil
 		}
 	} else if err != nil {
-		return fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
+		return false, fmt.Errorf("bus: look up stream %s: %w", w.Name, err)
 	}
 
 	cur := s.CachedInfo().Config
 	if cur.Storage != w.Storage {
-		return fmt.Errorf("%w: stream %s has %s storage, configured %s; JetStream cannot change the storage type of a stream: "+
+		return false, fmt.Errorf("%w: stream %s has %s storage, configured %s; JetStream cannot change the storage type of a stream: "+
 			"move its messages and delete it, or configure %s storage", ErrStreamConflict, w.Name, cur.Storage, w.Storage, cur.Storage)
 	}
 	if cur.Retention != w.Retention {
-		return fmt.Errorf("%w: stream %s has %s retention, want %s; JetStream cannot change it: delete or rename the stream",
+		return false, fmt.Errorf("%w: stream %s has %s retention, want %s; JetStream cannot change it: delete or rename the stream",
 			ErrStreamConflict, w.Name, cur.Retention, w.Retention)
 	}
 	if !sameSet(cur.Subjects, w.Subjects) {
-		return fmt.Errorf("%w: stream %s captures %v, want %v: another deployment whose subject prefix names the same streams uses it; "+
+		return false, fmt.Errorf("%w: stream %s captures %v, want %v: another deployment whose subject prefix names the same streams uses it; "+
 			"choose a prefix that differs after upper-casing and turning '.' and '-' into '_'", ErrStreamConflict, w.Name, cur.Subjects, w.Subjects)
 	}
-	if cur.Replicas == w.Replicas && cur.Duplicates == w.Duplicates {
-		return nil
+	fixed = discardNew && cur.Discard != w.Discard
+	if cur.Replicas == w.Replicas && cur.Duplicates == w.Duplicates && !fixed {
+		return false, nil
 	}
 	next := cur
 	next.Replicas = w.Replicas
 	next.Duplicates = w.Duplicates
-	if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.UpdateStream(ctx, next) }); err != nil {
-		return fmt.Errorf("bus: update stream %s: %w", w.Name, err)
+	if discardNew {
+		next.Discard = w.Discard
 	}
-	return nil
+	if _, err := retryAPI(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.UpdateStream(ctx, next) }); err != nil {
+		return false, fmt.Errorf("bus: update stream %s: %w", w.Name, err)
+	}
+	return fixed, nil
 }
 
 // jsErrSubjectOverlap is the JetStream error code of "subjects overlap with an

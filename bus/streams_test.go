@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
@@ -221,11 +222,7 @@ func TestEnsureStreamsRightAfterRestart(t *testing.T) {
 // configured max age (DefaultKVMaxAge by default), and an operator's own max
 // age on an existing stream is kept.
 func TestEnsureStreamsKVMaxAge(t *testing.T) {
-	ts := startServer(t, nil)
-	js := newJS(t, connect(t, ts))
-	if err := EnsureStreams(ctxT(t), js, StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js := withStreams(t, nil)
 	if got := streamConfig(t, js, "DISPATCH_KV").MaxAge; got != DefaultKVMaxAge {
 		t.Fatalf("max age %v, want %v", got, DefaultKVMaxAge)
 	}
@@ -245,5 +242,51 @@ func TestEnsureStreamsKVMaxAge(t *testing.T) {
 	}
 	if got := streamConfig(t, js, "P_KV"); got.MaxAge != 2*time.Hour || !slices.Equal(got.Subjects, []string{"p.kv.*"}) {
 		t.Fatalf("P_KV: max age %v subjects %v, want 2h and p.kv.*", got.MaxAge, got.Subjects)
+	}
+}
+
+// TestEnsureStreamsDiscardNew: the request and dead-letter streams are
+// created with discard new, the KV event stream with discard old. An existing
+// request or dead-letter stream with discard old (an older dispatcher's, or an
+// operator's) is set to discard new with a warning naming it and what it
+// would lose, keeping its limits; the KV stream keeps an operator's discard
+// policy (here new).
+func TestEnsureStreamsDiscardNew(t *testing.T) {
+	ts := startServer(t, nil)
+	js := newJS(t, connect(t, ts))
+	ctx := ctxT(t)
+	if err := EnsureStreams(ctx, js, StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]jetstream.DiscardPolicy{ReqStream: jetstream.DiscardNew, DLQStream: jetstream.DiscardNew, "DISPATCH_KV": jetstream.DiscardOld} {
+		if got := streamConfig(t, js, name).Discard; got != want {
+			t.Errorf("%s created with discard %v, want %v", name, got, want)
+		}
+	}
+	for name, d := range map[string]jetstream.DiscardPolicy{ReqStream: jetstream.DiscardOld, DLQStream: jetstream.DiscardOld, "DISPATCH_KV": jetstream.DiscardNew} {
+		cfg := streamConfig(t, js, name)
+		cfg.Discard, cfg.MaxBytes = d, 1<<20
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs strings.Builder
+	if err := EnsureStreams(ctx, js, StreamConfig{Log: zerolog.New(&logs)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{ReqStream, DLQStream, "DISPATCH_KV"} {
+		cfg := streamConfig(t, js, name)
+		if cfg.Discard != jetstream.DiscardNew || cfg.MaxBytes != 1<<20 {
+			t.Errorf("%s: discard %v, max bytes %d; want new, 1 MiB kept", name, cfg.Discard, cfg.MaxBytes)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0]+lines[1], `"stream":"DISPATCH_REQ"`) || !strings.Contains(lines[0]+lines[1], `"stream":"DISPATCH_DLQ"`) ||
+		!strings.Contains(logs.String(), "data-loss setting") || !strings.Contains(logs.String(), "the oldest requests") {
+		t.Errorf("warnings: got\n%s\nwant one for DISPATCH_REQ and one for DISPATCH_DLQ, saying what discard old loses", logs.String())
+	}
+	logs.Reset()
+	if err := EnsureStreams(ctx, js, StreamConfig{Log: zerolog.New(&logs)}); err != nil || logs.Len() != 0 {
+		t.Errorf("EnsureStreams again: %v, logged %q; want nothing", err, logs.String())
 	}
 }

@@ -174,13 +174,12 @@ func (w *walker) bool(n *yaml.Node, path string) (bool, bool) {
 	return b, true
 }
 
-// keyMap reads a mapping from fairness key to a value read by each.
-func (w *walker) keyMap(n *yaml.Node, path, what string, each func(v *yaml.Node, key, path string)) {
-	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		w.add(line, path, "must be a mapping from fairness key to %s, got %s", what, describe(n))
-		return
+// keyMap reads a mapping from fairness key to a value read by each (what
+// names the value in problems); it reports whether n was a mapping.
+func (w *walker) keyMap(n *yaml.Node, path, what string, each func(v *yaml.Node, key, path string)) bool {
+	n, ok := w.mappingNode(n, path, "from fairness key to "+what)
+	if !ok {
+		return false
 	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -190,13 +189,12 @@ func (w *walker) keyMap(n *yaml.Node, path, what string, each func(v *yaml.Node,
 			continue
 		}
 		p := join(path, k.Value)
-		if first, dup := seen[k.Value]; dup {
-			w.add(k.Line, p, "duplicate key (first at line %d)", first)
+		if repeated(w, seen, k.Value, k.Line, p, "key") {
 			continue
 		}
-		seen[k.Value] = k.Line
 		each(v, k.Value, p)
 	}
+	return true
 }
 
 // budget reads {tokens_per_second, burst, work_conserving}, or, where
@@ -253,9 +251,8 @@ func (w *walker) budget(n *yaml.Node, path string, unlimited bool) (*Budget, boo
 // 2^32-1) to a share in (0, 1); the shares add up to less than 1.
 func (w *walker) minShare(n *yaml.Node, path string) map[uint32]float64 {
 	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		w.add(line, path, "must be a mapping from strict tier to share, got %s", describe(n))
+	n, ok := w.mappingNode(n, path, "from strict tier to share")
+	if !ok {
 		return nil
 	}
 	out := map[uint32]float64{}
@@ -269,11 +266,9 @@ func (w *walker) minShare(n *yaml.Node, path string) map[uint32]float64 {
 			continue
 		}
 		p := join(path, k.Value)
-		if first, dup := seen[t]; dup {
-			w.add(k.Line, p, "duplicate tier (first at line %d)", first)
+		if repeated(w, seen, t, k.Line, p, "tier") {
 			continue
 		}
-		seen[t] = k.Line
 		s, ok := w.float(v, p)
 		if !ok {
 			continue

@@ -172,12 +172,8 @@ func (w *walker) policy(root *yaml.Node) *Policy {
 // problem, so that cross-checks against bucket names are skipped.
 func (w *walker) buckets(key, n *yaml.Node) ([]Bucket, bool) {
 	before := len(w.probs)
-	items, ok := w.list(n, keyBuckets)
+	items, ok := w.items(key, n, keyBuckets)
 	if !ok {
-		return nil, false
-	}
-	if len(items) == 0 {
-		w.add(key.Line, keyBuckets, "must not be empty")
 		return nil, false
 	}
 	out := make([]Bucket, 0, len(items))
@@ -227,12 +223,8 @@ func (w *walker) buckets(key, n *yaml.Node) ([]Bucket, bool) {
 // classes reads policy_classes, checking each class on its own. ok is false
 // when the list itself is unusable.
 func (w *walker) classes(key, n *yaml.Node) ([]rawClass, bool) {
-	items, ok := w.list(n, keyClasses)
+	items, ok := w.items(key, n, keyClasses)
 	if !ok {
-		return nil, false
-	}
-	if len(items) == 0 {
-		w.add(key.Line, keyClasses, "must not be empty")
 		return nil, false
 	}
 	out := make([]rawClass, 0, len(items))
@@ -383,29 +375,13 @@ func (w *walker) keyWeight(n *yaml.Node, path string) (float64, bool) {
 // keyWeights reads key_weights: a mapping from fairness key
 // (docs/protocol.md, Request headers: 1 to 64 bytes of [A-Za-z0-9_.:@-]) to weight.
 func (w *walker) keyWeights(n *yaml.Node, path string) map[string]float64 {
-	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		w.add(line, path, "must be a mapping from fairness key to weight, got %s", describe(n))
-		return nil
-	}
-	out := make(map[string]float64, len(n.Content)/2)
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || !ValidKey(k.Value) {
-			w.add(k.Line, path, "keys must be fairness keys (1 to 64 bytes of [A-Za-z0-9_.:@-]), got %s", describe(k))
-			continue
-		}
-		p := join(path, k.Value)
-		if first, dup := seen[k.Value]; dup {
-			w.add(k.Line, p, "duplicate key (first at line %d)", first)
-			continue
-		}
-		seen[k.Value] = k.Line
+	out := map[string]float64{}
+	if !w.keyMap(n, path, "weight", func(v *yaml.Node, key, p string) {
 		if wt, ok := w.keyWeight(v, p); ok {
-			out[k.Value] = wt
+			out[key] = wt
 		}
+	}) {
+		return nil
 	}
 	return out
 }

@@ -90,10 +90,8 @@ type field struct {
 // or repeated key and every key that is not a string. The result holds the
 // first occurrence of each known key present.
 func (w *walker) mapping(n *yaml.Node, path string, known ...string) (map[string]field, bool) {
-	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		w.add(line, path, "must be a mapping, got %s", describe(n))
+	n, ok := w.mappingNode(n, path, "")
+	if !ok {
 		return nil, false
 	}
 	out := make(map[string]field, len(known))
@@ -107,11 +105,9 @@ func (w *walker) mapping(n *yaml.Node, path string, known ...string) (map[string
 			continue
 		}
 		p := join(path, kd.Value)
-		if first, dup := seen[kd.Value]; dup {
-			w.add(k.Line, p, "duplicate key (first at line %d)", first)
+		if repeated(w, seen, kd.Value, k.Line, p, "key") {
 			continue
 		}
-		seen[kd.Value] = k.Line
 		if !contains(known, kd.Value) {
 			w.add(k.Line, p, "unknown field (known: %s)", strings.Join(known, ", "))
 			continue
@@ -119,6 +115,32 @@ func (w *walker) mapping(n *yaml.Node, path string, known ...string) (map[string
 		out[kd.Value] = field{key: k, val: v}
 	}
 	return out, true
+}
+
+// repeated reports whether key k of a mapping, at line, was seen before in
+// it (seen maps each key seen to its line): a repeat is a problem at p,
+// "duplicate <noun>". A key seen for the first time is recorded.
+func repeated[K comparable](w *walker, seen map[K]int, k K, line int, p, noun string) bool {
+	if first, dup := seen[k]; dup {
+		w.add(line, p, "duplicate %s (first at line %d)", noun, first)
+		return true
+	}
+	seen[k] = line
+	return false
+}
+
+// mappingNode follows n's aliases to a mapping, or reports, at n's own line,
+// that it must be a mapping (of says of what, "" for any).
+func (w *walker) mappingNode(n *yaml.Node, path, of string) (*yaml.Node, bool) {
+	d := deref(n)
+	if d.Kind != yaml.MappingNode {
+		if of != "" {
+			of = " " + of
+		}
+		w.add(n.Line, path, "must be a mapping%s, got %s", of, describe(d))
+		return nil, false
+	}
+	return d, true
 }
 
 func contains(list []string, s string) bool {
@@ -141,16 +163,53 @@ func (w *walker) list(n *yaml.Node, path string) ([]*yaml.Node, bool) {
 	return n.Content, true
 }
 
+// items reads the list that key (the key node, for its line) names at path,
+// which must not be empty.
+func (w *walker) items(key, n *yaml.Node, path string) ([]*yaml.Node, bool) {
+	items, ok := w.list(n, path)
+	if !ok {
+		return nil, false
+	}
+	if len(items) == 0 {
+		w.add(key.Line, path, "must not be empty")
+		return nil, false
+	}
+	return items, true
+}
+
+// scalar follows n's aliases to a scalar node with one of tags, or reports,
+// at n's own line, that it must be what.
+func (w *walker) scalar(n *yaml.Node, path, what string, tags ...string) (*yaml.Node, bool) {
+	d := deref(n)
+	if d.Kind != yaml.ScalarNode || !contains(tags, d.ShortTag()) {
+		w.add(n.Line, path, "must be %s, got %s", what, describe(d))
+		return nil, false
+	}
+	return d, true
+}
+
+// decode reads scalar n (as scalar does) into dst, or reports why it cannot
+// be what; it returns the scalar node.
+func (w *walker) decode(n *yaml.Node, path, what string, dst any, tags ...string) (*yaml.Node, bool) {
+	d, ok := w.scalar(n, path, what, tags...)
+	if !ok {
+		return nil, false
+	}
+	if err := d.Decode(dst); err != nil {
+		w.add(n.Line, path, "must be %s: %v", what, err)
+		return nil, false
+	}
+	return d, true
+}
+
 // str reads a string scalar. Numbers, booleans and null are not strings:
 // quote them.
 func (w *walker) str(n *yaml.Node, path string) (string, bool) {
-	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		w.add(line, path, "must be a string, got %s", describe(n))
+	d, ok := w.scalar(n, path, "a string", "!!str")
+	if !ok {
 		return "", false
 	}
-	return n.Value, true
+	return d.Value, true
 }
 
 // maxToken is the longest subject token, in bytes.
@@ -187,14 +246,9 @@ func (w *walker) token(n *yaml.Node, path string) (string, bool) {
 // uint reads a non-negative integer of at most MaxTokens.
 func (w *walker) uint(n *yaml.Node, path string) (uint64, bool) {
 	line := n.Line
-	n = deref(n)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		w.add(line, path, "must be a non-negative integer, got %s", describe(n))
-		return 0, false
-	}
 	var v any
-	if err := n.Decode(&v); err != nil {
-		w.add(line, path, "must be a non-negative integer: %v", err)
+	n, ok := w.decode(n, path, "a non-negative integer", &v, "!!int")
+	if !ok {
 		return 0, false
 	}
 	var u uint64
@@ -220,20 +274,13 @@ func (w *walker) uint(n *yaml.Node, path string) (uint64, bool) {
 
 // float reads a finite number (an integer is accepted).
 func (w *walker) float(n *yaml.Node, path string) (float64, bool) {
-	line := n.Line
-	n = deref(n)
-	tag := n.ShortTag()
-	if n.Kind != yaml.ScalarNode || tag != "!!int" && tag != "!!float" {
-		w.add(line, path, "must be a number, got %s", describe(n))
-		return 0, false
-	}
 	var f float64
-	if err := n.Decode(&f); err != nil {
-		w.add(line, path, "must be a number: %v", err)
+	d, ok := w.decode(n, path, "a number", &f, "!!int", "!!float")
+	if !ok {
 		return 0, false
 	}
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		w.add(line, path, "must be finite, got %s", n.Value)
+		w.add(n.Line, path, "must be finite, got %s", d.Value)
 		return 0, false
 	}
 	return f, true

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/metrics"
 )
 
@@ -35,19 +36,7 @@ var pendingMetrics = []string{"fairdispatch_policy_refused_total", "fairdispatch
 // is skipped otherwise, saying so.
 func promtool(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv(promtoolEnvVar); bin != "" {
-		return bin
-	}
-	bin, err := exec.LookPath("promtool")
-	if err == nil {
-		return bin
-	}
-	msg := "no promtool on PATH and " + promtoolEnvVar + " unset: install one (apt-get install prometheus) to check the alert rules"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return natstest.Program(t, promtoolEnvVar, "install one (apt-get install prometheus) to check the alert rules", "promtool")
 }
 
 func runPromtool(t *testing.T, bin, dir string, args ...string) {
@@ -177,7 +166,8 @@ func registered(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m := metrics.New(reg, []string{"premium", "regular"})
-	m.SetWorkers([]metrics.WorkerLoad{{ID: "w1"}}) // the per-worker families appear with a worker
+	m.SetWorkers([]metrics.WorkerLoad{{ID: "w1"}})          // the per-worker families appear with a worker
+	metrics.NewStorage(reg, []string{"DISPATCH_REQ"}, true) // with an embedded server: every storage gauge
 	metrics.RegisterBuildInfo(reg, "v0", "r", "go")
 	mfs, err := reg.Gather()
 	if err != nil {

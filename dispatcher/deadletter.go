@@ -95,9 +95,12 @@ func (a *Actor) deadLettered(d dlqDone) {
 // (bus.ErrRequestFault: too large, a header or subject NATS cannot take), it
 // is stored again in the next smaller form: without the body, then without
 // any original header. When even that fails, or the DLQ cannot take letters
-// at all (bus.ErrConnectionFault), the message goes back to the stream,
-// redelivered only after the ack wait: it is neither lost nor spun on, and
-// each such return is counted.
+// at all (bus.ErrConnectionFault; bus.ErrStoreFull: no room in the DLQ or the
+// JetStream store), the message goes back to the stream, redelivered only
+// after the ack wait: it is neither lost nor spun on, it frees its held slot
+// (a full DLQ must not stop the dispatcher pulling other requests), and each
+// such return is counted. Returns for want of room are logged at most every
+// 10 s, with the count suppressed since.
 func (a *Actor) deadLetterFailed(h *held, err error) {
 	r := h.snap
 	if bus.Fault(err) == bus.ErrRequestFault && h.form < formBare {
@@ -118,8 +121,16 @@ func (a *Actor) deadLetterFailed(h *held, err error) {
 		return
 	}
 	a.d.Metrics.DeadLetterFailed(metrics.DLQReturned)
-	a.log.Error().Err(err).Str("request_id", r.ID).Dur("retry_in", a.cfg.AckWait).Msg("dead letter not stored; the request goes back to the stream")
 	_ = h.msg.NakWithDelay(a.cfg.AckWait)
+	if !errors.Is(err, bus.ErrStoreFull) {
+		a.log.Error().Err(err).Str("request_id", r.ID).Dur("retry_in", a.cfg.AckWait).Msg("dead letter not stored; the request goes back to the stream")
+		return
+	}
+	if ok, suppressed := a.ops.full.allow("", a.cfg.Now()); ok {
+		a.log.Error().Err(err).Str("request_id", r.ID).Int("suppressed", suppressed).Dur("retry_in", a.cfg.AckWait).
+			Msg("dead letter refused: no room in the DLQ or the JetStream store; the request goes back to the stream, to be dead-lettered again after the ack wait " +
+				"(logged at most every 10 s; fairdispatch_dead_letter_failures_total{action=\"returned\"} counts every one; docs/operations.md, When storage runs out)")
+	}
 }
 
 func (a *Actor) outcome(subject string, o wire.Outcome) {

@@ -93,6 +93,7 @@ func (n *tokenNotes) first(token string) bool {
 type opsLog struct {
 	drops  dropLimiter
 	tokens tokenNotes
+	full   dropLimiter // dead letters refused for want of room, one key ""
 }
 
 // droppedReport logs a dropped load report at warn, rate-limited per worker.

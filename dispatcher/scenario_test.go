@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/bus"
 	"fairdispatch/configs"
@@ -175,16 +176,19 @@ func (h *actorStory) answer(a *scenario.Args) string {
 }
 
 // dlq delivers the dead-letter stream's answer to the letter of a held
-// message: dlq <stream seq> stored|refused|closed|down. refused is the
-// letter's own fault (too large), closed the bus shutting down, down any
-// other failure (the DLQ cannot take it).
+// message: dlq <stream seq> stored|refused|full|closed|down. refused is the
+// letter's own fault (too large), full JetStream's refusal for want of room
+// (the DLQ at its limit, the store full), closed the bus shutting down, down
+// any other failure (the DLQ cannot take it).
 func (h *actorStory) dlq(a *scenario.Args) string {
 	seq := a.ParseUint(a.Pos(0))
 	err, ok := map[string]error{
 		"stored":  nil,
 		"refused": fmt.Errorf("bus: dead letter: %w: %w", bus.ErrRequestFault, nats.ErrMaxPayload),
-		"closed":  bus.ErrClosed,
-		"down":    fmt.Errorf("bus: dead letter: %w", bus.ErrConnectionFault),
+		"full": fmt.Errorf("bus: dead letter: %w: %w: %w", bus.ErrConnectionFault, bus.ErrStoreFull,
+			&jetstream.APIError{Code: 503, ErrorCode: wire.JSErrCodeStoreFailed, Description: wire.RefusalMaxMsgs}),
+		"closed": bus.ErrClosed,
+		"down":   fmt.Errorf("bus: dead letter: %w", bus.ErrConnectionFault),
 	}[a.Pos(1)]
 	if !ok {
 		a.Fatalf("unknown dlq answer %q", a.Pos(1))

@@ -259,15 +259,13 @@ func (w *Worker) ended(ctx context.Context, j *job, res Result, atEngine bool) {
 }
 
 // record publishes j's completion record (docs/protocol.md, Completion
-// records) with the tokens the engine computed.
+// records) with the tokens the engine computed, and one of 0 tokens for each
+// further dispatch the helper joined to the execution
+// (workerkit.Request.PublishCompletion).
 func (w *Worker) record(j *job, prefill, output, cached uint64, status string) {
 	c := j.r.Completion(prefill, output, status == wire.StatusFailed)
 	c.Status, c.CachedTokens = status, cached
-	b, err := json.Marshal(c)
-	if err == nil {
-		err = w.nc.Publish(w.done, b)
-	}
-	if err != nil {
+	if err := j.r.PublishCompletion(c); err != nil {
 		w.log.Error().Err(err).Str("request_id", j.r.RequestID).Msg("completion record")
 	}
 }

@@ -85,11 +85,7 @@ func TestRankOverloaded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reg := registry(t, spec{id: "w", prefill: []uint64{tt.prefill}, batched: tt.batched})
-			w := reg.Get("w")
-			if tt.booked > 0 {
-				reg.Book(0, w, 0, tt.booked)
-			}
+			_, w := booked(t, spec{prefill: []uint64{tt.prefill}, batched: tt.batched}, tt.booked)
 			w.Ranks[0].Latch = tt.latch
 			if got := tt.th.RankOverloaded(w, &w.Ranks[0]); got != tt.want {
 				t.Errorf("RankOverloaded: got %v, want %v", got, tt.want)

@@ -45,12 +45,7 @@ func TestGateBusy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.w.id = "w"
-			reg := registry(t, tt.w)
-			w := reg.Get("w")
-			if tt.book > 0 {
-				reg.Book(0, w, 0, tt.book)
-			}
+			_, w := booked(t, tt.w, tt.book)
 			w.Excluded = tt.excl
 			if got := tt.gate.Busy(w, w.Rank(0)); got != tt.want {
 				t.Errorf("Busy: got %v, want %v", got, tt.want)

@@ -56,6 +56,19 @@ func registry(t testing.TB, specs ...spec) *workers.Registry {
 	return reg
 }
 
+// booked is the registry of the one worker s, named w, with booked prefill
+// tokens booked on its rank 0, and that worker.
+func booked(t testing.TB, s spec, booked uint64) (*workers.Registry, *workers.Worker) {
+	t.Helper()
+	s.id = "w"
+	reg := registry(t, s)
+	w := reg.Get("w")
+	if booked > 0 {
+		reg.Book(0, w, 0, booked)
+	}
+	return reg, w
+}
+
 func u64(v uint64) *uint64   { return &v }
 func f64(v float64) *float64 { return &v }
 func pin(id string, rank int32) request.Target {

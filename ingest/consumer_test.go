@@ -59,6 +59,24 @@ func (e *env) publish(t *testing.T, class string, h nats.Header) uint64 {
 	return ack.Sequence
 }
 
+// publishN publishes n requests of class c without headers.
+func (e *env) publishN(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		e.publish(t, "c", nil)
+	}
+}
+
+// backlog publishes n requests (publishN) and returns the test config
+// holding at most maxHeld of them, pulled batch at a time.
+func (e *env) backlog(t *testing.T, n, maxHeld, batch int) Config {
+	t.Helper()
+	e.publishN(t, n)
+	cfg := testConfig()
+	cfg.MaxHeld, cfg.Batch = maxHeld, batch
+	return cfg
+}
+
 func (e *env) info(t *testing.T) *jetstream.ConsumerInfo {
 	t.Helper()
 	c, err := e.stream.Consumer(ctx(t), "dispatcher")
@@ -187,11 +205,7 @@ func TestRunDelivers(t *testing.T) {
 
 func TestRunStopsAtMaxHeld(t *testing.T) {
 	e := newEnv(t)
-	cfg := testConfig()
-	cfg.MaxHeld, cfg.Batch = 10, 4
-	for i := 0; i < 50; i++ {
-		e.publish(t, "c", nil)
-	}
+	cfg := e.backlog(t, 50, 10, 4)
 	r := start(t, e, cfg)
 	got := r.take(t, 10)
 
@@ -388,9 +402,7 @@ func TestConfigValidation(t *testing.T) {
 // they are NAKed and come back at once.
 func TestStopHandsBack(t *testing.T) {
 	e := newEnv(t)
-	for i := 0; i < 5; i++ {
-		e.publish(t, "c", nil)
-	}
+	e.publishN(t, 5)
 	c, err := NewConsumer(ctx(t), e.js, testConfig(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -473,11 +485,7 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 // between two pulls, and Run then retried forever without re-creating it.
 func TestRunRecreatesConsumerDeletedBetweenPulls(t *testing.T) {
 	e := newEnv(t)
-	cfg := testConfig()
-	cfg.MaxHeld, cfg.Batch = 3, 3
-	for i := 0; i < 5; i++ {
-		e.publish(t, "c", nil)
-	}
+	cfg := e.backlog(t, 5, 3, 3)
 	r := start(t, e, cfg)
 	r.take(t, 3)
 	waitFor(t, "3 held and no pull open", func() bool { return r.c.Held() == 3 && e.info(t).NumWaiting == 0 })
@@ -544,11 +552,7 @@ func TestRunChurn(t *testing.T) {
 // Run at once; it used to range over the nil channel of the missing pull forever.
 func TestStopAtMaxHeld(t *testing.T) {
 	e := newEnv(t)
-	cfg := testConfig()
-	cfg.MaxHeld, cfg.Batch = 3, 3
-	for i := 0; i < 5; i++ {
-		e.publish(t, "c", nil)
-	}
+	cfg := e.backlog(t, 5, 3, 3)
 	c, err := NewConsumer(ctx(t), e.js, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -576,9 +580,7 @@ func TestRunGate(t *testing.T) {
 	gate.Set(true)
 	cfg := testConfig()
 	cfg.Gate = gate
-	for i := 0; i < 20; i++ {
-		e.publish(t, "c", nil)
-	}
+	e.publishN(t, 20)
 	r := start(t, e, cfg)
 	// Several pull waits (200 ms) pass with the gate closed: nothing is pulled.
 	for deadline := time.Now().Add(3 * cfg.PullWait); time.Now().Before(deadline); {

@@ -239,7 +239,7 @@ func (s *scan) decode() (Headers, error) {
 	workerOK := false
 	big(hWorker)
 	if has(hWorker) {
-		v := trim(vals[hWorker])
+		v := wire.TrimValue(vals[hWorker])
 		if r := checkToken(v, &workerChars, "worker id"); r != "" {
 			note(headerErr(hWorker, vals[hWorker], r))
 		} else {
@@ -295,7 +295,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hReplyTo)
 	if has(hReplyTo) {
-		v := trim(vals[hReplyTo])
+		v := wire.TrimValue(vals[hReplyTo])
 		if r := checkSubject(v); r != "" {
 			note(headerErr(hReplyTo, vals[hReplyTo], r))
 		} else {
@@ -304,7 +304,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hResponseTo)
 	if has(hResponseTo) {
-		v := trim(vals[hResponseTo])
+		v := wire.TrimValue(vals[hResponseTo])
 		if r := checkSubject(v); r != "" {
 			note(headerErr(hResponseTo, vals[hResponseTo], r))
 		} else {
@@ -313,7 +313,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hKey)
 	if has(hKey) {
-		v := trim(vals[hKey])
+		v := wire.TrimValue(vals[hKey])
 		if r := checkKey(v); r != "" {
 			note(headerErr(hKey, vals[hKey], r))
 		} else {
@@ -322,7 +322,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hHashes)
 	if has(hHashes) {
-		hs, err := wire.DecodeHashes(nil, trim(vals[hHashes]))
+		hs, err := wire.DecodeHashes(nil, wire.TrimValue(vals[hHashes]))
 		if err != nil {
 			note(headerErr(hHashes, vals[hHashes], err.Error()))
 		} else {
@@ -375,22 +375,10 @@ func slotOf(k string) int {
 	return -1
 }
 
-// trim removes the optional whitespace (spaces and tabs) around s.
-func trim(s string) string {
-	i, j := 0, len(s)
-	for i < j && (s[i] == ' ' || s[i] == '\t') {
-		i++
-	}
-	for j > i && (s[j-1] == ' ' || s[j-1] == '\t') {
-		j--
-	}
-	return s[i:j]
-}
-
 // parseUint parses an unsigned decimal integer <= max without allocating. On
 // error it returns 0 and a *HeaderError for slot.
 func parseUint(slot int, raw string, max uint64) (uint64, *HeaderError) {
-	n, r := uintValue(trim(raw), max)
+	n, r := uintValue(wire.TrimValue(raw), max)
 	if r != "" {
 		return 0, headerErr(slot, raw, r)
 	}
@@ -439,7 +427,7 @@ func uintValue(s string, max uint64) (uint64, string) {
 
 // parseFloat parses a finite float in [lo, hi]; -0 becomes 0.
 func parseFloat(slot int, raw string, lo, hi float64) (float64, *HeaderError) {
-	f, r := floatValue(trim(raw), lo, hi)
+	f, r := floatValue(wire.TrimValue(raw), lo, hi)
 	if r != "" {
 		return 0, headerErr(slot, raw, r)
 	}
@@ -560,9 +548,9 @@ func checkItems(s string) string {
 // nextItem splits the next comma-separated item off s, trimmed.
 func nextItem(s string) (item, rest string) {
 	if i := strings.IndexByte(s, ','); i >= 0 {
-		return trim(s[:i]), s[i+1:]
+		return wire.TrimValue(s[:i]), s[i+1:]
 	}
-	return trim(s), ""
+	return wire.TrimValue(s), ""
 }
 
 // itemReason describes what is wrong with item n (1-based).
@@ -575,7 +563,7 @@ func itemReason(n int, item, reason string) string {
 
 // parseList parses "tok,tok,..." with every token in set.
 func parseList(slot int, raw string, set *[256]bool, what string) ([]string, *HeaderError) {
-	s := trim(raw)
+	s := wire.TrimValue(raw)
 	if r := checkItems(s); r != "" {
 		return nil, headerErr(slot, raw, r)
 	}
@@ -603,12 +591,12 @@ func splitPair(item string) (k, v string, ok bool) {
 	if i < 0 {
 		return item, "", false
 	}
-	return trim(item[:i]), trim(item[i+1:]), true
+	return wire.TrimValue(item[:i]), wire.TrimValue(item[i+1:]), true
 }
 
 // parseOverlap parses Dispatch-Worker-Overlap: "id=tokens,...".
 func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
-	s := trim(raw)
+	s := wire.TrimValue(raw)
 	if r := checkItems(s); r != "" {
 		return nil, headerErr(hOverlap, raw, r)
 	}
@@ -640,7 +628,7 @@ func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
 
 // parsePreferred parses Dispatch-Preferred-Taints: "t=w,t,...".
 func parsePreferred(raw string) ([]request.Taint, *HeaderError) {
-	s := trim(raw)
+	s := wire.TrimValue(raw)
 	if r := checkItems(s); r != "" {
 		return nil, headerErr(hPreferred, raw, r)
 	}

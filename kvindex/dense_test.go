@@ -2,7 +2,6 @@ package kvindex
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -41,38 +40,8 @@ func (x *Index) checkDense(t interface{ Fatalf(string, ...any) }) {
 // when draining, half the events store nothing.
 func (g *gen) drawDenseEvent(t *rapid.T, w string, drain bool) *wire.KVEvent {
 	ev := &wire.KVEvent{Rank: int32(rapid.IntRange(0, 1).Draw(t, "rank"))}
-	inst, ok := g.instance[w]
-	if !ok || rapid.IntRange(0, 59).Draw(t, "newInstance") == 0 {
-		inst = fmt.Sprintf("i%d", rapid.IntRange(0, 3).Draw(t, "instance"))
-		if inst != g.instance[w] {
-			for r := range g.next {
-				if r.Worker == w {
-					delete(g.next, r)
-				}
-			}
-		}
-		g.instance[w] = inst
-	}
-	ev.Instance = inst
-	key := Rank{w, ev.Rank}
-	next := g.next[key] + 1
-	switch rapid.IntRange(0, 39).Draw(t, "seq") {
-	case 0:
-		ev.ID = rapid.Uint64Range(1, next).Draw(t, "dupID")
-	case 1:
-		ev.ID = next + 1
-	default:
-		ev.ID = next
-	}
-	if ev.ID >= next {
-		g.next[key] = ev.ID
-	}
-	switch rapid.IntRange(0, 9).Draw(t, "clear") {
-	case 0:
-		ev.Cleared = wire.AllTiers
-	case 1:
-		ev.Cleared = wire.Tiers(rapid.IntRange(1, int(wire.AllTiers)).Draw(t, "cleared"))
-	}
+	g.identify(t, w, ev, 60, 40, func() uint64 { return 1 })
+	drawCleared(t, ev)
 	if rapid.Bool().Draw(t, "hasRemoved") {
 		tt := rapid.IntRange(0, int(wire.NumTiers)-1).Draw(t, "removedTier")
 		ev.Removed[tt] = rapid.SliceOfN(rapid.Uint64Range(0, 11), 1, 6).Draw(t, "removed")
@@ -104,12 +73,7 @@ func TestModelDense(t *testing.T) {
 		for tt := range wire.NumTiers {
 			weights[tt] = rapid.SampledFrom([]float64{1, 0.7, 0.3, 0.1, 0.5, 0}).Draw(t, "weight")
 		}
-		x, err := New(Config{Weights: weights, MaxBlocks: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := newModel(weights)
-		g := &gen{instance: map[string]string{}, next: map[Rank]uint64{}}
+		x, m, g := newBoth(t, Config{Weights: weights, MaxBlocks: 1 << 20})
 		var out Overlaps
 		workers := rapid.SampledFrom([]int{12, 40, 80}).Draw(t, "workers")
 		steps := rapid.IntRange(50, 400).Draw(t, "steps")
@@ -123,16 +87,7 @@ func TestModelDense(t *testing.T) {
 			}
 			switch op {
 			case 0, 1:
-				x.DropWorker(w)
-				if m.workers[w] != nil {
-					m.drop(w)
-				}
-				delete(g.instance, w)
-				for r := range g.next {
-					if r.Worker == w {
-						delete(g.next, r)
-					}
-				}
+				dropBoth(x, m, g, w)
 			case 2, 3, 4, 5, 6:
 				q := make([]uint64, rapid.IntRange(0, 13).Draw(t, "queryLen"))
 				for i := range q {
@@ -146,22 +101,14 @@ func TestModelDense(t *testing.T) {
 				if len(q) > 0 && x.denseFor(q[0], x.blocks[q[0]]) != nil {
 					denseQueries++
 				}
-				x.Overlap(q, &out)
-				got, want := sortHits(out.Hits), sortHits(m.overlap(q))
-				if !slices.Equal(got, want) {
-					t.Fatalf("Overlap(%v): got %v, want %v", q, got, want)
-				}
+				want := checkOverlap(t, x, m, q, &out)
 				for _, h := range want {
 					if got := out.lookup(h.Worker, h.Rank); got != h {
 						t.Fatalf("lookup(%s, %d): got %+v, want %+v", h.Worker, h.Rank, got, h)
 					}
 				}
 			default:
-				ev := g.drawDenseEvent(t, w, drain)
-				if _, err := x.Apply(w, ev); err != nil {
-					t.Fatalf("Apply: %v", err)
-				}
-				m.apply(w, ev)
+				applyBoth(t, x, m, w, g.drawDenseEvent(t, w, drain))
 			}
 			switch {
 			case len(x.dense) > before:
@@ -169,18 +116,8 @@ func TestModelDense(t *testing.T) {
 			case len(x.dense) < before:
 				dropped++
 			}
-			x.check(t)
+			checkBoth(t, x, m)
 			x.checkDense(t)
-			if got, want := x.Stats(), m.stats(); got != want {
-				t.Fatalf("Stats: got %+v, want %+v", got, want)
-			}
-			for w, mw := range m.workers {
-				for r, mr := range mw.ranks {
-					if got := x.holdings(w, r); !maps.Equal(got, mr.held) {
-						t.Fatalf("%s/%d holds %v, want %v", w, r, got, mr.held)
-					}
-				}
-			}
 		}
 	})
 	t.Logf("%d queries, %d from a dense block 0; dense forms made %d times, dropped %d times", queries, denseQueries, made, dropped)

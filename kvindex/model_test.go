@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"fairdispatch/wire"
@@ -258,31 +259,22 @@ func (x *Index) holdings(w string, r int32) map[uint64]wire.Tiers {
 }
 
 func sortHits(h []Hit) []Hit {
-	h = slices.Clone(h)
-	slices.SortFunc(h, func(a, b Hit) int {
-		if a.Worker != b.Worker {
-			if a.Worker < b.Worker {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Rank - b.Rank)
-	})
-	return h
+	return sortedByRank(h, func(h Hit) Rank { return Rank{h.Worker, h.Rank} })
 }
 
-func sortRanks(r []Rank) []Rank {
-	r = slices.Clone(r)
-	slices.SortFunc(r, func(a, b Rank) int {
-		if a.Worker != b.Worker {
-			if a.Worker < b.Worker {
-				return -1
-			}
-			return 1
+func sortRanks(r []Rank) []Rank { return sortedByRank(r, func(r Rank) Rank { return r }) }
+
+// sortedByRank returns a sorted copy of s, by worker then rank (at gives them).
+func sortedByRank[T any](s []T, at func(T) Rank) []T {
+	s = slices.Clone(s)
+	slices.SortFunc(s, func(a, b T) int {
+		x, y := at(a), at(b)
+		if c := strings.Compare(x.Worker, y.Worker); c != 0 {
+			return c
 		}
-		return int(a.Rank - b.Rank)
+		return int(x.Rank - y.Rank)
 	})
-	return r
+	return s
 }
 
 // gen is the worker side of the simulation: what each rank sent last.
@@ -291,43 +283,62 @@ type gen struct {
 	next     map[Rank]uint64
 }
 
-// drawEvent draws an event of worker w: mostly in sequence, sometimes a
-// duplicate, a gap, a new instance or a resynchronisation, over a small
-// universe of hashes so that blocks are shared, removed unknown and re-stored.
-func (g *gen) drawEvent(t *rapid.T, w string) *wire.KVEvent {
-	ev := &wire.KVEvent{Rank: int32(rapid.IntRange(0, 2).Draw(t, "rank"))}
+// identify draws the instance and id of ev, an event of worker w on rank
+// ev.Rank: a new instance about once in newInstance events (and the first
+// time), and, about once in seq events each, a redelivery of an old id (or
+// the first, again) or a gap of skip() ids; else the next id.
+func (g *gen) identify(t *rapid.T, w string, ev *wire.KVEvent, newInstance, seq int, skip func() uint64) {
 	inst, ok := g.instance[w]
-	if !ok || rapid.IntRange(0, 19).Draw(t, "newInstance") == 0 {
+	if !ok || rapid.IntRange(0, newInstance-1).Draw(t, "newInstance") == 0 {
 		inst = fmt.Sprintf("i%d", rapid.IntRange(0, 3).Draw(t, "instance"))
 		if inst != g.instance[w] {
-			for r := range g.next {
-				if r.Worker == w {
-					delete(g.next, r)
-				}
-			}
+			g.forget(w)
 		}
 		g.instance[w] = inst
 	}
 	ev.Instance = inst
 	key := Rank{w, ev.Rank}
 	next := g.next[key] + 1
-	switch rapid.IntRange(0, 9).Draw(t, "seq") {
-	case 0: // a redelivery of an old id (or the first, again)
+	switch rapid.IntRange(0, seq-1).Draw(t, "seq") {
+	case 0:
 		ev.ID = rapid.Uint64Range(1, next).Draw(t, "dupID")
-	case 1: // a gap
-		ev.ID = next + rapid.Uint64Range(1, 3).Draw(t, "skip")
+	case 1:
+		ev.ID = next + skip()
 	default:
 		ev.ID = next
 	}
 	if ev.ID >= next {
 		g.next[key] = ev.ID
 	}
+}
+
+// forget drops the ids the ranks of worker w sent last.
+func (g *gen) forget(w string) {
+	for r := range g.next {
+		if r.Worker == w {
+			delete(g.next, r)
+		}
+	}
+}
+
+// drawCleared draws ev's cleared tiers: all, about once in ten events, some
+// about once in ten, else none.
+func drawCleared(t *rapid.T, ev *wire.KVEvent) {
 	switch rapid.IntRange(0, 9).Draw(t, "clear") {
 	case 0:
 		ev.Cleared = wire.AllTiers
 	case 1:
 		ev.Cleared = wire.Tiers(rapid.IntRange(1, int(wire.AllTiers)).Draw(t, "cleared"))
 	}
+}
+
+// drawEvent draws an event of worker w: mostly in sequence, sometimes a
+// duplicate, a gap, a new instance or a resynchronisation, over a small
+// universe of hashes so that blocks are shared, removed unknown and re-stored.
+func (g *gen) drawEvent(t *rapid.T, w string) *wire.KVEvent {
+	ev := &wire.KVEvent{Rank: int32(rapid.IntRange(0, 2).Draw(t, "rank"))}
+	g.identify(t, w, ev, 20, 10, func() uint64 { return rapid.Uint64Range(1, 3).Draw(t, "skip") })
+	drawCleared(t, ev)
 	hashes := rapid.SliceOfN(rapid.Uint64Range(0, 15), 0, 8)
 	for tt := range wire.NumTiers {
 		if rapid.IntRange(0, 2).Draw(t, "hasRemoved") == 0 {
@@ -346,29 +357,14 @@ func (g *gen) drawEvent(t *rapid.T, w string) *wire.KVEvent {
 // same holdings, staleness, statistics, stale reports and overlaps throughout.
 func TestModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		weights := [wire.NumTiers]float64{1, 0.75, 0.5, 0.25}
-		x, err := New(Config{Weights: weights, MaxBlocks: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := newModel(weights)
-		g := &gen{instance: map[string]string{}, next: map[Rank]uint64{}}
+		x, m, g := newBoth(t, Config{Weights: [wire.NumTiers]float64{1, 0.75, 0.5, 0.25}, MaxBlocks: 1 << 20})
 		var out Overlaps
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for range steps {
 			w := fmt.Sprintf("w%d", rapid.IntRange(0, 2).Draw(t, "worker"))
 			switch rapid.IntRange(0, 19).Draw(t, "op") {
 			case 0:
-				x.DropWorker(w)
-				if m.workers[w] != nil {
-					m.drop(w)
-				}
-				delete(g.instance, w)
-				for r := range g.next {
-					if r.Worker == w {
-						delete(g.next, r)
-					}
-				}
+				dropBoth(x, m, g, w)
 			case 1:
 				var all []Rank
 				for w, mw := range m.workers {
@@ -387,11 +383,7 @@ func TestModel(t *testing.T) {
 				}
 			case 2, 3, 4:
 				q := rapid.SliceOfN(rapid.Uint64Range(0, 15), 0, 10).Draw(t, "query")
-				x.Overlap(q, &out)
-				got, want := sortHits(out.Hits), sortHits(m.overlap(q))
-				if !slices.Equal(got, want) {
-					t.Fatalf("Overlap(%v): got %v, want %v", q, got, want)
-				}
+				want := checkOverlap(t, x, m, q, &out)
 				for w, mw := range m.workers {
 					for r := range mw.ranks {
 						var wantHit Hit
@@ -409,21 +401,11 @@ func TestModel(t *testing.T) {
 					}
 				}
 			default:
-				ev := drawEventOf(t, g, w)
-				if _, err := x.Apply(w, ev); err != nil {
-					t.Fatalf("Apply: %v", err)
-				}
-				m.apply(w, ev)
+				applyBoth(t, x, m, w, drawEventOf(t, g, w))
 			}
-			x.check(t)
-			if got, want := x.Stats(), m.stats(); got != want {
-				t.Fatalf("Stats: got %+v, want %+v", got, want)
-			}
+			checkBoth(t, x, m)
 			for w, mw := range m.workers {
 				for r, mr := range mw.ranks {
-					if got := x.holdings(w, r); !maps.Equal(got, mr.held) {
-						t.Fatalf("%s/%d holds %v, want %v", w, r, got, mr.held)
-					}
 					if got := x.Stale(w, r); got != mr.stale {
 						t.Fatalf("%s/%d stale %v, want %v", w, r, got, mr.stale)
 					}
@@ -435,6 +417,62 @@ func TestModel(t *testing.T) {
 
 func drawEventOf(t *rapid.T, g *gen, w string) *wire.KVEvent { return g.drawEvent(t, w) }
 
+// newBoth returns an index of cfg, the model of the same weights, and a
+// generator that has sent nothing yet.
+func newBoth(t *rapid.T, cfg Config) (*Index, *model, *gen) {
+	x, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x, newModel(cfg.Weights), &gen{instance: map[string]string{}, next: map[Rank]uint64{}}
+}
+
+// applyBoth applies ev of worker w to the index and to the model.
+func applyBoth(t *rapid.T, x *Index, m *model, w string, ev *wire.KVEvent) {
+	if _, err := x.Apply(w, ev); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	m.apply(w, ev)
+}
+
+// dropBoth drops worker w from the index and the model, and the generator
+// forgets it.
+func dropBoth(x *Index, m *model, g *gen, w string) {
+	x.DropWorker(w)
+	if m.workers[w] != nil {
+		m.drop(w)
+	}
+	delete(g.instance, w)
+	g.forget(w)
+}
+
+// checkOverlap requires the index's overlap of q (into out) to be the
+// model's, which it returns.
+func checkOverlap(t *rapid.T, x *Index, m *model, q []uint64, out *Overlaps) []Hit {
+	x.Overlap(q, out)
+	got, want := sortHits(out.Hits), sortHits(m.overlap(q))
+	if !slices.Equal(got, want) {
+		t.Fatalf("Overlap(%v): got %v, want %v", q, got, want)
+	}
+	return want
+}
+
+// checkBoth checks the index's invariants, and requires its statistics and
+// every rank's holdings to be the model's.
+func checkBoth(t *rapid.T, x *Index, m *model) {
+	x.check(t)
+	if got, want := x.Stats(), m.stats(); got != want {
+		t.Fatalf("Stats: got %+v, want %+v", got, want)
+	}
+	for w, mw := range m.workers {
+		for r, mr := range mw.ranks {
+			if got := x.holdings(w, r); !maps.Equal(got, mr.held) {
+				t.Fatalf("%s/%d holds %v, want %v", w, r, got, mr.held)
+			}
+		}
+	}
+}
+
 // TestModelBounded runs the same sequences under a small bound. The model
 // cannot guess ties between equally large ranks, so it follows the index's
 // evictions, checking that each victim was the largest rank of the model
@@ -442,14 +480,7 @@ func drawEventOf(t *rapid.T, g *gen, w string) *wire.KVEvent { return g.drawEven
 // rank still matches the model exactly.
 func TestModelBounded(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		weights := DefaultWeights
-		bound := rapid.IntRange(1, 24).Draw(t, "bound")
-		x, err := New(Config{Weights: weights, MaxBlocks: bound})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := newModel(weights)
-		g := &gen{instance: map[string]string{}, next: map[Rank]uint64{}}
+		x, m, g := newBoth(t, Config{Weights: DefaultWeights, MaxBlocks: rapid.IntRange(1, 24).Draw(t, "bound")})
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for range steps {
 			w := fmt.Sprintf("w%d", rapid.IntRange(0, 2).Draw(t, "worker"))
@@ -490,17 +521,7 @@ func TestModelBounded(t *testing.T) {
 					}
 				}
 			}
-			x.check(t)
-			if got, want := x.Stats(), m.stats(); got != want {
-				t.Fatalf("Stats: got %+v, want %+v", got, want)
-			}
-			for w, mw := range m.workers {
-				for r, mr := range mw.ranks {
-					if got := x.holdings(w, r); !maps.Equal(got, mr.held) {
-						t.Fatalf("%s/%d holds %v, want %v", w, r, got, mr.held)
-					}
-				}
-			}
+			checkBoth(t, x, m)
 		}
 	})
 }

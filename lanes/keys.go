@@ -304,14 +304,7 @@ func (c *Keyed) keyFor(name string) *key {
 		}
 		name = OverflowKey
 	}
-	var k *key
-	if n := len(c.spare); n > 0 {
-		k = c.spare[n-1]
-		c.spare[n-1] = nil
-		c.spare = c.spare[:n-1]
-	} else {
-		k = &key{}
-	}
+	k := reuse(&c.spare)
 	*k = key{name: name, weight: c.Weight(name), v: c.vnow, pos: -1, spos: -1, shared: k.shared[:0], ready: k.ready[:0]}
 	c.byName[name] = k
 	if c.cfg.budgeted() {
@@ -440,3 +433,16 @@ func (byService) Less(a, b keyEntry) bool {
 }
 
 func (byService) SetIndex(e keyEntry, i int) { e.k.pos = int32(i) }
+
+// reuse takes the last entry off a free list, or returns a new zero T when
+// the list is empty; the caller sets every field it reads.
+func reuse[T any](free *[]*T) *T {
+	n := len(*free)
+	if n == 0 {
+		return new(T)
+	}
+	x := (*free)[n-1]
+	(*free)[n-1] = nil
+	*free = (*free)[:n-1]
+	return x
+}

@@ -62,14 +62,7 @@ func (c *Keyed) openShared(k *key) {
 }
 
 func (c *Keyed) newLane(kt keyTarget, k *key) *lane {
-	var l *lane
-	if n := len(c.free); n > 0 {
-		l = c.free[n-1]
-		c.free[n-1] = nil
-		c.free = c.free[:n-1]
-	} else {
-		l = &lane{}
-	}
+	l := reuse(&c.free)
 	l.target, l.pos, l.blocked, l.owner = kt.target, -1, false, k
 	c.pinned[kt] = l
 	return l

@@ -23,11 +23,38 @@
 // most TTL after the dead leader's last renewal, so a standby leads within
 // about TTL + TTL/4 of a crash (plus the server's expiry scan), and at once
 // after a clean shutdown, which deletes the key.
+//
+// # Storage
+//
+// The bucket is created in memory storage. A lease lives one TTL, so nothing
+// of it needs to outlive a server restart (after one the next campaign
+// creates the key again), and it must not share the fate of the file store:
+// at the server's store limit (max_file_store) JetStream refuses every write
+// to every file-backed stream, and a file-backed lease would lose its
+// renewals exactly when the leader must keep dispatching, so that workers
+// acknowledge requests and free the store (docs/operations.md, When storage
+// runs out). Where memory storage is refused (an account or server without
+// JetStream memory), the bucket is created in file storage, with a warning.
+// An existing bucket is bound to as it is, whatever its storage: JetStream
+// cannot change a stream's storage in place, and deleting a lease bucket in
+// use could let two leaders overlap. A file-backed one (made by an older
+// dispatcher) is warned about, with how to move it.
+//
+// A memory bucket is lost when its server restarts (for one replica; with
+// three, when all restart), and with it the key of a leader that may still
+// count its lease valid for up to 3/4 TTL: the safety argument above needs
+// the key to outlive the leader's validity. So a leader whose bucket has
+// gone steps down at once; a campaign that finds the bucket gone creates it
+// again; and no process creates the key in a bucket younger than one TTL (by
+// the server's clock: its stream info's creation and current times) when a
+// dispatcher may have led with an earlier bucket (Config.MayHaveLed). A
+// fresh deployment's first bucket is used at once, and a handover in it too.
 package leader
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -52,19 +79,34 @@ type Config struct {
 	ID       string // this process's id, stored as the key's value; required
 	TTL      time.Duration
 	Replicas int
-	Storage  jetstream.StorageType
-	Now      func() time.Time
+	// RenewalFailed, when not nil, is called from Run's goroutine with the
+	// error of each renewal that failed for another reason than the lease
+	// being taken (which steps down): unanswered, or refused by JetStream
+	// (for a file-backed bucket, a full store). Each is retried TTL/4 later;
+	// the lease is lost when none succeeds within 3/4 TTL.
+	RenewalFailed func(error)
+	// MayHaveLed reports whether a dispatcher may have held a lease in a
+	// bucket before the current one, created at created (the server's
+	// clock); the dispatcher's answer: the request stream's durable
+	// consumer, which the first leader creates, is older than the bucket.
+	// It is asked only while the bucket is younger than one TTL; then, when
+	// true, campaigns wait until it is a TTL old (see the package doc). nil:
+	// always true.
+	MayHaveLed func(ctx context.Context, created time.Time) bool
+	Now        func() time.Time
 }
 
 // Elector campaigns for the lease and keeps it.
 type Elector struct {
 	cfg    Config
-	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue // replaced by Run's goroutine when the bucket is created again
 	log    zerolog.Logger
 	leader atomic.Bool
 }
 
-// New creates (or updates) the lease bucket.
+// New binds to the lease bucket, creating it in memory storage when missing
+// (see Storage in the package doc), and updates its TTL and replicas to cfg's.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Elector, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = DefaultBucket
@@ -81,14 +123,61 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Lo
 	if cfg.ID == "" {
 		return nil, errors.New("leader: an id is required")
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: cfg.Bucket, Description: "fairdispatch dispatcher leader lease",
-		History: 1, TTL: cfg.TTL, Replicas: max(cfg.Replicas, 1), Storage: cfg.Storage,
-	})
+	log = log.With().Str("component", "leader").Str("id", cfg.ID).Logger()
+	kv, err := bind(ctx, js, cfg, log)
 	if err != nil {
-		return nil, errors.Join(errors.New("leader: lease bucket "+cfg.Bucket), err)
+		return nil, fmt.Errorf("leader: lease bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Elector{cfg: cfg, kv: kv, log: log.With().Str("component", "leader").Str("id", cfg.ID).Logger()}, nil
+	return &Elector{cfg: cfg, js: js, kv: kv, log: log}, nil
+}
+
+// jsErrMemoryResources is nats-server's JSMemoryResourcesExceededErr:
+// "insufficient memory resources available", the refusal to create a memory
+// stream where the server or the account has no JetStream memory left.
+const jsErrMemoryResources jetstream.ErrorCode = 10028
+
+// bind returns the lease bucket: the existing one, in its own storage, or a
+// new one in memory storage (file storage where memory is refused).
+func bind(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
+	want := jetstream.KeyValueConfig{
+		Bucket: cfg.Bucket, Description: "fairdispatch dispatcher leader lease",
+		History: 1, TTL: cfg.TTL, Replicas: max(cfg.Replicas, 1), Storage: jetstream.MemoryStorage,
+	}
+	for range 2 { // a bucket created meanwhile by another dispatcher is bound to on the second round
+		kv, err := js.KeyValue(ctx, cfg.Bucket)
+		if err == nil {
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				want.Storage = bs.StreamInfo().Config.Storage
+			}
+			if want.Storage == jetstream.FileStorage {
+				log.Warn().Str("bucket", cfg.Bucket).
+					Msg("the lease bucket is file-backed (made by an older dispatcher, or where memory storage was refused): when the JetStream " +
+						"store is full its renewals are refused and no dispatcher can lead; to move it to memory storage, stop every dispatcher " +
+						"of this pool, delete it (nats kv del " + cfg.Bucket + ") and start them again (docs/operations.md, When storage runs out)")
+			}
+			return js.UpdateKeyValue(ctx, want)
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, err
+		}
+		kv, err = js.CreateKeyValue(ctx, want)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrMemoryResources {
+			log.Warn().Err(err).Str("bucket", cfg.Bucket).
+				Msg("memory storage refused for the lease bucket: creating it in file storage, whose renewals a full JetStream store refuses " +
+					"(docs/operations.md, When storage runs out)")
+			want.Storage = jetstream.FileStorage
+			kv, err = js.CreateKeyValue(ctx, want)
+		}
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			return kv, err
+		}
+	}
+	return nil, errors.New("created and deleted meanwhile by another process")
 }
 
 // Leader reports whether this process holds the lease now.
@@ -132,12 +221,19 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 					rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
 				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
 					e.stepDown("lease taken: "+err.Error(), onChange)
+				case errors.Is(err, jetstream.ErrNoStreamResponse) && ctx.Err() == nil && e.bucketGone(ctx):
+					// Its server restarted (a memory bucket) or it was deleted:
+					// the key is gone, and another process may create it.
+					e.stepDown("the lease bucket is gone: "+err.Error(), onChange)
 				case ctx.Err() != nil: // shutting down: the release follows
 				default:
 					e.log.Warn().Err(err).Time("valid_until", validUntil).Msg("lease renewal failed; retrying")
+					if e.cfg.RenewalFailed != nil {
+						e.cfg.RenewalFailed(err)
+					}
 				}
 			}
-		} else {
+		} else if e.mayCampaign(ctx) {
 			r, err := e.call(ctx, func(c context.Context) (uint64, error) {
 				return e.kv.Create(c, e.cfg.Key, []byte(e.cfg.ID))
 			})
@@ -152,6 +248,67 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 		}
 		t.Reset(every)
 	}
+}
+
+// mayCampaign reports whether a campaign may try to create the key now: the
+// bucket exists (one that is gone is created again, and the campaign waits
+// for the next round) and is at least a TTL old, or no dispatcher may have
+// led before it existed (see the package doc). It costs one stream info
+// request, and MayHaveLed's while the bucket is young.
+func (e *Elector) mayCampaign(ctx context.Context) bool {
+	info, err := e.streamInfo(ctx)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		e.rebind(ctx)
+		return false
+	}
+	if err != nil {
+		e.log.Debug().Err(err).Msg("campaign deferred: lease bucket not readable")
+		return false
+	}
+	now := info.TimeStamp // the server's clock, like Created (absent from servers before 2.10: then ours)
+	if now.IsZero() {
+		now = e.cfg.Now()
+	}
+	if age := now.Sub(info.Created); age < e.cfg.TTL {
+		c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+		defer cancel()
+		if e.cfg.MayHaveLed == nil || e.cfg.MayHaveLed(c, info.Created) {
+			e.log.Debug().Dur("bucket_age", age).Msg("campaign deferred: the lease bucket is younger than the lease, and a leader may have held a key in an earlier one")
+			return false
+		}
+	}
+	return true
+}
+
+// bucketGone reports whether the lease bucket's stream no longer exists.
+func (e *Elector) bucketGone(ctx context.Context) bool {
+	_, err := e.streamInfo(ctx)
+	return errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+func (e *Elector) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+	defer cancel()
+	s, err := e.js.Stream(c, "KV_"+e.cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
+
+// rebind creates the lease bucket again after it was lost (a memory bucket
+// whose server restarted).
+func (e *Elector) rebind(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+	defer cancel()
+	kv, err := bind(c, e.js, e.cfg, e.log)
+	if err != nil {
+		e.log.Warn().Err(err).Str("bucket", e.cfg.Bucket).Msg("the lease bucket is gone and could not be created again; retrying")
+		return
+	}
+	e.kv = kv
+	e.log.Warn().Str("bucket", e.cfg.Bucket).Dur("ttl", e.cfg.TTL).
+		Msg("the lease bucket was gone (its server restarted?): created again; where a dispatcher may have led, none leads before it is a lease TTL old")
 }
 
 // release deletes the key if it is still ours, so that a standby leads at

@@ -2,7 +2,9 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +23,9 @@ func startServer(t *testing.T) *server.Server {
 	return natstest.Start(t, nil).Running()
 }
 
+// never is a MayHaveLed for a fresh deployment: no dispatcher led before.
+func never(context.Context, time.Time) bool { return false }
+
 type candidate struct {
 	e      *Elector
 	nc     *nats.Conn
@@ -36,8 +41,15 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: never}, nil)
+}
+
+// campaignOn runs an Elector of cfg on nc until the end of the test;
+// onChange, when not nil, is told of every change too.
+func campaignOn(t *testing.T, nc *nats.Conn, cfg Config, onChange func(lead bool)) *candidate {
+	t.Helper()
 	js, _ := jetstream.New(nc)
-	e, err := New(context.Background(), js, Config{ID: id, TTL: ttl, Storage: jetstream.MemoryStorage}, zerolog.Nop())
+	e, err := New(context.Background(), js, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +57,12 @@ func campaign(t *testing.T, url, id string, ttl time.Duration) *candidate {
 	c := &candidate{e: e, nc: nc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		e.Run(ctx, func(bool) { c.events.Add(1) })
+		e.Run(ctx, func(lead bool) {
+			c.events.Add(1)
+			if onChange != nil {
+				onChange(lead)
+			}
+		})
 	}()
 	t.Cleanup(func() { cancel(); <-c.done })
 	return c
@@ -89,15 +106,22 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) time.Dur
 	return time.Since(start)
 }
 
-func TestOneLeaderAndCleanHandover(t *testing.T) {
+// leaderAndStandby starts a server and candidate a, waits until it leads,
+// then starts candidate b, both with ttl, and watches them (watch).
+func leaderAndStandby(t *testing.T, ttl time.Duration) (a, b *candidate, stop func()) {
+	t.Helper()
 	s := startServer(t)
+	a = campaign(t, s.ClientURL(), "a", ttl)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
+	b = campaign(t, s.ClientURL(), "b", ttl)
+	return a, b, watch(t, a, b)
+}
+
+func TestOneLeaderAndCleanHandover(t *testing.T) {
 	// 2 s: a's renewals (every ttl/3) have 1.5 s of slack on a loaded machine
 	// before it would step down during the 2*ttl below.
 	ttl := 2 * time.Second
-	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
-	b := campaign(t, s.ClientURL(), "b", ttl)
-	stop := watch(t, a, b)
+	a, b, stop := leaderAndStandby(t, ttl)
 	time.Sleep(2 * ttl) // b campaigns several times meanwhile; the behaviour under test is that it does not win
 	if b.e.Leader() || !a.e.Leader() {
 		t.Fatalf("leaders: a %v b %v, want a only", a.e.Leader(), b.e.Leader())
@@ -113,16 +137,12 @@ func TestOneLeaderAndCleanHandover(t *testing.T) {
 }
 
 func TestLeaderCutOffStepsDownAndStandbyTakesOver(t *testing.T) {
-	s := startServer(t)
 	ttl := 600 * time.Millisecond
-	a := campaign(t, s.ClientURL(), "a", ttl)
-	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
-	b := campaign(t, s.ClientURL(), "b", ttl)
-	stop := watch(t, a, b)
+	a, b, stop := leaderAndStandby(t, ttl)
 	a.nc.Close() // a's renewals now fail: it must step down on its own clock
 	// watch checks the safety (never two leaders); the deadline here is only
 	// generous, not a measure of speed.
-	waitFor(t, 10*time.Second, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 10*time.Second, "b to step down", func() bool { return !b.e.Leader() })
 	waitFor(t, 20*time.Second, "b to lead", b.e.Leader)
 	stop()
 	if a.events.Load() != 2 {
@@ -163,8 +183,7 @@ func TestReleaseAfterAStaleRevision(t *testing.T) {
 }
 
 // TestBucketPerPrefix: dispatchers of different pools (naming's lease bucket
-// per prefix) lead at the same time, each in its own bucket; the longest
-// prefix naming accepts makes a bucket JetStream stores on file.
+// per prefix) lead at the same time, each in its own bucket.
 func TestBucketPerPrefix(t *testing.T) {
 	s := startServer(t)
 	nc, err := nats.Connect(s.ClientURL())
@@ -179,7 +198,7 @@ func TestBucketPerPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second, Storage: jetstream.FileStorage}, zerolog.Nop())
+		e, err := New(context.Background(), js, Config{Bucket: n.LeaderBucket(), ID: "d-" + prefix[:4], TTL: time.Second, MayHaveLed: never}, zerolog.Nop())
 		if err != nil {
 			t.Fatalf("prefix %.10s...: %v", prefix, err)
 		}
@@ -199,5 +218,220 @@ func TestBucketPerPrefix(t *testing.T) {
 	})
 	if _, err := js.KeyValue(context.Background(), DefaultBucket); err == nil {
 		t.Errorf("bucket %s exists, want only the pools' buckets", DefaultBucket)
+	}
+}
+
+// leaseStorage returns the storage of the lease bucket's stream.
+func leaseStorage(t *testing.T, js jetstream.JetStream, bucket string) jetstream.StorageType {
+	t.Helper()
+	st, err := js.Stream(context.Background(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config.Storage
+}
+
+// TestLeaseSurvivesAFullFileStore: the lease bucket is created in memory
+// storage, so with the server's file store full (every write to a
+// file-backed stream refused, "insufficient resources") the leader's
+// renewals are stored and it keeps leading. A lease bucket in file storage
+// (as an older dispatcher made it) is bound to as it is, with a warning
+// saying how to move it; in the full store its renewals are refused, each
+// reported to RenewalFailed, and the leader steps down. The file-backed
+// bucket is the one of the longest prefix naming accepts: its stream name
+// fits the file store.
+func TestLeaseSurvivesAFullFileStore(t *testing.T) {
+	s := natstest.Start(t, func(o *server.Options) { o.JetStreamMaxStore = 32 << 10 }).Running()
+	nc := natstest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	long, err := naming.New(strings.Repeat("x", 232))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileBucket := long.LeaderBucket()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: fileBucket, History: 1, TTL: time.Second, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	type run struct {
+		e      *Elector
+		failed atomic.Int32
+		logs   syncBuf
+	}
+	elect := func(bucket string) *run {
+		r := &run{}
+		var err error
+		cfg := Config{Bucket: bucket, ID: "d1", TTL: time.Second, RenewalFailed: func(error) { r.failed.Add(1) }, MayHaveLed: never}
+		if r.e, err = New(ctx, js, cfg, zerolog.New(&r.logs)); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.e.Run(runCtx, func(bool) {}) }()
+		t.Cleanup(func() { cancel(); <-done })
+		waitFor(t, 10*time.Second, bucket+" to lead", r.e.Leader)
+		return r
+	}
+	mem, file := elect(DefaultBucket), elect(fileBucket)
+	if got := leaseStorage(t, js, DefaultBucket); got != jetstream.MemoryStorage {
+		t.Fatalf("new lease bucket in %v storage, want memory", got)
+	}
+	if got := leaseStorage(t, js, fileBucket); got != jetstream.FileStorage {
+		t.Fatalf("existing lease bucket moved to %v storage, want it kept in file storage", got)
+	}
+	if out := file.logs.String(); !strings.Contains(out, "file-backed") || !strings.Contains(out, "nats kv del "+fileBucket) {
+		t.Errorf("binding to the file-backed bucket logged %q, want a warning saying how to move it", out)
+	}
+	if out := mem.logs.String(); strings.Contains(out, `"warn"`) {
+		t.Errorf("the memory bucket's elector warned: %q", out)
+	}
+
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := js.Publish(ctx, "fill", make([]byte, 1024))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == 10023 {
+			break // insufficient resources: the store is full
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r0, err := mem.e.kv.Get(ctx, DefaultKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the file-backed lease lost", func() bool { return !file.e.Leader() })
+	waitFor(t, 10*time.Second, "four renewals of the memory lease stored in the full store", func() bool {
+		e, err := mem.e.kv.Get(ctx, DefaultKey)
+		return err == nil && e.Revision() >= r0.Revision()+4
+	})
+	if !mem.e.Leader() || mem.failed.Load() != 0 {
+		t.Fatalf("memory lease: leader %v, %d renewals failed; want true, 0", mem.e.Leader(), mem.failed.Load())
+	}
+	if file.failed.Load() == 0 {
+		t.Fatal("the file-backed lease's refused renewals were not reported")
+	}
+}
+
+// TestLeaseBucketFallsBackToFile: where JetStream memory is refused (here
+// the account's memory limit is 0), the lease bucket is created in file
+// storage, with a warning, and the election works.
+func TestLeaseBucketFallsBackToFile(t *testing.T) {
+	s := startServer(t)
+	if err := s.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+		"": {MaxMemory: 0, MaxStore: -1, MaxStreams: -1, MaxConsumers: -1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	var logs syncBuf
+	e, err := New(context.Background(), js, Config{ID: "d1", TTL: time.Second, MayHaveLed: never}, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := leaseStorage(t, js, DefaultBucket); got != jetstream.FileStorage {
+		t.Fatalf("lease bucket in %v storage, want file", got)
+	}
+	if !strings.Contains(logs.String(), "memory storage refused") {
+		t.Errorf("logged %q, want a warning that memory storage was refused", logs.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, func(bool) {}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 10*time.Second, "to lead", e.Leader)
+}
+
+// syncBuf is a log sink safe to read while an elector writes to it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLeaseBucketLostWithItsServer: in a fresh deployment's first bucket a
+// lease is taken at once, and handed over at once after a release. The
+// memory lease bucket is lost when its (single) server restarts. The
+// leader, finding it gone, steps down at once; a campaign creates it again;
+// and since a dispatcher led before it was created (MayHaveLed), nobody
+// creates the key until the new bucket is a TTL old by the server's clock,
+// so that a leader that missed the loss has stopped first. Then one of the
+// two leads again, and the two never lead at once.
+func TestLeaseBucketLostWithItsServer(t *testing.T) {
+	ns := natstest.Start(t, nil)
+	const ttl = 1500 * time.Millisecond
+	// A lease was first taken at ledAt (as the dispatcher's durable consumer
+	// records it): a bucket created later may have lost one.
+	var ledMu sync.Mutex
+	var ledAt time.Time
+	mayHaveLed := func(_ context.Context, created time.Time) bool {
+		ledMu.Lock()
+		defer ledMu.Unlock()
+		return !ledAt.IsZero() && ledAt.Before(created)
+	}
+	start := func(id string) *candidate {
+		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
+			ledMu.Lock()
+			if lead && ledAt.IsZero() {
+				ledAt = time.Now()
+			}
+			ledMu.Unlock()
+		})
+	}
+	a := start("a")
+	waitFor(t, 10*time.Second, "a to lead at once in a fresh deployment", a.e.Leader)
+	b := start("b")
+	stop := watch(t, a, b)
+	// A handover in the first bucket is at once, however young the bucket.
+	a.cancel()
+	<-a.done
+	waitFor(t, 10*time.Second, "b to lead after a released", b.e.Leader)
+	a = start("a")
+	stop()
+	stop = watch(t, b, a)
+	ns.Restart()
+	waitFor(t, 10*time.Second, "b to step down", func() bool { return !b.e.Leader() })
+	waitFor(t, 20*time.Second, "a or b to lead again", func() bool { return a.e.Leader() || b.e.Leader() })
+	stop()
+	js, _ := jetstream.New(natstest.Connect(t, ns.Running()))
+	st, err := js.Stream(context.Background(), "KV_"+DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CachedInfo().Config.Storage != jetstream.MemoryStorage {
+		t.Errorf("lease bucket created again in %v storage, want memory", st.CachedInfo().Config.Storage)
+	}
+	kv, err := js.KeyValue(context.Background(), DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := kv.Get(context.Background(), DefaultKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key's first revision in the new bucket is its creation: history 1
+	// keeps only the last, whose time is no earlier.
+	if age := key.Created().Sub(st.CachedInfo().Created); age < ttl {
+		t.Fatalf("the new lease was taken %v after its bucket was created, want at least the TTL %v", age, ttl)
 	}
 }

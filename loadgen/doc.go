@@ -11,6 +11,11 @@
 // requests asynchronously with at most Window publications awaiting their
 // JetStream acknowledgement. Every request carries Nats-Msg-Id = <run id>-<n>,
 // so a publication retried after a lost acknowledgement is stored once.
+// A publication JetStream refuses for want of room (the request stream at its
+// limit, the store full: docs/protocol.md, When a stream or the store is
+// full) is retried with backoff, 50 ms doubling to 2 s, until it is stored or
+// the run ends, and counted by reason in [Result.Refused]; any other failure
+// is retried at once, five times, then counted in Result.PublishFailed.
 //
 // A request ends when its first completion record arrives (a [Completion]) or a
 // rejected outcome (docs/protocol.md, Outcomes) arrives for it (an [Outcome]). Run returns when every

@@ -94,6 +94,12 @@ type Result struct {
 	// PublishFailed counts requests whose publication failed for good; they
 	// count as ended.
 	PublishFailed int
+	// Refused counts publication attempts JetStream refused for want of
+	// room, by reason (wire.RefusalMaxBytes, wire.RefusalInsufficientResources...;
+	// docs/protocol.md, When a stream or the store is full). Each was
+	// retried with the same Nats-Msg-Id: a request refused three times and
+	// then stored counts 3 here and 1 in Published.
+	Refused map[string]int
 	// Completions are the first completion record of each request, in arrival order.
 	Completions []Completion
 	// Rejected are the rejected outcomes, in arrival order.
@@ -177,6 +183,7 @@ type Summary struct {
 	Requests      int            `json:"requests"`
 	Published     int            `json:"published"`
 	PublishFailed int            `json:"publish_failed"`
+	Refused       map[string]int `json:"publish_refused_by_reason,omitempty"`
 	Completed     int            `json:"completed"`
 	Rejected      int            `json:"rejected"`
 	Duplicates    int            `json:"duplicates"`
@@ -218,7 +225,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // request count of the first class.
 func (r *Result) Summarize(firstClassCount int) Summary {
 	s := Summary{
-		RunID: r.RunID, Requests: r.Requests, Published: r.Published, PublishFailed: r.PublishFailed,
+		RunID: r.RunID, Requests: r.Requests, Published: r.Published, PublishFailed: r.PublishFailed, Refused: r.Refused,
 		Completed: len(r.Completions), Rejected: len(r.Rejected), Duplicates: r.Duplicates,
 		Complete: r.Complete, ElapsedMs: ms(r.Elapsed), Throughput: r.Throughput,
 		P50Ms: ms(r.P50), P90Ms: ms(r.P90), P99Ms: ms(r.P99),
@@ -271,8 +278,11 @@ func (s Summary) String() string {
 		fmt.Fprintf(&b, "%-16s %9d %10d %9d %8d %10.1f %9.1f %9.1f %9.1f\n", c.Class, c.Published, c.Dispatched,
 			c.Completed, c.Rejected, c.Throughput, c.P50Ms, c.P90Ms, c.P99Ms)
 	}
-	for k, n := range s.RejectedBy {
-		fmt.Fprintf(&b, "rejected %s: %d\n", k, n)
+	for _, k := range slices.Sorted(maps.Keys(s.RejectedBy)) {
+		fmt.Fprintf(&b, "rejected %s: %d\n", k, s.RejectedBy[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Refused)) {
+		fmt.Fprintf(&b, "publish refused by JetStream (%s): %d, retried\n", k, s.Refused[k])
 	}
 	if s.TTFTP50Ms > 0 {
 		fmt.Fprintf(&b, "time to first token p50 %.1f ms p99 %.1f ms\n", s.TTFTP50Ms, s.TTFTP99Ms)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/jsstorage"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -37,6 +39,9 @@ type Progress struct {
 	CompletedByKey map[string]int
 	// Rejected counts rejections over all classes.
 	Rejected int
+	// Refused counts publications JetStream refused for want of room (each
+	// attempt; they are retried).
+	Refused int
 	// Elapsed is the time since the first publication.
 	Elapsed time.Duration
 }
@@ -66,6 +71,7 @@ type run struct {
 	total       int
 	published   int
 	failed      int
+	refused     map[string]int // publication attempts refused for want of room, by reason
 	dups        int
 	completions []Completion
 	rejected    []Outcome
@@ -99,6 +105,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		reqs:     map[string]*request{},
 		perClass: map[string]*ClassStats{},
 		byKey:    map[string]int{},
+		refused:  map[string]int{},
 		allEnded: make(chan struct{}),
 	}
 	if cfg.Prefixes.N > 0 {
@@ -386,10 +393,36 @@ func (r *run) publishAll(ctx context.Context, js jetstream.JetStream, inbox stri
 	}
 }
 
-// retry republishes m synchronously (same Nats-Msg-Id) up to 5 times.
+// Backoff of a publication JetStream refused for want of room.
+const (
+	refusedRetryMin = 50 * time.Millisecond
+	refusedRetryMax = 2 * time.Second
+)
+
+// retry republishes m synchronously (same Nats-Msg-Id) after the failure
+// err. A refusal for want of room (docs/protocol.md, When a stream or the
+// store is full) is counted by its reason and retried with backoff (50 ms
+// doubling to 2 s) until it is stored or the run ends, as a producer should;
+// another failure is retried at once, up to 5 times.
 func (r *run) retry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, err error) error {
-	for attempt := 1; attempt <= 5 && ctx.Err() == nil; attempt++ {
-		r.log.Debug().Err(err).Str("request_id", m.Header.Get(jetstream.MsgIDHeader)).Int("attempt", attempt).Msg("republish")
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	wait, others := refusedRetryMin, 0
+	for ctx.Err() == nil {
+		if reason, ok := jsstorage.Refused(err); ok {
+			r.refusal(id, reason, wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("loadgen: publish %s: %w", id, err)
+			case <-t.C:
+			}
+			wait = min(2*wait, refusedRetryMax)
+		} else if others++; others > 5 {
+			break
+		} else {
+			r.log.Debug().Err(err).Str("request_id", id).Int("attempt", others).Msg("republish")
+		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = js.PublishMsg(pctx, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 		cancel()
@@ -397,7 +430,22 @@ func (r *run) retry(ctx context.Context, js jetstream.JetStream, m *nats.Msg, er
 			return nil
 		}
 	}
-	return fmt.Errorf("loadgen: publish %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+	return fmt.Errorf("loadgen: publish %s: %w", id, err)
+}
+
+// refusal counts one publication attempt refused for want of room; the first
+// of each reason is logged at warn.
+func (r *run) refusal(id, reason string, retryIn time.Duration) {
+	r.mu.Lock()
+	r.refused[reason]++
+	first := r.refused[reason] == 1
+	r.mu.Unlock()
+	ev := r.log.Debug()
+	if first {
+		ev = r.log.Warn()
+	}
+	ev.Str("request_id", id).Str("reason", reason).Dur("retry_in", retryIn).
+		Msg("publication refused by JetStream for want of room; retrying with the same Nats-Msg-Id (later refusals are logged at debug)")
 }
 
 // published1 records the fate of one publication.
@@ -501,7 +549,7 @@ func (r *run) onOutcome(m *nats.Msg) {
 func (r *run) progress() Progress {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := Progress{Requests: r.total, Published: r.published, Rejected: len(r.rejected),
+	p := Progress{Requests: r.total, Published: r.published, Rejected: len(r.rejected), Refused: sumCounts(r.refused),
 		Completed: make(map[string]int, len(r.perClass)), Elapsed: time.Since(r.start)}
 	for c, st := range r.perClass {
 		p.Completed[c] = st.Completed
@@ -521,6 +569,7 @@ func (r *run) result(elapsed time.Duration) *Result {
 		Completions: append([]Completion(nil), r.completions...),
 		Rejected:    append([]Outcome(nil), r.rejected...),
 		Duplicates:  r.dups, PerClass: map[string]ClassStats{}, Elapsed: elapsed,
+		Refused:     maps.Clone(r.refused),
 		KeyRequests: r.keyRequestsLocked(),
 		Complete:    r.ended == r.total,
 	}
@@ -553,6 +602,14 @@ func (r *run) result(elapsed time.Duration) *Result {
 		res.Throughput = float64(len(res.Completions)) / secs
 	}
 	return res
+}
+
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // keyRequestsLocked counts the requests published under each fairness key;

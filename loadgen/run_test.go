@@ -3,6 +3,7 @@ package loadgen_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"fairdispatch/internal/natstest"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 func logger(t *testing.T) zerolog.Logger {
@@ -87,6 +89,47 @@ func TestRunCompletesAndRejects(t *testing.T) {
 	s := res.Summarize(12)
 	if s.Completed != 24 || len(s.Classes) != 3 || s.Classes[0].Class != "premium" || s.String() == "" {
 		t.Errorf("summary: got %+v", s)
+	}
+}
+
+// TestRunRetriesRefusedPublications: with the request stream at its own
+// limit (4 messages, discard new), JetStream refuses publications with
+// "maximum messages exceeded"; loadgen counts each refusal by its reason,
+// retries it with the same Nats-Msg-Id, and every request is published once
+// and completes as the worker drains the stream.
+func TestRunRetriesRefusedPublications(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	m, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 1}, logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, func(string, jetstream.Msg) (string, string) { return "w1", "" })
+	js, _ := jetstream.New(nc)
+	if _, err := js.UpdateStream(context.Background(), jetstream.StreamConfig{
+		Name: "DISPATCH_REQ", Subjects: []string{"dispatch.req.*"}, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.MemoryStorage, MaxMsgs: 4, Discard: jetstream.DiscardNew,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "premium", Count: 30}}, ISL: 512, Timeout: time.Minute, Window: 30,
+	}, logger(t))
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !res.Complete || res.Published != 30 || len(res.Completions) != 30 || res.PublishFailed != 0 || res.Duplicates != 0 {
+		t.Fatalf("result: got complete %v, published %d, %d completions, %d failed, %d duplicates; want true, 30, 30, 0, 0",
+			res.Complete, res.Published, len(res.Completions), res.PublishFailed, res.Duplicates)
+	}
+	if n := res.Refused[wire.RefusalMaxMsgs]; n == 0 || len(res.Refused) != 1 {
+		t.Fatalf("refusals: got %v, want some %q and nothing else", res.Refused, wire.RefusalMaxMsgs)
+	}
+	if s := res.Summarize(30).String(); !strings.Contains(s, "publish refused by JetStream (maximum messages exceeded): ") {
+		t.Errorf("summary does not print the refusals:\n%s", s)
 	}
 }
 

@@ -25,6 +25,11 @@
 //	fairdispatch_progress_acks_total              counter
 //	fairdispatch_nats_connected                   gauge      (0 or 1)
 //	fairdispatch_startup_grace_over               gauge      (0 or 1)
+//	fairdispatch_lease_renewal_failures_total     counter
+//
+// docs/config.md, Metrics lists every metric, among them those of [KV] (the
+// KV cache index) and [Storage] (the JetStream storage the dispatcher
+// depends on).
 //
 // Every series whose label values are known up front exists from the start at
 // zero: each class of the policy, each class x error code of rejected_total

@@ -54,6 +54,24 @@ func labelsEqual(lps []*dto.LabelPair, pairs []string) bool {
 
 // value returns the value of a counter or gauge series; it fails the test if
 // the series does not exist.
+// want is one sample a test expects: the metric's name, its label pairs
+// (name, value, ...) and its value.
+type want struct {
+	name   string
+	labels []string
+	want   float64
+}
+
+// checkValues requires each sample of ws in reg, with its value.
+func checkValues(t *testing.T, reg prometheus.Gatherer, ws []want) {
+	t.Helper()
+	for _, w := range ws {
+		if got := value(t, reg, w.name, w.labels...); got != w.want {
+			t.Errorf("%s%v: got %v, want %v", w.name, w.labels, got, w.want)
+		}
+	}
+}
+
 func value(t *testing.T, reg prometheus.Gatherer, name string, pairs ...string) float64 {
 	t.Helper()
 	m := find(t, reg, name, pairs...)

@@ -23,11 +23,7 @@ func TestKV(t *testing.T) {
 	k.SetIndex(tiers, []int{7, 2}, 1)
 	k.Dispatch(64, 40)
 	k.Dispatch(10, 0)
-	for _, c := range []struct {
-		name  string
-		pairs []string
-		want  float64
-	}{
+	checkValues(t, reg, []want{
 		{"fairdispatch_kv_events_total", []string{"result", "applied"}, 2},
 		{"fairdispatch_kv_events_total", []string{"result", "duplicate"}, 1},
 		{"fairdispatch_kv_events_total", []string{"result", "dropped"}, 1},
@@ -37,11 +33,7 @@ func TestKV(t *testing.T) {
 		{"fairdispatch_kv_stale_ranks", nil, 1},
 		{"fairdispatch_kv_prompt_blocks_total", nil, 74},
 		{"fairdispatch_kv_overlap_blocks_total", nil, 40},
-	} {
-		if got := value(t, reg, c.name, c.pairs...); got != c.want {
-			t.Errorf("%s%v: got %v, want %v", c.name, c.pairs, got, c.want)
-		}
-	}
+	})
 	if n := find(t, reg, "fairdispatch_kv_event_lag_seconds").GetHistogram().GetSampleCount(); n != 1 {
 		t.Errorf("lag samples: got %d, want 1", n)
 	}

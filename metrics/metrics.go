@@ -165,6 +165,7 @@ type Metrics struct {
 	sendFailed     *prometheus.CounterVec
 	dlqFailed      *prometheus.CounterVec
 	dlqRetries     prometheus.Counter
+	leaseFailed    prometheus.Counter
 	settlements    *prometheus.CounterVec
 	cancels        *prometheus.CounterVec
 	preemptions    *prometheus.CounterVec
@@ -249,9 +250,11 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			"Fairness keys of a class with token budgets waiting for their budget (docs/design.md, Token budgets); absent for a class without budgets. Set about once a second."),
 		budgetCharged: counterVec("budget_tokens_charged_total",
 			"Cost units (uncached tokens) charged to a class's token budgets: at dispatch, plus settlement corrections above the estimate. Taken from the queue view about once a second.", "class"),
-		lastCharged:  map[string]float64{},
-		correction:   counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
-		dlqRetries:   counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
+		lastCharged: map[string]float64{},
+		correction:  counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
+		dlqRetries:  counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
+		leaseFailed: counter("lease_renewal_failures_total",
+			"Renewals of the leader lease that failed (unanswered, or refused by JetStream), each retried a quarter TTL later; the lease is lost when none succeeds within 3/4 TTL."),
 		dlqFailed:    counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
 		booked:       workerVec("worker_booked_prefill_tokens", "Prefill tokens booked by dispatches the worker's last report does not count yet, per live worker."),
 		reported:     workerVec("worker_reported_prefill_tokens", "Active prefill tokens in the worker's last load report (sum over ranks), per live worker."),
@@ -308,7 +311,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 
 	if reg != nil {
 		reg.MustRegister(pendingRequests, pendingISL, pendingCached, deficit, keys, dispatched, queueWait,
-			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.booked, m.reported,
+			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.leaseFailed, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
 		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels, m.preemptions, m.throttled, m.budgetCharged)
@@ -447,27 +450,26 @@ func (m *Metrics) DeadLetter(k int) { m.deadLetters[m.slot(k)].Inc() }
 
 // Handshake counts one handshake outcome, one of the Outcome constants. It does
 // not allocate for those; another value is counted under its own label value.
-func (m *Metrics) Handshake(outcome string) {
-	for i, o := range outcomes {
-		if o == outcome {
-			m.handshakes[i].Inc()
-			return
-		}
-	}
-	m.handshakesVec.WithLabelValues(outcome).Inc()
-}
+func (m *Metrics) Handshake(outcome string) { inc(outcomes, m.handshakes, m.handshakesVec, outcome) }
 
 // LoadDropped counts one dropped load report, for reason one of the Drop
 // constants. It does not allocate for those; another value is counted under its
 // own label value.
 func (m *Metrics) LoadDropped(reason string) {
-	for i, r := range dropReasons {
-		if r == reason {
-			m.loadDropped[i].Inc()
+	inc(dropReasons, m.loadDropped, m.loadDroppedVec, reason)
+}
+
+// inc counts one under label value v of vec: with the counter of counters
+// made for v when v is one of known (same index; no allocation), else
+// through vec.
+func inc(known []string, counters []prometheus.Counter, vec *prometheus.CounterVec, v string) {
+	for i, k := range known {
+		if k == v {
+			counters[i].Inc()
 			return
 		}
 	}
-	m.loadDroppedVec.WithLabelValues(reason).Inc()
+	vec.WithLabelValues(v).Inc()
 }
 
 // SendFailed counts one dispatch that could not be sent, for fault one of
@@ -489,6 +491,9 @@ func (m *Metrics) Settlement(outcome string, correction int64) {
 		m.correction.WithLabelValues("over").Add(float64(-correction))
 	}
 }
+
+// LeaseRenewalFailed counts one failed renewal of the leader lease.
+func (m *Metrics) LeaseRenewalFailed() { m.leaseFailed.Inc() }
 
 // Cancel counts a cancellation by where it found its request (Cancel*).
 func (m *Metrics) Cancel(where string) { m.cancels.WithLabelValues(where).Inc() }

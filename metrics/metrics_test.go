@@ -45,6 +45,7 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_dispatch_send_failures_total", "COUNTER", []string{"fault"}},
 		{"fairdispatch_dead_letter_failures_total", "COUNTER", []string{"action"}},
 		{"fairdispatch_dead_letter_retries_total", "COUNTER", nil},
+		{"fairdispatch_lease_renewal_failures_total", "COUNTER", nil},
 		{"fairdispatch_worker_booked_prefill_tokens", "GAUGE", []string{"worker"}},
 		{"fairdispatch_worker_reported_prefill_tokens", "GAUGE", []string{"worker"}},
 		{"fairdispatch_worker_overloaded", "GAUGE", []string{"worker"}},
@@ -167,11 +168,7 @@ func TestCountersIncrement(t *testing.T) {
 	m.ProgressAck()
 	m.ProgressAck()
 
-	tests := []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
+	checkValues(t, reg, []want{
 		{"fairdispatch_dispatched_total", []string{"class", "premium"}, 2},
 		{"fairdispatch_dispatched_total", []string{"class", "regular"}, 1},
 		{"fairdispatch_rejected_total", []string{"class", "regular", "reason", "queue_full"}, 1},
@@ -188,12 +185,7 @@ func TestCountersIncrement(t *testing.T) {
 		{"fairdispatch_load_reports_dropped_total", []string{"reason", "parse"}, 0},
 		{"fairdispatch_redelivered_messages_total", nil, 1},
 		{"fairdispatch_progress_acks_total", nil, 2},
-	}
-	for _, tt := range tests {
-		if got := value(t, reg, tt.name, tt.labels...); got != tt.want {
-			t.Errorf("%s%v: got %v, want %v", tt.name, tt.labels, got, tt.want)
-		}
-	}
+	})
 }
 
 func TestQueueWait(t *testing.T) {
@@ -245,11 +237,7 @@ func TestGauges(t *testing.T) {
 	m.SetConnected(true)
 	m.SetGraceOver(true)
 	m.SetGraceOver(false)
-	tests := []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
+	checkValues(t, reg, []want{
 		{"fairdispatch_pending_requests", []string{"class", "regular"}, 3},
 		{"fairdispatch_pending_requests", []string{"class", "premium"}, 0},
 		{"fairdispatch_pending_isl_tokens", []string{"class", "regular"}, 3000},
@@ -258,12 +246,7 @@ func TestGauges(t *testing.T) {
 		{"fairdispatch_held_messages", nil, 42},
 		{"fairdispatch_nats_connected", nil, 1},
 		{"fairdispatch_startup_grace_over", nil, 0},
-	}
-	for _, tt := range tests {
-		if got := value(t, reg, tt.name, tt.labels...); got != tt.want {
-			t.Errorf("%s%v: got %v, want %v", tt.name, tt.labels, got, tt.want)
-		}
-	}
+	})
 }
 
 func TestSetClassesFollowsThePolicy(t *testing.T) {
@@ -277,11 +260,7 @@ func TestSetClassesFollowsThePolicy(t *testing.T) {
 	m.Rejected(0, request.QueueFull)
 	m.PolicyApplied(4)
 	m.PolicyRefused()
-	tests := []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
+	checkValues(t, reg, []want{
 		{"fairdispatch_pending_requests", []string{"class", "gold"}, 7},
 		{"fairdispatch_dispatched_total", []string{"class", "gold"}, 1},
 		{"fairdispatch_dispatched_total", []string{"class", "premium"}, 1}, // a counter stays
@@ -290,12 +269,7 @@ func TestSetClassesFollowsThePolicy(t *testing.T) {
 		{"fairdispatch_policy_revision", nil, 4},
 		{"fairdispatch_policy_refused_total", nil, 1},
 		{"fairdispatch_policy_applied_total", nil, 1},
-	}
-	for _, tt := range tests {
-		if got := value(t, reg, tt.name, tt.labels...); got != tt.want {
-			t.Errorf("%s%v: got %v, want %v", tt.name, tt.labels, got, tt.want)
-		}
-	}
+	})
 	for _, mf := range gather(t, reg) {
 		if mf.GetName() != "fairdispatch_pending_requests" {
 			continue

@@ -92,14 +92,41 @@ func TestBatchedEngineServesFromItsCache(t *testing.T) {
 	if got := w.CacheStats(); got.Requests != 2 || got.CachedTokens != 4095 {
 		t.Errorf("cache stats: got %+v", got)
 	}
+	// a's blocks reach the stream as KV cache events: in an event of their
+	// own, or in the start's resynchronisation when a ran before it.
 	st, err := js.Stream(context.Background(), "DISPATCH_KV")
 	if err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, wait, func() bool {
-		info, err := st.Info(context.Background())
-		return err == nil && info.State.Msgs >= 2 // the start's resync and a's blocks
-	}, "KV cache events")
+		held := map[uint64]bool{}
+		for seq := uint64(1); ; seq++ {
+			m, err := st.GetMsg(context.Background(), seq)
+			if err != nil {
+				break
+			}
+			ev, err := wire.ParseKVEvent(m.Data)
+			if err != nil {
+				t.Errorf("event %d: %v", seq, err)
+				return true
+			}
+			if ev.Cleared.Has(wire.Device) {
+				clear(held)
+			}
+			for _, h := range ev.Removed[wire.Device] {
+				delete(held, h)
+			}
+			for _, h := range ev.Stored[wire.Device] {
+				held[h] = true
+			}
+		}
+		for _, h := range hashes {
+			if !held[h] {
+				return false
+			}
+		}
+		return true
+	}, "a's blocks in the KV cache events")
 }
 
 // The batched engine streams one chunk per output token and stops a request

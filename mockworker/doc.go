@@ -11,17 +11,26 @@
 // DecodePerToken. Sequences are independent: each prefill takes
 // uncached/PrefillTokensPerSec whatever the others do (no shared prefill
 // budget; MaxNumBatchedTokens is only reported). When a request finishes the
-// worker sends +ACK and publishes a [Completion] on <prefix>.done.<worker_id>.
-// With Config.ConfirmAcks it publishes the record first and then confirms
-// the acknowledgement: +ACK sent as a request and sent again until JetStream
-// answers (for at most AckWait), off the simulation goroutine, with an
-// identical copy of the record ahead of each retry (so the confirmed attempt
-// follows a copy in the same connection even when an earlier one was lost
-// with a server; subscribers dedupe identical records). Then an
-// acknowledgement lost around a server restart does not leave a finished
-// request to be redelivered and completed twice, and a worker killed between
-// its record and its acknowledgement causes a redelivery, never a lost
-// request (at least once, docs/design.md, Delivery guarantees).
+// worker publishes a [Completion] on <prefix>.done.<worker_id> and
+// acknowledges the request with a confirmed acknowledgement
+// (workerkit.Request.DoneAfter: +ACK sent as a request and sent again by the
+// helper, in the background, until JetStream answers), with an identical
+// copy of the record ahead of each retry (so the confirmed attempt follows a
+// copy in the same connection even when an earlier one was lost with a
+// server; subscribers dedupe identical records). So an acknowledgement lost
+// around a server restart does not leave a finished request to be
+// redelivered and completed twice, and a worker killed between its record
+// and its acknowledgement causes a redelivery, never a lost request (at
+// least once, docs/design.md, Delivery guarantees). Config.PlainAcks
+// acknowledges with plain publishes instead (no inbox needed, but an
+// acknowledgement can be lost).
+//
+// A dispatch of a request the worker runs or finished within
+// workerkit.FinishedWindow never reaches the engine: the helper joins it to
+// the running execution, or acknowledges it at once, and gives its
+// dispatch a completion record of 0 tokens (docs/protocol.md, A second
+// dispatch of a request already running; A dispatch of a request already
+// finished).
 //
 // The uncached tokens of a request are its Dispatch-Cost when present (so the
 // reported load equals what the dispatcher booked), else Dispatch-ISL-Tokens
@@ -87,8 +96,9 @@
 //
 // The simulation core (engine) is a plain state machine with time passed in;
 // [Worker] owns one, a worker helper, one goroutine that wakes at the next
-// event and, while confirmed acknowledgements (ConfirmAcks) are pending, up
-// to 8 goroutines that confirm them in finishing order. With RefuseWhenFull
+// event and, while the ends of responses are pending, up to 8 goroutines
+// that end them in finishing order (the end marker waits for the producer's
+// answer). With RefuseWhenFull
 // > 0 a request that would make a rank's waiting queue longer than
 // RefuseWhenFull is refused busy; by default every request is accepted and
 // waits inside.

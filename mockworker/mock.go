@@ -2,7 +2,6 @@ package mockworker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -32,8 +31,8 @@ const (
 	DefaultBlockSize           = 16
 )
 
-// ackWorkers bounds the goroutines confirming acknowledgements of one Worker
-// (see Config.ConfirmAcks).
+// ackWorkers bounds the goroutines ending the responses of one Worker (see
+// complete).
 const ackWorkers = 8
 
 // Config describes one simulated engine.
@@ -78,25 +77,23 @@ type Config struct {
 	// RefuseWhenFull, when > 0, refuses (busy) a request that would make its
 	// rank's waiting queue longer than RefuseWhenFull; 0 accepts everything.
 	RefuseWhenFull int
-	// ConfirmAcks, when true, makes the worker publish a finished request's
-	// completion record and then acknowledge it with
-	// [workerkit.Request.DoneConfirmedAfter]: +ACK as a request, sent again until
-	// JetStream answers, for at most AckWait, with an identical copy of the
-	// record ahead of each retry. This runs off the simulation goroutine, on
-	// at most 8 goroutines taking finished requests in finishing order; until
-	// one takes it, a request stays held (and kept from redelivery by
-	// progress acks). So an acknowledgement lost around a server restart is
-	// sent again instead of leaving a finished request to be redelivered and
-	// completed twice. The worker's connection must be allowed to receive
-	// replies on its inbox (configs/nats-accounts.conf: the subscribe grant
-	// and inbox prefix that Request.DoneSync needs); without, every
-	// acknowledgement is retried for AckWait.
+	// PlainAcks is passed to the helper (workerkit.Config.PlainAcks): the
+	// worker acknowledges with plain publishes, which need no inbox but can
+	// be lost around a NATS server restart or a reconnection (the request
+	// then runs again after its ack wait unless it comes back to this
+	// worker). By default (false) acknowledgements are confirmed: sent as
+	// requests and sent again until JetStream answers (workerkit.Request.Done),
+	// from the helper's background retrier, with an identical copy of the
+	// completion record ahead of each attempt (workerkit.Request.DoneAfter),
+	// so that the attempt JetStream confirms follows a copy of the record in
+	// the same connection even when an earlier one was lost with a server.
+	// The worker's connection must then be allowed to receive replies on its
+	// inbox (configs/nats-accounts.conf: the subscribe grant and inbox
+	// prefix); without, every acknowledgement is retried for AckWait.
+	PlainAcks bool
+	// ConfirmAcks is ignored: acknowledgements are confirmed by default.
 	//
-	// By default (false) the worker acknowledges with a plain publish
-	// ([workerkit.Request.Done]) from the simulation goroutine and publishes the
-	// record right after: cheaper and needing no inbox, but an +ACK sent
-	// around a server restart can be lost (written to the dying connection,
-	// or flushed on reconnect before JetStream is back).
+	// Deprecated: set PlainAcks to opt out of confirmed acknowledgements.
 	ConfirmAcks bool
 	// PreciseTimers, when true, ends each simulated service time within
 	// microseconds rather than up to a millisecond late, as a Go timer in an
@@ -234,9 +231,9 @@ type Stats struct {
 	Accepted uint64
 	// Refused counts requests refused busy.
 	Refused uint64
-	// Completed counts requests finished, acknowledged and reported (a
-	// completion record published; with confirmed acknowledgements the
-	// count is taken just before the record, the confirmation follows).
+	// Completed counts requests finished, acknowledged and reported (the
+	// count is taken just before the completion record and the first attempt
+	// of the acknowledgement; the confirmation follows).
 	Completed uint64
 	// Cancelled counts accepted requests the helper ended before they
 	// finished (cancelled, nobody listening to the response, taken over by
@@ -245,25 +242,25 @@ type Stats struct {
 	// Preempted counts accepted requests handed back for a preemption
 	// (counted in Cancelled too).
 	Preempted uint64
-	// AckFailures counts completed requests whose acknowledgement JetStream
-	// did not confirm within AckWait, or whose connection closed first:
-	// JetStream redelivers them unless the acknowledgement took effect after
-	// all, so they may complete again.
+	// AckFailures counts acknowledgements JetStream did not confirm within
+	// their ack wait, or whose connection closed or worker stopped first (the
+	// helper's workerkit.Stats.AcksUnconfirmed, plus those of responses):
+	// JetStream redelivers their requests unless the acknowledgement took
+	// effect after all, so they may complete again (not on this worker within
+	// workerkit.FinishedWindow: it acknowledges them without running them).
 	AckFailures uint64
 }
 
 // Worker is one simulated engine. Build it with [New].
 type Worker struct {
 	cfg      Config
-	nc       *nats.Conn
 	log      zerolog.Logger
 	helper   *workerkit.Worker
-	doneSubj string
 	wake     chan struct{} // cap 1
 	quit     chan struct{}
 	loopDone chan struct{}
 
-	ackWait time.Duration // bound of one confirmed acknowledgement
+	ackWait time.Duration // bound of a response's end and acknowledgement
 
 	mu    sync.Mutex
 	eng   *engine
@@ -280,13 +277,15 @@ type Worker struct {
 	// asked for one (stream.go).
 	streams map[*job]*stream
 
-	// Confirmed acknowledgements: finished jobs waiting for an ack goroutine
-	// (FIFO), the number of ack goroutines running (at most ackWorkers), and a
-	// WaitGroup of them (Add only on the simulation goroutine).
-	ackMu      sync.Mutex
-	ackQ       []ackJob
-	ackRunning int
-	ackWG      sync.WaitGroup
+	// Ends of responses: finished jobs with a response waiting for an ack
+	// goroutine (FIFO), the number of ack goroutines running (at most
+	// ackWorkers), a WaitGroup of them (Add only on the simulation
+	// goroutine), and the acknowledgements they could not confirm.
+	ackMu         sync.Mutex
+	ackQ          []ackJob
+	ackRunning    int
+	ackWG         sync.WaitGroup
+	streamAckFail uint64 // guarded by mu
 }
 
 // New validates cfg and builds a simulated engine on nc; call Start to run it.
@@ -295,15 +294,12 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, err := naming.New(cfg.Prefix) // the helper below refuses a bad prefix with its other problems
-	if err != nil {
+	if _, err := naming.New(cfg.Prefix); err != nil { // the helper below refuses a bad prefix with its other problems
 		return nil, fmt.Errorf("mock: %w", err)
 	}
 	m := &Worker{
 		cfg:      cfg,
-		nc:       nc,
 		log:      log.With().Str("component", "mockworker").Str("worker_id", cfg.ID).Logger(),
-		doneSubj: names.Done(cfg.ID),
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
@@ -314,8 +310,8 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		ID: cfg.ID, Prefix: cfg.Prefix, DPStart: cfg.DPStart, DPSize: cfg.DPSize,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
 		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait, MaxActiveRequests: cfg.MaxActiveRequests,
-		HeaderForm: cfg.HeaderForm,
-		Preempt:    cfg.Preempt,
+		HeaderForm: cfg.HeaderForm, PlainAcks: cfg.PlainAcks,
+		Preempt: cfg.Preempt,
 	}, handler{m}, log)
 	if err != nil {
 		return nil, fmt.Errorf("mock: %w", err)
@@ -342,9 +338,12 @@ func (m *Worker) Helper() *workerkit.Worker { return m.helper }
 
 // Stats returns the counters so far.
 func (m *Worker) Stats() Stats {
+	h := m.helper.Stats()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	s := m.stats
+	s.AckFailures = h.AcksUnconfirmed + m.streamAckFail
+	return s
 }
 
 // Start starts the simulation and subscribes for work.
@@ -359,10 +358,11 @@ func (m *Worker) Start() error {
 }
 
 // Stop stops taking work, lets the requests inside finish until ctx ends, hands
-// back the rest and stops the simulation. It then waits, until ctx ends, for
-// the confirmations of acknowledgements in flight (and their completion
-// records); those still unconfirmed go on in the background, each for at most
-// AckWait or until the connection closes.
+// back the rest and stops the simulation. The helper waits, until ctx ends,
+// for the confirmations of acknowledgements in flight; Stop then waits, until
+// ctx ends, for the ends of responses in flight, which go on in the
+// background past it, each for at most AckWait or until the connection
+// closes.
 func (m *Worker) Stop(ctx context.Context) error {
 	err := m.helper.Stop(ctx)
 	select {
@@ -544,13 +544,14 @@ func (m *Worker) loop() {
 	}
 }
 
-// complete acknowledges a finished request and publishes its record: at once
-// by default, through the ack goroutines with ConfirmAcks or a response (st
-// not nil: the end marker waits for the producer's answer, and the
-// acknowledgement is confirmed). It runs on the simulation goroutine and
-// does not block.
+// complete publishes a finished request's record and acknowledges it: the
+// record ahead of every attempt of the acknowledgement, confirmed unless
+// PlainAcks (workerkit.Request.DoneAfter; the helper retries in the
+// background). A job with a response goes to the ack goroutines instead
+// (st not nil): its end marker waits for the producer's answer. It runs on
+// the simulation goroutine and does not block.
 func (m *Worker) complete(j *job, st *stream) {
-	if m.cfg.ConfirmAcks || st != nil {
+	if st != nil {
 		m.ackMu.Lock()
 		m.ackQ = append(m.ackQ, ackJob{j, st})
 		spawn := m.ackRunning < ackWorkers
@@ -565,29 +566,38 @@ func (m *Worker) complete(j *job, st *stream) {
 		return
 	}
 	r := j.req
-	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
-	if err := r.Done(); err != nil {
-		lg.Warn().Err(err).Msg("ack finished request")
-		return // handed back at stop: not ours to report
+	c := m.completion(j)
+	err := r.DoneAfter(func(attempt int) {
+		if attempt == 1 {
+			m.mu.Lock()
+			m.stats.Completed++
+			m.mu.Unlock()
+		}
+		if m.cfg.NoCompletions {
+			return
+		}
+		if err := r.PublishCompletion(c); err != nil {
+			m.log.Error().Err(err).Str("request_id", r.RequestID).Int("attempt", attempt).Msg("publish completion")
+		}
+	})
+	if err != nil {
+		// ErrFinished: handed back at stop, not ours to report.
+		m.log.Warn().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).Msg("ack finished request")
+		return
 	}
-	m.mu.Lock()
-	m.stats.Completed++
-	m.mu.Unlock()
-	if !m.cfg.NoCompletions {
-		m.publishCompletion(j)
-	}
+	m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
 }
 
-// ackJob is a finished job waiting for an ack goroutine, with its response
-// (nil: none).
+// ackJob is a finished job with a response waiting for an ack goroutine.
 type ackJob struct {
 	j  *job
 	st *stream
 }
 
-// ackLoop confirms the acknowledgements of queued jobs, oldest first, until
-// the queue is empty. Until an ack goroutine takes a job its request stays
-// held by the helper, which keeps sending progress (+WPI) for it.
+// ackLoop ends the responses of queued jobs and acknowledges them, oldest
+// first, until the queue is empty. Until an ack goroutine takes a job its
+// request stays held by the helper, which keeps sending progress (+WPI)
+// for it.
 func (m *Worker) ackLoop() {
 	defer m.ackWG.Done()
 	for {
@@ -601,70 +611,12 @@ func (m *Worker) ackLoop() {
 		m.ackQ[0] = ackJob{}
 		m.ackQ = m.ackQ[1:]
 		m.ackMu.Unlock()
-		if a.st != nil {
-			var rec []byte
-			if !m.cfg.NoCompletions {
-				var err error
-				if rec, err = m.completion(a.j); err != nil {
-					m.log.Error().Err(err).Str("request_id", a.j.id).Msg("encode completion")
-				}
-			}
-			m.finishStream(a.j, a.st, rec)
-			continue
-		}
-		m.confirm(a.j)
+		m.finishStream(a.j, a.st, m.completion(a.j))
 	}
 }
 
-// confirm publishes j's record and then acknowledges j's request with a
-// confirmed ack, publishing the record again ahead of each retry. The record
-// goes first (at least once, docs/design.md, Delivery guarantees): a worker that dies between the two only
-// makes JetStream redeliver the request, while one that died after its ack
-// took effect but before its record went out would lose it. The copy ahead
-// of each attempt makes sure that the attempt JetStream confirms follows a
-// copy of the record in the same connection: one published to a server that
-// then went down (lost with it) is not the only one.
-func (m *Worker) confirm(j *job) {
-	r := j.req
-	var b []byte
-	if !m.cfg.NoCompletions {
-		var err error
-		if b, err = m.completion(j); err != nil {
-			m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("encode completion")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.ackWait)
-	err := r.DoneConfirmedAfter(ctx, func(attempt int) {
-		if attempt == 1 {
-			m.mu.Lock()
-			m.stats.Completed++
-			m.mu.Unlock()
-		}
-		if b == nil {
-			return
-		}
-		if err := m.nc.Publish(m.doneSubj, b); err != nil {
-			m.log.Error().Err(err).Str("request_id", r.RequestID).Int("attempt", attempt).Msg("publish completion")
-		}
-	})
-	cancel()
-	switch {
-	case errors.Is(err, workerkit.ErrFinished):
-		m.log.Warn().Err(err).Str("request_id", r.RequestID).Msg("ack finished request")
-		// handed back at stop: not ours to report
-	case err != nil:
-		m.mu.Lock()
-		m.stats.AckFailures++
-		m.mu.Unlock()
-		m.log.Error().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).
-			Msg("ack of a finished request not confirmed; it may be redelivered")
-	default:
-		m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
-	}
-}
-
-// completion encodes j's completion record.
-func (m *Worker) completion(j *job) ([]byte, error) {
+// completion returns j's completion record.
+func (m *Worker) completion(j *job) wire.Completion {
 	r := j.req
 	f := m.cfg.CostFactor
 	key := r.FairnessKey
@@ -678,20 +630,5 @@ func (m *Worker) completion(j *job) ([]byte, error) {
 	c.DPRank, c.ReceivedAt, c.StartedAt, c.FinishedAt = j.rank, j.receivedAt, j.startedAt, j.finishAt
 	c.FirstTokenAt = j.prefillEnd
 	c.CachedTokens = j.cached
-	return json.Marshal(c)
-}
-
-// publishCompletion publishes j's completion record.
-func (m *Worker) publishCompletion(j *job) {
-	r := j.req
-	lg := m.log.With().Str("request_id", r.RequestID).Str("class", r.Class).Logger()
-	b, err := m.completion(j)
-	if err != nil {
-		lg.Error().Err(err).Msg("encode completion")
-		return
-	}
-	if err := m.nc.Publish(m.doneSubj, b); err != nil {
-		lg.Error().Err(err).Msg("publish completion")
-	}
-	lg.Debug().Msg("request finished")
+	return c
 }

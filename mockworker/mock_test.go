@@ -190,7 +190,7 @@ func collect(t *testing.T, nc *nats.Conn) func() []mockworker.Completion {
 func TestConfirmedAcksComplete(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	recs := collect(t, nc)
-	m := startMock(t, nc, mockworker.Config{ID: "w1", ConfirmAcks: true})
+	m := startMock(t, nc, mockworker.Config{ID: "w1"})
 	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
 	const n = 10
 	publish(t, nc, n, 64)
@@ -257,7 +257,7 @@ func TestPreciseTimersComplete(t *testing.T) {
 func TestUnansweredAck(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	recs := collect(t, nc)
-	m := startMock(t, nc, mockworker.Config{ID: "w1", AckWait: 300 * time.Millisecond, ConfirmAcks: true})
+	m := startMock(t, nc, mockworker.Config{ID: "w1", AckWait: 300 * time.Millisecond})
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
 	// that some finish just before the server goes, some while it is down
 	// (their acks wait in the reconnect buffer) and some after.
 	const n = 120
-	m := startMock(t, nc, mockworker.Config{ID: "w1", AckWait: ackWait, MaxNumSeqs: n, DecodePerToken: time.Millisecond, ConfirmAcks: true})
+	m := startMock(t, nc, mockworker.Config{ID: "w1", AckWait: ackWait, MaxNumSeqs: n, DecodePerToken: time.Millisecond})
 	publish(t, nc, n, 16)
 	b, err := c.Fetch(n, jetstream.FetchMaxWait(wait))
 	if err != nil {
@@ -382,5 +382,50 @@ func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
 	}
 	if got := m.Stats(); got.Completed != n || got.AckFailures != 0 {
 		t.Errorf("stats: got %+v, want %d completed and no ack failure", got, n)
+	}
+}
+
+// TestRepeatedDispatchNotRunAgain: the mock leaves dedupe to the helper. A
+// second dispatch of a running request joins it (one execution, a record of
+// 0 tokens for the second dispatch); a dispatch of a finished one is
+// acknowledged at once (a record of 0 tokens, no execution).
+func TestRepeatedDispatchNotRunAgain(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	recs := collect(t, nc)
+	if _, err := nc.Subscribe("test.ack.*", func(m *nats.Msg) { _ = m.Respond(nil) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := startMock(t, nc, mockworker.Config{ID: "w1", DecodePerToken: 100 * time.Millisecond, OutputTokens: 3})
+	dispatch := func(seq int) {
+		d := nats.NewMsg("dispatch.work.w1")
+		d.Header.Set(wire.HeaderRequestID, "r0")
+		d.Header.Set(wire.HeaderSeq, strconv.Itoa(seq))
+		d.Header.Set(wire.HeaderISLTokens, "16")
+		d.Header.Set(wire.HeaderAck, "test.ack."+strconv.Itoa(seq))
+		if resp, err := nc.RequestMsg(d, wait); err != nil || resp.Header.Get(wire.HeaderStatus) != "" {
+			t.Fatalf("dispatch seq %d: %v %v, want accepted", seq, err, resp)
+		}
+	}
+	dispatch(1)
+	dispatch(2) // while it runs (two decode steps of 100 ms)
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 2 }, "two records")
+	dispatch(3) // finished
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 3 }, "three records")
+	tokens := map[uint64]uint64{}
+	for _, c := range recs() {
+		tokens[c.Seq] = c.OutputTokens
+	}
+	if tokens[1] != 3 || tokens[2] != 0 || tokens[3] != 0 {
+		t.Errorf("output tokens by seq %v, want 3 for seq 1, 0 for seqs 2 and 3", tokens)
+	}
+	if s := m.Stats(); s.Accepted != 1 || s.Completed != 1 {
+		t.Errorf("stats %+v, want one execution", s)
+	}
+	natstest.Eventually(t, wait, func() bool { return m.Helper().Stats().AcksConfirmed == 2 }, "two acknowledgements confirmed")
+	if h := m.Helper().Stats(); h.Joined != 1 || h.AlreadyFinished != 1 {
+		t.Errorf("helper stats %+v, want one joined, one already finished", h)
 	}
 }

@@ -2,7 +2,6 @@ package mockworker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -60,10 +59,8 @@ func (h handler) Cancelled(r *workerkit.Request, cause error) {
 	c := r.Completion(prefill, uint64(produced), false)
 	c.Status = wire.StatusCancelled
 	c.DPRank, c.ReceivedAt, c.StartedAt, c.CachedTokens = j.rank, j.receivedAt, j.startedAt, j.cached
-	if b, err := json.Marshal(c); err == nil {
-		if err := m.nc.Publish(m.doneSubj, b); err != nil {
-			m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("publish completion")
-		}
+	if err := r.PublishCompletion(c); err != nil {
+		m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("publish completion")
 	}
 }
 
@@ -163,9 +160,9 @@ func (m *Worker) chunk(j *job, st *stream, k int) []byte {
 
 // finishStream writes what is left of a finished job's response (its last
 // tokens; the usage chunk or the whole object of an OpenAI request), then
-// ends it and acknowledges the request, with the completion record ahead of
-// each attempt. It runs on an ack goroutine.
-func (m *Worker) finishStream(j *job, st *stream, record []byte) {
+// ends it and acknowledges the request, with the completion record c ahead
+// of each attempt (none with NoCompletions). It runs on an ack goroutine.
+func (m *Worker) finishStream(j *job, st *stream, c wire.Completion) {
 	r := j.req
 	ctx, cancel := context.WithTimeout(context.Background(), m.ackWait)
 	defer cancel()
@@ -200,10 +197,11 @@ func (m *Worker) finishStream(j *job, st *stream, record []byte) {
 				m.stats.Completed++
 				m.mu.Unlock()
 			}
-			if record != nil {
-				if err := m.nc.Publish(m.doneSubj, record); err != nil {
-					m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("publish completion")
-				}
+			if m.cfg.NoCompletions {
+				return
+			}
+			if err := r.PublishCompletion(c); err != nil {
+				m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("publish completion")
 			}
 		})
 	switch {
@@ -211,7 +209,7 @@ func (m *Worker) finishStream(j *job, st *stream, record []byte) {
 		m.log.Debug().Err(err).Str("request_id", r.RequestID).Msg("response ended by the helper")
 	case err != nil:
 		m.mu.Lock()
-		m.stats.AckFailures++
+		m.streamAckFail++
 		m.mu.Unlock()
 		m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("end of response not confirmed; it may be redelivered")
 	}

@@ -10,8 +10,6 @@ package recorder
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -136,15 +134,7 @@ func (r *Recorder) run() {
 	}
 }
 
-func encode(rec wire.TraceRecord) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(rec); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+func encode(rec wire.TraceRecord) ([]byte, error) { return wire.Marshal(rec) }
 
 // FileSink writes JSON lines to a file, buffered.
 type FileSink struct {

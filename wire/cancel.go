@@ -44,7 +44,7 @@ func MarshalCancel(c Cancel) ([]byte, error) {
 	if err := checkCancel(c); err != nil {
 		return nil, err
 	}
-	b, err := marshalCompact(c)
+	b, err := Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", c.RequestID, err)
 	}

@@ -134,3 +134,16 @@ const (
 	// room for optional whitespace.
 	MaxHashValueBytes = 96 << 10
 )
+
+// TrimValue removes the spaces and tabs around a header value, which
+// docs/protocol.md, Request headers, lets a producer leave there.
+func TrimValue(s string) string {
+	i, j := 0, len(s)
+	for i < j && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	for j > i && (s[j-1] == ' ' || s[j-1] == '\t') {
+		j--
+	}
+	return s[i:j]
+}

@@ -1,8 +1,6 @@
 package wire
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 )
 
@@ -58,11 +56,9 @@ func MarshalOutcome(o Outcome) ([]byte, error) {
 		zero := int64(0)
 		o.QueuedMs = &zero
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(o); err != nil {
+	b, err := Marshal(o)
+	if err != nil {
 		return nil, fmt.Errorf("outcome %s: %w", o.RequestID, err)
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return b, nil
 }

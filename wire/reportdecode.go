@@ -40,10 +40,7 @@ type reportScalars struct {
 // holds anything.
 func decodeReportFast(data []byte, w *LoadReport) bool {
 	*w = LoadReport{}
-	s := scanner{b: data}
-	if !s.take('{') {
-		return false
-	}
+	s := &scanner{b: data}
 	var vals *reportScalars
 	scalars := func() *reportScalars {
 		if vals == nil {
@@ -52,14 +49,7 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 		return vals
 	}
 	var sawTaints, sawRanks bool
-	if s.take('}') {
-		return s.end()
-	}
-	for {
-		key, ok := s.plainString()
-		if !ok || !s.take(':') {
-			return false
-		}
+	return s.object(func(key []byte) (ok bool) {
 		switch string(key) {
 		case "worker_id":
 			var v []byte
@@ -69,17 +59,17 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 				w.WorkerID = &p.workerID
 			}
 		case "data_parallel_start_rank":
-			ok = s.uint32Ptr(&w.DPStart, &scalars().dpStart)
+			ok = uintPtr(s, &w.DPStart, &scalars().dpStart, 32)
 		case "data_parallel_size":
-			ok = s.uint32Ptr(&w.DPSize, &scalars().dpSize)
+			ok = uintPtr(s, &w.DPSize, &scalars().dpSize, 32)
 		case "max_num_batched_tokens":
-			ok = s.uint64Ptr(&w.MaxBatched, &scalars().maxBatched)
+			ok = uintPtr(s, &w.MaxBatched, &scalars().maxBatched, 64)
 		case "max_active_requests":
-			ok = s.uint64Ptr(&w.MaxActive, &scalars().maxActive)
+			ok = uintPtr(s, &w.MaxActive, &scalars().maxActive, 64)
 		case "ttl_ms":
-			ok = s.uint64Ptr(&w.TTLms, &scalars().ttl)
+			ok = uintPtr(s, &w.TTLms, &scalars().ttl, 64)
 		case "seen_seq":
-			ok = s.uint64Ptr(&w.SeenSeq, &scalars().seen)
+			ok = uintPtr(s, &w.SeenSeq, &scalars().seen, 64)
 		case "total_kv_blocks":
 			ok = s.uint64Value(&w.TotalKV)
 		case "compact_dispatch":
@@ -91,22 +81,22 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 		case "instance":
 			ok = s.stringValue(&w.Instance)
 		case "taints":
-			ok = !sawTaints && s.taints(&w.Taints)
+			ok = !sawTaints && list(s, &w.Taints, func() (string, bool) {
+				b, ok := s.plainString()
+				return string(b), ok
+			})
 			sawTaints = true
 		case "ranks":
-			ok = !sawRanks && s.ranks(&w.Ranks)
+			ok = !sawRanks && list(s, &w.Ranks, func() (r RankLoad, ok bool) {
+				ok = s.rank(&r)
+				return r, ok
+			})
 			sawRanks = true
 		default:
 			ok = !foldsTo(key, reportFields) && s.skip(0)
 		}
-		if !ok {
-			return false
-		}
-		if s.take(',') {
-			continue
-		}
-		return s.take('}') && s.end()
-	}
+		return ok
+	}) && s.end()
 }
 
 var reportFields = []string{"worker_id", "data_parallel_start_rank", "data_parallel_size",
@@ -127,65 +117,9 @@ func foldsTo(key []byte, names []string) bool {
 	return false
 }
 
-func (s *scanner) taints(out *[]string) bool {
-	if s.null() {
-		*out = nil
-		return true
-	}
-	if !s.take('[') {
-		return false
-	}
-	list := []string{}
-	if !s.take(']') {
-		for {
-			v, ok := s.plainString()
-			if !ok {
-				return false
-			}
-			list = append(list, string(v))
-			if s.take(',') {
-				continue
-			}
-			if !s.take(']') {
-				return false
-			}
-			break
-		}
-	}
-	*out = list
-	return true
-}
-
-func (s *scanner) ranks(out *[]RankLoad) bool {
-	if s.null() {
-		*out = nil
-		return true
-	}
-	if !s.take('[') {
-		return false
-	}
-	list := []RankLoad{}
-	if !s.take(']') {
-		for {
-			var r RankLoad
-			if !s.rank(&r) {
-				return false
-			}
-			list = append(list, r)
-			if s.take(',') {
-				continue
-			}
-			if !s.take(']') {
-				return false
-			}
-			break
-		}
-	}
-	*out = list
-	return true
-}
-
-func (s *scanner) rank(r *RankLoad) bool {
+// object reads an object whose keys are plain strings, calling field with
+// each key to read the member's value; it reports false when field does.
+func (s *scanner) object(field func(key []byte) bool) bool {
 	if !s.take('{') {
 		return false
 	}
@@ -194,31 +128,7 @@ func (s *scanner) rank(r *RankLoad) bool {
 	}
 	for {
 		key, ok := s.plainString()
-		if !ok || !s.take(':') {
-			return false
-		}
-		switch string(key) {
-		case "dp_rank":
-			if s.null() {
-				break
-			}
-			v, ok := s.uint(32)
-			if !ok {
-				return false
-			}
-			r.Rank = uint32(v)
-		case "active_prefill_tokens":
-			ok = s.uint64Value(&r.ActivePrefillTokens)
-		case "active_decode_blocks":
-			ok = s.uint64Value(&r.ActiveDecodeBlocks)
-		case "kv_used_blocks":
-			ok = s.uint64Value(&r.KVUsedBlocks)
-		case "active_requests":
-			ok = s.uint64Value(&r.ActiveRequests)
-		default:
-			ok = !foldsTo(key, rankFields) && s.skip(0)
-		}
-		if !ok {
+		if !ok || !s.take(':') || !field(key) {
 			return false
 		}
 		if s.take(',') {
@@ -226,6 +136,61 @@ func (s *scanner) rank(r *RankLoad) bool {
 		}
 		return s.take('}')
 	}
+}
+
+// list reads an array into *out, elem reading each element, or null, which
+// sets *out to nil; an empty array gives an empty list, not nil.
+func list[T any](s *scanner, out *[]T, elem func() (T, bool)) bool {
+	if s.null() {
+		*out = nil
+		return true
+	}
+	if !s.take('[') {
+		return false
+	}
+	l := []T{}
+	if !s.take(']') {
+		for {
+			v, ok := elem()
+			if !ok {
+				return false
+			}
+			l = append(l, v)
+			if s.take(',') {
+				continue
+			}
+			if !s.take(']') {
+				return false
+			}
+			break
+		}
+	}
+	*out = l
+	return true
+}
+
+func (s *scanner) rank(r *RankLoad) bool {
+	return s.object(func(key []byte) (ok bool) {
+		switch string(key) {
+		case "dp_rank":
+			if s.null() {
+				return true
+			}
+			v, ok := s.uint(32)
+			r.Rank = uint32(v)
+			return ok
+		case "active_prefill_tokens":
+			return s.uint64Value(&r.ActivePrefillTokens)
+		case "active_decode_blocks":
+			return s.uint64Value(&r.ActiveDecodeBlocks)
+		case "kv_used_blocks":
+			return s.uint64Value(&r.KVUsedBlocks)
+		case "active_requests":
+			return s.uint64Value(&r.ActiveRequests)
+		default:
+			return !foldsTo(key, rankFields) && s.skip(0)
+		}
+	})
 }
 
 // scanner reads JSON from b at i. Its methods skip leading white space, and
@@ -332,25 +297,15 @@ func (s *scanner) uint64Value(dst *uint64) bool {
 	return ok
 }
 
-// uint64Ptr reads an integer into *store and points *dst at it, or sets *dst
-// to nil for null.
-func (s *scanner) uint64Ptr(dst **uint64, store *uint64) bool {
+// uintPtr reads an integer of at most bits bits into *store and points
+// *dst at it, or sets *dst to nil for null.
+func uintPtr[T uint32 | uint64](s *scanner, dst **T, store *T, bits uint) bool {
 	if s.null() {
 		*dst = nil
 		return true
 	}
-	v, ok := s.uint(64)
-	*store, *dst = v, store
-	return ok
-}
-
-func (s *scanner) uint32Ptr(dst **uint32, store *uint32) bool {
-	if s.null() {
-		*dst = nil
-		return true
-	}
-	v, ok := s.uint(32)
-	*store, *dst = uint32(v), store
+	v, ok := s.uint(bits)
+	*store, *dst = T(v), store
 	return ok
 }
 

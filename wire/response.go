@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -129,7 +128,7 @@ func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 		return nil, fmt.Errorf("response end: unknown status %q", e.Status)
 	}
 	for {
-		b, err := marshalCompact(e)
+		b, err := Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("response end: %w", err)
 		}
@@ -159,31 +158,9 @@ func ParseResponseEnd(b []byte) (ResponseEnd, error) {
 // ParseResponseSeq parses a Dispatch-Response-Seq value: an unsigned decimal
 // integer (surrounding spaces and tabs ignored).
 func ParseResponseSeq(s string) (uint64, error) {
-	n, err := strconv.ParseUint(trimSpace(s), 10, 64)
+	n, err := strconv.ParseUint(TrimValue(s), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("header %s: %q is not an unsigned integer", HeaderResponseSeq, s)
 	}
 	return n, nil
-}
-
-func trimSpace(s string) string {
-	i, j := 0, len(s)
-	for i < j && (s[i] == ' ' || s[i] == '\t') {
-		i++
-	}
-	for j > i && (s[j-1] == ' ' || s[j-1] == '\t') {
-		j--
-	}
-	return s[i:j]
-}
-
-// marshalCompact is json.Marshal without HTML escaping or a trailing newline.
-func marshalCompact(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

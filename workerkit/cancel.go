@@ -99,9 +99,6 @@ func (w *Worker) abort(r *Request, cause error) {
 		r.cancel(r.cause)
 	}
 	w.mu.Unlock()
-	if !w.release(r) {
-		return // finished meanwhile by the application
-	}
 	var body []byte
 	switch {
 	case errors.Is(cause, ErrTaken):
@@ -112,8 +109,12 @@ func (w *Worker) abort(r *Request, cause error) {
 	default:
 		body = ackTerm
 	}
-	if body != nil && r.Ack != "" {
-		if err := w.nc.Publish(r.Ack, body); err != nil {
+	ack, ok := w.release(r, body)
+	if !ok {
+		return // finished meanwhile by the application
+	}
+	if body != nil {
+		if err := w.acknowledge(r, ack, body, nil); err != nil {
 			about(w.log.Error(), r).Err(err).Msg("acknowledgement of an ended request")
 		}
 	}

@@ -108,6 +108,17 @@ type Config struct {
 	// chunk it ignores the ask and the request runs to its end. Without it a
 	// preempt is never sent, and one received is ignored.
 	Preempt bool
+	// PlainAcks publishes acknowledgements (+ACK, +TERM, -NAK) as plain core
+	// NATS messages instead of confirmed ones (docs/protocol.md, After
+	// accepting). It is for a worker whose NATS user may not subscribe to its
+	// connection's inbox (docs/protocol.md, Permissions a worker needs),
+	// which confirmed acknowledgements need. The cost: an acknowledgement
+	// published around a NATS server restart or a reconnection can be lost;
+	// its request is then dispatched again once its ack wait runs out, and
+	// runs again unless it comes back to this worker within FinishedWindow
+	// (docs/decisions.md, Confirmed acknowledgements). Confirmed ones cost a
+	// little more CPU per request (docs/bench.md, Confirmed acknowledgements).
+	PlainAcks bool
 }
 
 // withDefaults returns c with defaults applied and validated.

@@ -38,13 +38,49 @@
 // requests, sends +WPI to each at least every third of the ack wait its
 // dispatch carried in Dispatch-Ack-Wait-Ms (Config.AckWait for a dispatch
 // without it, from an older dispatcher), so a request kept longer than the
-// stream's ack wait is not redelivered. Acknowledgements are the
-// literal JetStream bodies, published with plain core NATS publishes;
-// [Request.DoneSync] instead sends +ACK as a request and waits for JetStream's
-// confirmation, and [Request.DoneConfirmed] retries that until JetStream
-// confirms (an ack written just as a server dies is otherwise lost, and the
-// request is redelivered after the ack wait); [Request.DoneConfirmedAfter] runs
-// a function before each attempt, so a completion record can precede every ack.
+// stream's ack wait is not redelivered.
+//
+// # Confirmed acknowledgements
+//
+// Done, Term and Nak send the literal JetStream bodies as NATS requests and
+// return at once (docs/protocol.md, After accepting): the first attempt is a
+// publish on the caller's goroutine, as a plain acknowledgement is, and the
+// helper sends it again, from one goroutine and one inbox subscription for
+// all requests (acker.go), until JetStream answers. A plain acknowledgement
+// published around a NATS server restart or a reconnection can be lost
+// (written to the dying connection, or flushed on reconnection before
+// JetStream has recovered its consumer), and JetStream then redelivers the
+// finished request after its ack wait; a confirmed one is sent again
+// instead. +ACK and +TERM are sent again after an unanswered attempt (1 s) or
+// a "no responders" answer (after 20 ms doubling to 500 ms); -NAK only after
+// "no responders", since an unanswered one may have taken effect. While the
+// connection is down nothing is sent; at reconnection every waiting
+// acknowledgement goes at once. The helper gives up on one once the
+// request's ack wait has passed and an attempt made while connected still
+// went unanswered, or the connection closes, or Stop's grace runs out
+// ([Stats].AcksUnconfirmed). [Request.DoneAfter] runs a function before each
+// attempt, so a completion record can precede every one. Config.PlainAcks
+// publishes plain acknowledgements instead, for a NATS user that may not
+// subscribe to its inbox. [Request.DoneConfirmed] is the synchronous form: it
+// waits for JetStream's answer (bounded by its context) and returns it;
+// [Request.DoneSync] makes one attempt and waits for it.
+//
+// # Dispatches of a request running or finished
+//
+// Delivery is at least once: a request can be dispatched to the same worker
+// again, while it runs (a lost acceptance, a late +WPI) or after it finished
+// (an acknowledgement lost after all). The helper answers such dispatches
+// itself, without calling Offer (docs/protocol.md, A second dispatch of a
+// request already running; A dispatch of a request already finished): a
+// dispatch of a running request (same Dispatch-Request-Id) is accepted and
+// joined to the running execution, whose acknowledgement and keep-alive go to
+// the latest delivery's subject, and whose [Request.PublishCompletion] adds a
+// record of 0 tokens for each joined dispatch; a dispatch of a request it
+// finished (Done or Term, not Nak) within FinishedWindow (5 minutes, at most
+// FinishedIDs, 100,000 ids) is accepted and acknowledged at once as it was
+// finished, with a record of 0 tokens when the request had one. [Worker.Stats]
+// counts both. A dispatch of a request finished on another worker, or
+// forgotten, runs again.
 //
 // # Load reports and seen_seq
 //
@@ -152,8 +188,9 @@
 // A Worker is safe for concurrent use. Offer is called from one goroutine (the
 // subscription's), in arrival order, and must not block: queue the work and
 // return. Request and Response methods may be called from any goroutine. The
-// helper runs three goroutines per Worker (the report loop and the two
-// progress loops) and none per request; its timers (pings, claim retries,
+// helper runs four goroutines per Worker (the report loop, the two progress
+// loops and, unless Config.PlainAcks, the acknowledgements' retrier) and none
+// per request; its timers (pings, claim retries,
 // answer timeouts) run their callbacks on goroutines of their own while
 // they fire.
 package workerkit

@@ -363,7 +363,14 @@ func (p *kvPublisher) onResyncRequest(m *nats.Msg) {
 }
 
 // failed is JetStream's error handler of an asynchronous publish: the rank
-// of the event is resynchronised.
+// of the event is resynchronised. A failure while no back-off is in force
+// (the first of a flush's events to fail) starts one: the next flush waits
+// failWait, which doubles from kvMinBackoff to kvMaxBackoff while failures go
+// on. Later failures of events published before it began (the rest of that
+// flush) neither double nor extend it: otherwise two flushes' failures, each
+// landing inside the other's wait, kept the wait at its minimum for ever (a
+// KV stream refusing every event saw a dozen refused resynchronisations a
+// second, where one every 5 s was meant).
 func (p *kvPublisher) failed(_ jetstream.JetStream, m *nats.Msg, err error) {
 	id := m.Header.Get(jetstream.MsgIDHeader)
 	parts := strings.Split(id, ".")
@@ -371,13 +378,18 @@ func (p *kvPublisher) failed(_ jetstream.JetStream, m *nats.Msg, err error) {
 	p.mu.Lock()
 	p.stats.Failed++
 	first := p.failWait == 0 || now.Sub(p.lastFail) > 2*kvMaxBackoff
-	if first {
+	start := first || !now.Before(p.retryAt)
+	switch {
+	case first:
 		p.failWait = kvMinBackoff
-	} else if now.After(p.retryAt) {
+	case start:
 		p.failWait = min(2*p.failWait, kvMaxBackoff)
 	}
-	p.lastFail, p.retryAt = now, now.Add(p.failWait)
-	wait := p.failWait
+	if start {
+		p.retryAt = now.Add(p.failWait)
+	}
+	p.lastFail = now
+	wait := time.Until(p.retryAt)
 	if len(parts) == 4 {
 		if rank, perr := strconv.Atoi(parts[2]); perr == nil {
 			if i := rank - p.w.cfg.DPStart; i >= 0 && i < len(p.ranks) {
@@ -396,7 +408,8 @@ func (p *kvPublisher) failed(_ jetstream.JetStream, m *nats.Msg, err error) {
 }
 
 // loop publishes the gathered events FlushInterval after a change (later
-// while backing off after a failed publish), and runs the
+// while backing off after a failed publish: a failure that starts a back-off
+// while the loop waits moves the flush to its end), and runs the
 // resynchronisations wanted, until stop.
 func (p *kvPublisher) loop() {
 	defer close(p.done)
@@ -409,15 +422,24 @@ func (p *kvPublisher) loop() {
 			return
 		case <-p.kick:
 		}
-		p.mu.Lock()
-		wait := max(p.cfg.FlushInterval, time.Until(p.retryAt))
-		p.mu.Unlock()
-		t.Reset(wait)
-		select {
-		case <-p.quit:
-			p.flush()
-			return
-		case <-t.C:
+		wait := p.cfg.FlushInterval
+		for {
+			p.mu.Lock()
+			wait = max(wait, time.Until(p.retryAt))
+			p.mu.Unlock()
+			t.Reset(wait)
+			select {
+			case <-p.quit:
+				p.flush()
+				return
+			case <-t.C:
+			}
+			p.mu.Lock()
+			wait = time.Until(p.retryAt)
+			p.mu.Unlock()
+			if wait <= 0 {
+				break
+			}
 		}
 		p.flush()
 	}

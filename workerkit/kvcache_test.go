@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"fairdispatch/internal/jsstorage"
 	"fairdispatch/internal/natstest"
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
@@ -324,4 +325,78 @@ func TestKVPublishRecovers(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, func() bool { return w.KVStats().Failed >= 2 }, "failed publishes")
 	rd := readKV(t, js) // creates the stream
 	natstest.Eventually(t, 20*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches once the stream exists")
+}
+
+// TestKVRefusedPublishesBackOff: with the KV stream full (its own limit,
+// discard new: every event refused with "maximum bytes exceeded") and the
+// engine changing its cache every 10 ms, the helper's refused
+// resynchronisations follow the back-off (100 ms doubling to 5 s): over 3 s
+// at most about 7 rounds of one resynchronisation each. Before the fix the
+// failures of two flushes each landed inside the other's wait, the wait never
+// grew, and 3 s saw about 35 refused events. Once the stream has room, the
+// next resynchronisation reaches it and an index built from the stream
+// matches the engine.
+func TestKVRefusedPublishesBackOff(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rd := readKV(t, js) // creates the stream
+	cfg := jetstream.StreamConfig{Name: "DISPATCH_KV", Subjects: []string{"dispatch.kv.*"}, MaxBytes: 2048, Discard: jetstream.DiscardNew}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	filler, err := wire.EncodeKVEvent(&wire.KVEvent{Instance: "filler", ID: 1, Rank: 9, Cleared: wire.AllTiers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := js.Publish(ctx, "dispatch.kv.filler", filler); err != nil {
+			if reason, ok := jsstorage.Refused(err); !ok || reason != wire.RefusalMaxBytes {
+				t.Fatalf("filling the KV stream: %v, want a refusal %q", err, wire.RefusalMaxBytes)
+			}
+			break
+		}
+		if i == 1000 {
+			t.Fatal("1000 events stored in a 2 KiB stream")
+		}
+	}
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
+	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for h := uint64(1); time.Since(start) < 3*time.Second; h++ {
+		e.store(t, 0, wire.Device, h)
+		<-tick.C
+	}
+	// Rounds start at 0, 0.1, 0.3, 0.7, 1.5, 3.1 s...: each refuses the
+	// resynchronisation, and at most one batch of changes made while it ran.
+	elapsed := time.Since(start)
+	rounds := uint64(2)
+	for wait, at := 100*time.Millisecond, 100*time.Millisecond; at <= elapsed; wait, at = min(2*wait, 5*time.Second), at+min(2*wait, 5*time.Second) {
+		rounds++
+	}
+	st := w.KVStats()
+	t.Logf("%+v in %v (at most %d rounds)", st, elapsed, rounds)
+	if st.Failed < 2 || st.Failed > 2*rounds {
+		t.Fatalf("%d events refused in %v, want 2 to %d: the helper does not back off", st.Failed, elapsed, 2*rounds)
+	}
+	cfg.MaxBytes = 1 << 20
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches once the stream has room")
 }

@@ -1,6 +1,7 @@
 package workerkit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,6 +101,12 @@ type Request struct {
 	// time of the next +WPI, both set at acceptance; guarded by w.mu.
 	period time.Duration
 	next   time.Time
+	// joined are the further dispatches of the request accepted while it
+	// ran (dedupe.go); recorded and recordStatus say that a completion
+	// record was published, and its status; guarded by w.mu.
+	joined       []joinedDispatch
+	recorded     bool
+	recordStatus string
 }
 
 type reqState uint8
@@ -221,26 +228,55 @@ func (r *Request) Cause() error {
 const endTimeout = 30 * time.Second
 
 // Done sends +ACK: the request is finished and its JetStream message removed.
-// It returns ErrFinished when the request was already finished. For a
+// It returns ErrFinished when the request was already finished.
+//
+// The acknowledgement is confirmed (docs/protocol.md, After accepting): Done
+// publishes +ACK as a NATS request and returns; the helper sends it again
+// until JetStream answers (acker.go), so that an acknowledgement lost around
+// a NATS server restart or a reconnection does not leave the finished
+// request to be dispatched again after its ack wait. Done costs the caller
+// one publish, as a plain acknowledgement does. The helper gives up once the
+// request's ack wait has passed with an attempt made while connected still
+// unanswered, when the connection closes, or when Stop's grace runs out
+// ([Stats].AcksUnconfirmed counts those): JetStream then redelivers the
+// request unless an attempt took effect after all, and a redelivery to this
+// worker within FinishedWindow is acknowledged again without running
+// (docs/protocol.md, A dispatch of a request already finished). With
+// Config.PlainAcks it publishes a plain +ACK instead.
+//
+// The request is remembered as finished (for FinishedWindow). For a
 // request with a response it ends the response with status ok (in the
 // background: the end marker, then a confirmed +ACK), as [Response.End] does.
-func (r *Request) Done() error {
+func (r *Request) Done() error { return r.DoneAfter(nil) }
+
+// DoneAfter is [Request.Done] calling before(attempt), when not nil, ahead of
+// every attempt of the acknowledgement (attempt counts from 1): the first on
+// the caller's goroutine before DoneAfter returns, the others on the
+// helper's; it must not block. It is not called when DoneAfter returns
+// ErrFinished. It is for a worker that publishes its completion record before
+// acknowledging (at least once: a worker that dies in between causes a
+// redelivery, not a lost record): publishing it again ahead of each attempt
+// puts a copy before the acknowledgement JetStream confirms, in the same
+// connection, even when an earlier copy went down with a server. With a
+// response, before runs ahead of the attempts of the +ACK that follows the
+// end marker.
+func (r *Request) DoneAfter(before func(attempt int)) error {
 	if r.resp != nil {
-		return r.endInBackground(wire.ResponseEnd{Status: wire.EndOK}, ackAck)
+		return r.endInBackground(wire.ResponseEnd{Status: wire.EndOK}, ackAck, before)
 	}
-	return r.finish(ackAck, "ack")
+	return r.finish(ackAck, "ack", before)
 }
 
 // endInBackground ends r's response with e and acknowledges with ack, off
 // the caller's goroutine.
-func (r *Request) endInBackground(e wire.ResponseEnd, ack []byte) error {
+func (r *Request) endInBackground(e wire.ResponseEnd, ack []byte, before func(int)) error {
 	if !r.w.isHeld(r) {
 		return ErrFinished
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 		defer cancel()
-		if err := r.resp.finish(ctx, e, ack, nil); err != nil && !errors.Is(err, ErrFinished) {
+		if err := r.resp.finish(ctx, e, ack, before); err != nil && !errors.Is(err, ErrFinished) {
 			about(r.w.log.Warn(), r).Err(err).Msg("end of response")
 		}
 	}()
@@ -267,13 +303,50 @@ func (r *Request) Completion(prefillTokens, outputTokens uint64, failed bool) wi
 // Complete publishes the request's completion record on
 // <prefix>.done.<worker_id> (core NATS), so that the dispatcher settles its cost
 // against the estimate it charged (docs/design.md, Cost settlement). Call it
-// after Done (or DoneConfirmed). It is optional: without it the estimate stands.
+// after Done (or DoneConfirmed). It is optional: without it the estimate
+// stands. It is [Request.PublishCompletion] of [Request.Completion].
 func (r *Request) Complete(prefillTokens, outputTokens uint64, failed bool) error {
-	b, err := json.Marshal(r.Completion(prefillTokens, outputTokens, failed))
+	return r.PublishCompletion(r.Completion(prefillTokens, outputTokens, failed))
+}
+
+// PublishCompletion publishes c as the request's completion record, and a
+// record with 0 tokens (c's status) for each further dispatch of the
+// request that joined its execution: one record per dispatch accepted
+// (docs/protocol.md, A second dispatch of a request already running). The
+// helper then remembers that the request has records: a later dispatch of
+// it answered from the finished-request memory gets a record with 0 tokens
+// too. It may be called more than once (before each acknowledgement attempt,
+// [Request.DoneAfter]): the dispatcher settles a dispatch once.
+func (r *Request) PublishCompletion(c wire.Completion) error {
+	w := r.w
+	w.mu.Lock()
+	r.recorded, r.recordStatus = true, c.Status
+	if r.state == stateFinished && r.RequestID != "" {
+		w.finished.recorded(r.RequestID, c.Status)
+	}
+	joined := append([]joinedDispatch(nil), r.joined...)
+	w.mu.Unlock()
+	if err := w.publishCompletion(c); err != nil {
+		return err
+	}
+	for _, j := range joined {
+		z := c
+		z.Seq, z.Class, z.FairnessKey, z.DPRank, z.QueuedMs = j.seq, j.class, j.key, j.rank, j.queuedMs
+		z.PrefillTokens, z.OutputTokens, z.CachedTokens = 0, 0, 0
+		if err := w.publishCompletion(z); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishCompletion publishes one completion record.
+func (w *Worker) publishCompletion(c wire.Completion) error {
+	b, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("worker: encode completion: %w", err)
 	}
-	if err := r.w.nc.Publish(r.w.doneSubj, b); err != nil {
+	if err := w.nc.Publish(w.doneSubj, b); err != nil {
 		return fmt.Errorf("worker: publish completion: %w", err)
 	}
 	return nil
@@ -284,6 +357,13 @@ func (r *Request) Complete(prefillTokens, outputTokens uint64, failed bool) erro
 // run again): Nak returns ErrResponseStarted and sends nothing; end the
 // response instead. Before the first chunk the response closes silently:
 // the next execution claims it afresh.
+//
+// The -NAK is sent as a NATS request too, and sent again only when the
+// answer proves it was not taken ("no responders"): after an unanswered
+// attempt it may have taken effect, and another -NAK would hand back the
+// redelivery, which another worker may run by then. A -NAK lost costs the
+// request one ack wait of delay, never a second run. A request handed back
+// is not remembered as finished.
 func (r *Request) Nak() error {
 	if p := r.resp; p != nil {
 		if p.Chunks() > 0 {
@@ -293,36 +373,41 @@ func (r *Request) Nak() error {
 			p.close(errHandedBack, "", false)
 		}
 	}
-	return r.finish(ackNak, "nak")
+	return r.finish(ackNak, "nak", nil)
 }
 
 // errHandedBack is the cause of a response closed by Nak.
 var errHandedBack = errors.New("worker: request handed back")
 
 // Term sends +TERM: the request is dropped. For a request with a response
-// it first ends the response with status failed (in the background).
+// it first ends the response with status failed (in the background). The
+// +TERM is confirmed as Done's +ACK is, and the request remembered as
+// finished: a redelivery of it within FinishedWindow is dropped again
+// without running.
 func (r *Request) Term() error {
 	if r.resp != nil {
-		return r.endInBackground(wire.ResponseEnd{Status: wire.EndFailed, Error: "dropped by the worker"}, ackTerm)
+		return r.endInBackground(wire.ResponseEnd{Status: wire.EndFailed, Error: "dropped by the worker"}, ackTerm, nil)
 	}
-	return r.finish(ackTerm, "term")
+	return r.finish(ackTerm, "term", nil)
 }
 
-// DoneSync is Done, but sends +ACK as a NATS request and waits until JetStream
-// confirms it or ctx ends. The request counts as finished even when the
-// confirmation fails; the error then says the acknowledgement may be lost.
+// DoneSync is Done making one attempt and waiting until JetStream answers it
+// or ctx ends. The request counts as finished even when the confirmation
+// fails; the error then says the acknowledgement may be lost. Prefer Done,
+// which retries, or DoneConfirmed, which retries and waits.
 // For a request with a response it is [Response.End] with status ok.
 func (r *Request) DoneSync(ctx context.Context) error {
 	if r.resp != nil {
 		return r.resp.finish(ctx, wire.ResponseEnd{Status: wire.EndOK}, ackAck, nil)
 	}
-	if !r.w.release(r) {
+	ack, ok := r.w.release(r, ackAck)
+	if !ok {
 		return ErrFinished
 	}
-	if r.Ack == "" {
+	if ack == "" {
 		return nil
 	}
-	if _, err := r.w.nc.RequestWithContext(ctx, r.Ack, ackAck); err != nil {
+	if _, err := r.w.nc.RequestWithContext(ctx, ack, ackAck); err != nil {
 		return fmt.Errorf("worker: ack request %s: %w", r.RequestID, err)
 	}
 	return nil
@@ -336,12 +421,13 @@ const (
 	confirmAttempt    = time.Second
 )
 
-// DoneConfirmed is Done with a confirmed, retried acknowledgement: it marks the
-// request finished, sends +ACK as a NATS request and, until JetStream answers,
-// sends it again after a short backoff (20 ms doubling to 500 ms) whenever an
-// attempt times out (1 s), finds no responders (JetStream still recovering its
-// consumers after a server restart or a leader change) or meets a broken
-// connection. A plain +ACK published during a server restart can be lost: it
+// DoneConfirmed is the synchronous form of Done: it marks the request
+// finished, sends +ACK as a NATS request and, until JetStream answers or ctx
+// ends, sends it again after a short backoff (20 ms doubling to 500 ms)
+// whenever an attempt times out (1 s), finds no responders (JetStream still
+// recovering its consumers after a server restart or a leader change) or
+// meets a broken connection, and returns the outcome. It blocks the caller
+// for at least one round trip to JetStream; Done does not. A plain +ACK published during a server restart can be lost: it
 // is buffered by nats.go and flushed on reconnect, possibly before the
 // consumer is back, and JetStream then redelivers the message after its ack
 // wait although the work was done.
@@ -374,16 +460,17 @@ func (r *Request) DoneConfirmedAfter(ctx context.Context, before func(attempt in
 	if r.resp != nil {
 		return r.resp.finish(ctx, wire.ResponseEnd{Status: wire.EndOK}, ackAck, before)
 	}
-	if !r.w.release(r) {
+	ack, ok := r.w.release(r, ackAck)
+	if !ok {
 		return ErrFinished
 	}
-	if r.Ack == "" {
+	if ack == "" {
 		if before != nil {
 			before(1)
 		}
 		return nil
 	}
-	return confirmAck(ctx, r.w.nc, r.Ack, r.RequestID, ackAck, before)
+	return confirmAck(ctx, r.w.nc, ack, r.RequestID, ackAck, before)
 }
 
 // confirmAck sends body (+ACK, +TERM) to subj as a request until it is
@@ -424,15 +511,71 @@ func confirmAck(ctx context.Context, nc *nats.Conn, subj, id string, body []byte
 	return fmt.Errorf("worker: ack request %s unconfirmed (last attempt: %v): %w", id, last, ctx.Err())
 }
 
-func (r *Request) finish(body []byte, what string) error {
-	if !r.w.release(r) {
+// finish releases r and acknowledges it with body.
+func (r *Request) finish(body []byte, what string, before func(int)) error {
+	ack, ok := r.w.release(r, body)
+	if !ok {
 		return ErrFinished
 	}
-	if r.Ack == "" {
-		return nil
-	}
-	if err := r.w.nc.Publish(r.Ack, body); err != nil {
+	if err := r.w.acknowledge(r, ack, body, before); err != nil {
 		return fmt.Errorf("worker: %s request %s: %w", what, r.RequestID, err)
 	}
 	return nil
+}
+
+// ackSubjectLocked returns the acknowledgement subject of r's latest
+// delivery: the last joined dispatch's, else Ack. Any delivery's subject
+// acknowledges the message (JetStream matches by stream sequence), and the
+// latest is the one a -NAK may name without touching a delivery it does not
+// know. w.mu is held.
+func (r *Request) ackSubjectLocked() string {
+	for i := len(r.joined) - 1; i >= 0; i-- {
+		if r.joined[i].ack != "" {
+			return r.joined[i].ack
+		}
+	}
+	return r.Ack
+}
+
+// How a request ended, for the finished-request memory.
+type finishKind uint8
+
+const (
+	finishedHandedBack finishKind = iota // -NAK, or left to another execution: not remembered
+	finishedDone                         // +ACK
+	finishedDropped                      // +TERM
+)
+
+func finishKindOf(body []byte) finishKind {
+	switch {
+	case bytes.HasPrefix(body, ackAck):
+		return finishedDone
+	case bytes.HasPrefix(body, ackTerm):
+		return finishedDropped
+	}
+	return finishedHandedBack
+}
+
+// acknowledge sends body (+ACK, +TERM, -NAK) for r to subj: confirmed by
+// the acker, or plain with Config.PlainAcks; before, when not nil, runs
+// ahead of every attempt. Nothing is sent when subj is empty.
+func (w *Worker) acknowledge(r *Request, subj string, body []byte, before func(int)) error {
+	if subj == "" {
+		if before != nil {
+			before(1)
+		}
+		return nil
+	}
+	if w.ack == nil {
+		if before != nil {
+			before(1)
+		}
+		w.plainAcks.Add(1)
+		return w.nc.Publish(subj, body)
+	}
+	aw := r.AckWait
+	if aw <= 0 {
+		aw = w.cfg.AckWait
+	}
+	return w.ack.send(subj, r.RequestID, body, aw, before)
 }

@@ -384,16 +384,24 @@ func (p *Response) finish(ctx context.Context, e wire.ResponseEnd, ack []byte, b
 	p.phase = phaseClosed
 	p.mu.Unlock()
 	r := p.r
-	if !r.w.release(r) {
+	subj, ok := r.w.release(r, ack)
+	if !ok {
 		return ErrFinished
 	}
-	if r.Ack == "" {
+	if subj == "" {
 		if before != nil {
 			before(1)
 		}
 		return nil
 	}
-	return confirmAck(ctx, r.w.nc, r.Ack, r.RequestID, ack, before)
+	if r.w.cfg.PlainAcks {
+		if before != nil {
+			before(1)
+		}
+		r.w.plainAcks.Add(1)
+		return r.w.nc.Publish(subj, ack)
+	}
+	return confirmAck(ctx, r.w.nc, subj, r.RequestID, ack, before)
 }
 
 // sendEnd sends one attempt of the end marker; p.ended is closed once it is

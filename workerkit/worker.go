@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,12 +67,25 @@ type Worker struct {
 	quit      chan struct{}  // closed by Stop to end the loops
 	wg        sync.WaitGroup
 
-	mu        sync.Mutex
-	ranks     []RankLoad // indexed by rank - DPStart
-	seenSeq   uint64
-	draining  bool
-	offering  bool
-	held      map[*Request]struct{}
+	// ack sends confirmed acknowledgements (acker.go); nil with
+	// Config.PlainAcks, and until Start.
+	ack *acker
+	// plainAcks counts acknowledgements published plain.
+	plainAcks atomic.Uint64
+
+	mu       sync.Mutex
+	ranks    []RankLoad // indexed by rank - DPStart
+	seenSeq  uint64
+	draining bool
+	offering bool
+	held     map[*Request]struct{}
+	// running indexes held requests by request id, finished the requests
+	// finished here (finished.go), and joined and repeated count the
+	// dispatches answered from them (dedupe.go).
+	running   map[string]*Request
+	finished  *finishedMemo
+	joined    uint64
+	repeated  uint64
 	started   bool
 	stopping  bool
 	heldEmpty chan struct{} // closed when held empties while stopping
@@ -117,6 +131,8 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		ranks:        make([]RankLoad, cfg.DPSize),
 		peak:         make([]RankLoad, cfg.DPSize),
 		held:         map[*Request]struct{}{},
+		running:      map[string]*Request{},
+		finished:     newFinishedMemo(FinishedWindow, FinishedIDs),
 		heldEmpty:    make(chan struct{}),
 	}
 	return w, nil
@@ -126,34 +142,52 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 func (w *Worker) Config() Config { return w.cfg }
 
 // Start subscribes to <prefix>.work.<id>, publishes the first report and starts
-// the report loop and the progress ticker.
+// the report loop and the progress ticker. Unless Config.PlainAcks, it
+// first subscribes to an inbox of the connection for JetStream's answers to
+// acknowledgements.
 func (w *Worker) Start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
 		return ErrStarted
 	}
+	var subs []*nats.Subscription
+	fail := func(err error) error {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		if w.ack != nil {
+			w.ack.stop(canceled())
+			w.ack = nil
+		}
+		return err
+	}
+	if !w.cfg.PlainAcks {
+		a, err := newAcker(w.nc, w.log)
+		if err != nil {
+			return fmt.Errorf("worker: subscribe for acknowledgements: %w", err)
+		}
+		w.ack = a
+	}
 	// A queue group named after the id: should two processes run under one
 	// id by mistake, each dispatch reaches exactly one of them (docs/protocol.md,
 	// One worker id, one process).
 	sub, err := w.nc.QueueSubscribe(w.workSubj, w.cfg.ID, w.onMsg)
 	if err != nil {
-		return fmt.Errorf("worker: subscribe %s: %w", w.workSubj, err)
+		return fail(fmt.Errorf("worker: subscribe %s: %w", w.workSubj, err))
 	}
+	subs = append(subs, sub)
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("worker: pending limits %s: %w", w.workSubj, err)
+		return fail(fmt.Errorf("worker: pending limits %s: %w", w.workSubj, err))
 	}
 	csub, err := w.nc.Subscribe(w.cancelSubj, w.onCancel)
 	if err != nil {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("worker: subscribe %s: %w", w.cancelSubj, err)
+		return fail(fmt.Errorf("worker: subscribe %s: %w", w.cancelSubj, err))
 	}
+	subs = append(subs, csub)
 	if w.kv != nil {
 		if err := w.kv.start(); err != nil {
-			_ = sub.Unsubscribe()
-			_ = csub.Unsubscribe()
-			return err
+			return fail(err)
 		}
 	}
 	w.sub, w.cancelSub, w.ask = sub, csub, newAsker(w.nc)
@@ -163,7 +197,7 @@ func (w *Worker) Start() error {
 	go w.progressLoop()
 	go w.firstProgressLoop()
 	w.kickReport()
-	w.log.Info().Str("subject", w.workSubj).Str("instance", w.instance).Msg("worker started")
+	w.log.Info().Str("subject", w.workSubj).Str("instance", w.instance).Bool("plain_acks", w.cfg.PlainAcks).Msg("worker started")
 	return nil
 }
 
@@ -197,6 +231,8 @@ func (w *Worker) onMsg(m *nats.Msg) {
 	}
 	if m.Reply == "" {
 		about(w.log.Warn(), r).Msg("dispatch without reply subject; accepting it is impossible, refusing")
+	} else if w.dedupe(m, r) {
+		return // joined to its running execution, or finished already (dedupe.go)
 	}
 	w.mu.Lock()
 	refuse := w.stopping || m.Reply == ""
@@ -205,6 +241,9 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		w.offering = true
 		r.state = stateOffered
 		w.held[r] = struct{}{}
+		if r.RequestID != "" {
+			w.running[r.RequestID] = r
+		}
 	}
 	w.mu.Unlock()
 	if !refuse && !inRange {
@@ -231,6 +270,7 @@ func (w *Worker) onMsg(m *nats.Msg) {
 		default:
 			r.state = stateFinished
 			delete(w.held, r)
+			w.notRunningLocked(r)
 		}
 		w.mu.Unlock()
 		w.kickReport()
@@ -287,10 +327,8 @@ func (w *Worker) dropBadResponse(m *nats.Msg, r *Request) {
 	if err := w.nc.PublishMsg(&nats.Msg{Subject: m.Reply}); err != nil {
 		about(w.log.Error(), r).Err(err).Msg("reply to dispatch")
 	}
-	if r.Ack != "" {
-		if err := w.nc.Publish(r.Ack, ackTerm); err != nil {
-			about(w.log.Error(), r).Err(err).Msg("drop request")
-		}
+	if err := w.acknowledge(r, r.Ack, ackTerm, nil); err != nil {
+		about(w.log.Error(), r).Err(err).Msg("drop request")
 	}
 }
 
@@ -319,19 +357,33 @@ func (w *Worker) isHeld(r *Request) bool {
 	return r.state == stateHeld
 }
 
-// release marks r finished; false when it already was.
-func (w *Worker) release(r *Request) bool {
+// release marks r finished as body (+ACK, +TERM, -NAK; nil: left to
+// another execution) says, remembering it when it is done or dropped
+// (finished.go). It returns the acknowledgement subject of r's latest
+// delivery, and false when r was finished already.
+func (w *Worker) release(r *Request, body []byte) (ack string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r.state == stateFinished {
-		return false
+		return "", false
 	}
 	r.state = stateFinished
 	delete(w.held, r)
+	w.notRunningLocked(r)
+	if k := finishKindOf(body); k != finishedHandedBack && r.RequestID != "" {
+		w.finished.add(r.RequestID, time.Now(), memoEntry{term: k == finishedDropped, recorded: r.recorded, status: memoStatus(r.recordStatus)})
+	}
 	if w.stopping && len(w.held) == 0 {
 		w.closeHeldEmpty()
 	}
-	return true
+	return r.ackSubjectLocked(), true
+}
+
+// notRunningLocked takes r out of the running index; w.mu is held.
+func (w *Worker) notRunningLocked(r *Request) {
+	if r.RequestID != "" && w.running[r.RequestID] == r {
+		delete(w.running, r.RequestID)
+	}
 }
 
 // closeHeldEmpty closes heldEmpty once; w.mu must be held.
@@ -362,7 +414,7 @@ func (w *Worker) firstProgressLoop() {
 		due = due[:0]
 		for ; n < len(w.fresh) && !w.fresh[n].due.After(now); n++ {
 			if f := w.fresh[n]; f.r.state == stateHeld {
-				due = append(due, f.r.Ack)
+				due = append(due, f.r.ackSubjectLocked())
 			}
 		}
 		clear(w.fresh[:n])
@@ -425,11 +477,12 @@ func (w *Worker) progressLoop() {
 		now := time.Now()
 		var next time.Time
 		for r := range w.held {
-			if r.state != stateHeld || r.Ack == "" || r.period == 0 {
+			ack := r.ackSubjectLocked()
+			if r.state != stateHeld || ack == "" || r.period == 0 {
 				continue
 			}
 			if !r.next.After(now.Add(r.period / 4)) {
-				subjects = append(subjects, r.Ack)
+				subjects = append(subjects, ack) // any delivery's subject keeps the message alive
 				r.next = now.Add(r.period)
 			}
 			if next.IsZero() || r.next.Before(next) {
@@ -509,10 +562,14 @@ func (w *Worker) reportLoop() {
 	}
 }
 
-// Stop drains the worker: it reports draining, refuses new dispatches, waits
+// Stop drains the worker: it reports draining, refuses new dispatches (but
+// still answers those of requests it runs or finished, dedupe.go), waits
 // until every held request is finished or ctx ends, naks the requests still
-// held, publishes a last report and stops its goroutines. It returns ctx's
-// error when requests had to be handed back. Stop does not close nc.
+// held, waits until ctx ends for JetStream to answer the acknowledgements
+// outstanding (acker.go; those still unanswered are given up and counted in
+// Stats.AcksUnconfirmed), publishes a last report and stops its goroutines.
+// It returns ctx's error when requests had to be handed back. Stop does not
+// close nc.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started || w.stopping {
@@ -557,6 +614,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.log.Warn().Err(err).Msg("unsubscribe")
 	}
 	w.ask.close()
+	if w.ack != nil {
+		w.ack.stop(ctx) // the confirmations outstanding, within what is left of ctx
+	}
 	if kv := w.kvPub(); kv != nil {
 		kv.stop(5 * time.Second)
 	}
@@ -570,9 +630,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 	return result
 }
 
-// Close stops the worker at once, handing back every held request (-NAK).
-func (w *Worker) Close() error {
+// Close stops the worker at once, handing back every held request (-NAK),
+// without waiting for JetStream to confirm acknowledgements.
+func (w *Worker) Close() error { return w.Stop(canceled()) }
+
+// canceled returns a context that is done already.
+func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	return w.Stop(ctx)
+	return ctx
 }

@@ -387,7 +387,7 @@ func TestLoadReports(t *testing.T) {
 	natstest.Eventually(t, wait, func() bool { return len(rs.all()) >= n+2 }, "heartbeat reports")
 
 	for seq := uint64(1); seq <= 3; seq++ {
-		if _, err := nc.RequestMsg(dispatchMsg("r", seq*10, 5, ""), wait); err != nil {
+		if _, err := nc.RequestMsg(dispatchMsg("r"+strconv.FormatUint(seq, 10), seq*10, 5, ""), wait); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -408,7 +408,7 @@ func TestLoadReports(t *testing.T) {
 	a.mu.Lock()
 	a.accept = false
 	a.mu.Unlock()
-	if _, err := nc.RequestMsg(dispatchMsg("r", 40, 5, ""), wait); err != nil {
+	if _, err := nc.RequestMsg(dispatchMsg("r4", 40, 5, ""), wait); err != nil {
 		t.Fatal(err)
 	}
 	a.finish(t, 0, (*workerkit.Request).Done)

@@ -37,6 +37,10 @@ const (
 	sysBare   = "bare pipe"
 	sysDirect = "direct work queue"
 	sysFair   = "fairdispatch"
+	// sysFairPlain is fairdispatch with workers acknowledging plain, not
+	// confirmed (workerkit.Config.PlainAcks): --only fair-plain, never by
+	// default (docs/bench.md, Confirmed acknowledgements).
+	sysFairPlain = "fairdispatch, plain acks"
 )
 
 type options struct {
@@ -103,7 +107,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 1000000; its --max-held is raised to match)")
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
-	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all)")
+	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all), and fair-plain (fairdispatch with workers acknowledging plain: only when named)")
 	fs.BoolVar(&o.curves, "curves", true, "run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve too; --curves=false skips them; with --only, only those named there run")
 	fs.BoolVar(&o.profileHop, "profile-hop", false, "save 3-second CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), in fairdispatch's throughput run; profiling costs the hop about 1%")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
@@ -227,7 +231,10 @@ func run(args []string) error {
 		}))
 	}
 	if want("fair") {
-		res.Systems = append(res.Systems, b.system(sysFair, b.startFair))
+		res.Systems = append(res.Systems, b.system(sysFair, func() (*system, []*nats.Conn, error) { return b.startFair(false) }))
+	}
+	if strings.Contains(","+opt.only+",", ",fair-plain,") {
+		res.Systems = append(res.Systems, b.system(sysFairPlain, func() (*system, []*nats.Conn, error) { return b.startFair(true) }))
 	}
 	if want("memory") {
 		m := b.memory()
@@ -287,7 +294,7 @@ func (b *bench) system(name string, start func() (*system, []*nats.Conn, error))
 		return sysResult{System: name, Error: "setup: " + err.Error()}
 	}
 	r := b.measure(name, s, conns)
-	if name == sysFair && r.Throughput.Seconds > 0 {
+	if strings.HasPrefix(name, sysFair) && r.Throughput.Seconds > 0 {
 		// Each request costs a worker one answer and one +ACK; the rest are load reports.
 		extra := (r.WorkerMsgsPerRequest - 2) * float64(b.opt.requests)
 		r.LoadReportsPerSecond = max(0, extra) / r.Throughput.Seconds

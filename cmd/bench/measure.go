@@ -112,7 +112,7 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 	m0 := outMsgs(conns)
 	c0 := sampleCPU(b.server.pid(), s.middlePid())
 	var profiled chan struct{} // closed once the profiles are saved; nil: none
-	if name == sysFair && b.opt.profileHop {
+	if strings.HasPrefix(name, sysFair) && b.opt.profileHop {
 		stopBench := b.profileSelf("cpu-hop-bench.pprof") // the workers and the publisher
 		profiled = b.dispatcherProfile(s, "cpu-hop.pprof", func(bool) { stopBench() })
 	}
@@ -202,7 +202,7 @@ func (b *bench) memory() (res memResult) {
 		return fail("start dispatcher", err)
 	}
 	refuse := workerkit.HandlerFunc(func(*workerkit.Request) bool { return false })
-	stopW, _, err := b.startWorkers(refuse, &workerkit.RankLoad{ActivePrefillTokens: 1 << 30})
+	stopW, _, err := b.startWorkers(refuse, &workerkit.RankLoad{ActivePrefillTokens: 1 << 30}, false)
 	if err != nil {
 		s.stop()
 		return fail("start workers", err)

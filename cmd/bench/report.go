@@ -84,9 +84,9 @@ func (r *results) markdown() string {
 	}
 	b.WriteString("\n")
 	for _, s := range r.Systems {
-		if s.System == sysFair && s.Error == "" {
-			fmt.Fprintf(&b, "fairdispatch's workers published %.2f messages per request (answer, +ACK, and %.0f load reports/s in all).\n",
-				s.WorkerMsgsPerRequest, s.LoadReportsPerSecond)
+		if strings.HasPrefix(s.System, sysFair) && s.Error == "" {
+			fmt.Fprintf(&b, "%s: the workers published %.2f messages per request (answer, +ACK, and %.0f load reports/s in all).\n",
+				s.System, s.WorkerMsgsPerRequest, s.LoadReportsPerSecond)
 			if t := s.Latency.Tail; t != nil {
 				fmt.Fprintf(&b, "\nWhere fairdispatch's latency tail went (latency run; the %d requests at or above p99, split by `Dispatch-Queued-Ms`, "+
 					"the dispatcher's milliseconds from publication to its send): median %.0f ms before the send and %.1f ms after it "+

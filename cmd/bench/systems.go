@@ -298,8 +298,9 @@ func (s *system) waitQueues(timeout time.Duration, what string, ok func(queues) 
 }
 
 // startWorkers starts b.opt.workers workers of package workerkit on shared
-// connections, each with handler h and, when load is not nil, that load.
-func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad) (stop func(), conns []*nats.Conn, err error) {
+// connections, each with handler h and, when load is not nil, that load,
+// acknowledging plain when plain is set.
+func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad, plain bool) (stop func(), conns []*nats.Conn, err error) {
 	conns, err = b.connect("bench-worker", workerConns)
 	if err != nil {
 		return nil, nil, err
@@ -312,7 +313,7 @@ func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad) (sto
 		closeAll(conns)
 	}
 	for i := range b.opt.workers {
-		w, err := workerkit.New(conns[i%len(conns)], workerkit.Config{ID: workerID(i), Prefix: b.opt.prefix}, h, zerolog.Nop())
+		w, err := workerkit.New(conns[i%len(conns)], workerkit.Config{ID: workerID(i), Prefix: b.opt.prefix, PlainAcks: plain}, h, zerolog.Nop())
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -334,8 +335,8 @@ func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad) (sto
 
 // startFair sets up fairdispatch for the throughput and latency runs: the
 // dispatcher with the four-class policy and workers that accept at once and
-// acknowledge at once.
-func (b *bench) startFair() (*system, []*nats.Conn, error) {
+// acknowledge at once: confirmed (the helper's default), or plain.
+func (b *bench) startFair(plain bool) (*system, []*nats.Conn, error) {
 	if err := b.resetStreams(); err != nil {
 		return nil, nil, err
 	}
@@ -354,7 +355,7 @@ func (b *bench) startFair() (*system, []*nats.Conn, error) {
 		}
 		return true
 	})
-	stopWorkers, conns, err := b.startWorkers(h, nil)
+	stopWorkers, conns, err := b.startWorkers(h, nil, plain)
 	if err != nil {
 		s.stop()
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -24,6 +25,9 @@ type control struct {
 	a         *dispatcher.Actor
 	nc        *nats.Conn
 	names     naming.Names
+	storage   *metrics.Storage
+	srv       *server.Server // the embedded nats-server; nil with --nats-url
+	replicas  int
 	streamsOK atomic.Bool
 }
 
@@ -51,18 +55,22 @@ func (c *control) Ready() error {
 	return nil
 }
 
-// watchStreams checks every few seconds that both streams exist, and copies
-// the handshaker's count of late answers and the dead letterer's count of
+// watchStreams checks every few seconds that both streams exist, records
+// the streams', the account's and an embedded server's storage use and
+// limits (docs/operations.md, When storage runs out), and copies the
+// handshaker's count of late answers and the dead letterer's count of
 // retries into the metrics.
 func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *bus.Handshaker, dl *bus.DeadLetterer, m *metrics.Metrics, log zerolog.Logger) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	var late, retries uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first { // the gauges are read once at start, then every tick
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		for n := hs.Late(); late < n; late++ {
 			m.Handshake(metrics.OutcomeLate)
@@ -70,20 +78,33 @@ func (c *control) watchStreams(ctx context.Context, js jetstream.JetStream, hs *
 		for n := dl.Retries(); retries < n; retries++ {
 			m.DeadLetterRetried()
 		}
+		if c.srv != nil {
+			if info, err := c.srv.Jsz(nil); err == nil {
+				c.storage.SetServer(metrics.StoreUsage{FileBytes: info.Store, MemoryBytes: info.Memory, FileMax: info.Config.MaxStore, MemoryMax: info.Config.MaxMemory})
+			}
+		}
 		if !c.nc.IsConnected() {
 			continue
 		}
 		ok := true
-		for _, name := range []string{c.names.ReqStream(), c.names.DLQStream()} {
+		for _, name := range []string{c.names.ReqStream(), c.names.DLQStream(), c.names.KVStream()} {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := js.Stream(cctx, name)
+			u, err := bus.ReadStream(cctx, js, name)
 			cancel()
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
+			switch {
+			case err == nil:
+				c.storage.SetStream(name, metrics.StreamUsage{Bytes: u.Bytes, Msgs: u.Msgs, MaxBytes: u.MaxBytes, MaxMsgs: u.MaxMsgs})
+			case errors.Is(err, jetstream.ErrStreamNotFound) && name != c.names.KVStream():
 				ok = false
 				log.Error().Str("stream", name).Msg("stream missing: not ready")
 			}
 		}
 		c.streamsOK.Store(ok)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if u, err := bus.ReadAccount(cctx, js, c.replicas); err == nil {
+			c.storage.SetAccount(metrics.StoreUsage{FileBytes: u.FileBytes, MemoryBytes: u.MemoryBytes, FileMax: u.FileMax, MemoryMax: u.MemoryMax})
+		}
+		cancel()
 	}
 }
 

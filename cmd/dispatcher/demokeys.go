@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"fairdispatch/configs"
 	"fairdispatch/loadgen"
-	"fairdispatch/mockworker"
 )
 
 // demoTenants are the keys demo's tenants: flood publishes six requests for
@@ -34,20 +32,6 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 			class = &pol.Classes[i]
 		}
 	}
-	quiet := log.Level(zerolog.WarnLevel)
-	w, err := mockworker.New(nc, mockworker.Config{ID: "mock-1", Prefix: s.prefix, MaxNumSeqs: 4, AckWait: s.ackWait}, quiet)
-	if err != nil {
-		return err
-	}
-	if err := w.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(stop)
-	}()
-
 	n := s.demoPerClass
 	total := 0
 	for _, t := range demoTenants {
@@ -57,19 +41,14 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 	fmt.Fprintf(out, "      published by three tenants (Dispatch-Fairness-Key): flood %d%%, vip %d%%, quiet %d%%\n",
 		100*demoTenants[0].Weight/total, 100*demoTenants[1].Weight/total, 100*demoTenants[2].Weight/total)
 	fmt.Fprintf(out, "      to class %s of policy %s; requests wait out the %v start-up grace first\n\n", class.Name, s.policy, s.grace)
-	res, err := loadgen.Run(ctx, nc, loadgen.Config{
-		Prefix:  s.prefix,
+	res, err := runDemoLoad(ctx, nc, s, loadgen.Config{
 		Classes: []loadgen.ClassCount{{Class: class.Name, Count: n}},
 		Tenants: demoTenants,
-		ISL:     512,
-		Timeout: 2 * time.Minute,
-		OnProgress: progress(out, func(b *strings.Builder, p loadgen.Progress) {
-			for _, t := range demoTenants {
-				fmt.Fprintf(b, "  %s completed %4d", t.Key, p.CompletedByKey[t.Key])
-			}
-		}),
-	}, quiet)
-	fmt.Fprintln(out)
+	}, out, log, func(b *strings.Builder, p loadgen.Progress) {
+		for _, t := range demoTenants {
+			fmt.Fprintf(b, "  %s completed %4d", t.Key, p.CompletedByKey[t.Key])
+		}
+	})
 	if res == nil {
 		return err
 	}

@@ -25,6 +25,7 @@ type settings struct {
 	inboxPrefix                                               string
 	policy, prefix, httpAddr, adminToken                      string
 	replicas                                                  int
+	natsMaxStore                                              int64 // --nats-max-file-store, bytes
 	decodeBlocks, prefillTokensFrac, queueThreshold           optFloat
 	prefillTokens                                             optUint
 	queuePolicy                                               string
@@ -41,6 +42,7 @@ type settings struct {
 	demo                                                      bool
 	demoPerClass                                              int
 	demoScenario                                              string
+	demoGatewayConfig, demoGatewayAddr                        string
 	record                                                    string // --record FILE
 	recordStream                                              bool
 	recordStreamBytes                                         int64
@@ -97,6 +99,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.dataDir, "data-dir", "./data", "JetStream storage directory of the embedded server")
 	fs.StringVar(&s.storage, "stream-storage", "file", "stream storage: file or memory")
 	fs.StringVar(&s.natsSync, "nats-sync", bus.DefaultSync.String(), "how the embedded nats-server syncs JetStream writes to disk: always (before acknowledging each; nothing acknowledged is lost to a power cut) or a period such as 1s (faster; up to that period of acknowledged writes lost to a power cut); only without --nats-url (docs/deployment.md, Durability)")
+	fs.Int64Var(&s.natsMaxStore, "nats-max-file-store", 0, "the embedded nats-server's JetStream file store limit in bytes (its max_file_store; 0: nats-server's default, 75% of the free disk space at start); at it every stream and file bucket refuses writes (docs/operations.md, When storage runs out); only without --nats-url")
 	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
 	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
 	fs.StringVar(&s.user, "nats-user", "", "NATS user")
@@ -143,7 +146,9 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL (e.g. http://127.0.0.1:8080/healthz), exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.BoolVar(&s.demo, "demo", false, "also run one mock worker and the seed's premium/regular burst, print a summary, and exit")
 	fs.IntVar(&s.demoPerClass, "demo-requests", 320, "with --demo: requests per class")
-	fs.StringVar(&s.demoScenario, "demo-scenario", "classes", "with --demo: classes (premium against regular) or keys (a flooding tenant against quiet ones in one class; use configs/policy-keys.yaml)")
+	fs.StringVar(&s.demoScenario, "demo-scenario", "classes", "with --demo: classes (premium against regular), keys (a flooding tenant against quiet ones in one class; use configs/policy-keys.yaml) or gateway (two tenants through the OpenAI gateway; it keeps serving until stopped)")
+	fs.StringVar(&s.demoGatewayConfig, "demo-gateway-config", "configs/gateway-demo.yaml", "with --demo-scenario gateway: the gateway file (docs/config.md, Gateway)")
+	fs.StringVar(&s.demoGatewayAddr, "demo-gateway-addr", "127.0.0.1:8000", "with --demo-scenario gateway: the gateway's address")
 	fs.StringVar(&s.record, "record", "", "record the traffic trace (arrivals, dispatches, rejections; no bodies) to this file as JSON lines (docs/protocol.md, Trace records)")
 	fs.BoolVar(&s.recordStream, "record-stream", false, "record the traffic trace to the stream <Q>_TRACE on <prefix>.trace, created if absent")
 	fs.Int64Var(&s.recordStreamBytes, "record-stream-max-bytes", recorder.DefaultStreamMaxBytes, "size limit of the trace stream in bytes when this dispatcher creates it; the oldest records are discarded beyond it")
@@ -208,11 +213,14 @@ func (s *settings) validate() error {
 	if _, err := bus.ParseSync(s.natsSync); err != nil {
 		bad = append(bad, fmt.Sprintf("--nats-sync %q: %v", s.natsSync, err))
 	}
+	if s.natsMaxStore < 0 {
+		bad = append(bad, fmt.Sprintf("--nats-max-file-store %d: want >= 0 bytes (0: nats-server's default)", s.natsMaxStore))
+	}
 	if s.replicas < 1 || s.replicas > 5 {
 		bad = append(bad, fmt.Sprintf("--stream-replicas %d: want 1 to 5", s.replicas))
 	}
-	if s.demoScenario != "classes" && s.demoScenario != "keys" {
-		bad = append(bad, fmt.Sprintf("--demo-scenario %q: want classes or keys", s.demoScenario))
+	if s.demoScenario != "classes" && s.demoScenario != "keys" && s.demoScenario != "gateway" {
+		bad = append(bad, fmt.Sprintf("--demo-scenario %q: want classes, keys or gateway", s.demoScenario))
 	}
 	if s.queuePolicy != "fcfs" && s.queuePolicy != "wspt" {
 		bad = append(bad, fmt.Sprintf("--queue-policy %q: want fcfs or wspt", s.queuePolicy))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -68,6 +69,7 @@ type process struct {
 	closers []func() // run in reverse by cleanup
 
 	url     string
+	srv     *server.Server // the embedded nats-server; nil with --nats-url
 	names   naming.Names
 	act     atomic.Pointer[dispatcher.Actor]
 	nc      *nats.Conn
@@ -82,6 +84,7 @@ type process struct {
 
 	reg   *prometheus.Registry
 	m     *metrics.Metrics
+	storM *metrics.Storage
 	kv    *kvindex.Index
 	kvM   *metrics.KV
 	sched *scheduler.Scheduler
@@ -126,7 +129,7 @@ func (p *process) startNATS(context.Context) error {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	})
-	p.url = srv.ClientURL()
+	p.url, p.srv = srv.ClientURL(), srv
 	return nil
 }
 
@@ -164,7 +167,8 @@ func (p *process) connect(ctx context.Context) error {
 	if s.storage == "memory" {
 		p.storage = jetstream.MemoryStorage
 	}
-	return bus.EnsureStreams(ctx, p.js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: p.storage, DuplicateWindow: s.dupWindow, KVMaxAge: s.kvMaxAge})
+	return bus.EnsureStreams(ctx, p.js, bus.StreamConfig{Prefix: s.prefix, Replicas: s.replicas, Storage: p.storage,
+		DuplicateWindow: s.dupWindow, KVMaxAge: s.kvMaxAge, Log: p.log})
 }
 
 // startPolicy opens the policy bucket (docs/design.md, Live policy): the
@@ -215,6 +219,7 @@ func (p *process) buildScheduler(context.Context) error {
 		names[i] = c.Name
 	}
 	p.m = metrics.New(p.reg, names)
+	p.storM = metrics.NewStorage(p.reg, []string{p.names.ReqStream(), p.names.DLQStream(), p.names.KVStream()}, p.srv != nil)
 	bv, brev, bgo := buildinfo.Read().Label()
 	metrics.RegisterBuildInfo(p.reg, bv, brev, bgo)
 	if s.kvIndex {
@@ -296,7 +301,7 @@ func (p *process) startAdapters(ctx context.Context) error {
 	follower := &livepolicy.Follower{Store: p.store, Applier: a, Log: log, Running: p.cur.Revision}
 	go follower.Run(ctx)
 
-	ctl := &control{a: a, nc: p.nc, names: p.names}
+	ctl := &control{a: a, nc: p.nc, names: p.names, storage: p.storM, srv: p.srv, replicas: s.replicas}
 	ctl.streamsOK.Store(true) // ensured by connect
 	go ctl.watchStreams(ctx, p.js, p.hs, p.dl, p.m, log)
 	p.adm = admin.New(admin.Config{Addr: s.httpAddr, Token: s.adminToken, Gatherer: p.reg, Pprof: s.pprof}, ctl, log)
@@ -355,7 +360,8 @@ func (p *process) run(ctx context.Context) error {
 	defer stopElect()
 	electDone := make(chan struct{})
 	if s.election {
-		el, err := leader.New(ctx, p.js, leader.Config{Bucket: p.names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas, Storage: p.storage}, log)
+		el, err := leader.New(ctx, p.js, leader.Config{Bucket: p.names.LeaderBucket(), ID: s.instanceID, TTL: s.leaseTTL, Replicas: s.replicas,
+			RenewalFailed: func(error) { p.m.LeaseRenewalFailed() }, MayHaveLed: p.mayHaveLed}, log)
 		if err != nil {
 			return err
 		}
@@ -391,6 +397,19 @@ func (p *process) run(ctx context.Context) error {
 	return fatal
 }
 
+// mayHaveLed tells the elector whether a dispatcher may have led with a
+// lease bucket older than the one created at created (leader.Config.MayHaveLed):
+// the durable consumer on the request stream, which the first leader creates,
+// is older than the bucket (a memory bucket created again after its server
+// restarted). Any error but "not found" counts as yes.
+func (p *process) mayHaveLed(ctx context.Context, created time.Time) bool {
+	c, err := p.js.Consumer(ctx, p.names.ReqStream(), p.names.Durable())
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false
+	}
+	return err != nil || c.CachedInfo().Created.Before(created)
+}
+
 // inFlight is --max-in-worker, by default four times --max-held.
 func (p *process) inFlight() int {
 	if p.s.inFlight == 0 {
@@ -401,8 +420,11 @@ func (p *process) inFlight() int {
 
 // demo runs the demo of --demo-scenario.
 func (p *process) demo(ctx context.Context) error {
-	if p.s.demoScenario == "keys" {
+	switch p.s.demoScenario {
+	case "keys":
 		return runKeysDemo(ctx, p.nc, p.s, p.pol, p.stdout, p.log)
+	case "gateway":
+		return runGatewayDemo(ctx, p.nc, p.s, p.stdout, p.log)
 	}
 	return runDemo(ctx, p.nc, p.s, p.stdout, p.log)
 }
@@ -469,6 +491,7 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName: "fairdispatch-embedded", Host: host, Port: p,
 		JetStream: true, StoreDir: s.dataDir, NoLog: true, NoSigs: true,
+		JetStreamMaxStore: s.natsMaxStore, // 0: the server's default
 	}
 	sync.Apply(opts)
 	srv, err := server.NewServer(opts)
@@ -481,6 +504,6 @@ func embeddedServer(s *settings, log zerolog.Logger) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded nats-server on %s did not start (is the port taken?)", s.natsListen)
 	}
 	log.Info().Str("component", "nats").Str("url", srv.ClientURL()).Str("data_dir", s.dataDir).Str("sync", sync.String()).
-		Msg("embedded nats-server with JetStream started; it stops with the dispatcher")
+		Int64("max_file_store", srv.JetStreamConfig().MaxStore).Msg("embedded nats-server with JetStream started; it stops with the dispatcher")
 	return srv, nil
 }

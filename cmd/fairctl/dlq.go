@@ -92,6 +92,16 @@ func (ff *filterFlags) parse(args []string) (letterFilter, error) {
 	return ff.f, nil
 }
 
+// open parses args, as parse does, and connects to the DLQ; the caller
+// closes d.nc.
+func (ff *filterFlags) open(ctx context.Context, g *globals, args []string) (f letterFilter, d *dlqConn, err error) {
+	if f, err = ff.parse(args); err != nil {
+		return f, nil, err
+	}
+	d, err = g.dlq(ctx)
+	return f, d, err
+}
+
 // flags adds the filter flags to fs; parse with resolve after fs.Parse.
 func (f *letterFilter) flags(fs *flag.FlagSet, since *string) {
 	fs.StringVar(&f.class, "class", "", "only dead letters of this class (the last token of the DLQ subject)")
@@ -129,14 +139,9 @@ type dlqConn struct {
 }
 
 func (g *globals) dlq(ctx context.Context) (*dlqConn, error) {
-	nc, err := g.connect(ctx)
+	nc, js, err := g.jetstream(ctx)
 	if err != nil {
 		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -146,6 +151,22 @@ func (g *globals) dlq(ctx context.Context) (*dlqConn, error) {
 		return nil, fmt.Errorf("stream %s: %w", g.names.DLQStream(), err)
 	}
 	return &dlqConn{nc: nc, js: js, stream: s}, nil
+}
+
+// remove deletes dead letter seq and counts it in sum: in Done, or in Gone
+// when it was deleted meanwhile (by another run, or an operator).
+func (d *dlqConn) remove(ctx context.Context, g *globals, seq uint64, sum *replaySummary) error {
+	dctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := d.stream.DeleteMsg(dctx, seq); err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			sum.Gone++
+			return nil
+		}
+		return err
+	}
+	sum.Done++
+	return nil
 }
 
 // scan calls fn for every dead letter that f selects, in stream order, up to
@@ -235,11 +256,7 @@ func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersO
 }
 
 func dlqLs(ctx context.Context, g *globals, args []string) error {
-	f, err := newFilterFlags(g, "dlq ls").parse(args)
-	if err != nil {
-		return err
-	}
-	d, err := g.dlq(ctx)
+	f, d, err := newFilterFlags(g, "dlq ls").open(ctx, g, args)
 	if err != nil {
 		return err
 	}
@@ -464,14 +481,9 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 		}
 		// Only now, the republish stored: a run killed before this line
 		// republishes the same id again, which the request stream drops.
-		if err := d.stream.DeleteMsg(pctx, l.Seq); err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				sum.Gone++
-				return nil
-			}
+		if err := d.remove(ctx, g, l.Seq, &sum); err != nil {
 			return fmt.Errorf("delete dead letter %d after its replay: %w", l.Seq, err)
 		}
-		sum.Done++
 		return nil
 	})
 	prog.stop()
@@ -505,11 +517,7 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 func dlqPurge(ctx context.Context, g *globals, args []string) error {
 	fs := newFilterFlags(g, "dlq purge")
 	yes := fs.Bool("yes", false, "act: without it, only count what would be deleted")
-	f, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	d, err := g.dlq(ctx)
+	f, d, err := fs.open(ctx, g, args)
 	if err != nil {
 		return err
 	}
@@ -523,16 +531,9 @@ func dlqPurge(ctx context.Context, g *globals, args []string) error {
 			return nil
 		}
 		defer prog.add(1)
-		dctx, cancel := context.WithTimeout(ctx, g.timeout)
-		defer cancel()
-		if err := d.stream.DeleteMsg(dctx, l.Seq); err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				sum.Gone++
-				return nil
-			}
+		if err := d.remove(ctx, g, l.Seq, &sum); err != nil {
 			return fmt.Errorf("delete dead letter %d: %w", l.Seq, err)
 		}
-		sum.Done++
 		return nil
 	})
 	prog.stop()

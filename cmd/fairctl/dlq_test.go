@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
+	"fairdispatch/internal/natstest"
 	"fairdispatch/naming"
 )
 
@@ -99,26 +98,8 @@ func TestLetterFilterSince(t *testing.T) {
 	}
 }
 
-// lockedBuf is a bytes.Buffer safe for the progress goroutine and the test.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestProgressLine(t *testing.T) {
-	var w lockedBuf
+	var w natstest.Buffer
 	p := startProgress(&w, "replayed", time.Millisecond) // not a terminal: a line every 10 ticks
 	p.setTotal(10)
 	p.add(3)
@@ -137,7 +118,7 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("last line %q, want the final count, and no carriage return off a terminal", last)
 	}
 
-	var quiet lockedBuf
+	var quiet natstest.Buffer
 	q := startProgress(&quiet, "purged", time.Hour)
 	q.add(1)
 	q.stop()

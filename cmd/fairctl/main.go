@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
@@ -72,6 +73,21 @@ func (g *globals) connect(ctx context.Context) (*nats.Conn, error) {
 		URL: g.server, Name: "fairctl", CredsFile: g.creds, NKeyFile: g.nkey, User: g.user, Password: g.password,
 		TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, InboxPrefix: g.inboxPrefix,
 	}, zerolog.Nop())
+}
+
+// jetstream connects (connect) and returns the connection with its JetStream
+// client; the caller closes the connection.
+func (g *globals) jetstream(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := g.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
 }
 
 func main() {

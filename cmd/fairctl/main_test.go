@@ -7,6 +7,19 @@ import (
 	"testing"
 )
 
+// checkRun runs fairctl with args and checks its exit status is code and its
+// standard error contains want.
+func checkRun(t *testing.T, args []string, code int, want string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if got := run(context.Background(), args, &out, &errb); got != code {
+		t.Errorf("run(%q) = %d, want %d (stderr %q)", args, got, code, errb.String())
+	}
+	if !strings.Contains(errb.String(), want) {
+		t.Errorf("run(%q) stderr %q, want it to contain %q", args, errb.String(), want)
+	}
+}
+
 func TestRunUsageErrors(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -19,12 +32,6 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"--help"}, 0, "global flags"},
 	}
 	for _, tt := range tests {
-		var out, errb bytes.Buffer
-		if got := run(context.Background(), tt.args, &out, &errb); got != tt.code {
-			t.Errorf("run(%q) = %d, want %d (stderr %q)", tt.args, got, tt.code, errb.String())
-		}
-		if !strings.Contains(errb.String(), tt.want) {
-			t.Errorf("run(%q) stderr %q, want it to contain %q", tt.args, errb.String(), tt.want)
-		}
+		checkRun(t, tt.args, tt.code, tt.want)
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"fairdispatch/configs"
 	"fairdispatch/configs/livepolicy"
 )
@@ -80,15 +78,11 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 
-	nc, err := g.connect(ctx)
+	nc, js, err := g.jetstream(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	store, err := livepolicy.Open(ctx, js, g.names.PolicyBucket(), livepolicy.BucketConfig{})

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,41 +25,13 @@ func normalise(s string) string {
 	return strings.Join(lines, "\n")
 }
 
-// liveSection returns the console blocks of docs/operations.md's "Live
-// policy" section, joined.
-func liveSection(t *testing.T) string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, sec, ok := strings.Cut(string(doc), "\n## Live policy\n")
-	if !ok {
-		t.Fatal("docs/operations.md has no section Live policy")
-	}
-	if i := strings.Index(sec, "\n## "); i >= 0 {
-		sec = sec[:i]
-	}
-	var blocks []string
-	for {
-		_, rest, ok := strings.Cut(sec, "```console\n")
-		if !ok {
-			break
-		}
-		block, after, _ := strings.Cut(rest, "```")
-		blocks = append(blocks, block)
-		sec = after
-	}
-	return strings.Join(blocks, "")
-}
-
 // TestPolicyCommandsAsDocumented runs the fairctl policy commands pasted in
 // docs/operations.md, Live policy, in order, against an embedded server, and
 // requires the output pasted there (times aside). "$ echo $?" prints the
 // last exit status. File names are those of testdata/.
 func TestPolicyCommandsAsDocumented(t *testing.T) {
 	srv, _ := natstest.StartServer(t)
-	doc := liveSection(t)
+	doc := strings.Join(consoleBlocks(opsSection(t, "Live policy")), "")
 	if !strings.Contains(doc, "$ fairctl policy") {
 		t.Fatal("no fairctl policy command in docs/operations.md, Live policy")
 	}
@@ -121,12 +92,6 @@ func TestPolicyUsageErrors(t *testing.T) {
 		{[]string{"policy", "rollback", "x"}, 2, "REV must be a revision number"},
 		{[]string{"policy", "put", "testdata/policy-invalid.yaml"}, 1, "policy_classes[0].quantum"},
 	} {
-		var out, errb bytes.Buffer
-		if got := run(context.Background(), append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...), &out, &errb); got != tt.code {
-			t.Errorf("run(%q) = %d, want %d (stderr %q)", tt.args, got, tt.code, errb.String())
-		}
-		if !strings.Contains(errb.String(), tt.want) {
-			t.Errorf("run(%q) stderr %q, want it to contain %q", tt.args, errb.String(), tt.want)
-		}
+		checkRun(t, append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...), tt.code, tt.want)
 	}
 }

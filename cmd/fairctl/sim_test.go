@@ -22,21 +22,10 @@ func trimLines(s string) string {
 // fairctl sim, true: every console block there that runs fairctl sim is run
 // on testdata/ and must print what the block shows.
 func TestOperationsSimOutput(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, sec, ok := strings.Cut(string(doc), "## Recording traffic and `fairctl sim`\n")
-	if !ok {
-		t.Fatal("docs/operations.md has no section Recording traffic and `fairctl sim`")
-	}
-	if i := strings.Index(sec, "\n## "); i >= 0 {
-		sec = sec[:i]
-	}
+	sec := opsSection(t, "Recording traffic and `fairctl sim`")
 	t.Chdir("testdata")
 	blocks := 0
-	for _, part := range strings.Split(sec, "```console\n")[1:] {
-		block, _, _ := strings.Cut(part, "```")
+	for _, block := range consoleBlocks(sec) {
 		cmdLine, want, _ := strings.Cut(block, "\n")
 		if !strings.HasPrefix(cmdLine, "$ fairctl sim ") {
 			continue
@@ -91,10 +80,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "steady", "--workers", "1"}, "want poisson or bursty"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--mix", "premium"}, "--mix"},
 	} {
-		var out, errb bytes.Buffer
-		if code := run(context.Background(), c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
-			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
-		}
+		checkRun(t, c.args, 2, c.want)
 	}
 }
 

@@ -17,15 +17,11 @@ import (
 // than the first header still in the stream (its start was discarded by the
 // size limit) are skipped, since the policy they ran under is unknown.
 func readTraceStream(ctx context.Context, g *globals) (*sim.Trace, error) {
-	nc, err := g.connect(ctx)
+	nc, js, err := g.jetstream(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	name := g.names.TraceStream()
 	tctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()

@@ -99,36 +99,28 @@ func writeRaw(w io.Writer, raw json.RawMessage) error {
 	return err
 }
 
-func runQueues(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs("queues", g, args); err != nil {
-		return err
+// viewCommand is a command that shows one part of /debug/queues: as raw
+// returns it (the JSON as served) with --json, as render writes it otherwise.
+func viewCommand(name string, raw func(*queuesView) json.RawMessage, render func(io.Writer, *queuesView) error) func(context.Context, *globals, []string) error {
+	return func(ctx context.Context, g *globals, args []string) error {
+		if err := noArgs(name, g, args); err != nil {
+			return err
+		}
+		v, err := g.fetchQueues(ctx)
+		if err != nil {
+			return err
+		}
+		if g.json {
+			return writeRaw(g.stdout, raw(v))
+		}
+		return render(g.stdout, v)
 	}
-	v, err := g.fetchQueues(ctx)
-	if err != nil {
-		return err
-	}
-	if g.json {
-		return writeRaw(g.stdout, v.RawClasses)
-	}
-	if err := renderClasses(g.stdout, v); err != nil {
-		return err
-	}
-	return renderExtensions(g.stdout, v)
 }
 
-func runWorkers(ctx context.Context, g *globals, args []string) error {
-	if err := noArgs("workers", g, args); err != nil {
-		return err
-	}
-	v, err := g.fetchQueues(ctx)
-	if err != nil {
-		return err
-	}
-	if g.json {
-		return writeRaw(g.stdout, v.RawWorkers)
-	}
-	return renderWorkers(g.stdout, v)
-}
+var (
+	runQueues  = viewCommand("queues", func(v *queuesView) json.RawMessage { return v.RawClasses }, renderQueues)
+	runWorkers = viewCommand("workers", func(v *queuesView) json.RawMessage { return v.RawWorkers }, renderWorkers)
+)
 
 // renderClasses writes the queues table.
 func renderClasses(w io.Writer, v *queuesView) error {
@@ -139,6 +131,14 @@ func renderClasses(w io.Writer, v *queuesView) error {
 			waitString(c.OldestWaitMs), c.Deficit, c.DispatchRate, c.Dispatched, c.Keys)
 	}
 	return tw.Flush()
+}
+
+// renderQueues writes the queues table, then the extensions table.
+func renderQueues(w io.Writer, v *queuesView) error {
+	if err := renderClasses(w, v); err != nil {
+		return err
+	}
+	return renderExtensions(w, v)
 }
 
 // renderExtensions writes, only when some class has them, the classes'
@@ -334,8 +334,7 @@ func renderTop(ctx context.Context, g *globals, w io.Writer) {
 		st = "ok"
 	}
 	fmt.Fprintf(w, "held %d  in flight %d  state %s  view at %s\n\n", v.Held, v.InFlight, st, v.At.UTC().Format(time.TimeOnly))
-	_ = renderClasses(w, v)
-	_ = renderExtensions(w, v)
+	_ = renderQueues(w, v)
 	fmt.Fprintln(w)
 	_ = renderWorkers(w, v)
 }

@@ -142,7 +142,11 @@ func run() (int, error) {
 			for _, tn := range cfg.Tenants {
 				fmt.Fprintf(&b, " %s=%d", tn.Key, p.CompletedByKey[tn.Key])
 			}
-			fmt.Fprintf(&b, " rejected %d   ", p.Rejected)
+			fmt.Fprintf(&b, " rejected %d", p.Rejected)
+			if p.Refused > 0 {
+				fmt.Fprintf(&b, " publish refused %d (retrying)", p.Refused)
+			}
+			b.WriteString("   ")
 			fmt.Fprint(os.Stderr, b.String())
 		}
 	}

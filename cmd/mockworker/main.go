@@ -65,6 +65,7 @@ func run() error {
 	flag.BoolVar(&cfg.NoCompletions, "no-completions", false, "publish no completion records: the dispatcher's cost estimates stand uncorrected")
 	keyFactors := flag.String("key-cost-factors", "", "per fairness key cost factors overriding --cost-factor, e.g. tenant-a=10,_=1 (_: requests without a key)")
 	flag.BoolVar(&cfg.Preempt, "preempt", false, "declare preemption support: hand back a request the dispatcher preempts before its first response chunk (docs/protocol.md, Preemption)")
+	flag.BoolVar(&cfg.PlainAcks, "plain-acks", false, "acknowledge with plain publishes, not confirmed ones: for a NATS user that may not subscribe to its inbox; an acknowledgement lost around a server restart lets the request run again (docs/protocol.md, After accepting)")
 	flag.BoolVar(&cfg.HeaderForm, "header-form", false, "ask for dispatches in the header form, not the compact form (docs/protocol.md, Compact dispatch form)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
 	model := flag.String("model", "", "simulate a continuously batched engine with this model's published timings instead (mockworker/batching): llama70b-h100 (Llama-3.3-70B FP8 on 2x H100 as NIM 1.8.0 serves it); replaces --max-num-seqs, --prefill-tokens-per-sec, --decode-ms-per-token and --kv-capacity, and sets --block-size to the model's (64)")

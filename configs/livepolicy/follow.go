@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/configs"
+	"fairdispatch/internal/jsstorage"
 )
 
 // Applier runs the policies a Follower hands it (dispatcher.Actor).
@@ -38,10 +39,17 @@ type Follower struct {
 // none) is put as the first revision when the key has none, and fallback runs
 // (the policy of --policy-config or the flags). rev is 0 when the policy is
 // not one of the bucket's. An invalid current revision is logged and
-// reported in refused (its revision, and why), and the fallback runs.
+// reported in refused (its revision, and why), and the fallback runs. A seed
+// JetStream refuses for want of room (the store full) is logged and the
+// fallback runs: a dispatcher must start, and lead, to drain a full store.
 func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy, log zerolog.Logger) (p *configs.Policy, cur Revision, refused error, err error) {
 	if seed != nil {
 		rev, created, err := s.Seed(ctx, seed)
+		if reason, full := jsstorage.Refused(err); full {
+			log.Error().Str("component", "policy").Str("bucket", s.Bucket()).Str("reason", reason).
+				Msg("policy bucket not seeded from --policy-config: no room in the JetStream store; the file's policy runs (docs/operations.md, When storage runs out)")
+			err, created = nil, false
+		}
 		if err != nil {
 			return nil, Revision{}, nil, err
 		}

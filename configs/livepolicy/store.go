@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/configs"
+	"fairdispatch/internal/jsstorage"
 )
 
 // Key is the key of the policy YAML in the bucket.
@@ -177,10 +178,15 @@ func revision(e jetstream.KeyValueEntry) Revision {
 	return r
 }
 
-// sizeHint explains a policy over the server's max_payload.
+// sizeHint explains a policy over the server's max_payload, or refused for
+// want of room in the JetStream store.
 func sizeHint(err error) error {
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Errorf("%w (a policy is one message: it must fit the server's max_payload, 1 MiB by default; docs/config.md, Live policy)", err)
+	}
+	if _, full := jsstorage.Refused(err); full {
+		return fmt.Errorf("%w (no room: the JetStream store is full, or the account's storage limit is reached; the policy that runs stays; "+
+			"put it again once there is room: docs/operations.md, When storage runs out)", err)
 	}
 	return err
 }

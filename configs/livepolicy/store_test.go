@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -158,4 +159,49 @@ func TestFollowerAppliesValidAndRefusesInvalidRevisions(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestFullStore: with the server's file store full, a put fails naming
+// JetStream's reason and saying that the store is full and the running
+// policy stays; a dispatcher starting with a seed still starts, running the
+// file's policy (the fallback), and a put stores once there is room.
+func TestFullStore(t *testing.T) {
+	ns := natstest.Start(t, func(o *server.Options) { o.JetStreamMaxStore = 32 << 10 })
+	js, err := jetstream.New(natstest.Connect(t, ns.Running()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, js, "fairdispatch_policy", BucketConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := js.Publish(ctx, "fill", make([]byte, 1024)); err != nil {
+			break
+		}
+	}
+	_, _, err = s.Put(ctx, "b.yaml", []byte(goodB))
+	if err == nil || !strings.Contains(err.Error(), "insufficient resources") || !strings.Contains(err.Error(), "store is full") ||
+		!strings.Contains(err.Error(), "the policy that runs stays") {
+		t.Fatalf("Put into a full store: %v, want JetStream's reason and what it means", err)
+	}
+	fallback, err := configs.Parse("a.yaml", []byte(goodA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, cur, refused, err := Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if err != nil || p != fallback || cur.Revision != 0 || refused != nil {
+		t.Fatalf("Start with a seed into a full store: %v, revision %d, refused %v; want the fallback", err, cur.Revision, refused)
+	}
+	if err := fill.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rev, _, err := s.Put(ctx, "b.yaml", []byte(goodB)); err != nil || rev != 1 {
+		t.Fatalf("Put once there is room = %d, %v; want revision 1", rev, err)
+	}
 }

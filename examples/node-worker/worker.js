@@ -19,8 +19,16 @@
 //                       (the mock worker's convention) overrides it
 //   CHUNK_MS            ms between two chunks, default 5
 //   COMPLETION_RECORDS  "1": publish a JSON completion record on
-//                       <prefix>.done.<id> per finished request, as the Go mock
+//                       <prefix>.done.<id> per dispatch accepted, as the Go mock
 //                       worker does, for the end-to-end tests; not part of the protocol
+//   PLAIN_ACKS          "1": publish +ACK, +TERM and -NAK as plain messages instead of
+//                       confirmed ones (checklist item 7), for a NATS user that may not
+//                       subscribe to its inbox; an acknowledgement lost around a NATS
+//                       server restart then lets the request run again
+//   LOG_REQUESTS        "1": log one line per dispatch answered, with what was done with
+//                       it: "run", "joined" (a second dispatch of a running request),
+//                       "finished" (a request finished within the last 5 minutes) or
+//                       "refused"; for the end-to-end tests
 //
 // Run: npm ci && WORKER_ID=node-1 node worker.js
 "use strict";
@@ -36,10 +44,18 @@ const holdMs = intEnv("HOLD_MS", 5, 0, 86400000);
 const ttlMs = intEnv("TTL_MS", 3000, 100, 600000);
 const fallbackAckWaitMs = intEnv("ACK_WAIT_MS", 30000, 3, 2592000000);
 const completionRecords = env.COMPLETION_RECORDS === "1";
+const plainAcks = env.PLAIN_ACKS === "1";
+const logRequests = env.LOG_REQUESTS === "1";
 const defaultChunks = intEnv("CHUNKS", 4, 0, 1000000);
 const chunkMs = intEnv("CHUNK_MS", 5, 0, 86400000);
 // The response path's timing (docs/protocol.md, Timeouts and bounds).
 const ANSWER_MS = 1000, PING_MS = 1000, CLAIM_ATTEMPTS = 3, CLAIM_RETRY_MS = 500, PING_MISSES = 3, END_ATTEMPTS = 3;
+// Confirmed acknowledgements: the wait before another attempt after "no
+// responders", doubling (docs/protocol.md, After accepting).
+const ACK_BACKOFF_MIN_MS = 20, ACK_BACKOFF_MAX_MS = 500;
+// The finished-request memory (docs/protocol.md, A dispatch of a request
+// already finished): 5 minutes, at most 100,000 ids, the oldest out first.
+const FINISHED_MS = 5 * 60 * 1000, FINISHED_IDS = 100000;
 
 // 1. An id and a new random instance per process start.
 if (!/^[A-Za-z0-9_-]{1,128}$/.test(id)) {
@@ -53,8 +69,32 @@ let active = 0; // requests accepted and not finished, counted at acceptance
 let seenSeq = 0; // the highest Dispatch-Seq answered (accepted or refused)
 let draining = false;
 // Running requests by Dispatch-Request-Id: a second dispatch of one already
-// running joins it (its Dispatch-Ack subjects are all kept alive and all +ACKed).
+// running joins it (its Dispatch-Ack subjects are all kept alive, and the
+// request acknowledged once on the latest, checklist item 8).
 const running = new Map();
+// 12. Requests finished here (+ACK or +TERM) by Dispatch-Request-Id, in
+// finishing order (a Map keeps insertion order): a dispatch of one is
+// acknowledged again at once, without running it.
+const finished = new Map();
+let pendingAcks = 0; // confirmed acknowledgements not answered yet
+let connected = true;
+
+function remember(requestId, ackBody) {
+  finished.delete(requestId);
+  finished.set(requestId, { at: Date.now(), ackBody });
+  while (finished.size > FINISHED_IDS) finished.delete(finished.keys().next().value);
+}
+
+function recall(requestId) {
+  const now = Date.now();
+  for (const [k, v] of finished) {
+    if (now - v.at <= FINISHED_MS) break;
+    finished.delete(k);
+  }
+  return finished.get(requestId);
+}
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 
 function intEnv(name, def, lo, hi) {
   const s = env[name];
@@ -87,12 +127,60 @@ function uintHeader(m, name) {
 }
 
 async function main() {
-  const nc = await connect({ servers: env.NATS_URL || "nats://127.0.0.1:4222", name: `node-worker-${id}` });
+  // Reconnect forever: the embedded server stops with the dispatcher and is back when it restarts.
+  const nc = await connect({ servers: env.NATS_URL || "nats://127.0.0.1:4222", name: `node-worker-${id}`, maxReconnectAttempts: -1 });
   const enc = new TextEncoder();
+  (async () => {
+    for await (const st of nc.status()) {
+      if (st.type === "disconnect") connected = false;
+      else if (st.type === "reconnect") connected = true;
+    }
+  })();
+
+  // 7. Acknowledge, confirmed: send the body as a NATS request and send it
+  // again until JetStream answers. +ACK and +TERM are sent again after an
+  // unanswered attempt and after "no responders" (JetStream still
+  // recovering its consumer after a server restart); -NAK only after "no
+  // responders", since an unanswered one may have taken effect. Nothing is
+  // sent while disconnected. Given up once the request's ack wait has passed
+  // and an attempt made while connected was still unanswered: JetStream may
+  // redeliver it then. With PLAIN_ACKS, a plain publish.
+  async function acknowledge(subject, body, ackWaitMs, requestId) {
+    if (plainAcks) {
+      nc.publish(subject, enc.encode(body));
+      return;
+    }
+    pendingAcks++;
+    try {
+      const deadline = Date.now() + ackWaitMs;
+      let backoff = ACK_BACKOFF_MIN_MS;
+      for (let attempt = 1; ; attempt++) {
+        while (!connected && !nc.isClosed()) await sleep(50);
+        if (nc.isClosed()) return;
+        let noResponders = false;
+        try {
+          await nc.request(subject, enc.encode(body), { timeout: ANSWER_MS });
+          return; // JetStream answered
+        } catch (err) {
+          noResponders = !!err && err.code === ErrorCode.NoResponders;
+        }
+        if ((!noResponders && body.startsWith("-NAK")) || (connected && Date.now() > deadline)) {
+          log("warn", "acknowledgement not confirmed; the request may be dispatched again", { request_id: requestId, body, attempts: attempt });
+          return;
+        }
+        if (noResponders) {
+          await sleep(backoff);
+          backoff = Math.min(2 * backoff, ACK_BACKOFF_MAX_MS);
+        }
+      }
+    } finally {
+      pendingAcks--;
+    }
+  }
   const workSubj = `${prefix}.work.${id}`;
   const loadSubj = `${prefix}.load.${id}`;
 
-  // 7. Load reports: on every change (coalesced a few ms, but at once when a
+  // 9. Load reports: on every change (coalesced a few ms, but at once when a
   // request finishes) and every ttl_ms / 3.
   let reportTimer = null;
   function report() {
@@ -132,13 +220,17 @@ async function main() {
     return n;
   }
 
-  // 5. Keep alive: +WPI at once, then every third of the dispatch's ack wait.
+  // 6. Keep alive: +WPI at once, then every third of the dispatch's ack wait.
   function keepAlive(r) {
     for (const ack of r.acks) nc.publish(ack, enc.encode("+WPI"));
   }
 
-  // 6. Finish exactly once: +ACK every ack subject the request was dispatched
-  // with (+TERM to drop it, nothing at all when another execution took it).
+  // 7. Finish exactly once: +ACK (+TERM to drop it, nothing at all when
+  // another execution took it). Confirmed, one acknowledgement on the latest
+  // delivery's subject is enough (JetStream matches by stream sequence);
+  // plain, every subject the request was dispatched with gets one, so that
+  // one lost does not leave the message. A request finished here is
+  // remembered (12); one handed back would not be.
   function finish(r, ackBody = "+ACK", status = "ok") {
     if (r.finished) return;
     r.finished = true;
@@ -148,21 +240,23 @@ async function main() {
     running.delete(r.requestId);
     active--;
     if (ackBody !== null) {
-      for (const ack of r.acks) {
-        if (r.resp) {
-          // A confirmed acknowledgement: JetStream answers an ack sent as a request.
-          nc.request(ack, enc.encode(ackBody), { timeout: ANSWER_MS }).catch(() => nc.publish(ack, enc.encode(ackBody)));
-        } else {
-          nc.publish(ack, enc.encode(ackBody));
-        }
+      if (ackBody === "+ACK" || ackBody.startsWith("+TERM")) remember(r.requestId, ackBody);
+      if (plainAcks) {
+        for (const ack of r.acks) nc.publish(ack, enc.encode(ackBody));
+      } else {
+        acknowledge(r.acks[r.acks.length - 1], ackBody, r.ackWaitMs, r.requestId);
       }
     }
     if (completionRecords && ackBody !== null) {
-      nc.publish(`${prefix}.done.${id}`, enc.encode(JSON.stringify({
-        request_id: r.requestId, class: r.cls, worker_id: id, dp_rank: rank, seq: r.seq, status,
-      })));
+      // One record per dispatch accepted (this example computes no token counts).
+      for (const seq of r.seqs) record(r.requestId, r.cls, seq, status);
     }
     reportNow(); // a freed slot is reported at once: the dispatcher waits for it
+  }
+  function record(requestId, cls, seq, status) {
+    nc.publish(`${prefix}.done.${id}`, enc.encode(JSON.stringify({
+      request_id: requestId, class: cls, worker_id: id, dp_rank: rank, seq, status, prefill_tokens: 0, output_tokens: 0,
+    })));
   }
 
   // 17. Responses (docs/protocol.md, Responses). Every message on the
@@ -272,25 +366,38 @@ async function main() {
         log("warn", "dispatch without a reply subject", { request_id: requestId });
         continue;
       }
-      // 9. A second dispatch of a request already running: accept, keep it
-      // running, keep every Dispatch-Ack alive, +ACK them all at the end.
+      // 8. A second dispatch of a request already running: accept (even
+      // while draining), keep it running, keep every Dispatch-Ack alive,
+      // acknowledge at the end. 12. A dispatch of a request finished here
+      // within 5 minutes: accept and acknowledge it at once as it was
+      // finished, without running it again.
       const same = running.get(requestId);
-      let accept;
+      const done = same || requestId === "" ? undefined : recall(requestId);
+      let accept, action;
       if (same) {
         if (ack && !same.acks.includes(ack)) {
           same.acks.push(ack);
           nc.publish(ack, enc.encode("+WPI"));
         }
+        if (Number.isSafeInteger(seq)) same.seqs.push(seq);
         accept = true;
+        action = "joined";
+      } else if (done) {
+        accept = true;
+        action = "finished";
       } else {
         accept = !draining && dpRank === rank && active < maxActive && ack !== "";
+        action = accept ? "run" : "refused";
       }
-      if (accept && !same) {
-        // 4. Count before you report: the request is in the load before
+      if (logRequests) log("info", "dispatch", { request_id: requestId, seq, action });
+      if (accept && !same && !done) {
+        // 5. Count before you report: the request is in the load before
         // seen_seq covers its Dispatch-Seq.
         active++;
-        const period = Math.max(1, Math.floor((ackWaitMs > 0 ? ackWaitMs : fallbackAckWaitMs) / 3));
-        const r = { requestId, seq, cls: header(m, "Dispatch-Class"), cost: cost > 0 ? cost : 0, acks: [ack], prefilled: false };
+        const ackWait = ackWaitMs > 0 ? ackWaitMs : fallbackAckWaitMs;
+        const period = Math.max(1, Math.floor(ackWait / 3));
+        const r = { requestId, seq, seqs: [seq], cls: header(m, "Dispatch-Class"), cost: cost > 0 ? cost : 0, acks: [ack],
+          ackWaitMs: ackWait, prefilled: false };
         r.progress = setInterval(() => keepAlive(r), period);
         running.set(requestId, r);
         keepAlive(r); // at once
@@ -315,6 +422,11 @@ async function main() {
         h.set("Dispatch-Status", "busy");
         m.respond(new Uint8Array(0), { headers: h });
       }
+      if (done && ack !== "") {
+        if (plainAcks) nc.publish(ack, enc.encode(done.ackBody));
+        else acknowledge(ack, done.ackBody, ackWaitMs > 0 ? ackWaitMs : fallbackAckWaitMs, requestId);
+        if (completionRecords && Number.isSafeInteger(seq)) record(requestId, header(m, "Dispatch-Class"), seq, "ok");
+      }
       reportSoon();
     }
   })();
@@ -334,7 +446,7 @@ async function main() {
   await nc.flush();
   log("info", "worker started", { subject: workSubj });
 
-  // 8. Drain before stopping: report draining, finish what is held, stop.
+  // 10. Drain before stopping: report draining, finish what is held, stop.
   let stopping = false;
   async function stop(signal) {
     if (stopping) return;
@@ -342,7 +454,9 @@ async function main() {
     draining = true;
     report();
     log("info", "draining", { signal, held: running.size });
-    while (running.size > 0) await new Promise((res) => setTimeout(res, 10));
+    while (running.size > 0) await sleep(10);
+    // The confirmations outstanding, for at most 10 s.
+    for (const until = Date.now() + 10000; pendingAcks > 0 && Date.now() < until;) await sleep(10);
     clearInterval(heartbeat);
     if (reportTimer !== null) clearTimeout(reportTimer);
     report();

@@ -1,7 +1,9 @@
 // Package natstest holds test fixtures shared by the module's tests: an
 // embedded nats-server with JetStream (restartable on the same port and store),
-// a deadline-bounded condition poller, and a fake dispatcher that speaks the dispatcher's side of the wire contract (docs/protocol.md, Dispatch handshake)
-// with no scheduling at all.
+// a deadline-bounded condition poller, a fake dispatcher that speaks the dispatcher's side of the wire contract (docs/protocol.md, Dispatch handshake)
+// with no scheduling at all, a buffer goroutines may write, and the lookup
+// of a program a test needs (failing under CI without it, skipping
+// elsewhere).
 //
 // It is for tests only. Every function takes a testing.TB and fails the test on
 // setup errors.

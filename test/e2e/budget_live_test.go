@@ -52,7 +52,7 @@ func TestBudgetChangeAppliesWithinASecond(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 20000})
-	frlWaitLive(t, p, "w1")
+	waitLive(t, p, "w1")
 	for i := range 400 {
 		for _, key := range []string{"a", "b"} {
 			m := nats.NewMsg("dispatch.req.c")

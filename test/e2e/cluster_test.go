@@ -107,7 +107,7 @@ func TestClusterNodeLossNothingLost(t *testing.T) {
 	for i := range 6 {
 		haStartMock(t, rec, haURLs(nodes, i%3), mockworker.Config{ID: fmt.Sprintf("w%d", i+1), PrefillTokensPerSec: 20000})
 	}
-	frlWaitLive(t, p, "w1", "w2", "w3", "w4", "w5", "w6")
+	waitLive(t, p, "w1", "w2", "w3", "w4", "w5", "w6")
 
 	pub := &haPublisher{run: "cluster", n: n}
 	start := time.Now()

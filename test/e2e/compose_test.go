@@ -65,7 +65,7 @@ func TestComposeFlagsExist(t *testing.T) {
 	image := ourImage(t, svcs)
 	bins := map[string]string{"dispatcher": dispatcherBin}
 	dir := t.TempDir()
-	for _, name := range []string{"mockworker", "loadgen", "engineworker", "fakeengine"} {
+	for _, name := range []string{"mockworker", "loadgen", "engineworker", "fakeengine", "gateway"} {
 		bins[name] = filepath.Join(dir, name)
 		if out, err := exec.Command("go", "build", "-o", bins[name], "fairdispatch/cmd/"+name).CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", name, err, out)

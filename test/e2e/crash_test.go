@@ -2,18 +2,15 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
-
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // TestCrashNothingLost: 5,000 requests queued in the dispatcher or in flight at
@@ -24,35 +21,21 @@ import (
 // stream ends empty.
 func TestCrashNothingLost(t *testing.T) {
 	const n = 5000
-	ns := startNATS(t)
+	f := newFixture(t) // f.nc: the test's own view of completions
+	ns, ncT, js := f.ns, f.nc, f.js
 	ncW := connect(t, ns.URL()) // workers
 	ncL := connect(t, ns.URL()) // loadgen
-	ncT := connect(t, ns.URL()) // the test's own view of completions
-	js := jsOf(t, ncT)
 
 	// Every completion record, duplicates included.
 	var mu sync.Mutex
 	done := map[string]int{}
 	var records atomic.Int64
-	sub, err := ncT.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if err := json.Unmarshal(m.Data, &c); err != nil {
-			return
-		}
+	onCompletion(t, ncT, "dispatch.done.*", func(c wire.Completion) {
 		mu.Lock()
 		done[c.RequestID]++
 		mu.Unlock()
 		records.Add(1)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := ncT.Flush(); err != nil {
-		t.Fatal(err)
-	}
 
 	// The default class queues once a worker has more than 5% of 8192 = 409
 	// prefill tokens: about four requests of 100 tokens per worker; the rest
@@ -64,36 +47,28 @@ func TestCrashNothingLost(t *testing.T) {
 		workers = append(workers, startMock(t, ncW, mockworker.Config{
 			ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 10000, DecodePerToken: 5 * time.Millisecond,
 		}))
-		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))
+		waitLive(t, p1, fmt.Sprintf("w%d", i))
 	}
 
 	var progress atomic.Pointer[loadgen.Progress]
-	type lgOut struct {
-		res *loadgen.Result
-		err error
-	}
-	lgDone := make(chan lgOut, 1)
 	start := time.Now()
-	go func() {
-		res, err := loadgen.Run(context.Background(), ncL, loadgen.Config{
-			Classes: []loadgen.ClassCount{{Class: "default", Count: n}}, ISL: 100, OutputTokens: 3,
-			RunID: "crash", Timeout: 80 * time.Second, ProgressInterval: 20 * time.Millisecond,
-			OnProgress: func(p loadgen.Progress) { progress.Store(&p) },
-		}, zerolog.Nop())
-		lgDone <- lgOut{res, err}
-	}()
+	run := startLoad(t, ncL, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "default", Count: n}}, ISL: 100, OutputTokens: 3,
+		RunID: "crash", Timeout: 80 * time.Second, ProgressInterval: 20 * time.Millisecond,
+		OnProgress: func(p loadgen.Progress) { progress.Store(&p) },
+	})
 
 	// Kill once everything is published and some has completed, while most remains.
 	waitFor(t, 60*time.Second, "all published and 500 completed", func() bool {
 		p := progress.Load()
 		return p != nil && p.Published == n && records.Load() >= 500
 	})
-	v, _ := ecsQueues(p1) // up to a second old
+	v, _ := p1.queues() // up to a second old
 	p1.kill()
 	killAt := time.Now()
 	atKill := records.Load()
 	t.Logf("SIGKILL after %v: %d completed, %d remaining; last view of the dead dispatcher: held %d, in flight %d",
-		killAt.Sub(start).Round(time.Millisecond), atKill, n-atKill, v.Held, v.InFlt)
+		killAt.Sub(start).Round(time.Millisecond), atKill, n-atKill, v.Held, v.InFlight)
 	if n-atKill < 2000 {
 		t.Fatalf("only %d requests remained at the kill; the run is too fast to test a crash mid-run", n-atKill)
 	}
@@ -106,16 +81,7 @@ func TestCrashNothingLost(t *testing.T) {
 	})
 	t.Logf("second dispatcher ready %v after the kill, first dispatch %v after the kill",
 		readyIn.Round(time.Millisecond), time.Since(killAt).Round(time.Millisecond))
-	var out lgOut
-	select {
-	case out = <-lgDone:
-	case <-time.After(85 * time.Second):
-		t.Fatal("loadgen did not return")
-	}
-	if out.err != nil {
-		t.Fatalf("loadgen: %v (%d completed, %d rejected, %d published)", out.err, len(out.res.Completions), len(out.res.Rejected), out.res.Published)
-	}
-	res := out.res
+	res := run.wait(t, 85*time.Second)
 	t.Logf("all ended %v after the kill (run %v): %d completed, %d rejected, loadgen duplicates %d; second dispatcher redelivered=%v dispatched=%v",
 		time.Since(killAt).Round(time.Millisecond), res.Elapsed.Round(time.Millisecond), len(res.Completions), len(res.Rejected),
 		res.Duplicates, p2.metric("fairdispatch_redelivered_messages_total"), p2.metric("fairdispatch_dispatched_total"))
@@ -135,7 +101,7 @@ func TestCrashNothingLost(t *testing.T) {
 	}
 
 	dlq := map[string]string{}
-	for _, m := range ecsStreamAll(t, js, "DISPATCH_DLQ") {
+	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
 		dlq[m.Header.Get("Dispatch-Request-Id")] = m.Header.Get("Dispatch-Error")
 	}
 	mu.Lock()

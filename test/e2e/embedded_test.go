@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // TestEmbeddedDataDirLocked: a second dispatcher with an embedded server on the
@@ -50,39 +48,29 @@ func TestEmbeddedRestartHandsBackAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	natsAddr := freeAddr(t)
 	args := []string{"--nats-listen", natsAddr, "--data-dir", dir, "--ack-wait", ackWait.String(),
-		"--policy-config", writePolicy(t, shutdownPolicy)}
+		"--policy-config", policyFile(t, "held")}
 	p1 := startDispatcher(t, "", args...)
 	nc := connect(t, "nats://"+natsAddr)
 	js := jsOf(t, nc)
 	// busy1 is over the class's gate: every request queues in the dispatcher.
-	ecsStartReporter(t, nc, "busy1", 100000, 10*time.Minute)
+	startReporter(t, nc, "busy1", 100000, 10*time.Minute, 50*time.Millisecond)
 
 	var mu sync.Mutex
 	queued := map[string]int64{}
-	if _, err := nc.Subscribe("emb.outcomes", func(m *nats.Msg) {
-		var o struct {
-			ID       string `json:"request_id"`
-			Status   string `json:"status"`
-			QueuedMs *int64 `json:"queued_ms"`
-		}
-		if json.Unmarshal(m.Data, &o) == nil && o.Status == "dispatched" && o.QueuedMs != nil {
+	onOutcome(t, nc, "emb.outcomes", func(o wire.Outcome) {
+		if o.Status == wire.StatusDispatched && o.QueuedMs != nil {
 			mu.Lock()
-			queued[o.ID] = *o.QueuedMs
+			queued[o.RequestID] = *o.QueuedMs
 			mu.Unlock()
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ecsWaitWorker(t, p1, "busy1")
+	})
+	waitLive(t, p1, "busy1")
 	for i := range n {
 		id := fmt.Sprintf("emb-%03d", i)
-		ecsPublish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10", "Dispatch-Reply-To": "emb.outcomes"}, []byte(id))
+		publish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10", "Dispatch-Reply-To": "emb.outcomes"}, []byte(id))
 	}
 	waitFor(t, 15*time.Second, "the first dispatcher to hold every request", func() bool {
-		v, ok := ecsQueues(p1)
+		v, ok := p1.queues()
 		return ok && v.Held == n
 	})
 	p1.signal(syscall.SIGTERM)

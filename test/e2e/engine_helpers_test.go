@@ -123,15 +123,9 @@ func (fe *fleetEngine) startWorker(nc *nats.Conn) {
 
 // view returns the dispatcher's view of worker id's rank 0, and whether it is live.
 func workerView(p *proc, id string) (wire.WorkerView, bool) {
-	code, body := p.get("/debug/queues")
-	var v wire.QueueView
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
-		return wire.WorkerView{}, false
-	}
-	for _, w := range v.Workers {
-		if w.ID == id && len(w.Ranks) > 0 {
-			return w, true
-		}
+	v, ok := p.queues()
+	if w := v.worker(id); ok && w != nil && len(w.Ranks) > 0 {
+		return *w, true
 	}
 	return wire.WorkerView{}, false
 }

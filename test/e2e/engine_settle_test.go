@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -31,7 +30,7 @@ import (
 func TestEngineSettlement(t *testing.T) {
 	ns := startNATS(t)
 	nc := connect(t, ns.URL())
-	p := startDispatcher(t, ns.URL(), "--leader-election=false", "--policy-config", writePolicy(t, sharesPolicy("")))
+	p := startDispatcher(t, ns.URL(), "--leader-election=false", "--policy-config", policyFile(t, "shares"))
 	fe := startFleet(t, nc, 1, fakeengine.Config{MaxNumSeqs: 4, NumGPUBlocks: 100000, PromptTokensDetails: true,
 		PrefillTokensPerSec: 1e6, DecodePerToken: time.Millisecond}, engineworker.Config{})[0]
 	fe.w.SetDraining(true) // the backlog forms before anything is taken
@@ -68,7 +67,7 @@ func TestEngineSettlement(t *testing.T) {
 	var mu sync.Mutex
 	var order []string // request ids in dispatch order
 	records := map[string]wire.Completion{}
-	sub, err := nc.Subscribe("dispatch.work."+fe.id, func(m *nats.Msg) { // a copy of every dispatch
+	subscribe(t, nc, "dispatch.work."+fe.id, func(m *nats.Msg) { // a copy of every dispatch
 		id := dispatchHeader(t, m).Get(wire.HeaderRequestID)
 		mu.Lock()
 		if len(order) == 0 || order[len(order)-1] != id {
@@ -76,22 +75,11 @@ func TestEngineSettlement(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	rsub, err := nc.Subscribe("dispatch.done."+fe.id, func(m *nats.Msg) {
-		var c wire.Completion
-		if json.Unmarshal(m.Data, &c) == nil {
-			mu.Lock()
-			records[c.RequestID] = c
-			mu.Unlock()
-		}
+	onCompletion(t, nc, "dispatch.done."+fe.id, func(c wire.Completion) {
+		mu.Lock()
+		records[c.RequestID] = c
+		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rsub.Unsubscribe()
 
 	const perTenant = 150
 	c := newRespCaller(t, nc)
@@ -106,18 +94,7 @@ func TestEngineSettlement(t *testing.T) {
 		calls = append(calls, c.start(id, "c", h, chatRequest(msgs, 4, true, false)))
 		tenantOf[id] = tenant
 	}
-	waitFor(t, 30*time.Second, "the backlog queued at the dispatcher", func() bool {
-		code, body := p.get("/debug/queues")
-		var v wire.QueueView
-		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
-			return false
-		}
-		n := 0
-		for _, cl := range v.Classes {
-			n += cl.Pending
-		}
-		return n == 2*perTenant
-	})
+	waitQueued(t, p, 2*perTenant, 30*time.Second)
 	fe.w.SetDraining(false)
 	for _, call := range calls {
 		if err := call.wait(2 * time.Minute); err != nil {

@@ -93,7 +93,7 @@ func TestEngineWorkerEndToEnd(t *testing.T) {
 	fe := fleet[0]
 	var mu sync.Mutex
 	var last wire.LoadReport
-	sub, err := nc.Subscribe("dispatch.load."+fe.id, func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.load."+fe.id, func(m *nats.Msg) {
 		var r wire.LoadReport
 		if json.Unmarshal(m.Data, &r) == nil && len(r.Ranks) == 1 {
 			mu.Lock()
@@ -101,10 +101,6 @@ func TestEngineWorkerEndToEnd(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	var reportLag, viewLag []time.Duration
 	var scrapes []uint64
 	ctx, cancel := context.WithCancel(context.Background())
@@ -140,16 +136,10 @@ func TestEngineWorkerEndToEnd(t *testing.T) {
 		}
 		var at time.Time
 		waitFor(t, 10*time.Second, fmt.Sprintf("the dispatcher's view of %s: %d requests, %d KV blocks", fe.id, k, want), func() bool {
-			code, body := p.get("/debug/queues")
-			var v wire.QueueView
-			if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
-				return false
-			}
-			for _, w := range v.Workers {
-				if w.ID == fe.id && len(w.Ranks) == 1 && w.Ranks[0].ActiveRequests == uint64(k) && w.Ranks[0].KVUsedBlocks == want {
-					at = v.At
-					return true
-				}
+			v, ok := p.queues()
+			if w := v.worker(fe.id); ok && w != nil && len(w.Ranks) == 1 && w.Ranks[0].ActiveRequests == uint64(k) && w.Ranks[0].KVUsedBlocks == want {
+				at = v.At
+				return true
 			}
 			return false
 		})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,170 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Helpers shared by errors_test.go, crash_test.go and shutdown_test.go carry
 // the prefix ecs so that they cannot collide with other e2e files.
-
-// ecsReporter plays the load-reporting side of a worker that does not exist:
-// it publishes a load report (docs/protocol.md, Load report) for one worker every 50 ms, so that a
-// dispatcher started at any time learns about it within its start-up grace.
-type ecsReporter struct {
-	nc   *nats.Conn
-	id   string
-	ttl  time.Duration
-	stop chan struct{}
-	done chan struct{}
-
-	mu      sync.Mutex
-	prefill uint64
-}
-
-// ecsStartReporter starts reporting worker id with the given active prefill tokens
-// (one rank, max_num_batched_tokens 8192) until the test ends.
-func ecsStartReporter(t testing.TB, nc *nats.Conn, id string, prefill uint64, ttl time.Duration) *ecsReporter {
-	t.Helper()
-	r := &ecsReporter{nc: nc, id: id, ttl: ttl, prefill: prefill, stop: make(chan struct{}), done: make(chan struct{})}
-	r.publish()
-	go func() {
-		defer close(r.done)
-		tk := time.NewTicker(50 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-r.stop:
-				return
-			case <-tk.C:
-				r.publish()
-			}
-		}
-	}()
-	t.Cleanup(r.close)
-	return r
-}
-
-func (r *ecsReporter) close() {
-	select {
-	case <-r.stop:
-	default:
-		close(r.stop)
-	}
-	<-r.done
-}
-
-func (r *ecsReporter) publish() {
-	r.mu.Lock()
-	p := r.prefill
-	r.mu.Unlock()
-	b, _ := json.Marshal(map[string]any{
-		"worker_id":              r.id,
-		"data_parallel_size":     1,
-		"max_num_batched_tokens": 8192,
-		"ttl_ms":                 r.ttl.Milliseconds(),
-		"instance":               "ecs-" + r.id,
-		"ranks":                  []map[string]any{{"dp_rank": 0, "active_prefill_tokens": p}},
-	})
-	_ = r.nc.Publish("dispatch.load."+r.id, b)
-}
-
-// ecsView is the part of /debug/queues these tests read (docs/config.md, Admin HTTP API).
-type ecsView struct {
-	At      time.Time `json:"at"`
-	Grace   bool      `json:"startup_grace"`
-	Held    int       `json:"held"`
-	InFlt   int       `json:"in_flight"`
-	Classes []struct {
-		Name    string `json:"name"`
-		Pending int    `json:"pending_requests"`
-	} `json:"classes"`
-	Workers []struct {
-		ID string `json:"worker_id"`
-	} `json:"workers"`
-}
-
-func ecsQueues(p *proc) (ecsView, bool) {
-	var v ecsView
-	code, body := p.get("/debug/queues")
-	if code != 200 {
-		return v, false
-	}
-	return v, json.Unmarshal([]byte(body), &v) == nil
-}
-
-func (v ecsView) pending(class string) int {
-	for _, c := range v.Classes {
-		if c.Name == class {
-			return c.Pending
-		}
-	}
-	return 0
-}
-
-func (v ecsView) knows(worker string) bool {
-	for _, w := range v.Workers {
-		if w.ID == worker {
-			return true
-		}
-	}
-	return false
-}
-
-// ecsWaitWorker waits until the dispatcher lists worker id as live.
-func ecsWaitWorker(t testing.TB, p *proc, id string) {
-	t.Helper()
-	waitFor(t, 10*time.Second, "dispatcher to see worker "+id, func() bool {
-		v, ok := ecsQueues(p)
-		return ok && v.knows(id)
-	})
-}
-
-// ecsPublish publishes one request with JetStream and a Nats-Msg-Id.
-func ecsPublish(t testing.TB, js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) {
-	t.Helper()
-	m := nats.NewMsg(subject)
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	for k, v := range hdr {
-		m.Header[k] = []string{v} // exact spelling, as a producer would send it
-	}
-	m.Data = body
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ack, err := js.PublishMsg(ctx, m)
-	if err != nil {
-		t.Fatalf("publish %s: %v", id, err)
-	}
-	if ack.Duplicate {
-		t.Fatalf("publish %s: JetStream says duplicate", id)
-	}
-}
-
-// ecsStreamAll returns every message stored in stream, in order.
-func ecsStreamAll(t testing.TB, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // ecsTimedOut returns the request ids whose dispatch handshake the dispatcher
 // logged as timed out (debug level). docs/protocol.md, Dispatch handshake: a timeout can hide an acceptance
@@ -207,24 +46,6 @@ type ecsOutcome struct {
 	Details     map[string]any `json:"details"`
 }
 
-const errorsPolicy = `default_policy_family: std
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: std
-    policy_family: std
-    cache_bucket: all
-    quantum: 100
-  - name: limited
-    quantum: 100
-    prefill_busy_threshold: 0
-    request_queue_limit_per_worker: 1
-  - name: gated
-    quantum: 100
-    prefill_busy_threshold: 0
-`
-
 // TestErrorsEveryCodeDeadLetteredAndReported provokes each error code of docs/protocol.md, Outcomes
 // and checks the DLQ copy, the outcome, and that the request message is gone
 // from the request stream only through the DLQ.
@@ -233,15 +54,11 @@ policy_classes:
 // overload threshold (--active-prefill-tokens-threshold 1000) and over the queue
 // gate of the classes limited and gated (threshold 0), so nothing can dispatch.
 func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
+	f, _ := startBusy(t, "errors", "--active-prefill-tokens-threshold", "1000")
+	nc, js, p := f.nc, f.js, f.p
 
 	var dispatched sync.Map
-	if _, err := nc.Subscribe("dispatch.work.>", func(m *nats.Msg) { dispatched.Store(m.Header.Get("Dispatch-Request-Id"), true) }); err != nil {
-		t.Fatal(err)
-	}
+	subscribe(t, nc, "dispatch.work.>", func(m *nats.Msg) { dispatched.Store(m.Header.Get("Dispatch-Request-Id"), true) })
 	outcomes, err := nc.SubscribeSync("ecs.outcomes")
 	if err != nil {
 		t.Fatal(err)
@@ -249,10 +66,6 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, errorsPolicy),
-		"--active-prefill-tokens-threshold", "1000")
-	ecsWaitWorker(t, p, "wbusy")
 
 	type tcase struct {
 		id, subject string
@@ -288,7 +101,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 		c.hdr["X-Ecs-Case"] = c.id + " (kept as sent)"
 		byID[c.id] = c
 		published[c.id] = time.Now()
-		ecsPublish(t, js, c.subject, c.id, c.hdr, []byte(fmt.Sprintf("\x00body of %s\xff", c.id)))
+		publish(t, js, c.subject, c.id, c.hdr, []byte(fmt.Sprintf("\x00body of %s\xff", c.id)))
 	}
 
 	// Outcomes: each must find its DLQ copy already stored when it arrives.
@@ -306,7 +119,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 		}
 		// Ordering (docs/protocol.md, Outcomes; docs/design.md, Delivery guarantees): the DLQ copy is stored before the outcome goes out.
 		found := false
-		for _, d := range ecsStreamAll(t, js, "DISPATCH_DLQ") {
+		for _, d := range streamAll(t, js, "DISPATCH_DLQ") {
 			found = found || d.Header.Get("Dispatch-Request-Id") == o.RequestID
 		}
 		if !found {
@@ -352,7 +165,7 @@ func TestErrorsEveryCodeDeadLetteredAndReported(t *testing.T) {
 	}
 
 	// The DLQ copies: one per request, with our headers and the original ones and body.
-	dlq := ecsStreamAll(t, js, "DISPATCH_DLQ")
+	dlq := streamAll(t, js, "DISPATCH_DLQ")
 	if len(dlq) != len(cases) {
 		t.Errorf("DLQ holds %d messages, want %d", len(dlq), len(cases))
 	}

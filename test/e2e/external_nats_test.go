@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/bus"
+	"fairdispatch/internal/natstest"
 	"fairdispatch/mockworker"
 )
 
@@ -27,42 +26,12 @@ const externalNATSEnv = "FAIRDISPATCH_NATS_SERVER"
 // binary the test fails under CI=true and is skipped otherwise.
 func externalNATS(t *testing.T) (url, version string) {
 	t.Helper()
-	bin := os.Getenv(externalNATSEnv)
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("nats-server"); err != nil {
-			for _, p := range []string{"/usr/sbin/nats-server", "/usr/local/sbin/nats-server"} {
-				if _, serr := os.Stat(p); serr == nil {
-					bin, err = p, nil
-					break
-				}
-			}
-		}
-		if err != nil {
-			msg := "no nats-server binary on PATH and " + externalNATSEnv + " unset: install one (apt-get install nats-server) to run the external-server tests"
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	port := freePort(t)
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir())
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("nats-server output:\n%s", tail(out.String(), 40))
-		}
-	})
-	url = "nats://127.0.0.1:" + strconv.Itoa(port)
+	bin := natstest.Program(t, externalNATSEnv, "install one (apt-get install nats-server) to run the external-server tests",
+		"nats-server", "/usr/sbin/nats-server", "/usr/local/sbin/nats-server")
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	out, done := startProcess(t, "nats-server", exec.Command(bin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", t.TempDir()))
+	url = "nats://" + addr
 	var nc *nats.Conn
 	waitFor(t, 20*time.Second, bin+" accepting connections", func() bool {
 		select {
@@ -81,16 +50,6 @@ func externalNATS(t *testing.T) (url, version string) {
 	nc.Close()
 	t.Logf("%s is nats-server %s", bin, version)
 	return url, version
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestExternalNATSServer runs the dispatcher against a separate nats-server
@@ -119,8 +78,8 @@ func TestExternalNATSServer(t *testing.T) {
 	p := startDispatcher(t, url)
 	nc := connect(t, url)
 	startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 1})
-	frlWaitLive(t, p, "w1")
-	res := frlRunLoad(t, nc, "external", n)
+	waitLive(t, p, "w1")
+	res := runLoad(t, nc, defaultLoad("external", n))
 	frlCheckAllOn(t, res, n, "w1")
 	js := jsOf(t, nc)
 	waitFor(t, 20*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })

@@ -111,8 +111,8 @@ func TestFailoverFairness(t *testing.T) {
 	startMock(t, connect(t, url), mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
 		PrefillTokensPerSec: 20000, KeyCostFactors: factors})
 	waitFor(t, 10*time.Second, "both dispatchers to see w1", func() bool {
-		v1, ok1 := frlQueues(p1)
-		v2, ok2 := frlQueues(p2)
+		v1, ok1 := p1.queues()
+		v2, ok2 := p2.queues()
 		return ok1 && ok2 && v1.hasWorker("w1") && v2.hasWorker("w1")
 	})
 

@@ -34,47 +34,14 @@ func runFairctl(t *testing.T, args ...string) string {
 // replays: the figure of issue 12's acceptance.
 const replayCount = 10000
 
-const replayPolicyZero = `default_policy_family: std
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: std
-    policy_family: std
-    cache_bucket: all
-    quantum: 100
-  - name: limited
-    quantum: 100
-    prefill_busy_threshold: 0
-    request_queue_limit_per_worker: 0
-`
-
-const replayPolicyRaised = `default_policy_family: std
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: std
-    policy_family: std
-    cache_bucket: all
-    quantum: 100
-  - name: limited
-    quantum: 100
-    request_queue_limit_per_worker: 100000
-`
-
 // TestFairctlDLQReplay: requests rejected queue_full by a zero limit fill the
 // DLQ; after the limit is raised (fairctl policy put) and a restart, fairctl dlq replay --yes
 // dispatches every one exactly once, even when the first replay is killed
 // (SIGKILL) mid-way and run again, and a replay of the emptied DLQ does
 // nothing (docs/operations.md, Dead letters).
 func TestFairctlDLQReplay(t *testing.T) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	busy := ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, replayPolicyZero))
-	ecsWaitWorker(t, p, "wbusy")
+	f, busy := startBusy(t, "dlq-zero")
+	ns, nc, js, p := f.ns, f.nc, f.js, f.p
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -149,12 +116,12 @@ func TestFairctlDLQReplay(t *testing.T) {
 	}
 	// The limit is raised in the policy bucket (docs/operations.md, Live
 	// policy): the bucket's policy runs, not the file a dispatcher restarts with.
-	raised := writePolicy(t, replayPolicyRaised)
+	raised := policyFile(t, "dlq-raised")
 	runFairctl(t, "--server", ns.URL(), "policy", "put", raised)
 	p = startDispatcher(t, ns.URL(), "--policy-config", raised)
 	lpWaitRevision(t, 2, p)
 	startMock(t, nc, mockworker.Config{ID: "w1", DPSize: 2, TotalKVBlocks: 1 << 16, MaxNumSeqs: 64, PrefillTokensPerSec: 1e7})
-	ecsWaitWorker(t, p, "w1")
+	waitLive(t, p, "w1")
 
 	out := runFairctl(t, "--server", ns.URL(), "dlq", "replay")
 	if !strings.Contains(out, fmt.Sprintf("dry run: %d dead letters would be replayed, 0 skipped", replayCount)) {
@@ -245,17 +212,13 @@ func TestFairctlDLQReplay(t *testing.T) {
 // TestFairctlDLQFiltersAndPurge: the --class, --error and --since filters
 // select the right letters, and purge deletes only those, with --yes only.
 func TestFairctlDLQFiltersAndPurge(t *testing.T) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, replayPolicyZero))
-	ecsWaitWorker(t, p, "wbusy")
+	f, _ := startBusy(t, "dlq-zero")
+	ns, js := f.ns, f.js
 	for i := range 3 {
-		ecsPublish(t, js, "dispatch.req.limited", fmt.Sprintf("qf-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
+		publish(t, js, "dispatch.req.limited", fmt.Sprintf("qf-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
 	}
 	for i := range 2 {
-		ecsPublish(t, js, "dispatch.req.odd", fmt.Sprintf("bad-%d", i), map[string]string{"Dispatch-ISL-Tokens": "abc"}, nil)
+		publish(t, js, "dispatch.req.odd", fmt.Sprintf("bad-%d", i), map[string]string{"Dispatch-ISL-Tokens": "abc"}, nil)
 	}
 	waitFor(t, 20*time.Second, "5 dead letters", func() bool { return streamMsgs(t, js, "DISPATCH_DLQ") == 5 })
 	count := func(args ...string) int {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fairdispatch/internal/natstest"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,40 +10,22 @@ import (
 	"time"
 )
 
-const topPolicy = `default_policy_family: std
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: std
-    policy_family: std
-    cache_bucket: all
-    quantum: 100
-  - name: limited
-    quantum: 100
-    prefill_busy_threshold: 0
-`
-
 // topScenario starts a dispatcher whose only worker, wbusy, reports 5000
 // active prefill tokens, which closes the gate of the class limited, and
 // queues 7 requests of 10 tokens there: the scenario of docs/operations.md,
 // Queues, workers and fairctl top. publish queues n more, from id number from.
 func topScenario(t *testing.T) (*natsServer, *proc, func(from, n int)) {
 	t.Helper()
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, topPolicy))
-	ecsWaitWorker(t, p, "wbusy")
+	f, _ := startBusy(t, "top")
+	ns, js, p := f.ns, f.js, f.p
 	publish := func(from, n int) {
 		for i := from; i < from+n; i++ {
-			ecsPublish(t, js, "dispatch.req.limited", fmt.Sprintf("top-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
+			publish(t, js, "dispatch.req.limited", fmt.Sprintf("top-%d", i), map[string]string{"Dispatch-ISL-Tokens": "10"}, nil)
 		}
 	}
 	publish(0, 7)
 	waitFor(t, 10*time.Second, "7 requests queued", func() bool {
-		v, ok := ecsQueues(p)
+		v, ok := p.queues()
 		return ok && v.pending("limited") == 7
 	})
 	return ns, p, publish
@@ -70,10 +53,7 @@ func topRow(pane, name string) []string {
 // skips, and fails under CI=true (.ci/run installs tmux).
 func TestFairctlTopUnderTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("tmux is not installed: CI must run the fairctl top test (.ci/run installs it)")
-		}
-		t.Skip("tmux is not installed (apt-get install tmux); CI runs this test")
+		natstest.Missing(t, "tmux is not installed (apt-get install tmux): CI must run the fairctl top test (.ci/run installs it)")
 	}
 	ns, p, publish := topScenario(t)
 

@@ -1,94 +1,13 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
 )
-
-// frlFairPolicy is configs/policy-classes.yaml with the quanta as parameters.
-const frlFairPolicy = `default_policy_family: regular
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: premium
-    policy_family: premium
-    cache_bucket: all
-    queue_policy: fcfs
-    quantum: %d
-    prefill_busy_threshold: 1536
-    request_queue_limit_per_worker: 1024
-  - name: regular
-    policy_family: regular
-    cache_bucket: all
-    queue_policy: fcfs
-    quantum: %d
-    prefill_busy_threshold: 1536
-    request_queue_limit_per_worker: 1024
-`
-
-// frlView is the part of /debug/queues (wire.QueueView) these tests read.
-type frlView struct {
-	Classes []struct {
-		Name    string `json:"name"`
-		Pending int    `json:"pending_requests"`
-	} `json:"classes"`
-	Workers []struct {
-		ID       string `json:"worker_id"`
-		Draining bool   `json:"draining"`
-		Excluded bool   `json:"excluded"`
-		Compact  int    `json:"compact_dispatch"`
-		Ranks    []struct {
-			Rank            int    `json:"dp_rank"`
-			ReportedPrefill uint64 `json:"reported_prefill_tokens"`
-			ActiveRequests  uint64 `json:"active_requests"`
-		} `json:"ranks"`
-	} `json:"workers"`
-}
-
-// frlQueues fetches and decodes /debug/queues; ok is false on any failure.
-// The dispatcher refreshes the snapshot about once a second.
-func frlQueues(p *proc) (v frlView, ok bool) {
-	code, body := p.get("/debug/queues")
-	if code != http.StatusOK {
-		return v, false
-	}
-	return v, json.Unmarshal([]byte(body), &v) == nil
-}
-
-// pendingTotal is the number of queued requests over every class in v.
-func (v frlView) pendingTotal() int {
-	n := 0
-	for _, c := range v.Classes {
-		n += c.Pending
-	}
-	return n
-}
-
-// hasWorker reports whether worker id is live in v.
-func (v frlView) hasWorker(id string) bool {
-	_, ok := v.worker(id)
-	return ok
-}
-
-// worker returns the index of worker id in v.Workers.
-func (v frlView) worker(id string) (int, bool) {
-	for i, w := range v.Workers {
-		if w.ID == id {
-			return i, true
-		}
-	}
-	return -1, false
-}
 
 // frlFigures are the measurements of one arm of the seed's regression.
 type frlFigures struct {
@@ -128,60 +47,22 @@ func frlFairnessRun(t *testing.T, premiumQuantum, regularQuantum int, extra ...s
 	t.Helper()
 	const perClass = 320
 	ns := startNATS(t)
-	policy := writePolicy(t, fmt.Sprintf(frlFairPolicy, premiumQuantum, regularQuantum))
+	policy := writePolicy(t, fairPolicy(t, premiumQuantum, regularQuantum))
 	p := startDispatcher(t, ns.URL(), append([]string{"--policy-config", policy}, extra...)...)
 	nc := connect(t, ns.URL())
 
-	w, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
-		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Helper().SetDraining(true) // before the first report
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	waitFor(t, 10*time.Second, "the dispatcher to see w1 live and draining", func() bool {
-		v, ok := frlQueues(p)
-		i, live := v.worker("w1")
-		return ok && live && v.Workers[i].Draining
-	})
+	w := startDrainingMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	waitDraining(t, p, "w1")
 
-	type outcome struct {
-		res *loadgen.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
-			Classes: []loadgen.ClassCount{{Class: "premium", Count: perClass}, {Class: "regular", Count: perClass}},
-			ISL:     512,
-			Order:   loadgen.OrderAlternating,
-			Timeout: 45 * time.Second,
-		}, zerolog.Nop())
-		done <- outcome{res, err}
-	}()
-	waitFor(t, 20*time.Second, "all 640 requests queued at the dispatcher", func() bool {
-		v, ok := frlQueues(p)
-		return ok && v.pendingTotal() == 2*perClass
+	run := startLoad(t, nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "premium", Count: perClass}, {Class: "regular", Count: perClass}},
+		ISL:     512,
+		Order:   loadgen.OrderAlternating,
+		Timeout: 45 * time.Second,
 	})
-	if got := w.Stats().Accepted; got != 0 {
-		t.Fatalf("the draining worker accepted %d requests before the release, want 0", got)
-	}
-	w.Helper().SetDraining(false)
-	out := <-done
-	if out.res == nil {
-		t.Fatalf("loadgen: %v", out.err)
-	}
-	if out.err != nil {
-		t.Fatalf("loadgen: %v (completed %d of %d, rejected %d)", out.err, len(out.res.Completions), 2*perClass, len(out.res.Rejected))
-	}
-	res := out.res
+	waitQueued(t, p, 2*perClass, 20*time.Second)
+	release(t, w)
+	res := run.wait(t, time.Minute)
 
 	f := frlFigures{completed: len(res.Completions), rejected: len(res.Rejected), duplicates: res.Duplicates, elapsed: res.Elapsed}
 	share := res.PrefixShare(perClass)

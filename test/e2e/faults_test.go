@@ -18,15 +18,6 @@ import (
 
 // Helpers of this file carry the prefix flt.
 
-const fltPolicy = `default_policy_family: premium
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512}
-  - {name: regular, policy_family: regular, cache_bucket: all, quantum: 512}
-`
-
 // fltRawPublish publishes one message with headers over a raw client
 // connection, as a producer whose client does not check header names would:
 // nats.go refuses to send a name such as "X/Y", the server stores it. It
@@ -85,13 +76,7 @@ func fltWatchExcluded(p *proc, stop <-chan struct{}) *atomic.Bool {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			_, body := p.get("/debug/queues")
-			var v struct {
-				Workers []struct {
-					Excluded bool `json:"excluded"`
-				} `json:"workers"`
-			}
-			if json.Unmarshal([]byte(body), &v) == nil {
+			if v, ok := p.queues(); ok {
 				for _, w := range v.Workers {
 					if w.Excluded {
 						seen.Store(true)
@@ -125,21 +110,18 @@ func TestFaultsRequestFaultsNeverStallOtherRequests(t *testing.T) {
 // fltNeverStall runs the test above against a worker of the given form,
 // its large requests margin bytes under what JetStream stores.
 func fltNeverStall(t *testing.T, headerForm bool, margin int) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
 	// A dispatch timeout far above any answer time even on a loaded machine:
 	// a timeout would exclude the worker for a reason this test is not about.
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, fltPolicy), "--ack-wait", "30s", "--dispatch-timeout", "10s")
-	startMock(t, nc, mockworker.Config{ID: "w1", TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm})
-	ecsWaitWorker(t, p, "w1")
-	if v, ok := frlQueues(p); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact == 0) != headerForm {
+	f, _ := startWithMock(t, mockworker.Config{TTL: 10 * time.Second, MaxNumSeqs: 64, HeaderForm: headerForm},
+		"--policy-config", policyFile(t, "faults"), "--ack-wait", "30s", "--dispatch-timeout", "10s")
+	ns, nc, js, p := f.ns, f.nc, f.js, f.p
+	if v, ok := p.queues(); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact == 0) != headerForm {
 		t.Fatalf("/debug/queues workers %+v, want w1 with compact_dispatch %v", v.Workers, !headerForm)
 	}
 
 	outcomes := map[string]ecsOutcome{}
 	var mu sync.Mutex
-	if _, err := nc.Subscribe("flt.outcomes", func(m *nats.Msg) {
+	subscribe(t, nc, "flt.outcomes", func(m *nats.Msg) {
 		var o ecsOutcome
 		if json.Unmarshal(m.Data, &o) == nil {
 			mu.Lock()
@@ -149,12 +131,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 			outcomes[o.RequestID] = o
 			mu.Unlock()
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	stop := make(chan struct{})
 	excluded := fltWatchExcluded(p, stop)
 
@@ -166,7 +143,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 		for i, class := range []string{"premium", "regular", "premium", "regular"} {
 			id := fmt.Sprintf("ok-%d-%d", round, i)
 			ordinary[id] = true
-			ecsPublish(t, js, "dispatch.req."+class, id,
+			publish(t, js, "dispatch.req."+class, id,
 				map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Reply-To": "flt.outcomes"}, []byte("ordinary"))
 		}
 	}
@@ -185,7 +162,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 			}
 			size := maxPayload - margin - fltHeaderSize(m.Header)
 			bigs[id] = size
-			ecsPublish(t, js, "dispatch.req."+class, id, hdr, make([]byte, size))
+			publish(t, js, "dispatch.req."+class, id, hdr, make([]byte, size))
 
 			hid := fmt.Sprintf("hdr-%d-%d", round, i)
 			headers[hid] = true
@@ -224,7 +201,7 @@ func fltNeverStall(t *testing.T, headerForm bool, margin int) {
 		}
 	}
 
-	dlq := ecsStreamAll(t, js, "DISPATCH_DLQ")
+	dlq := streamAll(t, js, "DISPATCH_DLQ")
 	if len(dlq) != len(bigs)+len(headers) {
 		t.Errorf("DLQ holds %d letters, want %d", len(dlq), len(bigs)+len(headers))
 	}

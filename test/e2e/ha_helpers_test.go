@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // Helpers shared by cluster_test.go, ha_test.go and soak_test.go (issue 5:
@@ -84,47 +84,27 @@ func haRecord(t testing.TB, nc *nats.Conn) *haRecorder {
 	t.Helper()
 	r := &haRecorder{seen: map[haRecordKey]bool{}, done: map[string][]string{}, doneAt: map[string]time.Time{}, doneTimes: map[string][]time.Time{},
 		offers: map[string][]haOffer{}, offerTimes: map[string][]time.Time{}}
-	done, err := nc.Subscribe("dispatch.done.*", r.onDone)
-	if err != nil {
-		t.Fatal(err)
-	}
+	subscribe(t, nc, "dispatch.done.*", r.onDone)
 	// Acceptances, from the outcomes (docs/protocol.md, Outcomes) the dispatcher publishes on
 	// each request's Dispatch-Reply-To. (Not a tap on dispatch.work.*: a
 	// subscriber there would turn every "no responders" into a timeout.)
-	work, err := nc.Subscribe("ha.outcome.>", func(m *nats.Msg) {
-		var o struct {
-			ID     string `json:"request_id"`
-			Status string `json:"status"`
-			Worker string `json:"worker_id"`
-		}
-		if json.Unmarshal(m.Data, &o) != nil || o.Status != "dispatched" {
+	onOutcome(t, nc, "ha.outcome.>", func(o wire.Outcome) {
+		if o.Status != wire.StatusDispatched {
 			return
 		}
 		now := time.Now()
 		r.mu.Lock()
-		r.offers[o.ID] = append(r.offers[o.ID], haOffer{o.Worker, now})
-		r.offerTimes[o.Worker] = append(r.offerTimes[o.Worker], now)
+		r.offers[o.RequestID] = append(r.offers[o.RequestID], haOffer{o.WorkerID, now})
+		r.offerTimes[o.WorkerID] = append(r.offerTimes[o.WorkerID], now)
 		r.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*nats.Subscription{done, work} {
-		if err := s.SetPendingLimits(-1, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = done.Unsubscribe(); _ = work.Unsubscribe() })
 	return r
 }
 
 // onDone counts one completion record, unless it was seen already on another
 // connection.
 func (r *haRecorder) onDone(m *nats.Msg) {
-	var c mockworker.Completion
+	var c wire.Completion
 	if json.Unmarshal(m.Data, &c) != nil {
 		return
 	}
@@ -149,17 +129,7 @@ func (r *haRecorder) onDone(m *nats.Msg) {
 // connection the worker publishes them from.
 func (r *haRecorder) watch(t testing.TB, nc *nats.Conn, id string) {
 	t.Helper()
-	sub, err := nc.Subscribe("dispatch.done."+id, r.onDone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	subscribe(t, nc, "dispatch.done."+id, r.onDone)
 }
 
 // offersOf returns the acceptances of request id seen, as "worker@time".
@@ -375,8 +345,8 @@ func haCheck(t testing.TB, js jetstream.JetStream, rec *haRecorder, pubs []*haPu
 	}
 	readDLQ := func() {
 		dlq = map[string]string{}
-		for _, m := range haStreamAll(t, js, "DISPATCH_DLQ") {
-			dlq[m.Headers().Get("Dispatch-Request-Id")] = m.Headers().Get("Dispatch-Error")
+		for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
+			dlq[m.Header.Get("Dispatch-Request-Id")] = m.Header.Get("Dispatch-Error")
 		}
 	}
 	deadline := time.Now().Add(timeout)
@@ -451,45 +421,6 @@ func haCount(m map[string]string) map[string]int {
 	return out
 }
 
-// haStreamAll reads every message of a stream with an ordered consumer (fast
-// for tens of thousands of messages).
-func haStreamAll(t testing.TB, js jetstream.JetStream, name string) []jetstream.Msg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatalf("stream %s: %v", name, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatalf("stream %s info: %v", name, err)
-	}
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatalf("stream %s: ordered consumer: %v", name, err)
-	}
-	var out []jetstream.Msg
-	for uint64(len(out)) < info.State.Msgs {
-		b, err := c.Fetch(int(min(info.State.Msgs-uint64(len(out)), 1000)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			t.Fatalf("stream %s: fetch: %v", name, err)
-		}
-		got := 0
-		for m := range b.Messages() {
-			out = append(out, m)
-			got++
-		}
-		if got == 0 {
-			t.Fatalf("stream %s: read %d of %d messages", name, len(out), info.State.Msgs)
-		}
-	}
-	return out
-}
-
 // haRole is a dispatcher's role as its admin API shows it.
 func haRole(p *proc) (ready bool, standby bool, gauge float64) {
 	code, body := p.get("/readyz")
@@ -515,17 +446,15 @@ func haWaitStandby(t testing.TB, p *proc) {
 // 1) and returns when it saw that.
 func haWaitLead(t testing.TB, p *proc, timeout time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var at time.Time
+	waitFor(t, timeout, "the dispatcher to lead", func() bool {
 		code, _ := p.get("/readyz")
 		if code == http.StatusOK || p.metric("fairdispatch_leader") == 1 {
-			return time.Now()
+			at = time.Now()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dispatcher did not lead within %v", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return !at.IsZero()
+	})
+	return at
 }
 
 // haFailoverBound is leader/leader.go's documented bound for a standby to
@@ -562,20 +491,7 @@ func haStartMock(t testing.TB, rec *haRecorder, urls string, cfg mockworker.Conf
 	if rec != nil {
 		rec.watch(t, nc, cfg.ID)
 	}
-	w, err := mockworker.New(nc, cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	m := &haMock{id: cfg.ID, nc: nc, w: w, cfg: cfg}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	return m
+	return &haMock{id: cfg.ID, nc: nc, w: startMock(t, nc, cfg), cfg: cfg}
 }
 
 // kill closes the worker's connection: no more reports, acks, progress or completions.
@@ -592,19 +508,7 @@ func (m *haMock) restart(t testing.TB) time.Time {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_ = m.w.Stop(ctx)
 	cancel()
-	w, err := mockworker.New(m.nc, m.cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	m.w = w
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	m.w = startMock(t, m.nc, m.cfg)
 	return time.Now()
 }
 

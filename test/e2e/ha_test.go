@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"fairdispatch/mockworker"
 	"fairdispatch/workerkit"
@@ -47,24 +44,24 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		// Slower than the publisher, so that a backlog builds in the leader.
 		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 6000})
-		ecsWaitWorker(t, p1, fmt.Sprintf("w%d", i))
+		waitLive(t, p1, fmt.Sprintf("w%d", i))
 	}
 	// The standby keeps its registry warm from the same reports.
 	waitFor(t, 20*time.Second, "the standby to know the workers", func() bool {
-		v, ok := ecsQueues(p2)
-		return ok && v.knows("w1") && v.knows("w4")
+		v, ok := p2.queues()
+		return ok && v.hasWorker("w1") && v.hasWorker("w4")
 	})
 
 	pub := &haPublisher{run: "leader", n: n}
 	start := time.Now()
 	pub.start(t, connect(t, url), 32)
 	waitFor(t, 60*time.Second, "1,500 completed", func() bool { return rec.completed() >= 1500 })
-	v, _ := ecsQueues(p1)
+	v, _ := p1.queues()
 	p1.kill()
 	killAt := time.Now()
 	atKill := rec.completed()
 	t.Logf("SIGKILL of the leader %v into the run: %d published, %d completed; its last view: held %d, in flight %d",
-		killAt.Sub(start).Round(time.Millisecond), pub.published.Load(), atKill, v.Held, v.InFlt)
+		killAt.Sub(start).Round(time.Millisecond), pub.published.Load(), atKill, v.Held, v.InFlight)
 	if n-atKill < 2000 {
 		t.Fatalf("only %d requests remained at the kill; the run is too fast to test a failover mid-run", n-atKill)
 	}
@@ -105,34 +102,10 @@ func TestHAWorkerLoss(t *testing.T) {
 		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
 	}
 	holderNC := haConnect(t, url)
-	var (
-		mu       sync.Mutex
-		load     workerkit.RankLoad
-		accepted = map[string]bool{}
-		holder   *workerkit.Worker
-	)
-	h, err := workerkit.New(holderNC, workerkit.Config{ID: "holder", TTL: time.Second, AckWait: ackWait},
-		workerkit.HandlerFunc(func(r *workerkit.Request) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			accepted[r.RequestID] = true
-			// A hung engine: it counts the request but reports no prefill
-			// work, so that the dispatcher keeps choosing it.
-			load.ActiveRequests++
-			_ = holder.SetLoad(r.DPRank, load)
-			return true // and never Done
-		}), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	holder = h
-	mu.Unlock()
-	if err := h.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close() })
-	frlWaitLive(t, p, "w1", "w2", "w3", "holder")
+	// A hung engine: it counts the requests but reports no prefill work, so
+	// that the dispatcher keeps choosing it.
+	h := startHolder(t, holderNC, workerkit.Config{ID: "holder", TTL: time.Second, AckWait: ackWait}, false)
+	waitLive(t, p, "w1", "w2", "w3", "holder")
 
 	// Every tenth request is pinned to the holder.
 	pinned := func(i int) bool { return i%10 == 0 }
@@ -146,12 +119,10 @@ func TestHAWorkerLoss(t *testing.T) {
 	waitFor(t, 30*time.Second, "1,600 published", func() bool { return pub.published.Load() >= 1600 })
 	killAt := time.Now()
 	holderNC.Close() // no ack, nak, progress or report from now on
-	mu.Lock()
-	held := make(map[string]bool, len(accepted))
-	for id := range accepted {
+	held := map[string]bool{}
+	for _, id := range h.held() {
 		held[id] = true
 	}
-	mu.Unlock()
 	var heldPinned, heldFree int
 	for id := range held {
 		var i int
@@ -167,8 +138,8 @@ func TestHAWorkerLoss(t *testing.T) {
 		t.Fatalf("the holder held %d unpinned and %d pinned requests; want some of each", heldFree, heldPinned)
 	}
 	waitFor(t, 10*time.Second, "the holder to expire at the dispatcher", func() bool {
-		v, ok := ecsQueues(p)
-		return ok && !v.knows("holder") && v.At.After(killAt)
+		v, ok := p.queues()
+		return ok && !v.hasWorker("holder") && v.At.After(killAt)
 	})
 	t.Logf("holder gone from /debug/queues %v after the kill (ttl 1 s; the view is refreshed every second)", time.Since(killAt).Round(time.Millisecond))
 
@@ -177,11 +148,8 @@ func TestHAWorkerLoss(t *testing.T) {
 
 	// Where did each ended? Pinned: DLQ no_endpoints; unpinned: a good worker.
 	dlqAt := map[string]time.Time{}
-	for _, m := range haStreamAll(t, js, "DISPATCH_DLQ") {
-		md, err := m.Metadata()
-		if err == nil {
-			dlqAt[m.Headers().Get("Dispatch-Request-Id")] = md.Timestamp
-		}
+	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
+		dlqAt[m.Header.Get("Dispatch-Request-Id")] = m.Time
 	}
 	rec.mu.Lock()
 	var lastFree, lastPinned time.Duration
@@ -238,7 +206,7 @@ func TestHANATSRestart(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000})
 	}
-	frlWaitLive(t, p, "w1", "w2", "w3", "w4")
+	waitLive(t, p, "w1", "w2", "w3", "w4")
 
 	pub := &haPublisher{run: "natsrestart", n: n, rate: 1000}
 	start := time.Now()
@@ -279,7 +247,7 @@ func TestHAWorkerRestartSameID(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		ws = append(ws, haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 20000, TTL: ttl}))
 	}
-	frlWaitLive(t, p, "w1", "w2", "w3")
+	waitLive(t, p, "w1", "w2", "w3")
 
 	pub := &haPublisher{run: "wrestart", n: n, rate: 1000}
 	pub.start(t, connect(t, url), 4)

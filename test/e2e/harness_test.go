@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,10 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
-	"fairdispatch/mockworker"
 )
 
 // dispatcherBin is the dispatcher binary built once by TestMain.
@@ -88,30 +83,12 @@ func jsOf(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	return js
 }
 
-// lockedBuffer collects a subprocess's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // proc is a dispatcher subprocess.
 type proc struct {
 	t        testing.TB
 	cmd      *exec.Cmd
 	httpAddr string
-	out      *lockedBuffer
+	out      *natstest.Buffer
 	done     chan struct{}
 	err      error
 }
@@ -139,7 +116,7 @@ func launch(t testing.TB, url string, extra ...string) *proc {
 	addr := freeAddr(t)
 	args := append(dispatcherArgs(url), "--http-addr", addr)
 	args = append(args, extra...)
-	p := &proc{t: t, cmd: exec.Command(dispatcherBin, args...), httpAddr: addr, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: exec.Command(dispatcherBin, args...), httpAddr: addr, out: &natstest.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -188,11 +165,7 @@ func (p *proc) metric(name string, labels ...string) float64 {
 		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
 			continue
 		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(line, l)
-		}
-		if !ok {
+		if !containsAll(line, labels...) {
 			continue
 		}
 		var v float64
@@ -241,53 +214,6 @@ func tail(s string, lines int) string {
 		ls = ls[len(ls)-lines:]
 	}
 	return strings.Join(ls, "\n")
-}
-
-// startMock starts an in-process mock worker.
-func startMock(t testing.TB, nc *nats.Conn, cfg mockworker.Config) *mockworker.Worker {
-	t.Helper()
-	if cfg.AckWait == 0 {
-		cfg.AckWait = 4 * time.Second
-	}
-	w, err := mockworker.New(nc, cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	return w
-}
-
-// writePolicy writes a policy file into a temp dir and returns its path.
-func writePolicy(t testing.TB, yaml string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// streamMsgs returns the number of messages in a stream.
-func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
 }
 
 // dispatchHeader returns the headers of a dispatch tapped on

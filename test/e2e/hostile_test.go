@@ -16,31 +16,23 @@ import (
 // a subject of the dispatch protocol or at a $-subject (JetStream API, KV):
 // such an outcome could pose as a load report or an API call.
 func TestHostileReplyToRefused(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
 	// A live worker: without one the dispatcher leaves requests in the stream
 	// (docs/design.md, Fleet outage).
-	startMock(t, nc, mockworker.Config{ID: "w1"})
-	ecsWaitWorker(t, p, "w1")
+	f, _ := startWithMock(t, mockworker.Config{})
+	p, nc, js := f.p, f.nc, f.js
 	var forged atomic.Int32
-	sub, err := nc.Subscribe("dispatch.load.>", func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.load.>", func(m *nats.Msg) {
 		if strings.Contains(string(m.Data), "request_id") {
 			forged.Add(1)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 
 	targets := []string{"dispatch.load.w1", "$KV.fairdispatch_leader.dispatcher", "$JS.API.STREAM.DELETE.DISPATCH_REQ"}
 	for i, to := range targets {
-		ecsPublish(t, js, "dispatch.req.default", "hostile-"+string(rune('a'+i)), map[string]string{"Dispatch-Reply-To": to}, []byte("x"))
+		publish(t, js, "dispatch.req.default", "hostile-"+string(rune('a'+i)), map[string]string{"Dispatch-Reply-To": to}, []byte("x"))
 	}
-	waitFor(t, 15*time.Second, "three dead letters", func() bool { return len(ecsStreamAll(t, js, "DISPATCH_DLQ")) == 3 })
-	for _, m := range ecsStreamAll(t, js, "DISPATCH_DLQ") {
+	waitFor(t, 15*time.Second, "three dead letters", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 3 })
+	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
 		if got := m.Header.Get("Dispatch-Error"); got != "bad_request" {
 			t.Errorf("%s: Dispatch-Error %q, want bad_request", m.Header.Get("Dispatch-Request-Id"), got)
 		}
@@ -62,16 +54,12 @@ func TestHostileReplyToRefused(t *testing.T) {
 // stored without its body, saying how many bytes were dropped, and its message
 // is acknowledged: nothing spins, nothing is lost silently.
 func TestOversizedDeadLetterStoredWithoutBody(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	startMock(t, nc, mockworker.Config{ID: "w1"}) // a live worker, so that the dispatcher pulls
-	ecsWaitWorker(t, p, "w1")
+	f, _ := startWithMock(t, mockworker.Config{}) // a live worker, so that the dispatcher pulls
+	nc, js := f.nc, f.js
 	body := make([]byte, nc.MaxPayload()-150)
-	ecsPublish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
-	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(ecsStreamAll(t, js, "DISPATCH_DLQ")) == 1 })
-	m := ecsStreamAll(t, js, "DISPATCH_DLQ")[0]
+	publish(t, js, "dispatch.req.default", "huge-1", map[string]string{"Dispatch-ISL-Tokens": "abc"}, body)
+	waitFor(t, 15*time.Second, "the dead letter", func() bool { return len(streamAll(t, js, "DISPATCH_DLQ")) == 1 })
+	m := streamAll(t, js, "DISPATCH_DLQ")[0]
 	if len(m.Data) != 0 || m.Header.Get("Dispatch-Body-Dropped") != strconv.Itoa(len(body)) || m.Header.Get("Dispatch-Error") != "bad_request" {
 		t.Fatalf("dead letter: %d body bytes, Dispatch-Body-Dropped %q, Dispatch-Error %q; want 0, %d, bad_request",
 			len(m.Data), m.Header.Get("Dispatch-Body-Dropped"), m.Header.Get("Dispatch-Error"), len(body))

@@ -1,27 +1,14 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
-
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
-
-// keysPolicy is one class that queues once a rank's prefill passes 1536 tokens.
-const keysPolicy = `default_policy_family: c
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: c, policy_family: c, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1536, request_queue_limit_per_worker: 4096}
-`
 
 // keysArm runs ten tenants over NATS (docs/design.md, Fairness keys): "flood"
 // publishes 300 requests first, then nine others 30 each, all 512 tokens; the
@@ -31,51 +18,20 @@ policy_classes:
 // 200 completions each tenant got.
 func keysArm(t *testing.T, withKeys bool) map[string]int {
 	t.Helper()
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, keysPolicy))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", policyFile(t, "keys"))
+	p, nc, js := f.p, f.nc, f.js
 
 	var mu sync.Mutex
 	var order []string // tenants in completion order
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var rec mockworker.Completion
-		if err := json.Unmarshal(m.Data, &rec); err != nil {
-			t.Errorf("completion record %s: %v", m.Data, err)
-			return
-		}
+	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
 		mu.Lock()
-		order = append(order, rec.RequestID[:len(rec.RequestID)-5]) // "<tenant>-NNNN"
+		order = append(order, c.RequestID[:len(c.RequestID)-5]) // "<tenant>-NNNN"
 		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	// The backlog forms before anything is taken.
+	w := startDrainingMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
+	waitDraining(t, p, "w1")
 
-	w, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1,
-		PrefillTokensPerSec: 200000, AckWait: 4 * time.Second}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Helper().SetDraining(true) // the backlog forms before anything is taken
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	waitFor(t, 10*time.Second, "the dispatcher to see w1 live and draining", func() bool {
-		v, ok := frlQueues(p)
-		i, live := v.worker("w1")
-		return ok && live && v.Workers[i].Draining
-	})
-
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tenants := []string{"flood"}
 	for i := range 9 {
 		tenants = append(tenants, fmt.Sprint("t", i))
@@ -87,22 +43,15 @@ func keysArm(t *testing.T, withKeys bool) map[string]int {
 			n = 300
 		}
 		for i := range n {
-			m := nats.NewMsg("dispatch.req.c")
-			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%04d", tn, i))
-			m.Header.Set("Dispatch-ISL-Tokens", strconv.Itoa(512))
+			hdr := map[string]string{"Dispatch-ISL-Tokens": "512"}
 			if withKeys {
-				m.Header.Set("Dispatch-Fairness-Key", tn)
+				hdr["Dispatch-Fairness-Key"] = tn
 			}
-			if _, err := js.PublishMsg(context.Background(), m); err != nil {
-				t.Fatal(err)
-			}
+			publish(t, js, "dispatch.req.c", fmt.Sprintf("%s-%04d", tn, i), hdr, nil)
 			total++
 		}
 	}
-	waitFor(t, 20*time.Second, "the whole backlog queued at the dispatcher", func() bool {
-		v, ok := frlQueues(p)
-		return ok && v.pendingTotal() == total
-	})
+	waitQueued(t, p, total, 20*time.Second)
 	w.Helper().SetDraining(false)
 	waitFor(t, 60*time.Second, "200 completions", func() bool {
 		mu.Lock()

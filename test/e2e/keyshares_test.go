@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/mockworker"
 )
@@ -38,7 +36,7 @@ type dispatched struct {
 // a key's request is its estimate times the factor), and a publisher that
 // queues the backlog and returns how many requests each group got.
 type shareArm struct {
-	policy        string
+	policy        string             // testdata/<policy>.yaml
 	factors       map[string]float64 // fairness key -> real cost / estimate; absent: 1
 	noCompletions bool               // the worker publishes no completion record: no settlement
 	publish       func(t *testing.T, url string) map[string]int
@@ -47,14 +45,13 @@ type shareArm struct {
 // run runs the arm and returns the dispatches in order and the groups' sizes.
 func (a shareArm) run(t *testing.T) ([]dispatched, map[string]int) {
 	t.Helper()
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, a.policy))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", policyFile(t, a.policy))
+	ns, p, nc := f.ns, f.p, f.nc
 
 	var mu sync.Mutex
 	var order []dispatched
 	seen := map[string]bool{}
-	sub, err := nc.Subscribe("dispatch.work.w1", func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.work.w1", func(m *nats.Msg) {
 		h := dispatchHeader(t, m) // the mock asks for the compact form
 		id := h.Get("Dispatch-Request-Id")
 		cost, _ := strconv.ParseFloat(h.Get("Dispatch-Cost"), 64)
@@ -69,39 +66,16 @@ func (a shareArm) run(t *testing.T) ([]dispatched, map[string]int) {
 			order = append(order, dispatched{group: h.Get("Dispatch-Class") + "/" + key, key: key, cost: cost})
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-
-	w, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000,
-		AckWait: 4 * time.Second, KeyCostFactors: a.factors, NoCompletions: a.noCompletions}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Helper().SetDraining(true) // the backlog forms before anything is taken
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	waitFor(t, 10*time.Second, "the dispatcher to see w1 live and draining", func() bool {
-		v, ok := frlQueues(p)
-		i, live := v.worker("w1")
-		return ok && live && v.Workers[i].Draining
-	})
+	// The backlog forms before anything is taken.
+	w := startDrainingMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000,
+		KeyCostFactors: a.factors, NoCompletions: a.noCompletions})
+	waitDraining(t, p, "w1")
 	sizes := a.publish(t, ns.URL())
 	total := 0
 	for _, n := range sizes {
 		total += n
 	}
-	waitFor(t, 30*time.Second, "the whole backlog queued at the dispatcher", func() bool {
-		v, ok := frlQueues(p)
-		return ok && v.pendingTotal() == total
-	})
+	waitQueued(t, p, total, 30*time.Second)
 	w.Helper().SetDraining(false)
 	waitFor(t, 90*time.Second, "every request dispatched", func() bool {
 		mu.Lock()
@@ -207,68 +181,72 @@ func cutGroup(g string) (class, key string, ok bool) {
 	return g, "_", false
 }
 
-// sharesPolicy is one class c with the given extra fields, or the premium and
-// regular classes of the seed with quanta 512:128; both queue once a rank's
-// prefill passes 1536 tokens.
-func sharesPolicy(extra string) string {
-	return `default_policy_family: c
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: c, policy_family: c, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1536, request_queue_limit_per_worker: 8192` + extra + `}
-`
-}
-
-const sharesClassesPolicy = `default_policy_family: regular
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1536, request_queue_limit_per_worker: 8192}
-  - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128, prefill_busy_threshold: 1536, request_queue_limit_per_worker: 8192}
-`
-
 // TestKeysWeightsOverNATS is acceptance 2 end to end: key weights 3:1 between
 // two backlogged keys give 75/25 +- 2% of the cost served.
 func TestKeysWeightsOverNATS(t *testing.T) {
 	order, sizes := shareArm{
-		policy: sharesPolicy(", key_weights: {gold: 3, bronze: 1}"),
+		policy: "shares-weights",
 		publish: func(t *testing.T, url string) map[string]int {
 			return publishGroups(t, url, map[string]int{"c/gold": 300, "c/bronze": 300})
 		},
 	}.run(t)
+	checkShare(t, order, sizes, "c/gold", "c/bronze", 300, 0.73, 0.77)
+}
+
+// checkShare requires at least minN dispatches in order while both groups
+// were backlogged, and group's part of their cost in [lo, hi].
+func checkShare(t *testing.T, order []dispatched, sizes map[string]int, group, other string, minN int, lo, hi float64) {
+	t.Helper()
 	sh, n := backloggedShares(order, sizes, nil)
-	t.Logf("over %d dispatches while both were backlogged: gold %.3f bronze %.3f", n, sh["c/gold"], sh["c/bronze"])
-	if n < 300 {
-		t.Errorf("only %d dispatches while both were backlogged, want >= 300", n)
+	t.Logf("over %d dispatches while both were backlogged: %s %.3f %s %.3f", n, group, sh[group], other, sh[other])
+	if n < minN {
+		t.Errorf("only %d dispatches while both were backlogged, want >= %d", n, minN)
 	}
-	if g := sh["c/gold"]; g < 0.73 || g > 0.77 {
-		t.Errorf("gold got %.3f of the cost, want 0.75 +- 0.02", g)
+	if g := sh[group]; g < lo || g > hi {
+		t.Errorf("%s got %.3f of the cost, want %.2f to %.2f", group, g, lo, hi)
 	}
 }
 
-// TestKeysSettlementOverNATS is acceptance 4 end to end, one class: tenant
-// heavy's requests really cost ten times the estimate (the mock worker's
-// records say so), light's are exact. Without completion records heavy gets
-// far more than half of the real cost; with them, half +- 3% each.
-func TestKeysSettlementOverNATS(t *testing.T) {
+// settlement is a settlement test: the heavy group's requests really cost ten
+// times the estimate (the mock worker's records say so, fairness key heavy),
+// the light group's are exact. Without completion records heavy gets at least
+// without of the real cost; with them, within with (its due +- 0.03).
+type settlement struct {
+	policy       string         // testdata/<policy>.yaml
+	groups       map[string]int // heavy and light, and their sizes
+	heavy, light string
+	without      float64    // least share of heavy without settlement
+	with         [2]float64 // heavy's share with settlement: at least, at most
+}
+
+func (s settlement) run(t *testing.T) {
 	factors := map[string]float64{"heavy": 10}
 	arm := func(noCompletions bool) (map[string]float64, int) {
 		order, sizes := shareArm{
-			policy: sharesPolicy(""), factors: factors, noCompletions: noCompletions,
-			publish: func(t *testing.T, url string) map[string]int {
-				return publishGroups(t, url, map[string]int{"c/heavy": 120, "c/light": 1400})
-			},
+			policy: s.policy, factors: factors, noCompletions: noCompletions,
+			publish: func(t *testing.T, url string) map[string]int { return publishGroups(t, url, s.groups) },
 		}.run(t)
 		return backloggedShares(order, sizes, factors)
 	}
 	without, n := arm(true)
-	t.Logf("without settlement, over %d dispatches: heavy %.3f of the real cost", n, without["c/heavy"])
-	if without["c/heavy"] < 0.75 {
-		t.Errorf("without settlement heavy got %.3f of the real cost, want far more than half (>= 0.75)", without["c/heavy"])
+	t.Logf("without settlement, over %d dispatches: %s %.3f of the real cost", n, s.heavy, without[s.heavy])
+	if without[s.heavy] < s.without {
+		t.Errorf("without settlement %s got %.3f of the real cost, want far more than its due (>= %.2f)", s.heavy, without[s.heavy], s.without)
 	}
 	with, n := arm(false)
-	t.Logf("with settlement, over %d dispatches: heavy %.3f light %.3f of the real cost", n, with["c/heavy"], with["c/light"])
-	if h := with["c/heavy"]; h < 0.47 || h > 0.53 {
-		t.Errorf("with settlement heavy got %.3f of the real cost, want 0.50 +- 0.03", h)
+	t.Logf("with settlement, over %d dispatches: %s %.3f %s %.3f of the real cost", n, s.heavy, with[s.heavy], s.light, with[s.light])
+	if h := with[s.heavy]; h < s.with[0] || h > s.with[1] {
+		t.Errorf("with settlement %s got %.3f of the real cost, want %.2f to %.2f", s.heavy, h, s.with[0], s.with[1])
 	}
+}
+
+// TestKeysSettlementOverNATS is acceptance 4 end to end, one class: tenant
+// heavy's requests really cost ten times the estimate, light's are exact.
+// Without completion records heavy gets far more than half of the real cost;
+// with them, half +- 3% each.
+func TestKeysSettlementOverNATS(t *testing.T) {
+	settlement{policy: "shares", groups: map[string]int{"c/heavy": 120, "c/light": 1400},
+		heavy: "c/heavy", light: "c/light", without: 0.75, with: [2]float64{0.47, 0.53}}.run(t)
 }
 
 // TestClassesSettlementOverNATS is acceptance 4 end to end, two classes with
@@ -276,26 +254,8 @@ func TestKeysSettlementOverNATS(t *testing.T) {
 // Without records premium's real share is far above 4:1; with them the
 // real-cost split returns to 4:1 +- 3% (premium 80%).
 func TestClassesSettlementOverNATS(t *testing.T) {
-	factors := map[string]float64{"heavy": 10}
-	arm := func(noCompletions bool) (map[string]float64, int) {
-		order, sizes := shareArm{
-			policy: sharesClassesPolicy, factors: factors, noCompletions: noCompletions,
-			publish: func(t *testing.T, url string) map[string]int {
-				return publishGroups(t, url, map[string]int{"premium/heavy": 200, "regular/light": 900})
-			},
-		}.run(t)
-		return backloggedShares(order, sizes, factors)
-	}
-	without, n := arm(true)
-	t.Logf("without settlement, over %d dispatches: premium %.3f of the real cost", n, without["premium/heavy"])
-	if without["premium/heavy"] < 0.9 {
-		t.Errorf("without settlement premium got %.3f of the real cost, want far above 0.8 (>= 0.9)", without["premium/heavy"])
-	}
-	with, n := arm(false)
-	t.Logf("with settlement, over %d dispatches: premium %.3f regular %.3f of the real cost", n, with["premium/heavy"], with["regular/light"])
-	if p := with["premium/heavy"]; p < 0.77 || p > 0.83 {
-		t.Errorf("with settlement premium got %.3f of the real cost, want 0.80 +- 0.03", p)
-	}
+	settlement{policy: "shares-classes", groups: map[string]int{"premium/heavy": 200, "regular/light": 900},
+		heavy: "premium/heavy", light: "regular/light", without: 0.9, with: [2]float64{0.77, 0.83}}.run(t)
 }
 
 // TestIngressSkewOverNATS is acceptance 6: two producers on separate
@@ -305,7 +265,7 @@ func TestClassesSettlementOverNATS(t *testing.T) {
 // that each see their own ingress, it would not).
 func TestIngressSkewOverNATS(t *testing.T) {
 	order, sizes := shareArm{
-		policy: sharesClassesPolicy,
+		policy: "shares-classes",
 		publish: func(t *testing.T, url string) map[string]int {
 			mix := func(premium, regular int, seed uint64) []string {
 				var todo []string
@@ -338,14 +298,7 @@ func TestIngressSkewOverNATS(t *testing.T) {
 			return map[string]int{"premium/_": 500, "regular/_": 500}
 		},
 	}.run(t)
-	sh, n := backloggedShares(order, sizes, nil)
-	t.Logf("over %d dispatches while both classes were backlogged: premium %.3f regular %.3f", n, sh["premium/_"], sh["regular/_"])
-	if n < 500 {
-		t.Errorf("only %d dispatches while both were backlogged, want >= 500", n)
-	}
-	if p := sh["premium/_"]; p < 0.77 || p > 0.83 {
-		t.Errorf("premium got %.3f of the cost, want 0.80 +- 0.03", p)
-	}
+	checkShare(t, order, sizes, "premium/_", "regular/_", 500, 0.77, 0.83)
 }
 
 // TestKeysDemo runs the keys demo (make run DEMO=keys) on the dispatcher

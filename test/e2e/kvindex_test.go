@@ -2,13 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
@@ -31,21 +28,11 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 
 	var mu sync.Mutex
 	workerOf := map[string]string{}
-	sub, err := ncT.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if json.Unmarshal(m.Data, &c) == nil {
-			mu.Lock()
-			workerOf[c.RequestID] = c.WorkerID
-			mu.Unlock()
-		}
+	onCompletion(t, ncT, "dispatch.done.*", func(c wire.Completion) {
+		mu.Lock()
+		workerOf[c.RequestID] = c.WorkerID
+		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := ncT.Flush(); err != nil {
-		t.Fatal(err)
-	}
 
 	args := []string{"--kv-index", "--leader-election=false"}
 	p := startDispatcher(t, ns.URL(), args...)
@@ -70,15 +57,11 @@ func TestKVIndexSurvivesRestart(t *testing.T) {
 		t.Helper()
 		n++
 		id := fmt.Sprint("kv-", n)
-		m := nats.NewMsg("dispatch.req.default")
-		m.Header.Set("Nats-Msg-Id", id)
-		m.Header.Set("Dispatch-ISL-Tokens", "1024")
+		hdr := map[string]string{"Dispatch-ISL-Tokens": "1024"}
 		if withHashes {
-			m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(prompt))
+			hdr["Dispatch-Block-Hashes"] = wire.EncodeHashes(prompt)
 		}
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, "dispatch.req.default", id, hdr, nil)
 		var w string
 		waitFor(t, 30*time.Second, "completion of "+id, func() bool {
 			mu.Lock()

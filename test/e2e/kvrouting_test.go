@@ -146,9 +146,8 @@ func TestKVFreshOverlapAfterEviction(t *testing.T) {
 // eviction and of the queued one. --queue-threshold 1 makes the default
 // class queue, so a request that finds both ranks full waits.
 func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := newFixture(t)
+	ns, nc, js := f.ns, f.nc, f.js
 	args := []string{"--leader-election=false", "--queue-threshold", "1"}
 	if kvIndex {
 		args = append(args, "--kv-index")
@@ -161,7 +160,7 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 		seq     uint64
 	}
 	got := make(chan dispatch, 16)
-	sub, err := nc.Subscribe("dispatch.work.w1", func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.work.w1", func(m *nats.Msg) {
 		var d dispatch
 		d.id, d.ack = m.Header.Get("Dispatch-Request-Id"), m.Header.Get("Dispatch-Ack")
 		d.rank, _ = strconv.Atoi(m.Header.Get("Dispatch-DP-Rank"))
@@ -169,10 +168,6 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 		_ = m.Respond(nil) // accept
 		got <- d
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	report := func(active uint64, seen uint64) {
 		t.Helper()
 		one, batched := uint64(1), uint64(8192)
@@ -207,13 +202,8 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 	prompt := wire.ChainHashes(nil, make([]uint32, 64*16), 16)
 	send := func(id string) {
 		t.Helper()
-		m := nats.NewMsg("dispatch.req.default")
-		m.Header.Set("Nats-Msg-Id", id)
-		m.Header.Set("Dispatch-ISL-Tokens", "1024")
-		m.Header.Set("Dispatch-Block-Hashes", wire.EncodeHashes(prompt))
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, "dispatch.req.default", id,
+			map[string]string{"Dispatch-ISL-Tokens": "1024", "Dispatch-Block-Hashes": wire.EncodeHashes(prompt)}, nil)
 	}
 	next := func(id string) dispatch {
 		t.Helper()
@@ -250,7 +240,7 @@ func kvFreshRun(t *testing.T, kvIndex bool) (before, after int) {
 	// Full again; the request waits in the queue.
 	report(1, d.seq)
 	waitFor(t, 30*time.Second, "the full load applied", func() bool {
-		v, ok := secQueues(p)
+		v, ok := p.queues()
 		return ok && len(v.Workers) == 1 && len(v.Workers[0].Ranks) == 2 && v.Workers[0].Ranks[1].ReportedPrefill == 160 &&
 			p.metric("fairdispatch_dispatched_total", `class="default"`) == 1
 	})

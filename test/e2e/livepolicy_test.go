@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"fairdispatch/configs/livepolicy"
 	"fairdispatch/mockworker"
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // Issue 12, live policy (docs/design.md, Live policy): a policy put in the
@@ -40,31 +40,15 @@ type lpOutcomes struct {
 func lpCollect(t *testing.T, nc *nats.Conn) *lpOutcomes {
 	t.Helper()
 	o := &lpOutcomes{ids: map[string]bool{}}
-	sub, err := nc.Subscribe("lp.outcome.>", func(m *nats.Msg) {
-		var v struct {
-			ID     string `json:"request_id"`
-			Status string `json:"status"`
-			Class  string `json:"policy_class"`
-			Rev    uint64 `json:"policy_revision"`
-		}
-		if json.Unmarshal(m.Data, &v) != nil || v.Status != "dispatched" {
+	onOutcome(t, nc, "lp.outcome.>", func(v wire.Outcome) {
+		if v.Status != wire.StatusDispatched {
 			return
 		}
 		o.mu.Lock()
-		o.list = append(o.list, lpOutcome{v.ID, v.Class, v.Rev, time.Now()})
-		o.ids[v.ID] = true
+		o.list = append(o.list, lpOutcome{v.RequestID, v.PolicyClass, v.PolicyRevision, time.Now()})
+		o.ids[v.RequestID] = true
 		o.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return o
 }
 
@@ -104,36 +88,26 @@ func (o *lpOutcomes) distinct() int {
 	return len(o.ids)
 }
 
-// lpPolicyView is the policy part of /debug/queues.
-type lpPolicyView struct {
-	Policy struct {
-		Revision    uint64   `json:"revision"`
-		Source      string   `json:"source"`
-		Classes     []string `json:"classes"`
-		Refused     uint64   `json:"refused"`
-		LastRefused *struct {
-			Revision uint64 `json:"revision"`
-			Error    string `json:"error"`
-		} `json:"last_refused"`
-	} `json:"policy"`
-	Classes []struct {
-		Pending int `json:"pending_requests"`
-	} `json:"classes"`
-}
-
-func lpView(p *proc) (v lpPolicyView, ok bool) {
-	code, body := p.get("/debug/queues")
-	if code != 200 {
-		return v, false
-	}
-	return v, json.Unmarshal([]byte(body), &v) == nil
+// lpStartPair starts a leader, d1, and a standby, d2, with --policy-config
+// fairPolicy 512:128, which the leader seeds into the policy bucket as
+// revision 1, and waits until both run it; it returns them with a connection.
+func lpStartPair(t *testing.T) (p1, p2 *proc, nc *nats.Conn, js jetstream.JetStream) {
+	t.Helper()
+	url := startNATS(t).URL()
+	file := writePolicy(t, fairPolicy(t, 512, 128))
+	p1 = startDispatcher(t, url, "--policy-config", file, "--instance-id", "d1")
+	p2 = launch(t, url, "--policy-config", file, "--instance-id", "d2")
+	haWaitStandby(t, p2)
+	lpWaitRevision(t, 1, p1, p2)
+	nc = connect(t, url)
+	return p1, p2, nc, jsOf(t, nc)
 }
 
 func lpWaitRevision(t *testing.T, rev uint64, ps ...*proc) {
 	t.Helper()
 	for _, p := range ps {
 		waitFor(t, 20*time.Second, fmt.Sprintf("a dispatcher to run policy revision %d", rev), func() bool {
-			v, ok := lpView(p)
+			v, ok := p.queues()
 			return ok && v.Policy.Revision == rev && v.Policy.Source == "bucket"
 		})
 		if got := p.metric("fairdispatch_policy_revision"); got != float64(rev) {
@@ -169,33 +143,12 @@ func lpPut(t *testing.T, s *livepolicy.Store, yaml string) uint64 {
 // with their outcomes on lp.outcome.<run>.
 func lpPublish(t *testing.T, js jetstream.JetStream, run string, n int, classes ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	for i := range n {
 		for _, c := range classes {
-			m := nats.NewMsg("dispatch.req." + c)
-			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("%s-%s-%d", run, c, i))
-			m.Header.Set("Dispatch-ISL-Tokens", "512")
-			m.Header.Set("Dispatch-Reply-To", "lp.outcome."+run)
-			if _, err := js.PublishMsg(ctx, m); err != nil {
-				t.Fatal(err)
-			}
+			publish(t, js, "dispatch.req."+c, fmt.Sprintf("%s-%s-%d", run, c, i),
+				map[string]string{"Dispatch-ISL-Tokens": "512", "Dispatch-Reply-To": "lp.outcome." + run}, nil)
 		}
 	}
-}
-
-// lpLine returns the first log line of p containing every fragment, or "".
-func lpLine(p *proc, fragments ...string) string {
-	for _, line := range strings.Split(p.out.String(), "\n") {
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(line, f)
-		}
-		if ok {
-			return line
-		}
-	}
-	return ""
 }
 
 // TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover: two dispatchers (a
@@ -212,44 +165,29 @@ func lpLine(p *proc, fragments ...string) string {
 // under it). Every request is dispatched.
 func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 	const perClass = 600
-	ns := startNATS(t)
-	url := ns.URL()
-	file := writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128))
-	p1 := startDispatcher(t, url, "--policy-config", file, "--instance-id", "d1")
-	p2 := launch(t, url, "--policy-config", file, "--instance-id", "d2")
-	haWaitStandby(t, p2)
-	lpWaitRevision(t, 1, p1, p2)
-
-	nc := connect(t, url)
-	js := jsOf(t, nc)
+	p1, p2, nc, js := lpStartPair(t)
 	store := lpStore(t, js)
 	outs := lpCollect(t, nc)
 	w := startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 40000})
 	w.Helper().SetDraining(true)
-	waitFor(t, 10*time.Second, "both dispatchers to see w1", func() bool {
-		v1, ok1 := frlQueues(p1)
-		v2, ok2 := frlQueues(p2)
-		return ok1 && ok2 && v1.hasWorker("w1") && v2.hasWorker("w1")
-	})
+	waitLive(t, p1, "w1")
+	waitLive(t, p2, "w1")
 	lpPublish(t, js, "flip", perClass, "premium", "regular")
-	waitFor(t, 20*time.Second, "the whole burst queued in the leader", func() bool {
-		v, ok := frlQueues(p1)
-		return ok && v.pendingTotal() == 2*perClass
-	})
+	waitQueued(t, p1, 2*perClass, 20*time.Second)
 	start := time.Time{}
 	w.Helper().SetDraining(false)
 
 	// Leader, revision 1 then 2.
 	waitFor(t, 30*time.Second, "100 dispatches under revision 1", func() bool { return outs.count(1, start) >= 100 })
 	put := time.Now()
-	if rev := lpPut(t, store, fmt.Sprintf(frlFairPolicy, 128, 512)); rev != 2 {
+	if rev := lpPut(t, store, fairPolicy(t, 128, 512)); rev != 2 {
 		t.Fatalf("put revision %d, want 2", rev)
 	}
 	lpWaitRevision(t, 2, p1, p2)
 	waitFor(t, 30*time.Second, "100 dispatches under revision 2", func() bool { return outs.count(2, start) >= 100 })
 	before, after := outs.split(1, start, 100), outs.split(2, start, 100)
 	t.Logf("leader: first 100 under 512:128 %v; first 100 under 128:512 %v; %d dispatched under revision 1 after the put returned; %s",
-		before, after, outs.count(1, put), lpLine(p1, "policy applied", `"revision":2`))
+		before, after, outs.count(1, put), p1.logLine("policy applied", `"revision":2`))
 	if before["premium"] < 70 || after["regular"] < 70 {
 		t.Errorf("leader: premium %d of the first 100 under revision 1 (want >= 70), regular %d of the first 100 under revision 2 (want >= 70)",
 			before["premium"], after["regular"])
@@ -266,14 +204,14 @@ func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 	waitFor(t, 30*time.Second, "100 dispatches by the new leader under revision 2", func() bool { return outs.count(2, led) >= 100 })
 	took := outs.split(2, led, 100)
 	put3 := time.Now()
-	if rev := lpPut(t, store, fmt.Sprintf(frlFairPolicy, 512, 128)); rev != 3 {
+	if rev := lpPut(t, store, fairPolicy(t, 512, 128)); rev != 3 {
 		t.Fatalf("put revision %d, want 3", rev)
 	}
 	lpWaitRevision(t, 3, p2)
 	waitFor(t, 30*time.Second, "100 dispatches under revision 3", func() bool { return outs.count(3, led) >= 100 })
 	back := outs.split(3, led, 100)
 	t.Logf("new leader: first 100 under 128:512 %v; first 100 under 512:128 again %v; %d under revision 2 after the put returned; %s",
-		took, back, outs.count(2, put3), lpLine(p2, "policy applied", `"revision":3`))
+		took, back, outs.count(2, put3), p2.logLine("policy applied", `"revision":3`))
 	if took["regular"] < 70 || back["premium"] < 70 {
 		t.Errorf("new leader: regular %d of its first 100 under revision 2 (want >= 70), premium %d of the first 100 under revision 3 (want >= 70)",
 			took["regular"], back["premium"])
@@ -297,33 +235,24 @@ func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 // leader keeps dispatching under revision 1. A valid revision after it is
 // applied by both.
 func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
-	ns := startNATS(t)
-	url := ns.URL()
-	file := writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128))
-	p1 := startDispatcher(t, url, "--policy-config", file, "--instance-id", "d1")
-	p2 := launch(t, url, "--policy-config", file, "--instance-id", "d2")
-	haWaitStandby(t, p2)
-	lpWaitRevision(t, 1, p1, p2)
-
-	nc := connect(t, url)
-	js := jsOf(t, nc)
+	p1, p2, nc, js := lpStartPair(t)
 	outs := lpCollect(t, nc)
 	startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 	kv, err := js.KeyValue(context.Background(), "fairdispatch_policy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := strings.Replace(fmt.Sprintf(frlFairPolicy, 512, 128), "quantum: 128", "quantum: 0", 1)
+	bad := fairPolicy(t, 512, 0)
 	rev, err := kv.Put(context.Background(), livepolicy.Key, []byte(bad))
 	if err != nil || rev != 2 {
 		t.Fatalf("put of the invalid revision: rev %d, %v; want 2", rev, err)
 	}
 	for _, p := range []*proc{p1, p2} {
 		waitFor(t, 20*time.Second, "the refusal in /debug/queues", func() bool {
-			v, ok := lpView(p)
+			v, ok := p.queues()
 			return ok && v.Policy.Refused == 1 && v.Policy.LastRefused != nil
 		})
-		v, _ := lpView(p)
+		v, _ := p.queues()
 		if v.Policy.Revision != 1 || v.Policy.LastRefused.Revision != 2 || !strings.Contains(v.Policy.LastRefused.Error, "policy_classes[1].quantum") {
 			t.Errorf("policy view %+v (last refused %+v), want revision 1 running and revision 2 refused for policy_classes[1].quantum",
 				v.Policy, *v.Policy.LastRefused)
@@ -334,7 +263,7 @@ func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
 		if got := p.metric("fairdispatch_policy_revision"); got != 1 {
 			t.Errorf("fairdispatch_policy_revision = %v, want 1", got)
 		}
-		line := lpLine(p, "policy revision refused", `"revision":2`, "quantum")
+		line := p.logLine("policy revision refused", `"revision":2`, "quantum")
 		if line == "" {
 			t.Errorf("no log line of the refusal of revision 2")
 		}
@@ -350,7 +279,7 @@ func TestLivePolicyInvalidRevisionRefusedEverywhere(t *testing.T) {
 	waitFor(t, 30*time.Second, "40 dispatched after the refusal", func() bool { return outs.count(1, time.Time{}) == 40 })
 
 	// A valid revision after it runs everywhere.
-	lpPut(t, lpStore(t, js), fmt.Sprintf(frlFairPolicy, 128, 512))
+	lpPut(t, lpStore(t, js), fairPolicy(t, 128, 512))
 	lpWaitRevision(t, 3, p1, p2)
 }
 
@@ -364,7 +293,7 @@ func TestLivePolicyUnderExamplePermissions(t *testing.T) {
 	nc, errs := secConnect(t, n.URL(), "policy_admin", permPolicySecret, "_INBOX_policy_admin")
 	js := jsOf(t, nc)
 	store := lpStore(t, js)
-	rev := lpPut(t, store, strings.Replace(permPolicy, "quantum: 512", "quantum: 64", 1))
+	rev := lpPut(t, store, strings.Replace(policy(t, "permissions"), "quantum: 512", "quantum: 64", 1))
 	lpWaitRevision(t, rev, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -374,7 +303,7 @@ func TestLivePolicyUnderExamplePermissions(t *testing.T) {
 	if _, err := permPublish(nc, "premium", "lp-perm-1", ""); err == nil {
 		t.Errorf("policy_admin published a request")
 	}
-	if line := lpLine(p, "policy watch failed"); line != "" {
+	if line := p.logLine("policy watch failed"); line != "" {
 		t.Errorf("the dispatcher's watch failed under its permissions: %s", line)
 	}
 	t.Logf("asynchronous errors of policy_admin: %s", errs)

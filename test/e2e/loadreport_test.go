@@ -13,9 +13,8 @@ import (
 const frlDropped = "fairdispatch_load_reports_dropped_total"
 
 func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 
 	reasons := []string{"mismatch", "parse", "rank", "invalid"}
 	before := map[string]float64{}
@@ -32,10 +31,7 @@ func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
 	// A live worker the bad reports try to change; a long TTL and no other
 	// reports, so that only a wrongly applied report could change it.
 	publish("steady", `{"worker_id":"steady","ttl_ms":60000,"instance":"s1","ranks":[{"dp_rank":0,"active_prefill_tokens":100}]}`)
-	waitFor(t, 10*time.Second, "worker steady live", func() bool {
-		v, ok := frlQueues(p)
-		return ok && v.hasWorker("steady")
-	})
+	waitLive(t, p, "steady")
 
 	bad := []struct{ reason, token, body string }{
 		// subject and worker_id disagree
@@ -63,10 +59,10 @@ func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
 	// report before it has been handled too.
 	publish("sentinel", `{"worker_id":"sentinel","ttl_ms":60000}`)
 
-	var v frlView
+	var v queueView
 	waitFor(t, 10*time.Second, "the sentinel worker live and every bad report counted", func() bool {
 		var ok bool
-		v, ok = frlQueues(p)
+		v, ok = p.queues()
 		if !ok || !v.hasWorker("sentinel") {
 			return false
 		}
@@ -90,8 +86,7 @@ func TestLoadReportBadReportsDroppedAndCounted(t *testing.T) {
 	if !slices.Equal(ids, []string{"sentinel", "steady"}) {
 		t.Errorf("/debug/queues workers = %v, want [sentinel steady]", ids)
 	}
-	if i, ok := v.worker("steady"); ok {
-		w := v.Workers[i]
+	if w := v.worker("steady"); w != nil {
 		if w.Draining || len(w.Ranks) != 1 || w.Ranks[0].Rank != 0 || w.Ranks[0].ReportedPrefill != 100 {
 			t.Errorf("worker steady = %+v, want its one valid report (not draining, rank 0 with 100 prefill tokens)", w)
 		}

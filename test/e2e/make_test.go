@@ -22,21 +22,9 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
 	args := strings.Join([]string{"--nats-listen", natsAddr, "--http-addr", httpAddr,
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--startup-grace", "0s", "--log-format", "json"}, " ")
-	out := &lockedBuffer{}
 	cmd := exec.Command("make", "--no-print-directory", "-C", "../..", "run", "DEMO=0", "BIN="+t.TempDir(), "ARGS="+args)
-	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("make run output:\n%s", tail(out.String(), 30))
-		}
-	})
+	out, done := startProcess(t, "make run", cmd)
 	up := func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/healthz")
 		if err != nil {
@@ -56,11 +44,7 @@ func TestMakeRunStopsWithMake(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("make did not exit after SIGTERM")
-	}
+	_ = waitExit(t, done, 30*time.Second, "make after SIGTERM")
 	free := func(addr string) bool {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {

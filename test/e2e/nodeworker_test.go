@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
 )
@@ -45,12 +46,10 @@ func TestEndToEndNodeWorker(t *testing.T) {
 // (end marker cancelled, +TERM) and one whose producer went away.
 func TestNodeWorkerStreams(t *testing.T) {
 	node := nodeOrSkip(t)
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	startNodeWorker(t, node, ns.URL(), "node-s", "MAX_ACTIVE=8", "CHUNKS=5", "CHUNK_MS=2")
-	frlWaitLive(t, p, "node-s")
+	waitLive(t, p, "node-s")
 
 	var prods []*rsProducer
 	for i := range 5 {
@@ -83,9 +82,16 @@ func TestNodeWorkerStreams(t *testing.T) {
 	})
 }
 
-// nodeOrSkip returns the node binary, skipping the test when node or the
-// example's node_modules is missing, except under CI (CI=true), where it fails.
+// nodeOrSkip returns the node binary for the example worker (nodeFor).
 func nodeOrSkip(t *testing.T) string {
+	t.Helper()
+	return nodeFor(t, nodeWorkerDir, "examples/node-worker", "nats", "the Node example worker")
+}
+
+// nodeFor returns the node binary, skipping the test when node or module in
+// dir's node_modules (dir is shown as name) is missing, except under CI
+// (CI=true), where it fails; what names what cannot run.
+func nodeFor(t *testing.T, dir, name, module, what string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	missing := ""
@@ -93,33 +99,25 @@ func nodeOrSkip(t *testing.T) string {
 	case err != nil:
 		missing = "node is not on PATH"
 	default:
-		if _, err := os.Stat(filepath.Join(nodeWorkerDir, "node_modules", "nats", "package.json")); err != nil {
-			missing = "examples/node-worker/node_modules is missing: run `npm ci` in examples/node-worker"
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", module, "package.json")); err != nil {
+			missing = name + "/node_modules is missing: run `npm ci` in " + name
 		}
 	}
 	if missing != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the Node example worker cannot run under CI: %s", missing)
-		}
-		t.Skipf("the Node example worker cannot run: %s (under CI=true this fails)", missing)
+		natstest.Missing(t, what+" cannot run: "+missing)
 	}
 	return node
 }
 
-// startNodeWorker runs examples/node-worker/worker.js as worker id; at the
-// end of the test it sends SIGTERM and requires a clean exit.
-func startNodeWorker(t *testing.T, node, url, id string, env ...string) {
+// startNodeWorker runs examples/node-worker/worker.js as worker id and
+// returns its output; at the end of the test it sends SIGTERM and requires a
+// clean exit.
+func startNodeWorker(t *testing.T, node, url, id string, env ...string) *natstest.Buffer {
 	t.Helper()
 	cmd := exec.Command(node, "worker.js")
 	cmd.Dir = nodeWorkerDir
 	cmd.Env = append(append(os.Environ(), "NATS_URL="+url, "WORKER_ID="+id), env...)
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, done := startProcess(t, "node worker", cmd)
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM) // it drains, then exits 0
 		select {
@@ -135,10 +133,8 @@ func startNodeWorker(t *testing.T, node, url, id string, env ...string) {
 			<-done
 			t.Errorf("node worker did not stop within 10 s of SIGTERM")
 		}
-		if t.Failed() {
-			t.Logf("node worker output:\n%s", tail(out.String(), 40))
-		}
 	})
+	return out
 }
 
 // wsEndToEnd runs n requests against one worker started by start.
@@ -151,9 +147,9 @@ func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
 	nc := connect(t, ns.URL())
 	records := frlRecordDone(t, nc)
 	start(t, ns.URL())
-	frlWaitLive(t, p, id)
+	waitLive(t, p, id)
 
-	res := frlRunLoad(t, nc, "e2e-"+id, n)
+	res := runLoad(t, nc, defaultLoad("e2e-"+id, n))
 	frlCheckAllOn(t, res, n, id)
 	if res.Duplicates != 0 {
 		t.Errorf("%d duplicate completion records, want 0", res.Duplicates)

@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // docBlock is one pasted command and its output in docs/operations.md: a
@@ -105,21 +102,11 @@ func checkDocBlock(t *testing.T, b docBlock, global ...string) {
 // letters, on the scenario it describes: three requests rejected queue_full
 // by a zero limit, the dispatcher then stopped to raise it.
 func TestOperationsDocDeadLetters(t *testing.T) {
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
-	ecsStartReporter(t, nc, "wbusy", 5000, 10*time.Minute)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, replayPolicyZero))
-	ecsWaitWorker(t, p, "wbusy")
+	f, _ := startBusy(t, "dlq-zero")
+	ns, js, p := f.ns, f.js, f.p
 	for i, id := range []string{"order-17", "order-18", "order-19"} {
-		m := nats.NewMsg("dispatch.req.limited")
-		m.Header.Set(jetstream.MsgIDHeader, id)
-		m.Header.Set("Dispatch-ISL-Tokens", "120")
-		m.Header.Set("X-Tenant", "acme")
-		m.Data = []byte(`{"prompt":"summarise ticket ` + string(rune('1'+i)) + `"}`)
-		if _, err := js.PublishMsg(t.Context(), m); err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, "dispatch.req.limited", id, map[string]string{"Dispatch-ISL-Tokens": "120", "X-Tenant": "acme"},
+			[]byte(`{"prompt":"summarise ticket `+string(rune('1'+i))+`"}`))
 		// One at a time, so that the stream sequences follow the ids.
 		waitFor(t, 10*time.Second, "dead letter "+id, func() bool { return streamMsgs(t, js, "DISPATCH_DLQ") == uint64(i+1) })
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // Issue 15, a fleet outage (docs/design.md, Fleet outage): while no worker is
@@ -27,50 +27,9 @@ import (
 // outTTL is the workers' report TTL: short, so that an outage of 3 TTLs is short.
 const outTTL = 500 * time.Millisecond
 
-// outPolicy: two classes of quanta 400 and 100. Every request costs 100
-// (100 uncached tokens), so DRR sends four premium for one regular while both
-// are backlogged. The gate (prefill over 1000 tokens) keeps the backlog in the
-// dispatcher rather than in the worker.
-const outPolicy = `default_policy_family: regular
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: premium, policy_family: premium, cache_bucket: all, queue_policy: fcfs, quantum: 400, prefill_busy_threshold: 1000}
-  - {name: regular, policy_family: regular, cache_bucket: all, queue_policy: fcfs, quantum: 100, prefill_busy_threshold: 1000}
-`
-
 // outPerClass is the number of requests of each class in each of the two
 // backlogs: the one queued before the outage and the one published during it.
 const outPerClass = 100
-
-// outView is the part of /debug/queues these tests read.
-type outView struct {
-	Held          int        `json:"held"`
-	NoLiveWorkers bool       `json:"no_live_workers"`
-	OutageSince   *time.Time `json:"outage_since"`
-	Classes       []struct {
-		Pending int `json:"pending_requests"`
-	} `json:"classes"`
-	Workers []struct {
-		ID       string `json:"worker_id"`
-		Draining bool   `json:"draining"`
-	} `json:"workers"`
-}
-
-func outQueues(p *proc) (v outView, ok bool) {
-	code, body := p.get("/debug/queues")
-	if code != http.StatusOK {
-		return v, false
-	}
-	return v, json.Unmarshal([]byte(body), &v) == nil
-}
-
-func (v outView) pending() int {
-	n := 0
-	for _, c := range v.Classes {
-		n += c.Pending
-	}
-	return n
-}
 
 // outNoLiveWorkers reports whether p answers /readyz 503 "no live workers".
 func outNoLiveWorkers(p *proc) bool {
@@ -83,18 +42,14 @@ func outNoLiveWorkers(p *proc) bool {
 // charged; a handshake that timed out sends the request again, uncharged).
 type outCompletions struct {
 	mu   sync.Mutex
-	byID map[string]mockworker.Completion
+	byID map[string]wire.Completion
 	recs int
 }
 
 func outCollect(t *testing.T, nc *nats.Conn) *outCompletions {
 	t.Helper()
-	c := &outCompletions{byID: map[string]mockworker.Completion{}}
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var r mockworker.Completion
-		if json.Unmarshal(m.Data, &r) != nil {
-			return
-		}
+	c := &outCompletions{byID: map[string]wire.Completion{}}
+	onCompletion(t, nc, "dispatch.done.*", func(r wire.Completion) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.recs++
@@ -102,16 +57,6 @@ func outCollect(t *testing.T, nc *nats.Conn) *outCompletions {
 			c.byID[r.RequestID] = r
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return c
 }
 
@@ -125,7 +70,7 @@ func (c *outCompletions) has(id string) bool {
 // order returns the classes of worker w's dispatches in Dispatch-Seq order.
 func (c *outCompletions) order(w string) []string {
 	c.mu.Lock()
-	var rs []mockworker.Completion
+	var rs []wire.Completion
 	for _, r := range c.byID {
 		if r.WorkerID == w {
 			rs = append(rs, r)
@@ -157,17 +102,7 @@ func outStartWorker(t *testing.T, url, id string, draining bool) *outWorker {
 // start starts a new instance of the worker on its connection.
 func (ow *outWorker) start(t *testing.T, draining bool) {
 	t.Helper()
-	w, err := mockworker.New(ow.nc, mockworker.Config{ID: ow.id, TTL: outTTL, AckWait: 4 * time.Second, OutputTokens: 1,
-		DecodePerToken: time.Millisecond}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Helper().SetDraining(draining) // before the first report
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ow.w = w
-	t.Cleanup(func() { ow.stop() })
+	ow.w = newMock(t, ow.nc, mockworker.Config{ID: ow.id, TTL: outTTL, OutputTokens: 1, DecodePerToken: time.Millisecond}, draining)
 }
 
 // stop stops the worker: a last (draining) report, then silence.
@@ -185,27 +120,11 @@ func outPublish(t *testing.T, js jetstream.JetStream, run string, n int) []strin
 	for i := range n {
 		for _, c := range []string{"premium", "regular"} {
 			id := fmt.Sprintf("%s-%s-%d", run, c, i)
-			ecsPublish(t, js, "dispatch.req."+c, id, map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Output-Tokens": "1"}, []byte(id))
+			publish(t, js, "dispatch.req."+c, id, map[string]string{"Dispatch-ISL-Tokens": "100", "Dispatch-Output-Tokens": "1"}, []byte(id))
 			ids = append(ids, id)
 		}
 	}
 	return ids
-}
-
-// outConsumer returns the dispatcher's durable consumer's info.
-func outConsumer(t *testing.T, js jetstream.JetStream) *jetstream.ConsumerInfo {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := js.Consumer(ctx, "DISPATCH_REQ", "dispatcher")
-	if err != nil {
-		t.Fatal(err)
-	}
-	i, err := c.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return i
 }
 
 // outSplitBound is how far DRR may stray from the quanta over a prefix of N
@@ -296,7 +215,7 @@ func outStart(t *testing.T, standby bool, extra ...string) *outFixture {
 	for _, id := range []string{"w1", "w2"} {
 		f.workers = append(f.workers, outStartWorker(t, f.url, id, true))
 	}
-	args := append([]string{"--policy-config", writePolicy(t, outPolicy)}, extra...)
+	args := append([]string{"--policy-config", policyFile(t, "outage")}, extra...)
 	if standby {
 		args = append(args, "--lease-ttl", "1s")
 		f.p = startDispatcher(t, f.url, append(args, "--instance-id", "d1")...)
@@ -306,7 +225,7 @@ func outStart(t *testing.T, standby bool, extra ...string) *outFixture {
 		f.p = startDispatcher(t, f.url, args...)
 	}
 	waitFor(t, 10*time.Second, "both workers live and draining", func() bool {
-		v, ok := outQueues(f.p)
+		v, ok := f.p.queues()
 		return ok && len(v.Workers) == 2 && v.Workers[0].Draining && v.Workers[1].Draining
 	})
 	if outNoLiveWorkers(f.p) {
@@ -314,8 +233,8 @@ func outStart(t *testing.T, standby bool, extra ...string) *outFixture {
 	}
 	f.backlog1 = outPublish(t, f.js, "b1", outPerClass)
 	waitFor(t, 20*time.Second, "the first backlog held", func() bool {
-		v, ok := outQueues(f.p)
-		return ok && v.pending() == 2*outPerClass
+		v, ok := f.p.queues()
+		return ok && v.pendingTotal() == 2*outPerClass
 	})
 	return f
 }
@@ -360,7 +279,7 @@ func outHoldAndResume(t *testing.T, failover bool) {
 
 	p := f.p
 	if failover {
-		v, _ := outQueues(p)
+		v, _ := p.queues()
 		p.kill()
 		t.Logf("leader killed holding %d requests; the standby takes over", v.Held)
 		p = f.standby
@@ -386,14 +305,14 @@ func outHoldAndResume(t *testing.T, failover bool) {
 		// below then measures DRR alone, as with one dispatcher, not the
 		// arrivals that find an idle worker.
 		waitFor(t, 10*time.Second, "the new leader to hold nothing and pull nothing", func() bool {
-			v, ok := outQueues(p)
-			return ok && v.Held == 0 && outConsumer(t, f.js).NumWaiting == 0
+			v, ok := p.queues()
+			return ok && v.Held == 0 && consumerInfo(t, f.js).NumWaiting == 0
 		})
 		f.workers[0].start(t, true)
 		returnAt = time.Now()
 		waitFor(t, 30*time.Second, "the new leader to hold both backlogs", func() bool {
-			v, ok := outQueues(p)
-			return ok && v.pending() == 4*outPerClass
+			v, ok := p.queues()
+			return ok && v.pendingTotal() == 4*outPerClass
 		})
 		if n := streamMsgs(t, f.js, "DISPATCH_DLQ"); n != 0 {
 			t.Fatalf("%d requests dead-lettered, want 0", n)
@@ -449,14 +368,14 @@ func outTimeout(t *testing.T, failover bool) {
 	waitOutage(t, f.p)
 	var since time.Time
 	waitFor(t, 5*time.Second, "/debug/queues to show the outage and its start", func() bool {
-		v, ok := outQueues(f.p)
+		v, ok := f.p.queues()
 		if ok && v.NoLiveWorkers && v.OutageSince != nil {
 			since = *v.OutageSince
 		}
 		return !since.IsZero()
 	})
 	// The pull open when the outage began runs to its end; then none is open.
-	waitFor(t, 10*time.Second, "no pull open", func() bool { return outConsumer(t, f.js).NumWaiting == 0 })
+	waitFor(t, 10*time.Second, "no pull open", func() bool { return consumerInfo(t, f.js).NumWaiting == 0 })
 	backlog2 := outPublish(t, f.js, "b2", outPerClass)
 
 	// Every request ends up dead-lettered or still in the stream, none held:
@@ -469,7 +388,7 @@ func outTimeout(t *testing.T, failover bool) {
 	}
 	var pending uint64
 	waitFor(t, 30*time.Second, "every held request dead-lettered, the rest in the stream", func() bool {
-		i := outConsumer(t, f.js)
+		i := consumerInfo(t, f.js)
 		pending = i.NumPending
 		return i.NumAckPending == 0 && streamMsgs(t, f.js, "DISPATCH_DLQ")+i.NumPending == uint64(4*outPerClass) &&
 			streamMsgs(t, f.js, "DISPATCH_REQ") == i.NumPending
@@ -477,7 +396,7 @@ func outTimeout(t *testing.T, failover bool) {
 	pulled := 2*outPerClass - int(pending) // of the second backlog, by the pull open when the outage began
 	first := time.Time{}
 	dead := map[string]bool{}
-	for _, m := range ecsStreamAll(t, f.js, "DISPATCH_DLQ") {
+	for _, m := range streamAll(t, f.js, "DISPATCH_DLQ") {
 		id := m.Header.Get("Dispatch-Request-Id")
 		dead[id] = true
 		if m.Header.Get("Dispatch-Error") != "no_endpoints" {
@@ -515,7 +434,7 @@ func outTimeout(t *testing.T, failover bool) {
 	// The second backlog is still in the stream, past the timeout (and on a
 	// new leader): until a worker returns, it is not pulled.
 	for range 10 {
-		if i := outConsumer(t, f.js); i.NumPending != pending || i.NumAckPending != 0 {
+		if i := consumerInfo(t, f.js); i.NumPending != pending || i.NumAckPending != 0 {
 			t.Fatalf("before the return: consumer pending %d, ack pending %d; want %d, 0", i.NumPending, i.NumAckPending, pending)
 		}
 		time.Sleep(100 * time.Millisecond) // watch for a second: nothing may be pulled
@@ -553,12 +472,12 @@ func TestOutageMemoryBounded(t *testing.T) {
 	// A draining worker (live, taking nothing) has the dispatcher pull up to
 	// --max-held of the backlog; then it stops, and the fleet is out.
 	w := outStartWorker(t, url, "w1", true)
-	p := startDispatcher(t, url, "--policy-config", writePolicy(t, outPolicy), "--max-held", fmt.Sprint(maxHeld),
+	p := startDispatcher(t, url, "--policy-config", policyFile(t, "outage"), "--max-held", fmt.Sprint(maxHeld),
 		"--ack-wait", "2s", "--dispatch-timeout", "1s")
-	ecsWaitWorker(t, p, "w1")
+	waitLive(t, p, "w1")
 	first := outPublish(t, js, "big", n)
 	waitFor(t, 20*time.Second, "the dispatcher holding --max-held", func() bool {
-		v, ok := outQueues(p)
+		v, ok := p.queues()
 		return ok && v.Held == maxHeld
 	})
 	w.stop()
@@ -570,7 +489,7 @@ func TestOutageMemoryBounded(t *testing.T) {
 	// count held never passes max-held, the rest stays in the stream.
 	peak := 0
 	for start := time.Now(); time.Since(start) < 6*time.Second; time.Sleep(100 * time.Millisecond) {
-		v, ok := outQueues(p)
+		v, ok := p.queues()
 		if !ok {
 			continue
 		}
@@ -579,7 +498,7 @@ func TestOutageMemoryBounded(t *testing.T) {
 		if v.Held > maxHeld || held > maxHeld {
 			t.Fatalf("held %d (gauge %d) during the outage, want at most --max-held %d", v.Held, held, maxHeld)
 		}
-		if i := outConsumer(t, js); int(i.NumPending)+i.NumAckPending != total || int(i.NumPending) < total-maxHeld {
+		if i := consumerInfo(t, js); int(i.NumPending)+i.NumAckPending != total || int(i.NumPending) < total-maxHeld {
 			t.Fatalf("consumer pending %d, ack pending %d; want the %d requests, at least %d still in the stream",
 				i.NumPending, i.NumAckPending, total, total-maxHeld)
 		}
@@ -595,7 +514,7 @@ func TestOutageMemoryBounded(t *testing.T) {
 	}
 	w.start(t, false)
 	waitFor(t, 60*time.Second, "every request completed", func() bool {
-		if v, ok := outQueues(p); ok && v.Held > maxHeld {
+		if v, ok := p.queues(); ok && v.Held > maxHeld {
 			t.Fatalf("held %d after the return, want at most %d", v.Held, maxHeld)
 		}
 		for _, id := range append(append([]string(nil), first...), more...) {

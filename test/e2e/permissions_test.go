@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // These tests run the example configs/nats-accounts.conf unchanged (only the
@@ -72,21 +72,6 @@ func TestPermissionsExampleSecrets(t *testing.T) {
 	}
 }
 
-const permPolicy = `default_policy_family: regular
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: premium
-    policy_family: premium
-    cache_bucket: all
-    quantum: 512
-  - name: regular
-    policy_family: regular
-    cache_bucket: all
-    quantum: 128
-`
-
 // permConfigPath is the example configuration, relative to this file.
 func permConfigPath(t testing.TB) string {
 	t.Helper()
@@ -123,18 +108,8 @@ func permStart(t *testing.T, extra ...string) (*natsServer, *proc) {
 		o.Host, o.Port, o.StoreDir, o.JetStream, o.NoLog, o.NoSigs = "127.0.0.1", -1, dir, true, true, true
 	})
 	t.Setenv("DISPATCHER_NATS_PASSWORD", permDispatcherSecret)
-	p := startDispatcher(t, n.URL(), append([]string{"--nats-user", "dispatcher", "--policy-config", writePolicy(t, permPolicy)}, extra...)...)
+	p := startDispatcher(t, n.URL(), append([]string{"--nats-user", "dispatcher", "--policy-config", policyFile(t, "permissions")}, extra...)...)
 	return n, p
-}
-
-// permReport is a load report body of docs/protocol.md, Load report.
-func permReport(id string, prefill uint64, draining bool, ttlMs int) []byte {
-	b, _ := json.Marshal(map[string]any{
-		"worker_id": id, "data_parallel_size": 1, "max_num_batched_tokens": 8192, "ttl_ms": ttlMs,
-		"draining": draining, "instance": "perm-" + id,
-		"ranks": []map[string]any{{"dp_rank": 0, "active_prefill_tokens": prefill}},
-	})
-	return b
 }
 
 // permOutcomes subscribes to a producer's outcome subject and counts the
@@ -147,22 +122,13 @@ type permOutcomes struct {
 func permFollow(t *testing.T, nc *nats.Conn, subject string) *permOutcomes {
 	t.Helper()
 	o := &permOutcomes{per: map[string]int{}}
-	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		var out struct {
-			Status string `json:"status"`
-			Class  string `json:"policy_class"`
-		}
-		if json.Unmarshal(m.Data, &out) == nil && out.Status == "dispatched" {
+	onOutcome(t, nc, subject, func(out wire.Outcome) {
+		if out.Status == wire.StatusDispatched {
 			o.mu.Lock()
-			o.per[out.Class]++
+			o.per[out.PolicyClass]++
 			o.mu.Unlock()
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	return o
 }
 
@@ -207,7 +173,8 @@ func permPublishTo(nc *nats.Conn, subject, id, replyTo string) (uint64, error) {
 func TestPermissionsExampleConfigServes(t *testing.T) {
 	n, p := permStart(t, "--record-stream") // the example grants the trace stream too
 	for _, w := range []struct{ id, user, secret string }{{"w1", "worker_w1", permW1Secret}, {"w2", "worker_w2", permW2Secret}} {
-		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "")
+		// Its own inbox, for JetStream's answers to its confirmed acknowledgements.
+		nc, errs := secConnect(t, n.URL(), w.user, w.secret, "_INBOX_"+w.user)
 		startMock(t, nc, mockworker.Config{ID: w.id, TTL: 3 * time.Second})
 		t.Cleanup(func() {
 			// The mock also announces completions on dispatch.done.<id> for
@@ -310,17 +277,17 @@ func TestPermissionsProducerWithoutGrantRefused(t *testing.T) {
 func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 	n, p := permStart(t)
 	w2, _ := secConnect(t, n.URL(), "worker_w2", permW2Secret, "")
-	if err := w2.Publish("dispatch.load.w2", permReport("w2", 100, false, 600_000)); err != nil {
+	if err := w2.Publish("dispatch.load.w2", loadReport("w2", 100, false, 10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "w2 live", func() bool {
-		v, ok := secQueues(p)
+		v, ok := p.queues()
 		return ok && len(v.Workers) == 1 && v.Workers[0].ID == "w2" && v.Workers[0].Ranks[0].ReportedPrefill == 100
 	})
 
 	w1, errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
 	// A forged report for w2: draining, and a load that would keep it from work.
-	if err := w1.Publish("dispatch.load.w2", permReport("w2", 999_999, true, 600_000)); err != nil {
+	if err := w1.Publish("dispatch.load.w2", loadReport("w2", 999_999, true, 10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "the load permission violation", func() bool {
@@ -330,7 +297,7 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 	// (ttl_ms 1). Reports from one connection arrive in order, so once it is
 	// counted, the forged one would have been applied had it got through.
 	invalid := p.metric("fairdispatch_load_reports_dropped_total", `reason="invalid"`)
-	if err := w1.Publish("dispatch.load.w1", permReport("w1", 0, false, 1)); err != nil {
+	if err := w1.Publish("dispatch.load.w1", loadReport("w1", 0, false, time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "w1's own invalid report counted", func() bool {
@@ -389,7 +356,7 @@ func TestPermissionsWorkerCannotActForAnother(t *testing.T) {
 	if err := w1.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := w1.Publish("dispatch.load.w1", permReport("w1", 0, false, 1)); err != nil { // barrier, as above
+	if err := w1.Publish("dispatch.load.w1", loadReport("w1", 0, false, time.Millisecond)); err != nil { // barrier, as above
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the second barrier report", func() bool {
@@ -465,7 +432,7 @@ func TestPermissionsKVEvents(t *testing.T) {
 // could not publish load reports anyway. The worker's state is unchanged.
 func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
 	n, p := permStart(t)
-	w1nc, _ := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
+	w1nc, _ := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
 	startMock(t, w1nc, mockworker.Config{ID: "w1", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
 
@@ -487,32 +454,6 @@ func TestPermissionsReplyToCannotForgeLoad(t *testing.T) {
 	}
 }
 
-// secContainsAll reports whether s contains every fragment.
-func secContainsAll(s string, fragments ...string) bool {
-	for _, f := range fragments {
-		if !strings.Contains(s, f) {
-			return false
-		}
-	}
-	return true
-}
-
-// permQwenPolicy is pool qwen's policy: classes gold and bronze.
-const permQwenPolicy = `default_policy_family: bronze
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: gold
-    policy_family: gold
-    cache_bucket: all
-    quantum: 512
-  - name: bronze
-    policy_family: bronze
-    cache_bucket: all
-    quantum: 128
-`
-
 // TestPermissionsPoolsConfined: the example's two pools, dispatch (the
 // default prefix) and qwen, on one account. Each pool serves under its own
 // users; every user of one pool is refused by NATS whatever it tries in the
@@ -523,11 +464,11 @@ policy_classes:
 func TestPermissionsPoolsConfined(t *testing.T) {
 	n, p := permStart(t)
 	q := startDispatcher(t, n.URL(), "--nats-user", "dispatcher_qwen", "--nats-password", permQwenDispatcherSecret,
-		"--subject-prefix", "qwen", "--nats-inbox-prefix", "_INBOX_dispatcher_qwen", "--policy-config", writePolicy(t, permQwenPolicy))
+		"--subject-prefix", "qwen", "--nats-inbox-prefix", "_INBOX_dispatcher_qwen", "--policy-config", policyFile(t, "permissions-qwen"))
 
 	// Both pools serve, each under its own users; worker id w1 in each.
-	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "")
-	qw1, qw1Errs := secConnect(t, n.URL(), "worker_qwen_w1", permQwenW1Secret, "")
+	w1, w1Errs := secConnect(t, n.URL(), "worker_w1", permW1Secret, "_INBOX_worker_w1")
+	qw1, qw1Errs := secConnect(t, n.URL(), "worker_qwen_w1", permQwenW1Secret, "_INBOX_worker_qwen_w1")
 	startMock(t, w1, mockworker.Config{ID: "w1", TTL: 3 * time.Second})
 	startMock(t, qw1, mockworker.Config{ID: "w1", Prefix: "qwen", TTL: 3 * time.Second})
 	waitFor(t, 10*time.Second, "w1 live in both pools", func() bool {

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,38 +11,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
 
 // Issue 16, several pools on one NATS account: two dispatcher pairs (prefixes
 // llama and qwen) share one nats-server without touching each other. Helpers
 // of this file carry the prefix pool.
-
-// poolPolicy is configs/policy-classes.yaml with the class names and quanta
-// as parameters: hi (first) and lo (second, the default family).
-const poolPolicy = `default_policy_family: %[2]s
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: %[1]s
-    policy_family: %[1]s
-    cache_bucket: all
-    queue_policy: fcfs
-    quantum: %[3]d
-    prefill_busy_threshold: 1536
-    request_queue_limit_per_worker: 1024
-  - name: %[2]s
-    policy_family: %[2]s
-    cache_bucket: all
-    queue_policy: fcfs
-    quantum: %[4]d
-    prefill_busy_threshold: 1536
-    request_queue_limit_per_worker: 1024
-`
 
 // pool is one deployment: a prefix, its dispatcher pair, its worker and its classes.
 type pool struct {
@@ -62,26 +37,12 @@ type pool struct {
 
 func (p *pool) follow(t *testing.T, nc *nats.Conn) {
 	t.Helper()
-	sub, err := nc.Subscribe(p.prefix+".done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if json.Unmarshal(m.Data, &c) != nil {
-			return
-		}
+	onCompletion(t, nc, p.prefix+".done.*", func(c wire.Completion) {
 		p.mu.Lock()
 		p.done = append(p.done, c.RequestID+"@"+c.WorkerID)
 		p.doneAt = append(p.doneAt, time.Now())
 		p.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 }
 
 // doneBetween counts the completion records that arrived in (from, to).
@@ -104,34 +65,20 @@ func (p *pool) records() []string {
 	return slices.Clone(p.done)
 }
 
-// poolRun runs loadgen on pool p in the background.
-type poolRun struct {
-	res *loadgen.Result
-	err error
-	end chan struct{}
-}
-
-func (p *pool) run(nc *nats.Conn, cfg loadgen.Config) *poolRun {
-	r := &poolRun{end: make(chan struct{})}
+// run runs loadgen on pool p in the background.
+func (p *pool) run(t *testing.T, nc *nats.Conn, cfg loadgen.Config) *loadRun {
 	cfg.Prefix = p.prefix
-	go func() {
-		defer close(r.end)
-		r.res, r.err = loadgen.Run(context.Background(), nc, cfg, zerolog.Nop())
-	}()
-	return r
+	return startLoad(t, nc, cfg)
 }
 
-func (r *poolRun) wait(t *testing.T, what string) *loadgen.Result {
+// poolResult waits for a run of the pool tests and checks it completed.
+func poolResult(t *testing.T, r *loadRun, what string) *loadgen.Result {
 	t.Helper()
-	select {
-	case <-r.end:
-	case <-time.After(120 * time.Second):
-		t.Fatalf("%s: loadgen did not end", what)
+	res := r.wait(t, 120*time.Second)
+	if !res.Complete {
+		t.Fatalf("%s: loadgen: incomplete (result %+v)", what, res)
 	}
-	if r.err != nil || r.res == nil || !r.res.Complete {
-		t.Fatalf("%s: loadgen: %v (result %+v)", what, r.err, r.res)
-	}
-	return r.res
+	return res
 }
 
 // TestPoolsTwoPrefixesOneAccount: pools llama and qwen, each a leader and a
@@ -158,7 +105,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 	pools := []*pool{llama, qwen}
 
 	for _, p := range pools {
-		pol := writePolicy(t, fmt.Sprintf(poolPolicy, p.classes[0], p.classes[1], p.quanta[0], p.quanta[1]))
+		pol := policyFile(t, "two-classes", "first", p.classes[0], "second", p.classes[1], "first_quantum", p.quanta[0], "second_quantum", p.quanta[1])
 		args := []string{"--subject-prefix", p.prefix, "--policy-config", pol}
 		p.leader = startDispatcher(t, url, append(args, "--instance-id", p.prefix+"-1")...)
 		p.spare = launch(t, url, append(args, "--instance-id", p.prefix+"-2")...)
@@ -166,53 +113,34 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 	}
 	for _, p := range pools {
 		haWaitStandby(t, p.spare)
-		w, err := mockworker.New(connect(t, url), mockworker.Config{ID: p.worker, Prefix: p.prefix, MaxNumSeqs: 4, OutputTokens: 1,
-			PrefillTokensPerSec: 200000, AckWait: 4 * time.Second, ConfirmAcks: true}, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Helper().SetDraining(true) // before the first report
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = w.Stop(ctx)
-		})
-		p.w = w
+		p.w = startDrainingMock(t, connect(t, url), mockworker.Config{ID: p.worker, Prefix: p.prefix, MaxNumSeqs: 4, OutputTokens: 1,
+			PrefillTokensPerSec: 200000, ConfirmAcks: true})
 	}
 	for _, p := range pools {
 		waitFor(t, 10*time.Second, p.prefix+"'s leader to see its worker live and draining", func() bool {
-			v, ok := frlQueues(p.leader)
-			i, live := v.worker(p.worker)
-			return ok && live && v.Workers[i].Draining && len(v.Workers) == 1
+			v, ok := p.leader.queues()
+			w := v.worker(p.worker)
+			return ok && w != nil && w.Draining && len(v.Workers) == 1
 		})
 	}
 
 	// 1. Fairness, each pool by its own policy.
 	const perClass = 200
-	runs := map[*pool]*poolRun{}
+	runs := map[*pool]*loadRun{}
 	for _, p := range pools {
-		runs[p] = p.run(connect(t, url), loadgen.Config{
+		runs[p] = p.run(t, connect(t, url), loadgen.Config{
 			Classes: []loadgen.ClassCount{{Class: p.classes[0], Count: perClass}, {Class: p.classes[1], Count: perClass}},
 			ISL:     512, Order: loadgen.OrderAlternating, Timeout: 90 * time.Second, RunID: p.prefix + "-burst",
 		})
 	}
 	for _, p := range pools {
-		waitFor(t, 30*time.Second, "the whole burst queued at "+p.prefix+"'s leader", func() bool {
-			v, ok := frlQueues(p.leader)
-			return ok && v.pendingTotal() == 2*perClass
-		})
+		waitQueued(t, p.leader, 2*perClass, 30*time.Second)
 	}
 	for _, p := range pools {
-		if got := p.w.Stats().Accepted; got != 0 {
-			t.Fatalf("%s's draining worker accepted %d requests before the release", p.prefix, got)
-		}
-		p.w.Helper().SetDraining(false)
+		release(t, p.w)
 	}
 	for _, p := range pools {
-		res := runs[p].wait(t, p.prefix+" burst")
+		res := poolResult(t, runs[p], p.prefix+" burst")
 		for _, c := range res.Completions {
 			if c.WorkerID != p.worker || !strings.HasPrefix(c.RequestID, p.prefix+"-burst-") {
 				t.Errorf("%s: request %s completed by %s", p.prefix, c.RequestID, c.WorkerID)
@@ -236,7 +164,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 	// 2. Steady traffic on both pools; llama's leader dies.
 	const steady = 2000
 	for _, p := range pools {
-		runs[p] = p.run(connect(t, url), loadgen.Config{
+		runs[p] = p.run(t, connect(t, url), loadgen.Config{
 			Classes: []loadgen.ClassCount{{Class: p.classes[0], Count: steady / 2}, {Class: p.classes[1], Count: steady / 2}},
 			ISL:     256, Rate: 250, Order: loadgen.OrderAlternating, Timeout: 90 * time.Second, RunID: p.prefix + "-steady",
 		})
@@ -257,7 +185,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 		t.Errorf("qwen completed %d requests while llama had no leader (%v), want >= 50", n, ledAt.Sub(killAt).Round(time.Millisecond))
 	}
 	for _, p := range pools {
-		res := runs[p].wait(t, p.prefix+" steady")
+		res := poolResult(t, runs[p], p.prefix+" steady")
 		if p == qwen && res.Duplicates != 0 {
 			t.Errorf("qwen: %d duplicate completions, want 0 (llama's failover must not touch qwen)", res.Duplicates)
 		}
@@ -290,21 +218,13 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 
 	// 3a. Dead letters: a bad request in each pool lands in its own DLQ only.
 	for _, p := range pools {
-		m := nats.NewMsg(p.prefix + ".req." + p.classes[0])
-		m.Header.Set("Nats-Msg-Id", p.prefix+"-bad")
-		m.Header.Set("Dispatch-ISL-Tokens", "abc")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := js.PublishMsg(ctx, m)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
+		publish(t, js, p.prefix+".req."+p.classes[0], p.prefix+"-bad", map[string]string{"Dispatch-ISL-Tokens": "abc"}, nil)
 	}
 	live := map[*pool]*proc{llama: llama.spare, qwen: qwen.leader}
 	for _, p := range pools {
 		dlq := strings.ToUpper(p.prefix) + "_DLQ"
 		waitFor(t, 15*time.Second, "the bad request in "+dlq, func() bool { return streamMsgs(t, js, dlq) == 1 })
-		for _, d := range ecsStreamAll(t, js, dlq) {
+		for _, d := range streamAll(t, js, dlq) {
 			if id := d.Header.Get("Dispatch-Request-Id"); id != p.prefix+"-bad" || !strings.HasPrefix(d.Subject, p.prefix+".dlq.") {
 				t.Errorf("%s holds %s on %s", dlq, id, d.Subject)
 			}
@@ -334,7 +254,7 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 		if got := live[p].metric("fairdispatch_rejected_total", `reason="bad_request"`); got != 1 {
 			t.Errorf("%s's leader rejected %v bad requests, want 1 (its own)", p.prefix, got)
 		}
-		v, ok := frlQueues(live[p])
+		v, ok := live[p].queues()
 		if !ok || len(v.Workers) != 1 || v.Workers[0].ID != p.worker {
 			t.Errorf("%s's leader knows workers %+v, want only %s", p.prefix, v.Workers, p.worker)
 		}

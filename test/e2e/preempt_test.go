@@ -133,7 +133,7 @@ func TestPreemptionRequeues(t *testing.T) {
 		startMock(t, connect(t, ns.URL()), mockworker.Config{ID: w.id, Preempt: w.preempt, MaxActiveRequests: 2, MaxNumSeqs: 2,
 			DecodePerToken: ppDecode})
 	}
-	frlWaitLive(t, p, "w1", "w2", "w3")
+	waitLive(t, p, "w1", "w2", "w3")
 
 	publish := func(class, id string, tokens, deadlineMs int) {
 		m := nats.NewMsg("dispatch.req." + class)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
@@ -33,42 +31,7 @@ func frlStartWorker(t *testing.T, nc *nats.Conn, cfg workerkit.Config, h workerk
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 4 * time.Second
 	}
-	w, err := workerkit.New(nc, cfg, h, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	return w
-}
-
-// frlPublishReports publishes a valid load report for worker id (no load, one
-// rank, ttl 3 s) every interval until the test ends, as a worker would that
-// is alive on the report subject whatever it does on its work subject.
-func frlPublishReports(t *testing.T, nc *nats.Conn, id string, interval time.Duration) {
-	t.Helper()
-	body, err := json.Marshal(map[string]any{"worker_id": id, "ttl_ms": 3000, "instance": id + "-1",
-		"max_num_batched_tokens": 8192, "ranks": []map[string]any{{"dp_rank": 0}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quit, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			_ = nc.Publish("dispatch.load."+id, body)
-			select {
-			case <-quit:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(func() { close(quit); <-stopped })
+	return startWorker(t, nc, cfg, h)
 }
 
 // frlDoneRecords counts completion records on dispatch.done.* per request id and worker.
@@ -80,25 +43,11 @@ type frlDoneRecords struct {
 func frlRecordDone(t *testing.T, nc *nats.Conn) *frlDoneRecords {
 	t.Helper()
 	d := &frlDoneRecords{byReq: map[string][]string{}}
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if json.Unmarshal(m.Data, &c) != nil {
-			return
-		}
+	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
 		d.mu.Lock()
 		d.byReq[c.RequestID] = append(d.byReq[c.RequestID], c.WorkerID)
 		d.mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return d
 }
 
@@ -106,18 +55,6 @@ func (d *frlDoneRecords) workers(id string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.byReq[id]...)
-}
-
-// frlWaitLive waits until /debug/queues lists every worker in ids.
-func frlWaitLive(t *testing.T, p *proc, ids ...string) {
-	t.Helper()
-	waitFor(t, 10*time.Second, "workers "+strings.Join(ids, ",")+" live at the dispatcher", func() bool {
-		v, ok := frlQueues(p)
-		for _, id := range ids {
-			ok = ok && v.hasWorker(id)
-		}
-		return ok
-	})
 }
 
 // frlWaitMetric waits until the metric's samples matching label sum to want. A
@@ -130,23 +67,6 @@ func frlWaitMetric(t *testing.T, p *proc, name, label string, want float64) {
 	})
 }
 
-// frlRunLoad publishes n unpinned 512-token requests of class default and waits
-// for every one to end.
-func frlRunLoad(t *testing.T, nc *nats.Conn, runID string, n int) *loadgen.Result {
-	t.Helper()
-	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
-		Classes: []loadgen.ClassCount{{Class: "default", Count: n}},
-		ISL:     512, RunID: runID, Timeout: 40 * time.Second,
-	}, zerolog.Nop())
-	if res == nil {
-		t.Fatalf("loadgen: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("loadgen: %v (completed %d of %d, rejected %v)", err, len(res.Completions), n, res.Rejected)
-	}
-	return res
-}
-
 // frlRecordOutcomes watches, on its own connection, every outcome published
 // to an inbox (where loadgen receives them) for request ids starting with
 // prefix, and returns a function giving them by request id, in arrival order.
@@ -155,20 +75,14 @@ func frlRecordOutcomes(t *testing.T, url, prefix string) func() map[string][]wir
 	nc := connect(t, url)
 	var mu sync.Mutex
 	got := map[string][]wire.Outcome{}
-	if _, err := nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
-		var o wire.Outcome
-		if json.Unmarshal(m.Data, &o) != nil || o.Status == "" || !strings.HasPrefix(o.RequestID, prefix) {
+	onOutcome(t, nc, "_INBOX.>", func(o wire.Outcome) {
+		if o.Status == "" || !strings.HasPrefix(o.RequestID, prefix) {
 			return
 		}
 		mu.Lock()
 		got[o.RequestID] = append(got[o.RequestID], o)
 		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	return func() map[string][]wire.Outcome {
 		mu.Lock()
 		defer mu.Unlock()
@@ -194,26 +108,33 @@ func frlCheckAllOn(t *testing.T, res *loadgen.Result, n int, id string) {
 	}
 }
 
+// frlBesideGood starts a dispatcher, then on one connection the worker
+// under test, id, by start, and a slow accepting mock worker, good (while it
+// holds work the idle worker under test scores better); it runs n requests
+// and checks that every one completed on good.
+func frlBesideGood(t *testing.T, id string, n int, start func(nc *nats.Conn)) (*proc, *mockworker.Worker) {
+	t.Helper()
+	f := startFixture(t)
+	p, nc := f.p, f.nc
+	start(nc)
+	good := startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
+	waitLive(t, p, id, "good")
+	frlCheckAllOn(t, runLoad(t, nc, defaultLoad(id, n)), n, "good")
+	return p, good
+}
+
 // TestRefusalBusyWorkerRequestGoesElsewhere: a worker refusing with
 // Dispatch-Status: busy sees offers, and every request completes on the
 // worker that accepts.
 func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 	const n = 40
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-
 	var offers atomic.Int64
-	frlStartWorker(t, nc, workerkit.Config{ID: "refuser"}, workerkit.HandlerFunc(func(*workerkit.Request) bool {
-		offers.Add(1)
-		return false
-	}))
-	// A slow accepting worker: while it holds work the idle refuser scores better.
-	good := startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
-	frlWaitLive(t, p, "refuser", "good")
-
-	res := frlRunLoad(t, nc, "busy", n)
-	frlCheckAllOn(t, res, n, "good")
+	p, good := frlBesideGood(t, "refuser", n, func(nc *nats.Conn) {
+		frlStartWorker(t, nc, workerkit.Config{ID: "refuser"}, workerkit.HandlerFunc(func(*workerkit.Request) bool {
+			offers.Add(1)
+			return false
+		}))
+	})
 	if st := good.Stats(); st.Completed != n || st.Refused != 0 {
 		t.Errorf("good worker stats %+v, want %d completed, 0 refused", st, n)
 	}
@@ -239,25 +160,11 @@ func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 // every timeout is counted.
 func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 	const n = 20
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-
 	var offers atomic.Int64
-	sub, err := nc.Subscribe("dispatch.work.silent", func(*nats.Msg) { offers.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	frlPublishReports(t, nc, "silent", 100*time.Millisecond)
-	startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
-	frlWaitLive(t, p, "silent", "good")
-
-	res := frlRunLoad(t, nc, "silent", n)
-	frlCheckAllOn(t, res, n, "good")
+	p, _ := frlBesideGood(t, "silent", n, func(nc *nats.Conn) {
+		subscribe(t, nc, "dispatch.work.silent", func(*nats.Msg) { offers.Add(1) })
+		startReporter(t, nc, "silent", 0, 3*time.Second, 100*time.Millisecond)
+	})
 	// Every offer to the silent worker timed out before its request could
 	// complete elsewhere, so the counter has caught up by now or very soon.
 	waitFor(t, 20*time.Second, "one timeout counted per offer to the silent worker", func() bool {
@@ -272,16 +179,9 @@ func TestRefusalSilentWorkerTimesOut(t *testing.T) {
 // requests complete on the good worker and the no-responder answers are counted.
 func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 	const n = 20
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-
-	frlPublishReports(t, nc, "ghost", 100*time.Millisecond)
-	startMock(t, nc, mockworker.Config{ID: "good", PrefillTokensPerSec: 5000})
-	frlWaitLive(t, p, "ghost", "good")
-
-	res := frlRunLoad(t, nc, "ghost", n)
-	frlCheckAllOn(t, res, n, "good")
+	p, _ := frlBesideGood(t, "ghost", n, func(nc *nats.Conn) {
+		startReporter(t, nc, "ghost", 0, 3*time.Second, 100*time.Millisecond)
+	})
 	nr := p.metric(frlHandshakes, `outcome="no_responders"`)
 	t.Logf("handshakes no_responders %v", nr)
 	if nr == 0 {
@@ -296,9 +196,8 @@ func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 // are dispatched again and each completes exactly once, on the good worker.
 func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	const n = 8
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	ns, p, nc := f.ns, f.p, f.nc
 	records := frlRecordDone(t, nc)
 	outcomes := frlRecordOutcomes(t, ns.URL(), "killed")
 
@@ -307,69 +206,29 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(holderNC.Close)
-	var (
-		mu       sync.Mutex
-		load     workerkit.RankLoad
-		accepted []string
-		holder   *workerkit.Worker
-	)
-	h := frlStartWorker(t, holderNC, workerkit.Config{ID: "holder", TTL: time.Second},
-		workerkit.HandlerFunc(func(r *workerkit.Request) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			accepted = append(accepted, r.RequestID)
-			load.ActivePrefillTokens += r.ISL
-			load.ActiveRequests++
-			if err := holder.SetLoad(r.DPRank, load); err != nil {
-				t.Errorf("holder: %v", err)
-			}
-			return true // and never Done
-		}))
-	mu.Lock()
-	holder = h // Offer reads it under mu
-	mu.Unlock()
-	frlWaitLive(t, p, "holder")
+	h := startHolder(t, holderNC, workerkit.Config{ID: "holder", TTL: time.Second}, true)
+	waitLive(t, p, "holder")
 
-	type outcome struct {
-		res *loadgen.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
-			Classes: []loadgen.ClassCount{{Class: "default", Count: n}},
-			ISL:     512, RunID: "killed", Timeout: 40 * time.Second,
-		}, zerolog.Nop())
-		done <- outcome{res, err}
-	}()
+	run := startLoad(t, nc, defaultLoad("killed", n))
 	waitFor(t, 10*time.Second, "the holder to hold every request", func() bool {
-		return h.Held() == n && p.metric(frlHandshakes, `outcome="accepted"`) == n
+		return h.w.Held() == n && p.metric(frlHandshakes, `outcome="accepted"`) == n
 	})
 
 	good := startMock(t, nc, mockworker.Config{ID: "good"})
-	frlWaitLive(t, p, "holder", "good")
+	waitLive(t, p, "holder", "good")
 	holderNC.Close() // the holder dies: no ack, no nak, no progress, no reports
 	if got := good.Stats().Accepted; got != 0 {
 		t.Fatalf("the good worker accepted %d requests before the holder died, want 0", got)
 	}
 
-	out := <-done
-	if out.res == nil {
-		t.Fatalf("loadgen: %v", out.err)
-	}
-	if out.err != nil {
-		t.Fatalf("loadgen: %v (completed %d of %d, rejected %v)", out.err, len(out.res.Completions), n, out.res.Rejected)
-	}
-	res := out.res
+	res := run.wait(t, time.Minute)
 	frlCheckAllOn(t, res, n, "good")
 	if res.Duplicates != 0 {
 		t.Errorf("loadgen saw %d duplicate completion records, want 0", res.Duplicates)
 	}
 	js := jsOf(t, nc)
 	waitFor(t, 10*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
-	mu.Lock()
-	held := append([]string(nil), accepted...)
-	mu.Unlock()
+	held := h.held()
 	if len(held) != n {
 		t.Errorf("the holder accepted %d requests, want %d", len(held), n)
 	}
@@ -408,9 +267,8 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 // worker reports, until the worker accepts it.
 func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	const n, refusals = 4, 3
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 
 	var offers atomic.Int64
 	perRequest := sync.Map{} // request id -> *atomic.Int64 offers
@@ -431,7 +289,7 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 		}()
 		return true
 	}))
-	frlWaitLive(t, p, "fickle")
+	waitLive(t, p, "fickle")
 
 	// One request at a time, each published after the previous one completed.
 	// Publishing all n at once made the test flaky under load: when a later
@@ -446,7 +304,7 @@ func TestRefusalOnlyWorkerRefusedRequestWaits(t *testing.T) {
 	// counted it before the next arrival, which would otherwise meet the only
 	// worker still excluded.
 	for i := 0; i < n; i++ {
-		res := frlRunLoad(t, nc, fmt.Sprintf("fickle%d", i), 1)
+		res := runLoad(t, nc, defaultLoad(fmt.Sprintf("fickle%d", i), 1))
 		frlCheckAllOn(t, res, 1, "fickle")
 		waitFor(t, 20*time.Second, "the dispatcher to count the acceptance", func() bool {
 			return p.metric(frlHandshakes, `outcome="accepted"`) >= float64(i+1)

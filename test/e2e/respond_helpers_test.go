@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"sync"
 	"testing"
@@ -52,16 +51,9 @@ func rsFollowOn(t testing.TB, nc *nats.Conn, id, subject string) *rsProducer {
 	t.Helper()
 	p := &rsProducer{t: t, nc: nc, id: id, subject: subject, claims: map[string]bool{},
 		stop: make(chan struct{}), firstChunk: make(chan struct{})}
-	sub, err := nc.Subscribe(p.subject, p.onMsg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	p.sub = sub
+	p.sub = subscribe(t, nc, p.subject, p.onMsg)
 	go p.watch()
-	t.Cleanup(func() { close(p.stop); _ = sub.Unsubscribe() })
+	t.Cleanup(func() { close(p.stop) })
 	return p
 }
 
@@ -69,19 +61,11 @@ func rsFollowOn(t testing.TB, nc *nats.Conn, id, subject string) *rsProducer {
 // subjects set, and hdr added.
 func (p *rsProducer) publish(js jetstream.JetStream, class string, hdr map[string]string) {
 	p.t.Helper()
-	m := nats.NewMsg("dispatch.req." + class)
-	m.Header.Set(jetstream.MsgIDHeader, p.id)
-	m.Header.Set(wire.HeaderResponseTo, p.subject)
-	m.Header.Set(wire.HeaderReplyTo, p.subject)
+	h := map[string]string{wire.HeaderResponseTo: p.subject, wire.HeaderReplyTo: p.subject}
 	for k, v := range hdr {
-		m.Header.Set(k, v)
+		h[k] = v
 	}
-	m.Data = []byte("prompt of " + p.id)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		p.t.Fatal(err)
-	}
+	publish(p.t, js, "dispatch.req."+class, p.id, h, []byte("prompt of "+p.id))
 }
 
 func (p *rsProducer) answer(m *nats.Msg, a string) {

@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
@@ -24,14 +21,12 @@ import (
 // is redelivered, runs on another worker, and the producer sees one whole
 // response, from that worker alone.
 func TestResponseWorkerKilledBeforeFirstChunk(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	slowNC := connect(t, ns.URL())
 	// A prefill of 1000 tokens at 50 tokens/s: 20 s without a chunk.
 	startMock(t, slowNC, mockworker.Config{ID: "slow", PrefillTokensPerSec: 50, OutputTokens: 5, AckWait: 4 * time.Second})
-	frlWaitLive(t, p, "slow")
+	waitLive(t, p, "slow")
 
 	prod := rsFollow(t, nc, "before-1")
 	prod.publish(js, "default", map[string]string{wire.HeaderISLTokens: "1000"})
@@ -59,13 +54,11 @@ func TestResponseWorkerKilledBeforeFirstChunk(t *testing.T) {
 // and the request is not run again: the redelivery's claim is answered
 // cancel and dropped.
 func TestResponseWorkerKilledMidStream(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	aNC := connect(t, ns.URL())
 	startMock(t, aNC, mockworker.Config{ID: "a", OutputTokens: 1000, DecodePerToken: 50 * time.Millisecond, AckWait: 4 * time.Second})
-	frlWaitLive(t, p, "a")
+	waitLive(t, p, "a")
 
 	prod := rsFollow(t, nc, "mid-1")
 	prod.publish(js, "default", map[string]string{wire.HeaderISLTokens: "100"})
@@ -98,30 +91,23 @@ func TestResponseWorkerKilledMidStream(t *testing.T) {
 // round trip), and /debug/queues shows nothing queued, held or booked.
 func TestResponseProducersGoAway(t *testing.T) {
 	const n = 100
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	var mu sync.Mutex
 	stopped := map[string]time.Time{}
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c wire.Completion
-		if json.Unmarshal(m.Data, &c) == nil && c.Status == wire.StatusCancelled {
+	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
+		if c.Status == wire.StatusCancelled {
 			mu.Lock()
 			stopped[c.RequestID] = time.Now()
 			mu.Unlock()
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = sub.SetPendingLimits(-1, -1)
 	var ws []*mockworker.Worker
 	for i := range 2 {
 		ws = append(ws, startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w" + strconv.Itoa(i), MaxNumSeqs: 64,
 			OutputTokens: 100000, DecodePerToken: 100 * time.Millisecond}))
 	}
-	frlWaitLive(t, p, "w0", "w1")
+	waitLive(t, p, "w0", "w1")
 
 	prods := make([]*rsProducer, n)
 	for i := range prods {
@@ -184,25 +170,16 @@ func TestResponseProducersGoAway(t *testing.T) {
 	waitFor(t, 10*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
 }
 
-// rsQueuePolicy queues in class default once its worker is full.
-const rsQueuePolicy = `default_policy_family: default
-uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
-policy_classes:
-  - {name: default, policy_family: default, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000000}
-`
-
 // TestCancelQueuedRequest: a request queued behind a full worker and then
 // cancelled leaves with the cancelled outcome, is not dead-lettered, and
 // costs its key and class nothing: the class's deficit and tracked keys are
 // as before it arrived.
 func TestCancelQueuedRequest(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, rsQueuePolicy))
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t, "--policy-config", policyFile(t, "queue-default"))
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1", MaxActiveRequests: 1, MaxNumSeqs: 1,
 		OutputTokens: 100000, DecodePerToken: 50 * time.Millisecond})
-	frlWaitLive(t, p, "w1")
+	waitLive(t, p, "w1")
 
 	busy := rsFollow(t, nc, "busy")
 	busy.publish(js, "default", map[string]string{wire.HeaderISLTokens: "100", wire.HeaderFairnessKey: "a"})
@@ -247,12 +224,10 @@ func TestCancelQueuedRequest(t *testing.T) {
 // seen is remembered, and the request, published afterwards, is cancelled at
 // admission: no worker is offered it.
 func TestCancelBeforeArrival(t *testing.T) {
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := startFixture(t)
+	ns, p, nc, js := f.ns, f.p, f.nc, f.js
 	w := startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1"})
-	frlWaitLive(t, p, "w1")
+	waitLive(t, p, "w1")
 
 	rsCancel(t, nc, "ahead")
 	frlWaitMetric(t, p, "fairdispatch_cancels_total", `where="unknown"`, 1)

@@ -11,11 +11,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,11 +253,7 @@ func (a *secAsyncErrors) has(fragments ...string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.errs {
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(e, f)
-		}
-		if ok {
+		if containsAll(e, fragments...) {
 			return true
 		}
 	}
@@ -323,35 +317,13 @@ func secStreamLastSeq(t testing.TB, srv *server.Server, account, stream string) 
 	return 0
 }
 
-// secView is the part of /debug/queues the security tests read.
-type secView struct {
-	At      time.Time `json:"at"`
-	Workers []struct {
-		ID       string `json:"worker_id"`
-		Draining bool   `json:"draining"`
-		Ranks    []struct {
-			ReportedPrefill uint64 `json:"reported_prefill_tokens"`
-		} `json:"ranks"`
-	} `json:"workers"`
-}
-
-// secQueues fetches /debug/queues.
-func secQueues(p *proc) (secView, bool) {
-	var v secView
-	code, body := p.get("/debug/queues")
-	if code != http.StatusOK {
-		return v, false
-	}
-	return v, json.Unmarshal([]byte(body), &v) == nil
-}
-
 // secFreshView waits for a /debug/queues snapshot taken after since.
-func secFreshView(t testing.TB, p *proc, since time.Time) secView {
+func secFreshView(t testing.TB, p *proc, since time.Time) queueView {
 	t.Helper()
-	var v secView
+	var v queueView
 	waitFor(t, 10*time.Second, "a /debug/queues snapshot after "+since.Format(time.RFC3339Nano), func() bool {
 		var ok bool
-		v, ok = secQueues(p)
+		v, ok = p.queues()
 		return ok && v.At.After(since)
 	})
 	return v

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"syscall"
@@ -10,22 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/mockworker"
+	"fairdispatch/wire"
 )
-
-const shutdownPolicy = `default_policy_family: held
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - name: held
-    policy_family: held
-    cache_bucket: all
-    quantum: 100
-    prefill_busy_threshold: 1000
-`
 
 // TestShutdownHandsBackHeldRequests: SIGTERM with requests queued in the
 // dispatcher (docs/design.md, Delivery guarantees): the dispatcher exits 0 within a few seconds, and a
@@ -34,46 +20,35 @@ policy_classes:
 // left to the 4 s ack wait). Once a free worker appears, all complete, once.
 func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	const n = 200
-	ns := startNATS(t)
-	nc := connect(t, ns.URL())
-	js := jsOf(t, nc)
+	f := newFixture(t)
+	ns, nc, js := f.ns, f.nc, f.js
 	// busy1 reports 100000 prefill tokens, over the class's gate (1000): every
 	// request queues. Nobody answers dispatch.work.busy1.
-	ecsStartReporter(t, nc, "busy1", 100000, 10*time.Minute)
+	startReporter(t, nc, "busy1", 100000, 10*time.Minute, 50*time.Millisecond)
 
 	var mu sync.Mutex
 	done := map[string]int{}
 	var early []string
-	if _, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if err := json.Unmarshal(m.Data, &c); err == nil {
-			mu.Lock()
-			done[c.RequestID]++
-			mu.Unlock()
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.Subscribe("dispatch.work.busy1", func(m *nats.Msg) {
+	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
+		mu.Lock()
+		done[c.RequestID]++
+		mu.Unlock()
+	})
+	subscribe(t, nc, "dispatch.work.busy1", func(m *nats.Msg) {
 		mu.Lock()
 		early = append(early, m.Header.Get("Dispatch-Request-Id"))
 		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	})
 
-	args := []string{"--policy-config", writePolicy(t, shutdownPolicy), "--log-level", "debug"}
+	args := []string{"--policy-config", policyFile(t, "held"), "--log-level", "debug"}
 	p1 := startDispatcher(t, ns.URL(), args...)
-	ecsWaitWorker(t, p1, "busy1")
+	waitLive(t, p1, "busy1")
 	for i := range n {
 		id := fmt.Sprintf("sd-%03d", i)
-		ecsPublish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10"}, []byte(id))
+		publish(t, js, "dispatch.req.held", id, map[string]string{"Dispatch-ISL-Tokens": "10"}, []byte(id))
 	}
 	waitFor(t, 15*time.Second, "the first dispatcher to hold every request", func() bool {
-		v, ok := ecsQueues(p1)
+		v, ok := p1.queues()
 		return ok && v.Held == n && v.pending("held") == n
 	})
 
@@ -96,14 +71,14 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	//
 	// For the record, the consumer's delivered count on the NATS side tells,
 	// to within a poll, when the second dispatcher had pulled every message.
-	base := ecsDelivered(t, js)
+	base := consumerInfo(t, js).Delivered.Consumer
 	p2 := launch(t, ns.URL(), args...)
 	var heldAt, pulledAt time.Time
 	waitFor(t, 20*time.Second, "the second dispatcher to hold every request", func() bool {
-		if pulledAt.IsZero() && ecsDelivered(t, js) >= base+n {
+		if pulledAt.IsZero() && consumerInfo(t, js).Delivered.Consumer >= base+n {
 			pulledAt = time.Now()
 		}
-		v, ok := ecsQueues(p2)
+		v, ok := p2.queues()
 		if ok && v.Held == n && v.pending("held") == n {
 			heldAt = v.At
 			return true
@@ -156,21 +131,4 @@ func TestShutdownHandsBackHeldRequests(t *testing.T) {
 	if d := streamMsgs(t, js, "DISPATCH_DLQ"); d != 0 {
 		t.Errorf("DLQ holds %d messages, want 0", d)
 	}
-}
-
-// ecsDelivered returns the durable consumer's delivered count (consumer
-// sequence): it grows by one for every delivery, redeliveries included.
-func ecsDelivered(t testing.TB, js jetstream.JetStream) uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := js.Consumer(ctx, "DISPATCH_REQ", "dispatcher")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.Delivered.Consumer
 }

@@ -134,14 +134,14 @@ func TestSimPredictsRealRuns(t *testing.T) {
 	t.Logf("real 512:128: %v", real)
 	checkTrace(t, trace)
 	// The trace stream holds the same trace as the file.
-	fromFile := runSim(t, "--policy", writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128)), "--trace", trace)
-	fromStream := runSimGlobal(t, []string{"--server", url}, "--policy", writePolicy(t, fmt.Sprintf(frlFairPolicy, 512, 128)), "--trace-stream")
+	fromFile := runSim(t, "--policy", writePolicy(t, fairPolicy(t, 512, 128)), "--trace", trace)
+	fromStream := runSimGlobal(t, []string{"--server", url}, "--policy", writePolicy(t, fairPolicy(t, 512, 128)), "--trace-stream")
 	if fromStream.Arrivals != 640 || fromStream.Recorded == nil || !reflect.DeepEqual(fromFile.Recorded, fromStream.Recorded) {
 		t.Errorf("sim --trace-stream: %d arrivals, recorded %+v; want 640 and the file's %+v", fromStream.Arrivals, fromStream.Recorded, fromFile.Recorded)
 	}
 
 	for _, q := range [][2]int{{128, 512}, {512, 512}} {
-		proposed := writePolicy(t, fmt.Sprintf(frlFairPolicy, q[0], q[1]))
+		proposed := writePolicy(t, fairPolicy(t, q[0], q[1]))
 		pred := runSim(t, "--policy", proposed, "--trace", trace, "--first", "320")
 		if pred.Arrivals != 640 || pred.Current == nil || pred.Recorded == nil {
 			t.Fatalf("sim: %d arrivals, current %v, recorded %v; want 640 and both", pred.Arrivals, pred.Current, pred.Recorded)

@@ -76,7 +76,7 @@ func TestSoak(t *testing.T) {
 	for range 4 {
 		addWorker()
 	}
-	frlWaitLive(t, first, "w1", "w2", "w3", "w4")
+	waitLive(t, first, "w1", "w2", "w3", "w4")
 
 	pub := &haPublisher{run: "soak", n: int(rate * soakFor.Seconds()), rate: rate}
 	start := time.Now()

@@ -44,25 +44,9 @@ func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
 		}
 	}()
 
-	start := func(name string, args ...string) (*exec.Cmd, *lockedBuffer, chan error) {
-		out := &lockedBuffer{}
-		cmd := exec.Command(bins[name], args...)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			if t.Failed() {
-				t.Logf("%s output:\n%s", name, tail(out.String(), 20))
-			}
-		})
-		return cmd, out, done
-	}
-	w, _, wDone := start("mockworker", "--nats-url", url, "--id", "wwait")
-	_, _, lgDone := start("loadgen", "--nats-url", url, "--class", "default:20", "--isl", "10", "--quiet", "--timeout", "60s")
+	w := exec.Command(bins["mockworker"], "--nats-url", url, "--id", "wwait")
+	_, wDone := startProcess(t, "mockworker", w)
+	_, lgDone := startProcess(t, "loadgen", exec.Command(bins["loadgen"], "--nats-url", url, "--class", "default:20", "--isl", "10", "--quiet", "--timeout", "60s"))
 	waitFor(t, 20*time.Second, "both programs to try to connect at least twice", func() bool {
 		for _, done := range []chan error{wDone, lgDone} {
 			select {
@@ -77,13 +61,8 @@ func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
 
 	ns := startNATS(t, func(o *server.Options) { o.Port = port })
 	startDispatcher(t, ns.URL())
-	select {
-	case err := <-lgDone:
-		if err != nil {
-			t.Fatalf("loadgen: %v, want exit 0 with every request completed", err)
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatal("loadgen did not finish")
+	if err := waitExit(t, lgDone, 90*time.Second, "loadgen"); err != nil {
+		t.Fatalf("loadgen: %v, want exit 0 with every request completed", err)
 	}
 	select {
 	case err := <-wDone:
@@ -91,12 +70,7 @@ func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
 	default:
 	}
 	_ = w.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-wDone:
-		if err != nil {
-			t.Errorf("mockworker after SIGTERM: %v, want exit 0", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("mockworker did not stop after SIGTERM")
+	if err := waitExit(t, wDone, 30*time.Second, "mockworker after SIGTERM"); err != nil {
+		t.Errorf("mockworker after SIGTERM: %v, want exit 0", err)
 	}
 }

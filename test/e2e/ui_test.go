@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"html"
 	"image/png"
@@ -19,8 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
+	"fairdispatch/internal/natstest"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
 )
@@ -40,20 +38,8 @@ const uiScreenshotEnv = "FAIRDISPATCH_UI_SCREENSHOT"
 // CI=true and is skipped otherwise, saying so.
 func uiChromium(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv(uiChromiumEnv); bin != "" {
-		return bin
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if bin, err := exec.LookPath(name); err == nil {
-			return bin
-		}
-	}
-	msg := "no chromium on PATH and " + uiChromiumEnv + " unset: install one (apt-get install chromium) to run the status page tests"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return natstest.Program(t, uiChromiumEnv, "install one (apt-get install chromium) to run the status page tests",
+		"chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 }
 
 // uiChrome runs headless Chromium on url with extra arguments (--dump-dom or
@@ -77,31 +63,12 @@ func uiChrome(t *testing.T, bin, url string, budget time.Duration, extra ...stri
 	return out.String()
 }
 
-// uiQueues is the part of /debug/queues the status page shows.
-type uiQueues struct {
-	Classes []struct {
-		Name       string `json:"name"`
-		Pending    int    `json:"pending_requests"`
-		Quantum    uint64 `json:"quantum"`
-		Dispatched uint64 `json:"dispatched"`
-		OldestMs   int64  `json:"oldest_wait_ms"`
-		Cost       uint64 `json:"dispatched_cost"`
-	} `json:"classes"`
-	Workers []struct {
-		ID    string `json:"worker_id"`
-		Ranks []struct {
-			Rank    int    `json:"dp_rank"`
-			Prefill uint64 `json:"active_prefill_tokens"`
-		} `json:"ranks"`
-	} `json:"workers"`
-	raw map[string]any
-}
-
-func uiReadQueues(t *testing.T, p *proc) uiQueues {
+// uiReadQueues reads p's /debug/queues, failing the test if it cannot.
+func uiReadQueues(t *testing.T, p *proc) queueView {
 	t.Helper()
-	code, body := p.get("/debug/queues")
-	var v uiQueues
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || json.Unmarshal([]byte(body), &v.raw) != nil {
+	v, ok := p.queues()
+	if !ok {
+		code, body := p.get("/debug/queues")
 		t.Fatalf("GET /debug/queues: %d %s", code, body)
 	}
 	return v
@@ -109,19 +76,11 @@ func uiReadQueues(t *testing.T, p *proc) uiQueues {
 
 // uiRevision is the policy revision the page should show for v: the live
 // policy's policy.revision, else "static".
-func uiRevision(v uiQueues) string {
-	var r any
-	ok := false
-	if p, isMap := v.raw["policy"].(map[string]any); isMap {
-		r, ok = p["revision"]
-	}
-	if !ok || r == nil || r == float64(0) || r == "" {
+func uiRevision(v queueView) string {
+	if v.Policy.Revision == 0 {
 		return "static"
 	}
-	if f, isNum := r.(float64); isNum {
-		return strconv.FormatFloat(f, 'f', -1, 64)
-	}
-	return fmt.Sprint(r)
+	return strconv.FormatUint(v.Policy.Revision, 10)
 }
 
 // uiRow returns the cells of the table row with attribute attr="value" in
@@ -154,8 +113,10 @@ func uiID(t *testing.T, dom, id string) string {
 	return html.UnescapeString(m[1])
 }
 
-// uiPolicy is frlFairPolicy with quanta 384:128: weight shares 75% and 25%.
-var uiPolicy = fmt.Sprintf(frlFairPolicy, 384, 128)
+// uiPolicy is fairPolicy with quanta 384:128: weight shares 75% and 25%.
+func uiPolicy(t *testing.T) string {
+	return policyFile(t, "two-classes", "first", "premium", "second", "regular", "first_quantum", 384, "second_quantum", 128)
+}
 
 // TestStatusPageInChromium loads /ui in a real headless Chromium against a
 // running dispatcher with traffic: 20 requests per class served, then a
@@ -166,38 +127,26 @@ var uiPolicy = fmt.Sprintf(frlFairPolicy, 384, 128)
 // of the worker. A screenshot must come out as a PNG.
 func TestStatusPageInChromium(t *testing.T) {
 	bin := uiChromium(t)
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, uiPolicy))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", uiPolicy(t))
+	p, nc := f.p, f.nc
 	w := startMock(t, nc, mockworker.Config{ID: "w1", DPSize: 2, MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 
-	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+	res := runLoad(t, nc, loadgen.Config{
 		Classes: []loadgen.ClassCount{{Class: "premium", Count: 20}, {Class: "regular", Count: 20}},
 		ISL:     512, Timeout: 30 * time.Second, RunID: "served",
-	}, zerolog.Nop())
-	if err != nil || len(res.Completions) != 40 {
-		t.Fatalf("the first 40 requests: %v (%d completed)", err, len(res.Completions))
+	})
+	if len(res.Completions) != 40 {
+		t.Fatalf("the first 40 requests: %d completed", len(res.Completions))
 	}
 
 	w.Helper().SetDraining(true)
-	waitFor(t, 10*time.Second, "the dispatcher to see w1 draining", func() bool {
-		v, ok := frlQueues(p)
-		i, live := v.worker("w1")
-		return ok && live && v.Workers[i].Draining
+	waitDraining(t, p, "w1")
+	startLoad(t, nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "premium", Count: 15}, {Class: "regular", Count: 6}},
+		ISL:     256, Timeout: time.Minute, RunID: "backlog",
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, _ = loadgen.Run(ctx, nc, loadgen.Config{
-			Classes: []loadgen.ClassCount{{Class: "premium", Count: 15}, {Class: "regular", Count: 6}},
-			ISL:     256, Timeout: time.Minute, RunID: "backlog",
-		}, zerolog.Nop())
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	waitFor(t, 20*time.Second, "15 premium and 6 regular queued", func() bool {
-		v, ok := frlQueues(p)
+		v, ok := p.queues()
 		return ok && len(v.Classes) == 2 && v.Classes[0].Pending == 15 && v.Classes[1].Pending == 6
 	})
 
@@ -217,7 +166,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	var costSum uint64
 	for _, c := range after.Classes {
-		costSum += c.Cost
+		costSum += c.DispatchedCost
 	}
 	weights := map[string]string{"premium": "75.0%", "regular": "25.0%"}
 	for i, c := range after.Classes {
@@ -229,8 +178,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 		// The page shows seconds to a tenth under a minute ("2.3s").
 		oldest, err := strconv.ParseFloat(strings.TrimSuffix(row["oldest"], "s"), 64)
-		if err != nil || oldest < float64(b.OldestMs)/1e3-0.05 || oldest > float64(c.OldestMs)/1e3+0.05 || c.OldestMs == 0 {
-			t.Errorf("%s oldest wait: page %q, /debug/queues %d ms then %d ms", c.Name, row["oldest"], b.OldestMs, c.OldestMs)
+		if err != nil || oldest < float64(b.OldestWaitMs)/1e3-0.05 || oldest > float64(c.OldestWaitMs)/1e3+0.05 || c.OldestWaitMs == 0 {
+			t.Errorf("%s oldest wait: page %q, /debug/queues %d ms then %d ms", c.Name, row["oldest"], b.OldestWaitMs, c.OldestWaitMs)
 		}
 		if row["quantum"] != strconv.FormatUint(c.Quantum, 10) || row["weight-share"] != weights[c.Name] {
 			t.Errorf("%s: page quantum %q weight share %q, want %d and %s", c.Name, row["quantum"], row["weight-share"], c.Quantum, weights[c.Name])
@@ -238,7 +187,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		if d, err := strconv.ParseUint(row["dispatched"], 10, 64); err != nil || d < b.Dispatched || d > c.Dispatched || c.Dispatched != 20 {
 			t.Errorf("%s dispatched: page %q, /debug/queues %d then %d (want 20)", c.Name, row["dispatched"], b.Dispatched, c.Dispatched)
 		}
-		if want := fmt.Sprintf("%.1f%%", 100*float64(c.Cost)/float64(costSum)); row["total-share"] != want || want != "50.0%" {
+		if want := fmt.Sprintf("%.1f%%", 100*float64(c.DispatchedCost)/float64(costSum)); row["total-share"] != want || want != "50.0%" {
 			t.Errorf("%s share since start: page %q, from /debug/queues %s (want 50.0%%: 20 of 512 tokens each)", c.Name, row["total-share"], want)
 		}
 	}
@@ -247,7 +196,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	for _, r := range after.Workers[0].Ranks {
 		row := uiRow(t, dom, fmt.Sprintf(`data-worker="w1" data-rank="%d"`, r.Rank))
-		if row["rank"] != strconv.Itoa(r.Rank) || !strings.Contains(row["flags"], "draining") {
+		if row["rank"] != strconv.Itoa(int(r.Rank)) || !strings.Contains(row["flags"], "draining") {
 			t.Errorf("w1 rank %d: page row %v, want the rank and the draining flag", r.Rank, row)
 		}
 		if _, err := strconv.ParseUint(row["prefill"], 10, 64); err != nil {
@@ -296,23 +245,15 @@ func TestStatusPageScreenshot(t *testing.T) {
 		t.Skip(uiScreenshotEnv + " unset: this only regenerates docs/ui.png")
 	}
 	bin := uiChromium(t)
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, uiPolicy))
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--policy-config", uiPolicy(t))
+	p, nc := f.p, f.nc
 	for _, id := range []string{"gpu-a", "gpu-b"} {
 		startMock(t, nc, mockworker.Config{ID: id, DPSize: 2, MaxNumSeqs: 2, OutputTokens: 1, PrefillTokensPerSec: 3000})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, _ = loadgen.Run(ctx, nc, loadgen.Config{
-			Classes: []loadgen.ClassCount{{Class: "premium", Count: 20000}, {Class: "regular", Count: 20000}},
-			ISL:     512, Rate: 70, Order: loadgen.OrderRandom, Seed: 1, Timeout: 5 * time.Minute,
-		}, zerolog.Nop())
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	startLoad(t, nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "premium", Count: 20000}, {Class: "regular", Count: 20000}},
+		ISL:     512, Rate: 70, Order: loadgen.OrderRandom, Seed: 1, Timeout: 5 * time.Minute,
+	})
 
 	var snaps [][]byte
 	tick := time.NewTicker(time.Second) // one snapshot per view refresh, for a minute of real time
@@ -364,27 +305,16 @@ func TestBuildInfoAndOldestQueued(t *testing.T) {
 		t.Fatalf("dispatcher --version: %v %q", err, out)
 	}
 	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--policy-config", writePolicy(t, uiPolicy))
+	p := startDispatcher(t, ns.URL(), "--policy-config", uiPolicy(t))
 	if got := p.metric("fairdispatch_build_info", `goversion="go`, `revision="`, `version="`); got != 1 {
 		t.Fatalf("fairdispatch_build_info: got %v, want 1", got)
 	}
 	nc := connect(t, ns.URL())
 	w := startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 200000})
 	w.Helper().SetDraining(true)
-	waitFor(t, 10*time.Second, "the dispatcher to see w1 draining", func() bool {
-		v, ok := frlQueues(p)
-		i, live := v.worker("w1")
-		return ok && live && v.Workers[i].Draining
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, _ = loadgen.Run(ctx, nc, loadgen.Config{Classes: []loadgen.ClassCount{{Class: "regular", Count: 3}},
-			ISL: 128, Timeout: time.Minute, RunID: "old"}, zerolog.Nop())
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	waitDraining(t, p, "w1")
+	startLoad(t, nc, loadgen.Config{Classes: []loadgen.ClassCount{{Class: "regular", Count: 3}},
+		ISL: 128, Timeout: time.Minute, RunID: "old"})
 	waitFor(t, 20*time.Second, "the oldest regular request over 1.5 s old in /metrics", func() bool {
 		return p.metric("fairdispatch_oldest_queued_seconds", `class="regular"`) > 1.5
 	})

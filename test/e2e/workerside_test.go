@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
-	"fairdispatch/loadgen"
 	"fairdispatch/workerkit"
 )
 
@@ -42,17 +39,13 @@ type wsFinisher struct {
 func wsStartFinisher(t *testing.T, nc *nats.Conn, cfg workerkit.Config, hold func() time.Duration) *wsFinisher {
 	t.Helper()
 	f := &wsFinisher{t: t, nc: nc, id: cfg.ID, capacity: cfg.MaxActiveRequests, hold: hold}
-	w, err := workerkit.New(nc, cfg, f, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWorker(t, nc, cfg, f)
 	f.mu.Lock()
-	f.w = w
+	f.w = w // before the start: Offer reads it
 	f.mu.Unlock()
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.Close() })
 	return f
 }
 
@@ -106,9 +99,9 @@ func TestWorkerCapacityNoRefusalNeeded(t *testing.T) {
 	nc := connect(t, ns.URL())
 	f := wsStartFinisher(t, nc, workerkit.Config{ID: "cap2", MaxActiveRequests: 2},
 		func() time.Duration { return time.Duration(1+rand.IntN(4)) * time.Millisecond })
-	frlWaitLive(t, p, "cap2")
+	waitLive(t, p, "cap2")
 
-	res := frlRunLoad(t, nc, "cap", n)
+	res := runLoad(t, nc, defaultLoad("cap", n))
 	frlCheckAllOn(t, res, n, "cap2")
 	offers, over, _ := f.stats()
 	t.Logf("%d offers, %d beyond capacity; handshakes refused %v", offers, over, p.metric(frlHandshakes, `outcome="refused"`))
@@ -130,31 +123,28 @@ func TestWorkerCapacityNoRefusalNeeded(t *testing.T) {
 func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 	const n, rate = 800, 200
 	const perSec = 20 // the goal; the bound of docs/protocol.md is below it
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	p, nc := f.p, f.nc
 
 	var mu sync.Mutex
 	var offers []time.Time
-	sub, err := nc.Subscribe("dispatch.work.refuser", func(m *nats.Msg) {
+	subscribe(t, nc, "dispatch.work.refuser", func(m *nats.Msg) {
 		mu.Lock()
 		offers = append(offers, time.Now())
 		mu.Unlock()
 		_ = m.RespondMsg(&nats.Msg{Header: nats.Header{"Dispatch-Status": {"busy"}}})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	frlPublishReports(t, nc, "refuser", 20*time.Millisecond)
+	startReporter(t, nc, "refuser", 0, 3*time.Second, 20*time.Millisecond)
 	// The good worker takes 10 to 30 ms per request, so the run lasts seconds
 	// and the idle refuser is always the cheaper choice.
 	wsStartFinisher(t, nc, workerkit.Config{ID: "good"},
 		func() time.Duration { return time.Duration(10+rand.IntN(20)) * time.Millisecond })
-	frlWaitLive(t, p, "refuser", "good")
+	waitLive(t, p, "refuser", "good")
 
 	start := time.Now()
-	res := frlRunLoadAt(t, nc, "refuse", n, rate)
+	load := defaultLoad("refuse", n)
+	load.Rate, load.Timeout = rate, 60*time.Second
+	res := runLoad(t, nc, load)
 	end := time.Now()
 	frlCheckAllOn(t, res, n, "good")
 
@@ -183,30 +173,13 @@ func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 	}
 }
 
-// frlRunLoadAt is frlRunLoad publishing at rate requests per second.
-func frlRunLoadAt(t *testing.T, nc *nats.Conn, runID string, n int, rate float64) *loadgen.Result {
-	t.Helper()
-	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
-		Classes: []loadgen.ClassCount{{Class: "default", Count: n}},
-		ISL:     512, RunID: runID, Rate: rate, Timeout: 60 * time.Second,
-	}, zerolog.Nop())
-	if res == nil {
-		t.Fatalf("loadgen: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("loadgen: %v (completed %d of %d, rejected %v)", err, len(res.Completions), n, res.Rejected)
-	}
-	return res
-}
-
 // TestWorkerAckWaitFromDispatch (acceptance 3): a worker without an ack-wait
 // setting of its own keeps a request alive for 10 times the dispatcher's 1 s
 // ack wait, from Dispatch-Ack-Wait-Ms alone: it is never dispatched again.
 func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	const ackWait = time.Second
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL(), "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
-	nc := connect(t, ns.URL())
+	f := startFixture(t, "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
+	p, nc := f.p, f.nc
 
 	type offer struct {
 		id, ackWait string
@@ -214,24 +187,17 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 	var mu sync.Mutex
 	var offers []offer
 	var held []*workerkit.Request
-	w, err := workerkit.New(nc, workerkit.Config{ID: "patient"}, workerkit.HandlerFunc(func(r *workerkit.Request) bool {
+	w := startWorker(t, nc, workerkit.Config{ID: "patient"}, workerkit.HandlerFunc(func(r *workerkit.Request) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		offers = append(offers, offer{r.RequestID, r.AckWait.String()}) // Dispatch-Ack-Wait-Ms, in either form
 		held = append(held, r)
 		return true
-	}), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	}))
 	if got := w.Config().AckWait; got != workerkit.DefaultAckWait {
 		t.Fatalf("the worker's own ack wait is %v, want the %v default (no setting)", got, workerkit.DefaultAckWait)
 	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	frlWaitLive(t, p, "patient")
+	waitLive(t, p, "patient")
 
 	js := jsOf(t, nc)
 	if _, err := js.Publish(context.Background(), "dispatch.req.default", []byte("long"),
@@ -278,9 +244,8 @@ func TestWorkerAckWaitFromDispatch(t *testing.T) {
 // queue group), and every request completes once.
 func TestWorkerOneIDTwoProcesses(t *testing.T) {
 	const n = 60
-	ns := startNATS(t)
-	p := startDispatcher(t, ns.URL())
-	nc := connect(t, ns.URL())
+	f := startFixture(t)
+	ns, p, nc := f.ns, f.p, f.nc
 	hold := func() time.Duration { return time.Millisecond }
 	cfg := workerkit.Config{ID: "twin", TTL: 60 * time.Second}
 	first := wsStartFinisher(t, connect(t, ns.URL()), cfg, hold)
@@ -301,19 +266,13 @@ func TestWorkerOneIDTwoProcesses(t *testing.T) {
 		return p.metric("fairdispatch_worker_id_conflicts_total") >= 1
 	})
 	waitFor(t, 5*time.Second, "the conflict logged", func() bool {
-		for _, line := range strings.Split(p.out.String(), "\n") {
-			if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, `"worker_id":"twin"`) &&
-				strings.Contains(line, first.w.Instance()) && strings.Contains(line, second.w.Instance()) {
-				return true
-			}
-		}
-		return false
+		return p.logLine(`"level":"warn"`, `"worker_id":"twin"`, first.w.Instance(), second.w.Instance()) != ""
 	})
 	if got := wsInstance(p, "twin"); got != first.w.Instance() {
 		t.Errorf("twin held by instance %q, want the first, %q", got, first.w.Instance())
 	}
 
-	res := frlRunLoad(t, nc, "twin", n)
+	res := runLoad(t, nc, defaultLoad("twin", n))
 	frlCheckAllOn(t, res, n, "twin")
 	if res.Duplicates != 0 {
 		t.Errorf("%d duplicate completion records, want 0", res.Duplicates)
@@ -337,23 +296,8 @@ func TestWorkerOneIDTwoProcesses(t *testing.T) {
 
 // wsInstance returns the instance holding worker id at /debug/queues, or "".
 func wsInstance(p *proc, id string) string {
-	code, body := p.get("/debug/queues")
-	if code != 200 {
-		return ""
-	}
-	var v struct {
-		Workers []struct {
-			ID       string `json:"worker_id"`
-			Instance string `json:"instance"`
-		} `json:"workers"`
-	}
-	if json.Unmarshal([]byte(body), &v) != nil {
-		return ""
-	}
-	for _, w := range v.Workers {
-		if w.ID == id {
-			return w.Instance
-		}
+	if v, ok := p.queues(); ok && v.hasWorker(id) {
+		return v.worker(id).Instance
 	}
 	return ""
 }

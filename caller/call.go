@@ -1,0 +1,323 @@
+package caller
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/wire"
+)
+
+// EventKind says what an Event carries.
+type EventKind int
+
+const (
+	// EventDispatched: a worker accepted the request (Event.Outcome). It may
+	// come again with a higher attempt after a redelivery.
+	EventDispatched EventKind = iota + 1
+	// EventChunk: the next chunk of the response (Event.Data, Event.Seq).
+	EventChunk
+	// EventEnd: the end record (Event.End); nothing follows.
+	EventEnd
+)
+
+// Event is one step of a call.
+type Event struct {
+	Kind    EventKind
+	Seq     uint64
+	Data    []byte
+	Outcome *wire.Outcome
+	End     *wire.ResponseEnd
+}
+
+// Call is one published request and its response.
+type Call struct {
+	c         *Caller
+	id        string
+	subject   string
+	sub       *nats.Subscription
+	duplicate bool
+	notify    chan struct{}
+
+	mu        sync.Mutex
+	exec      string // the execution answered "go" last
+	seen      uint64 // chunks received in order
+	queue     []Event
+	lastHeard time.Time // last message of exec, once a chunk was seen
+	end       *wire.ResponseEnd
+	err       error // terminal: rejected, broken, cancelled
+	cancelled bool
+	closed    bool
+	started   time.Time
+}
+
+func newCall(c *Caller, id, subject string) *Call {
+	return &Call{c: c, id: id, subject: subject, notify: make(chan struct{}, 1), started: time.Now()}
+}
+
+// ID returns the request id.
+func (c *Call) ID() string { return c.id }
+
+// Subject returns the response subject.
+func (c *Call) Subject() string { return c.subject }
+
+// Duplicate reports whether JetStream deduplicated the publication: a request
+// with this id was stored before (inside the duplicate window). The call then
+// follows that request's response, if it is still running; it never cancels
+// it (Close only unsubscribes): the first attempt owns the request.
+func (c *Call) Duplicate() bool { return c.duplicate }
+
+// Chunks returns how many chunks have arrived in order.
+func (c *Call) Chunks() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}
+
+// hv returns the first value of header name, matched exactly, then
+// case-insensitively.
+func hv(h nats.Header, name string) string {
+	if v, ok := h[name]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, name) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+func (c *Call) wake() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+func answer(m *nats.Msg, v string) {
+	if m.Reply == "" {
+		return
+	}
+	r := nats.NewMsg(m.Reply)
+	r.Header.Set(wire.HeaderResponse, v)
+	_ = m.RespondMsg(r)
+}
+
+// onMsg handles every message on the response subject (nats.go's goroutine
+// of the subscription: one at a time, in order), answering as
+// docs/protocol.md, What the producer answers, says.
+func (c *Call) onMsg(m *nats.Msg) {
+	kind := hv(m.Header, wire.HeaderResponse)
+	if kind == "" {
+		c.onOutcome(m)
+		return
+	}
+	exec := hv(m.Header, wire.HeaderExecution)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	over := c.cancelled || c.closed || c.end != nil || c.err != nil
+	switch kind {
+	case wire.MsgClaim:
+		switch {
+		case over:
+			answer(m, wire.AnswerCancel)
+		case c.seen > 0 && exec != c.exec:
+			answer(m, wire.AnswerTaken)
+		default:
+			c.exec = exec // the newest claim wins until a chunk is seen
+			answer(m, wire.AnswerGo)
+		}
+	case wire.MsgPing:
+		switch {
+		case over:
+			answer(m, wire.AnswerCancel)
+		case exec != c.exec:
+			answer(m, wire.AnswerTaken)
+		default:
+			if n, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq)); err == nil && n > c.seen {
+				c.breakLocked("the worker sent " + strconv.FormatUint(n, 10) + " chunks, " + strconv.FormatUint(c.seen, 10) + " arrived")
+				answer(m, wire.AnswerCancel)
+				return
+			}
+			if c.seen > 0 {
+				c.lastHeard = time.Now()
+			}
+			answer(m, wire.AnswerOK)
+		}
+	case wire.MsgChunk:
+		if over || exec != c.exec {
+			return // a superseded execution's, or after the end
+		}
+		seq, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq))
+		if err != nil || seq != c.seen+1 {
+			c.breakLocked("chunk " + strconv.Quote(hv(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due")
+			return
+		}
+		if len(c.queue) >= c.c.cfg.MaxBuffered {
+			c.breakLocked("the reader fell " + strconv.Itoa(len(c.queue)) + " chunks behind")
+			return
+		}
+		c.seen = seq
+		c.lastHeard = time.Now()
+		c.queue = append(c.queue, Event{Kind: EventChunk, Seq: seq, Data: m.Data})
+		c.wake()
+	case wire.MsgEnd:
+		answer(m, wire.AnswerOK) // an acknowledgement, whatever the state
+		if over || exec != c.exec {
+			return
+		}
+		seq, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq))
+		if err != nil || seq != c.seen+1 {
+			c.breakLocked("end " + strconv.Quote(hv(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due (a chunk was lost)")
+			return
+		}
+		end, err := wire.ParseResponseEnd(m.Data)
+		if err != nil {
+			end = wire.ResponseEnd{Status: wire.EndFailed, Chunks: c.seen, Error: "undecodable end marker: " + err.Error()}
+		}
+		c.end = &end
+		c.queue = append(c.queue, Event{Kind: EventEnd, Seq: seq, End: c.end})
+		c.wake()
+	}
+}
+
+// onOutcome handles a message without Dispatch-Response: the dispatcher's
+// outcome (docs/protocol.md, Outcomes).
+func (c *Call) onOutcome(m *nats.Msg) {
+	var o wire.Outcome
+	if err := json.Unmarshal(m.Data, &o); err != nil || o.RequestID != c.id {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.end != nil || c.err != nil {
+		return
+	}
+	switch o.Status {
+	case wire.StatusDispatched:
+		c.queue = append(c.queue, Event{Kind: EventDispatched, Outcome: &o})
+	case wire.StatusRejected:
+		if c.seen > 0 {
+			return // a late outcome of an earlier delivery; the response runs
+		}
+		c.err = &RejectedError{ID: o.RequestID, Class: o.PolicyClass, Code: o.Error, Message: o.Message, Details: o.Details}
+	case wire.StatusCancelled:
+		c.err = ErrCancelled
+	default:
+		return
+	}
+	c.wake()
+}
+
+// breakLocked ends the call as broken and cancels the request; c.mu is held.
+func (c *Call) breakLocked(reason string) {
+	c.err = &BrokenError{ID: c.id, Chunks: int(c.seen), Reason: reason}
+	c.wake()
+	if !c.duplicate {
+		go c.publishCancel()
+	}
+}
+
+func (c *Call) publishCancel() { _ = c.c.Cancel(c.id) }
+
+// Recv returns the call's next event. After EventEnd it returns the same end
+// again. Its errors: *RejectedError, *BrokenError, ErrCancelled, or ctx's
+// error (the call stays open: Close it).
+func (c *Call) Recv(ctx context.Context) (Event, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			ev := c.queue[0]
+			c.queue[0] = Event{}
+			c.queue = c.queue[1:]
+			c.mu.Unlock()
+			return ev, nil
+		}
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return Event{}, err
+		}
+		if c.end != nil {
+			end := c.end
+			c.mu.Unlock()
+			return Event{Kind: EventEnd, End: end}, nil
+		}
+		var wait <-chan time.Time
+		if c.seen > 0 {
+			left := time.Until(c.lastHeard.Add(c.c.cfg.BrokenAfter))
+			if left <= 0 {
+				c.breakLocked("nothing heard from the worker for " + c.c.cfg.BrokenAfter.String())
+				c.mu.Unlock()
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(left)
+			} else {
+				timer.Reset(left)
+			}
+			wait = timer.C
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.notify:
+		case <-wait:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Cancel cancels the request (docs/protocol.md, Cancellation) unless it has
+// ended, and stops following it. Recv then returns ErrCancelled.
+func (c *Call) Cancel() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	// Only a request still open is cancelled: an ended, rejected or broken
+	// one (broken: cancelled then) needs nothing more.
+	// A deduplicated call attached to its first attempt's request, which
+	// that attempt owns: it only stops listening.
+	send := c.end == nil && c.err == nil && !c.cancelled && !c.duplicate
+	c.cancelled = true
+	if c.err == nil && c.end == nil {
+		c.err = ErrCancelled
+	}
+	c.closed = true
+	c.queue = nil
+	c.mu.Unlock()
+	c.wake()
+	if send {
+		c.publishCancel()
+	}
+	_ = c.sub.Unsubscribe()
+}
+
+// Close ends the call: it cancels the request when it has not ended, and
+// unsubscribes. It is idempotent.
+func (c *Call) Close() { c.Cancel() }
+
+// Buffered returns how many events wait for Recv: a relay may hold back a
+// flush while more are at hand.
+func (c *Call) Buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
+// Since returns the time since the call was started.
+func (c *Call) Since() time.Duration { return time.Since(c.started) }

@@ -1,0 +1,371 @@
+package caller_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/caller"
+	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
+)
+
+// fakeExec plays one execution of a worker on the response path
+// (docs/protocol.md, Responses), message by message, so that each test
+// orders claims, chunks, pings and the end as it needs.
+type fakeExec struct {
+	t    *testing.T
+	nc   *nats.Conn
+	subj string
+	id   string
+	exec string
+}
+
+func (e *fakeExec) msg(kind string) *nats.Msg {
+	m := nats.NewMsg(e.subj)
+	m.Header.Set(wire.HeaderResponse, kind)
+	m.Header.Set(wire.HeaderRequestID, e.id)
+	m.Header.Set(wire.HeaderExecution, e.exec)
+	return m
+}
+
+// ask sends a claim or a ping and returns the answer ("" with the error).
+func (e *fakeExec) ask(kind string) (string, error) {
+	r, err := e.nc.RequestMsg(e.msg(kind), 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	return r.Header.Get(wire.HeaderResponse), nil
+}
+
+func (e *fakeExec) chunk(seq int, data string) {
+	m := e.msg("chunk")
+	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq))
+	m.Data = []byte(data)
+	if err := e.nc.PublishMsg(m); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *fakeExec) end(seq int, end wire.ResponseEnd) {
+	m := e.msg("end")
+	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq))
+	m.Header.Set(wire.HeaderResponseStatus, end.Status)
+	m.Data, _ = wire.MarshalResponseEnd(end)
+	// The end marker is a request; any reply acknowledges it.
+	if _, err := e.nc.RequestMsg(m, 2*time.Second); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+type fixture struct {
+	t    *testing.T
+	nc   *nats.Conn
+	wnc  *nats.Conn // the worker's connection
+	js   jetstream.JetStream
+	c    *caller.Caller
+	cons jetstream.Consumer
+}
+
+func setup(t *testing.T, cfg caller.Config) *fixture {
+	srv, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := natstest.RequestStream(t, js, "dispatch")
+	c, err := caller.New(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, nc: nc, wnc: natstest.Connect(t, srv), js: js, c: c, cons: natstest.PullConsumer(t, st, 30*time.Second)}
+}
+
+// start publishes a request and returns the call and the worker's view of
+// it (the stored message's headers).
+func (f *fixture) start(id string) (*caller.Call, nats.Header) {
+	f.t.Helper()
+	call, err := f.c.Start(context.Background(), caller.Request{ID: id, Class: "premium",
+		Header: nats.Header{"Dispatch-ISL-Tokens": {"10"}}, Body: []byte("{}")})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(call.Close)
+	batch, err := f.cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		_ = m.Ack()
+		return call, m.Headers()
+	}
+	f.t.Fatal("request not stored")
+	return nil, nil
+}
+
+func (f *fixture) exec(h nats.Header, name string) *fakeExec {
+	return &fakeExec{t: f.t, nc: f.wnc, subj: h.Get(wire.HeaderResponseTo), id: h.Get(jetstream.MsgIDHeader), exec: name}
+}
+
+func recv(t *testing.T, call *caller.Call) (caller.Event, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return call.Recv(ctx)
+}
+
+func TestStreamInOrder(t *testing.T) {
+	f := setup(t, caller.Config{})
+	call, h := f.start("r1")
+	if got, want := h.Get(wire.HeaderResponseTo), "_RESP.fdgw.r1"; got != want {
+		t.Fatalf("Dispatch-Response-To %q, want %q", got, want)
+	}
+	if h.Get(wire.HeaderReplyTo) != h.Get(wire.HeaderResponseTo) {
+		t.Fatalf("Dispatch-Reply-To %q, want the response subject", h.Get(wire.HeaderReplyTo))
+	}
+	// The dispatcher's outcome arrives on the same subject.
+	out, _ := wire.MarshalOutcome(wire.Outcome{RequestID: "r1", Status: wire.StatusDispatched, PolicyClass: "premium", WorkerID: "w1"})
+	if err := f.wnc.Publish(h.Get(wire.HeaderReplyTo), out); err != nil {
+		t.Fatal(err)
+	}
+	w := f.exec(h, "w1-1")
+	if got, err := w.ask("claim"); err != nil || got != "go" {
+		t.Fatalf("claim answered %q, %v; want go", got, err)
+	}
+	for i := 1; i <= 3; i++ {
+		w.chunk(i, "c"+strconv.Itoa(i))
+	}
+	if got, err := w.ask("ping"); err != nil || got != "ok" {
+		t.Fatalf("ping answered %q, %v; want ok", got, err)
+	}
+	w.end(4, wire.ResponseEnd{Status: "ok", Chunks: 3, Usage: &wire.Usage{PromptTokens: 10, CompletionTokens: 3}})
+
+	ev, err := recv(t, call)
+	if err != nil || ev.Kind != caller.EventDispatched || ev.Outcome.WorkerID != "w1" {
+		t.Fatalf("first event %+v, %v; want dispatched by w1", ev, err)
+	}
+	for i := 1; i <= 3; i++ {
+		ev, err := recv(t, call)
+		if err != nil || ev.Kind != caller.EventChunk || string(ev.Data) != "c"+strconv.Itoa(i) || ev.Seq != uint64(i) {
+			t.Fatalf("event %d: %+v, %v; want chunk c%d", i, ev, err, i)
+		}
+	}
+	ev, err = recv(t, call)
+	if err != nil || ev.Kind != caller.EventEnd || ev.End.Status != "ok" || ev.End.Usage.CompletionTokens != 3 {
+		t.Fatalf("last event %+v, %v; want the end with usage", ev, err)
+	}
+	// After the end the response is over: claims and pings get cancel.
+	if got, _ := f.exec(h, "w2-1").ask("claim"); got != "cancel" {
+		t.Fatalf("claim after the end answered %q, want cancel", got)
+	}
+}
+
+func TestRejectedOutcome(t *testing.T) {
+	f := setup(t, caller.Config{})
+	call, h := f.start("r2")
+	out, _ := wire.MarshalOutcome(wire.Outcome{RequestID: "r2", Status: wire.StatusRejected, PolicyClass: "premium",
+		Error: "queue_full", Message: "full", Details: map[string]any{"limit_kind": "requests"}})
+	_ = f.wnc.Publish(h.Get(wire.HeaderReplyTo), out)
+	_, err := recv(t, call)
+	var rej *caller.RejectedError
+	if !errors.As(err, &rej) || rej.Code != "queue_full" || rej.Class != "premium" {
+		t.Fatalf("got %v, want a queue_full RejectedError", err)
+	}
+}
+
+// cancels collects the request ids cancelled on dispatch.cancel.
+func cancels(t *testing.T, nc *nats.Conn) func() []string {
+	var mu sync.Mutex
+	var ids []string
+	sub, err := nc.Subscribe("dispatch.cancel", func(m *nats.Msg) {
+		var c struct {
+			RequestID string `json:"request_id"`
+		}
+		_ = json.Unmarshal(m.Data, &c)
+		mu.Lock()
+		ids = append(ids, c.RequestID)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	_ = nc.Flush()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), ids...)
+	}
+}
+
+func TestBrokenResponses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(w *fakeExec)
+		want string
+	}{
+		{"gap", func(w *fakeExec) { w.chunk(1, "a"); w.chunk(3, "c") }, `chunk "3" where 2 was due`},
+		{"lost last chunk", func(w *fakeExec) { w.chunk(1, "a"); w.end(3, wire.ResponseEnd{Status: "ok", Chunks: 2}) }, "a chunk was lost"},
+		{"silence", func(w *fakeExec) { w.chunk(1, "a") }, "nothing heard from the worker"},
+		{"ping counts more chunks", func(w *fakeExec) {
+			w.chunk(1, "a")
+			m := w.msg("ping")
+			m.Header.Set(wire.HeaderResponseSeq, "2")
+			if r, err := w.nc.RequestMsg(m, 2*time.Second); err != nil || r.Header.Get(wire.HeaderResponse) != "cancel" {
+				w.t.Errorf("ping with a lost chunk answered %v, %v; want cancel", r, err)
+			}
+		}, "2 chunks, 1 arrived"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t, caller.Config{BrokenAfter: 300 * time.Millisecond})
+			seen := cancels(t, f.wnc)
+			call, h := f.start("r3")
+			w := f.exec(h, "w1-1")
+			if got, _ := w.ask("claim"); got != "go" {
+				t.Fatalf("claim answered %q", got)
+			}
+			tc.run(w)
+			var err error
+			for err == nil {
+				_, err = recv(t, call)
+			}
+			var br *caller.BrokenError
+			if !errors.As(err, &br) || br.Chunks != 1 || !contains(br.Reason, tc.want) {
+				t.Fatalf("got %v, want a BrokenError after 1 chunk: %s", err, tc.want)
+			}
+			natstest.Eventually(t, 5*time.Second, func() bool { return len(seen()) == 1 && seen()[0] == "r3" }, "one cancellation of r3, got %v", seen())
+			// The worker's next ping is told to stop.
+			if got, _ := w.ask("ping"); got != "cancel" {
+				t.Fatalf("ping after the break answered %q, want cancel", got)
+			}
+		})
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// A worker that dies before its first chunk is invisible: the redelivered
+// request's new execution takes over and the old one is told to stop. After
+// a chunk, no other execution may take the request.
+func TestRedeliveryBeforeFirstChunk(t *testing.T) {
+	f := setup(t, caller.Config{})
+	call, h := f.start("r4")
+	a, b, c := f.exec(h, "w1-1"), f.exec(h, "w2-1"), f.exec(h, "w3-1")
+	if got, _ := a.ask("claim"); got != "go" {
+		t.Fatalf("a's claim: %q", got)
+	}
+	if got, _ := b.ask("claim"); got != "go" {
+		t.Fatalf("b's claim before any chunk: %q, want go", got)
+	}
+	if got, _ := a.ask("ping"); got != "taken" {
+		t.Fatalf("superseded a's ping: %q, want taken", got)
+	}
+	a.chunk(1, "from a") // ignored
+	b.chunk(1, "from b")
+	if got, _ := c.ask("claim"); got != "taken" {
+		t.Fatalf("c's claim after b's chunk: %q, want taken", got)
+	}
+	b.end(2, wire.ResponseEnd{Status: "ok", Chunks: 1})
+	ev, err := recv(t, call)
+	if err != nil || string(ev.Data) != "from b" {
+		t.Fatalf("got %+v, %v; want b's chunk", ev, err)
+	}
+	if ev, err := recv(t, call); err != nil || ev.Kind != caller.EventEnd {
+		t.Fatalf("got %+v, %v; want the end", ev, err)
+	}
+}
+
+// Close of an open call cancels the request and unsubscribes: the worker's
+// next ping finds no responders.
+func TestCloseCancels(t *testing.T) {
+	f := setup(t, caller.Config{})
+	seen := cancels(t, f.wnc)
+	call, h := f.start("r5")
+	w := f.exec(h, "w1-1")
+	if got, _ := w.ask("claim"); got != "go" {
+		t.Fatalf("claim: %q", got)
+	}
+	w.chunk(1, "a")
+	call.Close()
+	if _, err := recv(t, call); !errors.Is(err, caller.ErrCancelled) {
+		t.Fatalf("Recv after Close: %v, want ErrCancelled", err)
+	}
+	natstest.Eventually(t, 5*time.Second, func() bool { return len(seen()) == 1 }, "one cancellation, got %v", seen())
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		_, err := w.ask("ping")
+		return errors.Is(err, nats.ErrNoResponders)
+	}, "the ping finds no responders")
+	call.Close() // idempotent, no second cancellation
+	_ = f.wnc.Flush()
+	if n := len(seen()); n != 1 {
+		t.Fatalf("%d cancellations after a second Close, want 1", n)
+	}
+}
+
+func TestDuplicateAndMaxBuffered(t *testing.T) {
+	f := setup(t, caller.Config{MaxBuffered: 2})
+	call, h := f.start("r6")
+	if call.Duplicate() {
+		t.Fatal("first publication reported as a duplicate")
+	}
+	again, err := f.c.Start(context.Background(), caller.Request{ID: "r6", Class: "premium"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if !again.Duplicate() {
+		t.Fatal("second publication with the same id not reported as a duplicate")
+	}
+	w := f.exec(h, "w1-1")
+	if got, _ := w.ask("claim"); got != "go" {
+		t.Fatalf("claim: %q", got)
+	}
+	for i := 1; i <= 3; i++ {
+		w.chunk(i, "x")
+	}
+	_ = f.wnc.Flush()
+	var got error
+	for got == nil {
+		_, got = recv(t, call)
+	}
+	var br *caller.BrokenError
+	if !errors.As(got, &br) || !contains(br.Reason, "behind") {
+		t.Fatalf("got %v, want a BrokenError for a reader too slow", got)
+	}
+}
+
+func TestPublishErrors(t *testing.T) {
+	_, nc := natstest.StartServer(t) // no stream
+	c, err := caller.New(nc, caller.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Start(context.Background(), caller.Request{ID: "r7", Class: "premium"})
+	var pe *caller.PublishError
+	if !errors.As(err, &pe) || pe.Stored != caller.StoredNo {
+		t.Fatalf("publish without a stream: %v, want a PublishError, not stored", err)
+	}
+	if _, err := c.Start(context.Background(), caller.Request{ID: "r8", Class: "a.b"}); err == nil {
+		t.Fatal("a class with a dot was accepted")
+	}
+	if _, err := caller.New(nc, caller.Config{ResponsePrefix: "dispatch.x"}); err == nil {
+		t.Fatal("a response prefix under the dispatcher's prefix was accepted")
+	}
+	if got := c.ResponseSubject("a.b c"); len(got) != len("_RESP.fdgw.")+32 || contains(got[len("_RESP.fdgw."):], ".") {
+		t.Fatalf("response subject of an id that is no token: %q, want _RESP.fdgw.<32 hex digits>", got)
+	}
+}

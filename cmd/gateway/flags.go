@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"fairdispatch/caller"
+	"fairdispatch/naming"
+)
+
+// settings are the flags of docs/config.md, Gateway.
+type settings struct {
+	config                                              string
+	listen, adminAddr                                   string
+	natsURL, creds, nkey, user, password                string
+	tlsCA, tlsCert, tlsKey, inboxPrefix, responsePrefix string
+	maxBody                                             int64
+	maxHeaderBytes, maxConns                            int
+	maxDepth, maxMessages                               int
+	readHeaderTimeout, readTimeout, idleTimeout         time.Duration
+	writeTimeout, requestTimeout, attachWait            time.Duration
+	publishTimeout, brokenAfter, healthInterval         time.Duration
+	logLevel, logFormat, healthProbe                    string
+	checkConfig                                         string
+	version                                             bool
+}
+
+func newFlags(s *settings) *flag.FlagSet {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.StringVar(&s.config, "config", "", "the gateway file: models (each a pool's subject prefix) and tenants (API key digests, classes, defaults); required")
+	fs.StringVar(&s.listen, "listen", "127.0.0.1:8000", "host:port of the OpenAI API")
+	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:8081", "host:port of /healthz, /readyz and /metrics (empty: off)")
+	fs.StringVar(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
+	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
+	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
+	fs.StringVar(&s.user, "nats-user", "", "NATS user")
+	fs.StringVar(&s.password, "nats-password", "", "NATS password")
+	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
+	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
+	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
+	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of the gateway's own reply subjects (JetStream acknowledgements)")
+	fs.StringVar(&s.responsePrefix, "response-prefix", caller.DefaultResponsePrefix, "prefix of the response subjects <prefix>.<request id>; the same on every gateway, so a retry attaches from any")
+	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body in bytes (over it: 413); keep it at least 4 KiB under the NATS server's max_payload")
+	fs.IntVar(&s.maxHeaderBytes, "max-header-bytes", 16<<10, "largest request header block in bytes (over it: 431)")
+	fs.IntVar(&s.maxConns, "max-connections", 4096, "most client connections open at once; further ones wait in the listen backlog")
+	fs.IntVar(&s.maxDepth, "max-json-depth", 32, "deepest nesting of JSON arrays and objects in a body (over it: 400)")
+	fs.IntVar(&s.maxMessages, "max-messages", 4096, "most chat messages (or prompts) in a request (over it: 400)")
+	fs.DurationVar(&s.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send its request headers, and an idle connection its next request's")
+	fs.DurationVar(&s.readTimeout, "read-timeout", 30*time.Second, "time a client has to send a whole request, body included (then 408 or the connection closes)")
+	fs.DurationVar(&s.idleTimeout, "idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
+	fs.DurationVar(&s.writeTimeout, "write-timeout", 30*time.Second, "time each write to a client may take; a slower client is dropped and its request cancelled")
+	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may take from arrival to its last chunk (then 504, or an error event)")
+	fs.DurationVar(&s.attachWait, "attach-wait", 10*time.Second, "how long a request JetStream deduplicated (same Idempotency-Key) waits to hear of the first attempt before 409")
+	fs.DurationVar(&s.publishTimeout, "publish-timeout", 5*time.Second, "how long to wait for JetStream to acknowledge a request (then 503: not accepted)")
+	fs.DurationVar(&s.brokenAfter, "broken-after", caller.DefaultBrokenAfter, "silence from a worker, after its first chunk, that breaks a response (three ping intervals)")
+	fs.DurationVar(&s.healthInterval, "health-interval", 2*time.Second, "how often each pool's dispatcher is checked for /readyz and for refusing requests at once")
+	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
+	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL, exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
+	fs.StringVar(&s.checkConfig, "check-config", "", "validate this gateway file, print its models and tenants, and exit")
+	fs.BoolVar(&s.version, "version", false, "print the version and exit (no environment variable)")
+	return fs
+}
+
+// noEnv are the flags without an environment variable.
+var noEnv = map[string]bool{"version": true}
+
+// EnvName is the environment variable of a flag: GATEWAY_<FLAG>, upper case, - as _.
+func EnvName(flag string) string {
+	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// parseError is a command-line error the flag package has already printed.
+type parseError struct{ error }
+
+// parseSettings parses args, then fills every flag not given from GATEWAY_<FLAG>.
+func parseSettings(args []string, env func(string) (string, bool), stderr io.Writer) (*settings, error) {
+	s := &settings{}
+	fs := newFlags(s)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, parseError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil || noEnv[f.Name] {
+			return
+		}
+		if v, ok := env(EnvName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("environment %s=%q: %v", EnvName(f.Name), v, e)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, s.validate()
+}
+
+func (s *settings) validate() error {
+	var bad []string
+	if s.config == "" && s.checkConfig == "" && s.healthProbe == "" && !s.version {
+		bad = append(bad, "--config: required")
+	}
+	if s.maxBody < 1 || s.maxHeaderBytes < 1 || s.maxConns < 1 || s.maxDepth < 1 || s.maxMessages < 1 {
+		bad = append(bad, "--max-body-bytes, --max-header-bytes, --max-connections, --max-json-depth and --max-messages must be >= 1")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--read-header-timeout", s.readHeaderTimeout}, {"--read-timeout", s.readTimeout}, {"--idle-timeout", s.idleTimeout},
+		{"--write-timeout", s.writeTimeout}, {"--request-timeout", s.requestTimeout}, {"--attach-wait", s.attachWait},
+		{"--publish-timeout", s.publishTimeout}, {"--broken-after", s.brokenAfter}, {"--health-interval", s.healthInterval}} {
+		if d.v <= 0 {
+			bad = append(bad, fmt.Sprintf("%s %v: want > 0", d.name, d.v))
+		}
+	}
+	if s.responsePrefix == "" || !naming.ValidSubject(s.responsePrefix) {
+		bad = append(bad, fmt.Sprintf("--response-prefix %q: want a literal subject", s.responsePrefix))
+	}
+	if s.inboxPrefix == "" || !naming.ValidSubject(s.inboxPrefix) {
+		bad = append(bad, fmt.Sprintf("--nats-inbox-prefix %q: want a literal subject", s.inboxPrefix))
+	}
+	if s.logFormat != "console" && s.logFormat != "json" {
+		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"fairdispatch/caller"
+	"fairdispatch/wire"
+)
+
+// exchange relays one call's response to its client.
+type exchange struct {
+	s       *Server
+	w       http.ResponseWriter
+	call    *caller.Call
+	rt      *route
+	arrived time.Time
+	log     zerolog.Logger
+	heard   bool // any event yet (a deduplicated call attaches only if so)
+	chunks  int
+}
+
+// usageJSON is the OpenAI usage object.
+type usageJSON struct {
+	PromptTokens        uint64 `json:"prompt_tokens"`
+	CompletionTokens    uint64 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens uint64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// recv is call.Recv, bounded by the attach wait while a deduplicated call
+// has heard nothing.
+func (x *exchange) recv(ctx context.Context) (caller.Event, error) {
+	if x.heard || !x.call.Duplicate() {
+		ev, err := x.call.Recv(ctx)
+		x.heard = x.heard || err == nil
+		return ev, err
+	}
+	actx, cancel := context.WithTimeout(ctx, x.s.opt.AttachWait)
+	defer cancel()
+	ev, err := x.call.Recv(actx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return ev, errDuplicate
+	}
+	x.heard = err == nil
+	return ev, err
+}
+
+// errDuplicate: a deduplicated retry heard nothing of the first attempt.
+var errDuplicate = errors.New("duplicate")
+
+// failure maps Recv's error to an answer; nil when the client went away.
+func (x *exchange) failure(ctx context.Context, err error) *apiError {
+	switch {
+	case errors.Is(err, errDuplicate):
+		return &apiError{status: 409, typ: typeConflict, code: "duplicate_request", noRetry: true,
+			msg: "a request with this Idempotency-Key was accepted before and is finished, cancelled or answered elsewhere; it is not run again (send a new key to run it again)"}
+	case ctx.Err() != nil && x.clientGone():
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: 504, typ: typeTimeout, code: "request_timeout", msg: "no answer within the gateway's request timeout"}
+	}
+	var br *caller.BrokenError
+	if errors.As(err, &br) {
+		x.s.m.broken.Inc()
+	}
+	return fromCall(err)
+}
+
+func (x *exchange) clientGone() bool {
+	return x.rt.ctxDone()
+}
+
+// event books a dispatched outcome or the first chunk in the metrics.
+func (x *exchange) event(ev caller.Event) {
+	switch ev.Kind {
+	case caller.EventDispatched:
+		if ev.Outcome.QueuedMs != nil {
+			x.s.m.queueWait.WithLabelValues(x.rt.class).Observe(float64(*ev.Outcome.QueuedMs) / 1000)
+		}
+	case caller.EventChunk:
+		if x.chunks == 0 {
+			x.s.m.since(x.s.m.ttfc, x.rt.class, x.arrived)
+		}
+		x.chunks++
+	}
+}
+
+// usage books a response's usage: the end record's, else the body's.
+func (x *exchange) usage(end *wire.ResponseEnd, u *usageJSON) {
+	var prompt, cached, completion uint64
+	switch {
+	case end != nil && end.Usage != nil:
+		prompt, cached, completion = end.Usage.PromptTokens, end.Usage.CachedTokens, end.Usage.CompletionTokens
+	case u != nil:
+		prompt, completion = u.PromptTokens, u.CompletionTokens
+		if u.PromptTokensDetails != nil {
+			cached = u.PromptTokensDetails.CachedTokens
+		}
+	default:
+		return
+	}
+	t, c := x.rt.t.Name, x.rt.class
+	x.s.m.tokens.WithLabelValues(t, c, "prompt").Add(float64(prompt))
+	x.s.m.tokens.WithLabelValues(t, c, "cached").Add(float64(cached))
+	x.s.m.tokens.WithLabelValues(t, c, "completion").Add(float64(completion))
+}
+
+// whole relays a non-streaming response: the chunks (one, by convention:
+// the engine's whole response) as one JSON body once the end says ok.
+func (x *exchange) whole(ctx context.Context) int {
+	var body []byte
+	for {
+		ev, err := x.recv(ctx)
+		if err != nil {
+			e := x.failure(ctx, err)
+			if e == nil {
+				x.s.m.clientGone.Inc()
+				return 0
+			}
+			e.write(x.w)
+			return e.status
+		}
+		x.event(ev)
+		switch ev.Kind {
+		case caller.EventChunk:
+			body = append(body, ev.Data...)
+		case caller.EventEnd:
+			if ev.End.Status != wire.EndOK {
+				e := endError(ev.End)
+				e.write(x.w)
+				return e.status
+			}
+			var u struct {
+				Usage *usageJSON `json:"usage"`
+			}
+			_ = json.Unmarshal(body, &u)
+			x.usage(ev.End, u.Usage)
+			body = x.rt.p.rewriteModel(body)
+			x.w.Header().Set("Content-Type", "application/json")
+			x.w.WriteHeader(http.StatusOK)
+			_, _ = x.w.Write(body)
+			return http.StatusOK
+		}
+	}
+}
+
+// endError is the answer for an end record whose status is not ok.
+func endError(end *wire.ResponseEnd) *apiError {
+	msg := end.Error
+	if msg == "" {
+		msg = "the worker ended the response with status " + end.Status
+	}
+	if end.Status == wire.EndCancelled {
+		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: msg}
+	}
+	return &apiError{status: 500, typ: typeServer, code: "engine_error", msg: msg}
+}
+
+var (
+	sseData = []byte("data: ")
+	sseEnd  = []byte("\n\n")
+	sseDone = []byte("data: [DONE]\n\n")
+)
+
+// stream relays a streaming response as server-sent events: each chunk as
+// it arrives, the usage chunk only when the client asked for it
+// (stream_options.include_usage), then data: [DONE]. Until the first chunk
+// an error is an HTTP status; after it, an error event
+// (data: {"error":{...}}), which the official clients raise.
+func (x *exchange) stream(ctx context.Context) int {
+	rc := http.NewResponseController(x.w)
+	// Each write has its own deadline (net/http clears it after the
+	// request, so a kept-alive connection's next request starts afresh).
+	started := false
+	start := func() {
+		h := x.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		x.w.WriteHeader(http.StatusOK)
+		started = true
+	}
+	// write writes parts and flushes them unless more events are at hand
+	// (the last chunk, the usage chunk and the end often come together:
+	// one flush, one syscall, for all of them).
+	write := func(parts ...[]byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(x.s.opt.WriteTimeout))
+		for _, p := range parts {
+			if _, err := x.w.Write(p); err != nil {
+				return false
+			}
+		}
+		if x.call.Buffered() > 0 {
+			return true
+		}
+		return rc.Flush() == nil
+	}
+	gone := func() int {
+		x.s.m.clientGone.Inc()
+		x.log.Debug().Int("chunks", x.chunks).Msg("client went away; request cancelled")
+		return http.StatusOK
+	}
+	var lastUsage *usageJSON
+	for {
+		ev, err := x.recv(ctx)
+		if err != nil {
+			e := x.failure(ctx, err)
+			switch {
+			case e == nil && !started:
+				x.s.m.clientGone.Inc()
+				return 0
+			case e == nil:
+				return gone()
+			case !started:
+				e.write(x.w)
+				return e.status
+			}
+			x.log.Warn().Err(err).Int("chunks", x.chunks).Msg("stream ended with an error event")
+			write(sseData, e.body(), sseEnd)
+			return http.StatusOK
+		}
+		x.event(ev)
+		switch ev.Kind {
+		case caller.EventChunk:
+			data := ev.Data
+			if bytes.Contains(data, []byte(`"usage"`)) {
+				var c struct {
+					Choices []json.RawMessage `json:"choices"`
+					Usage   *usageJSON        `json:"usage"`
+				}
+				if json.Unmarshal(data, &c) == nil && c.Usage != nil {
+					lastUsage = c.Usage
+					if len(c.Choices) == 0 && !x.rt.req.includeUsage {
+						continue // the usage chunk the gateway asked for, not the client
+					}
+				}
+			}
+			if !started {
+				start()
+			}
+			if !write(sseData, x.rt.p.rewriteModel(data), sseEnd) {
+				return gone()
+			}
+		case caller.EventEnd:
+			x.usage(ev.End, lastUsage)
+			if ev.End.Status != wire.EndOK {
+				e := endError(ev.End)
+				if !started {
+					e.write(x.w)
+					return e.status
+				}
+				write(sseData, e.body(), sseEnd)
+				return http.StatusOK
+			}
+			if !started {
+				start()
+			}
+			if !write(sseDone) {
+				return gone()
+			}
+			return http.StatusOK
+		}
+	}
+}
+
+// rewriteModel puts the client's model name into a response object whose
+// engine model name differs.
+func (p *pool) rewriteModel(data []byte) []byte {
+	if p.model.EngineModel == p.model.Name {
+		return data
+	}
+	var f map[string]json.RawMessage
+	if json.Unmarshal(data, &f) != nil || f["model"] == nil {
+		return data
+	}
+	f["model"], _ = json.Marshal(p.model.Name)
+	out, err := json.Marshal(f)
+	if err != nil {
+		return data
+	}
+	return out
+}

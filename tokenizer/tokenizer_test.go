@@ -1,0 +1,154 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// vectors are the reference token ids of testdata/vectors.json, written by
+// testdata/encode.js with the Hugging Face tokenizers library from the chats
+// rendered by testdata/render.py with jinja2 as transformers renders them
+// (see testdata/README.md).
+type vectors struct {
+	Chats []struct {
+		Name     string    `json:"name"`
+		Messages []Message `json:"messages"`
+		Text     string    `json:"text"`
+		IDs      []uint32  `json:"ids"`
+	} `json:"chats"`
+	Prompts []struct {
+		Name     string              `json:"name"`
+		Prompt   string              `json:"prompt"`
+		IDs      []uint32            `json:"ids"`
+		Variants map[string][]uint32 `json:"variants"`
+	} `json:"prompts"`
+}
+
+func load(t testing.TB) (*Tokenizer, vectors) {
+	tok, err := Load("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v vectors
+	b, err := os.ReadFile("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return tok, v
+}
+
+func TestMatchesTheReference(t *testing.T) {
+	tok, v := load(t)
+	for _, c := range v.Chats {
+		t.Run(c.Name, func(t *testing.T) {
+			text, err := tok.Render(c.Messages)
+			if err != nil || text != c.Text {
+				t.Fatalf("rendered %q, %v\nwant %q", text, err, c.Text)
+			}
+			ids, err := tok.Chat(c.Messages)
+			if err != nil || fmt.Sprint(ids) != fmt.Sprint(c.IDs) {
+				t.Fatalf("ids %v, %v\nwant %v", ids, err, c.IDs)
+			}
+		})
+	}
+	for _, p := range v.Prompts {
+		t.Run(p.Name, func(t *testing.T) {
+			if ids := tok.Encode(p.Prompt, true); fmt.Sprint(ids) != fmt.Sprint(p.IDs) {
+				t.Fatalf("ids %v\nwant %v", ids, p.IDs)
+			}
+		})
+	}
+}
+
+// variant returns testdata/tokenizer.json with another pre-tokenizer, as
+// testdata/variants.js builds it.
+func variant(t *testing.T, name string) *Tokenizer {
+	b, err := os.ReadFile("testdata/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	switch name {
+	case "gpt2":
+		doc["pre_tokenizer"] = map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+	case "llama3":
+		split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
+		split["pattern"] = map[string]any{"Regex": patternLlama3}
+	default:
+		t.Fatalf("unknown variant %s", name)
+	}
+	b, _ = json.Marshal(doc)
+	tok, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestVariantsMatchTheReference(t *testing.T) {
+	_, v := load(t)
+	for _, name := range []string{"gpt2", "llama3"} {
+		tok := variant(t, name)
+		for _, p := range v.Prompts {
+			want, ok := p.Variants[name]
+			if !ok {
+				t.Fatalf("vectors.json has no %s ids for %q", name, p.Name)
+			}
+			if ids := tok.Encode(p.Prompt, true); fmt.Sprint(ids) != fmt.Sprint(want) {
+				t.Errorf("%s, %s: ids %v\nwant %v", name, p.Name, ids, want)
+			}
+		}
+	}
+}
+
+func TestSplitPatterns(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, text string
+		want          []string
+	}{
+		{patternQwen2, "Hello world's 12345  x\n\n  y   ", []string{"Hello", " world", "'s", " ", "1", "2", "3", "4", "5", " ", " x", "\n\n", " ", " y", "   "}},
+		{patternLlama3, "12345 ab", []string{"123", "45", " ab"}},
+		{patternGPT2, "Hello world's 12345  x!!\n", []string{"Hello", " world", "'s", " 12345", " ", " x", "!!", "\n"}},
+		{patternQwen2, "I'M ok?!\r\nnext", []string{"I", "'M", " ok", "?!\r\n", "next"}},
+	} {
+		sp, ok := splitterFor(tc.pattern)
+		if !ok {
+			t.Fatalf("pattern %q unknown", tc.pattern)
+		}
+		if got := sp.split(tc.text, nil); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tc.want) {
+			t.Errorf("split %q:\n got %q\nwant %q", tc.text, got, tc.want)
+		}
+	}
+}
+
+func TestUnsupported(t *testing.T) {
+	for _, doc := range []string{
+		`{"model":{"type":"WordPiece","vocab":{}}}`,
+		`{"model":{"type":"BPE","vocab":{},"merges":[],"byte_fallback":true},"pre_tokenizer":{"type":"ByteLevel"}}`,
+		`{"model":{"type":"BPE","vocab":{},"merges":[]},"pre_tokenizer":{"type":"Metaspace"}}`,
+		`{"model":{"type":"BPE","vocab":{},"merges":[]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated"},{"type":"ByteLevel","use_regex":false}]}}`,
+	} {
+		if _, err := Parse([]byte(doc)); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("Parse(%s): %v, want ErrUnsupported", doc, err)
+		}
+	}
+}
+
+func BenchmarkChat(b *testing.B) {
+	tok, v := load(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tok.Chat(v.Chats[0].Messages); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,27 @@
+package workerkit
+
+import "time"
+
+// HoldForTest makes w hold a request with id and Dispatch-Ack ack, as if
+// dispatched and accepted, without a dispatch (benchmarks of the
+// acknowledgement path).
+func HoldForTest(w *Worker, id, ack string, ackWait time.Duration) *Request {
+	r := &Request{RequestID: id, Ack: ack, AckWait: ackWait, w: w, ReceivedAt: time.Now()}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r.state = stateHeld
+	w.held[r] = struct{}{}
+	w.running[id] = r
+	return r
+}
+
+// ObserveAcks makes w's acker tell f each confirmation's time since its
+// first attempt; f runs under the acker's lock.
+func ObserveAcks(w *Worker, f func(time.Duration)) {
+	w.mu.Lock()
+	a := w.ack
+	w.mu.Unlock()
+	a.mu.Lock()
+	a.observe = f
+	a.mu.Unlock()
+}
