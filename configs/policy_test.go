@@ -48,10 +48,23 @@ func checkResolve(t *testing.T, p *Policy, cases []resolveCase) {
 	}
 }
 
+// TestEveryExampleLoads: every policy example (configs/policy-*.yaml) loads.
+// The only other YAML files here are the gateway's examples (gateway-*.yaml),
+// which package gateway's tests load; any other name fails, so that no
+// example goes unloaded.
 func TestEveryExampleLoads(t *testing.T) {
-	files, err := filepath.Glob("*.yaml")
+	all, err := filepath.Glob("*.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range all {
+		switch {
+		case strings.HasPrefix(f, "policy-"):
+			files = append(files, f)
+		case !strings.HasPrefix(f, "gateway-"):
+			t.Errorf("%s: neither a policy (policy-*.yaml) nor a gateway example (gateway-*.yaml): no test loads it", f)
+		}
 	}
 	if len(files) < 2 {
 		t.Fatalf("got %d example files, want at least the 2 seed examples", len(files))
