@@ -145,10 +145,11 @@ type Actor struct {
 	sendPaused  bool // a send failed for the connection's fault: wait for the next tick or connection event
 	stopping    bool
 	tickDecs    []scheduler.Decision
-	hdr         nats.Header // the dispatch headers, reused from one dispatch to the next
-	hdrVals     []string    // the backing array of hdr's values, reused likewise
-	frame       []byte      // the compact dispatch frame, reused likewise (up to maxKeptFrame)
-	parked      []*held     // malformed requests that arrived during the start-up grace
+	preempts    []scheduler.Preemption // scratch of preempt (preempt.go)
+	hdr         nats.Header            // the dispatch headers, reused from one dispatch to the next
+	hdrVals     []string               // the backing array of hdr's values, reused likewise
+	frame       []byte                 // the compact dispatch frame, reused likewise (up to maxKeptFrame)
+	parked      []*held                // malformed requests that arrived during the start-up grace
 	workerLoads []metrics.WorkerLoad
 	conflictLog map[string]time.Time // worker id -> last warning of two live instances
 	ackWaitMs   string               // the Dispatch-Ack-Wait-Ms header's value

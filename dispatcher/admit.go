@@ -57,6 +57,9 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	arr.ID, arr.Ref, arr.Token, arr.Published = id, dl.StreamSeq, token, dl.Published.UnixNano()
 	d := a.d.Scheduler.Arrive(now.UnixNano(), arr)
 	h.snap = d.Req
+	if d.Req.Preempted > 0 {
+		a.d.Metrics.Preempted(a.className(d.Req.Class), "returned")
+	}
 	a.traceArrive(now, h)
 	if d.Kind == scheduler.Queued {
 		a.wait(h, dl.StreamSeq, now) // only what waits needs keeping alive

@@ -115,6 +115,7 @@ func (a *Actor) tick(now time.Time) {
 		}
 	}
 	clear(a.tickDecs)
+	a.preempt(now)
 	if a.connected {
 		for range a.d.Keeper.Tick(now) {
 			a.d.Metrics.ProgressAck()

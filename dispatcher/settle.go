@@ -44,6 +44,7 @@ func (a *Actor) settle(d doneRecord) {
 	res := a.d.Scheduler.Settle(d.worker, scheduler.Completion{
 		Seq: d.rec.Seq, RequestID: d.rec.RequestID,
 		PrefillTokens: d.rec.PrefillTokens, OutputTokens: d.rec.OutputTokens,
+		Cancelled: d.rec.Status == wire.StatusCancelled,
 	})
 	a.d.Metrics.Settlement(res.Outcome.String(), res.Correction)
 	if id := d.rec.RequestID; res.Outcome == scheduler.Settled && id != "" {

@@ -103,7 +103,11 @@ func (a *Actor) publishView(now time.Time) {
 
 	m := a.d.Metrics
 	for k, c := range v.Classes {
-		m.SetClass(k, metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit, Keys: c.Keys})
+		st := metrics.ClassState{Requests: uint64(c.Pending), ISLTokens: c.ISLTokens, CachedTokens: c.CachedTokens, Deficit: c.Deficit, Keys: c.Keys}
+		if c.ThrottledKeys != nil && c.BudgetCharged != nil {
+			st.Budgeted, st.ThrottledKeys, st.BudgetCharged = true, *c.ThrottledKeys, *c.BudgetCharged
+		}
+		m.SetClass(k, st)
 		m.SetKeyFairness(k, keyFairness(c.KeyFairness))
 	}
 	a.workerLoads = a.workerLoads[:0]

@@ -196,6 +196,10 @@ func (c *Keyed) BudgetLevel(now int64, name string) (level, rate float64, burst 
 	return b.levelAt(now), b.rate, uint64(b.burst), b.tpos >= 0, true
 }
 
+// BudgetCharged returns the cost units charged to the class's budgets so far:
+// at dispatch, plus corrections above the estimate (refunds not subtracted).
+func (c *Keyed) BudgetCharged() float64 { return c.charged }
+
 // ChargeBudget applies a settlement correction (or, negative, a refund) of
 // delta cost units to key name's budget at now; false when the key has no
 // budget state. A key waiting for its budget waits for the new level.
@@ -206,6 +210,9 @@ func (c *Keyed) ChargeBudget(now int64, name string, delta int64) bool {
 		return false
 	}
 	b.charge(now, float64(delta))
+	if delta > 0 {
+		c.charged += float64(delta)
+	}
 	if b.tpos >= 0 {
 		b.ready = now + b.wait(now, b.need)
 		c.throttled.Fix(b.tpos)

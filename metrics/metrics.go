@@ -116,6 +116,13 @@ type ClassState struct {
 	Deficit int64
 	// Keys is the number of fairness keys the class tracks.
 	Keys int
+	// Budgeted is set for a class with token budgets (docs/design.md, Token
+	// budgets): ThrottledKeys is then the number of its keys waiting for
+	// their budget, and BudgetCharged the cost units charged to its budgets
+	// so far (cumulative; the counter takes its increase).
+	Budgeted      bool
+	ThrottledKeys int
+	BudgetCharged float64
 }
 
 // Metrics is the dispatcher's set of Prometheus collectors. Build it with [New];
@@ -161,6 +168,10 @@ type Metrics struct {
 	leaseFailed    prometheus.Counter
 	settlements    *prometheus.CounterVec
 	cancels        *prometheus.CounterVec
+	preemptions    *prometheus.CounterVec
+	throttled      *prometheus.GaugeVec
+	budgetCharged  *prometheus.CounterVec
+	lastCharged    map[string]float64 // class name -> the BudgetCharged last counted
 	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
@@ -232,8 +243,16 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		sendFailed:     counterVec("dispatch_send_failures_total", "Dispatches that could not be sent, per fault class: request (dead-lettered as bad_request), worker (handled as a refusal), connection (requeued).", "fault"),
 		settlements:    counterVec("settlements_total", "Completion records received, per outcome: settled (the correction applied), unknown, foreign, already_settled (ignored, docs/design.md, Cost settlement), invalid (did not parse), backlog (dropped: too many waiting).", "outcome"),
 		cancels:        counterVec("cancels_total", "Cancellations received on <prefix>.cancel, per where the request was: queued (taken out, no service charged), sending (in a handshake), running (forwarded to its worker), rejected, unknown and standby (remembered only), admission (a remembered id arrived and was dropped), invalid, backlog (dropped).", "where"),
-		correction:     counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
-		dlqRetries:     counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "preemptions_total",
+			Help: "Preemptions of running requests of sheddable classes (docs/design.md, Preemption), per class of the preempted request and event: asked (a cancellation with reason preempt sent to its worker), returned (the request came back from the stream, at the head of its lane)."},
+			[]string{"class", "event"}),
+		throttled: classVec("budget_throttled_keys",
+			"Fairness keys of a class with token budgets waiting for their budget (docs/design.md, Token budgets); absent for a class without budgets. Set about once a second."),
+		budgetCharged: counterVec("budget_tokens_charged_total",
+			"Cost units (uncached tokens) charged to a class's token budgets: at dispatch, plus settlement corrections above the estimate. Taken from the queue view about once a second.", "class"),
+		lastCharged: map[string]float64{},
+		correction:  counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
+		dlqRetries:  counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		leaseFailed: counter("lease_renewal_failures_total",
 			"Renewals of the leader lease that failed (unanswered, or refused by JetStream), each retried a quarter TTL later; the lease is lost when none succeeds within 3/4 TTL."),
 		dlqFailed:    counterVec("dead_letter_failures_total", "Dead letters the DLQ refused for good, per action taken: body_dropped, headers_dropped, returned (to the stream, after the ack wait).", "action"),
@@ -295,7 +314,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 			deadLetters, m.rejectedVec, m.handshakesVec, m.loadDroppedVec, m.sendFailed, m.dlqFailed, m.dlqRetries, m.leaseFailed, m.booked, m.reported,
 			m.overloaded, m.liveWorkers, m.held, m.redelivered, m.progressAcks, m.idConflicts, m.coalesced, m.connected, m.graceOver, m.leader)
 		reg.MustRegister(m.unknownToken, m.policyRevision, m.policyRefused, m.policyApplied)
-		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels)
+		reg.MustRegister(m.settlements, m.correction, keyJain, keyShareMax, keyShareMin, m.cancels, m.preemptions, m.throttled, m.budgetCharged)
 		reg.MustRegister(oldestQueued)
 	}
 	return m
@@ -354,7 +373,7 @@ func (m *Metrics) SetClasses(classes []string) {
 	for _, c := range m.classes {
 		if !keep[c] {
 			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec,
-				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec} {
+				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec, m.throttled} {
 				v.DeleteLabelValues(c)
 			}
 		}
@@ -479,6 +498,12 @@ func (m *Metrics) LeaseRenewalFailed() { m.leaseFailed.Inc() }
 // Cancel counts a cancellation by where it found its request (Cancel*).
 func (m *Metrics) Cancel(where string) { m.cancels.WithLabelValues(where).Inc() }
 
+// Preempted counts one preemption event ("asked" or "returned") of a
+// request of class.
+func (m *Metrics) Preempted(class, event string) {
+	m.preemptions.WithLabelValues(class, event).Inc()
+}
+
 // DeadLetterRetried counts one dead-letter publish retried with backoff.
 func (m *Metrics) DeadLetterRetried() { m.dlqRetries.Inc() }
 
@@ -498,6 +523,15 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
 	m.keys[k].Set(float64(s.Keys))
+	if !s.Budgeted {
+		return
+	}
+	name := m.classes[k]
+	m.throttled.WithLabelValues(name).Set(float64(s.ThrottledKeys))
+	if d := s.BudgetCharged - m.lastCharged[name]; d > 0 {
+		m.budgetCharged.WithLabelValues(name).Add(d)
+	}
+	m.lastCharged[name] = max(m.lastCharged[name], s.BudgetCharged)
 }
 
 // SetOldestQueued sets the age, in seconds, of the oldest request of class k

@@ -20,6 +20,8 @@ func newTest(t testing.TB) (*Metrics, *prometheus.Registry) {
 func TestNamesTypesAndLabels(t *testing.T) {
 	m, reg := newTest(t)
 	m.SetWorkers([]WorkerLoad{{ID: "w1"}}) // so the per-worker families are gathered
+	m.Preempted("batch", "asked")
+	m.SetClass(0, ClassState{Budgeted: true, ThrottledKeys: 1, BudgetCharged: 10})
 	mfs := gather(t, reg)
 	tests := []struct {
 		name   string
@@ -63,6 +65,9 @@ func TestNamesTypesAndLabels(t *testing.T) {
 		{"fairdispatch_settlements_total", "COUNTER", []string{"outcome"}},
 		{"fairdispatch_settlement_correction_tokens_total", "COUNTER", []string{"direction"}},
 		{"fairdispatch_cancels_total", "COUNTER", []string{"where"}},
+		{"fairdispatch_preemptions_total", "COUNTER", []string{"class", "event"}},
+		{"fairdispatch_budget_throttled_keys", "GAUGE", []string{"class"}},
+		{"fairdispatch_budget_tokens_charged_total", "COUNTER", []string{"class"}},
 		{"fairdispatch_oldest_queued_seconds", "GAUGE", []string{"class"}},
 	}
 	for _, tt := range tests {

@@ -84,6 +84,10 @@
 // cancelled and the tokens computed so far (none for taken: the execution
 // that took it over reports it).
 //
+// With Config.Preempt (-preempt) the worker declares preemption support:
+// a job preempted before its first response chunk leaves the engine the
+// same way, its request handed back (docs/protocol.md, Preemption).
+//
 // Time is simulated by events: when the simulator runs late, a slot freed at
 // time t starts its next request at t, not at the late wake-up, so the
 // simulated schedule does not drift.

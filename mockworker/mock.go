@@ -50,6 +50,10 @@ type Config struct {
 	// HeaderForm is passed to the helper: dispatches in the header form
 	// rather than the compact form (docs/protocol.md, Compact dispatch form).
 	HeaderForm bool
+	// Preempt declares preemption support (docs/protocol.md, Preemption):
+	// a job the dispatcher preempts before its first response chunk leaves
+	// the engine at once and its request is handed back.
+	Preempt bool
 	// MaxActiveRequests is reported as max_active_requests (0: omitted): the
 	// dispatcher then sends a rank no more than that many requests at once,
 	// running or waiting.
@@ -235,6 +239,9 @@ type Stats struct {
 	// finished (cancelled, nobody listening to the response, taken over by
 	// another execution, or stopping): their jobs left the engine.
 	Cancelled uint64
+	// Preempted counts accepted requests handed back for a preemption
+	// (counted in Cancelled too).
+	Preempted uint64
 	// AckFailures counts acknowledgements JetStream did not confirm within
 	// their ack wait, or whose connection closed or worker stopped first (the
 	// helper's workerkit.Stats.AcksUnconfirmed, plus those of responses):
@@ -304,6 +311,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens, TotalKVBlocks: cfg.TotalKVBlocks,
 		Taints: cfg.Taints, TTL: cfg.TTL, AckWait: cfg.AckWait, MaxActiveRequests: cfg.MaxActiveRequests,
 		HeaderForm: cfg.HeaderForm, PlainAcks: cfg.PlainAcks,
+		Preempt: cfg.Preempt,
 	}, handler{m}, log)
 	if err != nil {
 		return nil, fmt.Errorf("mock: %w", err)

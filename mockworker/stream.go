@@ -40,6 +40,9 @@ func (h handler) Cancelled(r *workerkit.Request, cause error) {
 	}
 	delete(m.streams, j)
 	m.stats.Cancelled++
+	if errors.Is(cause, workerkit.ErrPreempted) {
+		m.stats.Preempted++
+	}
 	m.setLoadLocked(j.rank)
 	produced := m.eng.produced(j, now)
 	prefilled := j.phase == phaseDecode || (j.phase == phasePrefill && !now.Before(j.prefillEnd))

@@ -107,14 +107,18 @@ func (s *Scheduler) checkBudget(now int64, r *request.Snapshot) *Error {
 func (s *Scheduler) extensionStats(k int, cs *wire.ClassStats) {
 	c := s.classes[k]
 	if c.Budgeted() {
-		n := c.Throttled()
-		cs.ThrottledKeys = &n
+		n, charged := c.Throttled(), c.BudgetCharged()
+		cs.ThrottledKeys, cs.BudgetCharged = &n, &charged
 		for i := range cs.TopKeys {
 			ks := &cs.TopKeys[i]
 			if level, rate, burst, thr, ok := c.BudgetLevel(s.now, ks.Key); ok {
 				ks.Budget = &wire.KeyBudget{TokensPerSecond: rate, Burst: burst, Level: level, Throttled: thr}
 			}
 		}
+	}
+	if s.pre.on && s.pre.sheddable[k] {
+		n := s.pre.asked[s.pol.Classes[k].Name]
+		cs.Preempted = &n
 	}
 	if st := s.shed[k]; st != nil {
 		if r, ok := st.drain.rate(); ok {

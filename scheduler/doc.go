@@ -45,6 +45,11 @@
 //     PolicyChange.
 //   - [Scheduler.Pause] and [Scheduler.Resume] around a lost connection: no
 //     worker's TTL runs out while the dispatcher cannot hear its reports.
+//   - [Scheduler.Started] when a worker accepts a dispatch (with the
+//     request), and [Scheduler.Preempt] at every tick: the preemptions to
+//     ask, one worker and one request each (docs/design.md, Preemption;
+//     preempt.go). A request handed back comes in again through Arrive, at
+//     the head of its lane.
 //
 // # Invariants that cross packages
 //
@@ -52,6 +57,8 @@
 //     class (and then in the deadline heap when it has a deadline), or handed
 //     out by Arrive or Next and owned by the caller until Return or Unsent puts
 //     it back. Remove takes a queued request out (hand-back on lease loss).
+//     A preempted request leaves the caller when its worker hands it back
+//     and comes back from the stream as a new arrival.
 //   - A request is charged to its class's deficit and its key's service once:
 //     at its first dispatch. Return and Unsent re-queue it with Charged set, so
 //     its DRR cost is 0 from then on; Settle corrects the charge later.
@@ -70,8 +77,9 @@
 // when it dispatches at once, a selection over the eligible ranks. Next: one
 // DRR arbitration, O(C + L log L) for C classes and L lane heads visited, plus
 // one selection. ApplyReport: O(ranks of the worker + its blocked lanes).
-// Tick: O(expired workers + expired deadlines). None of them allocates on the
-// steady-state dispatch path.
+// Tick: O(expired workers + expired deadlines). Preempt: nothing unless the
+// policy has a class that preempts and one that is sheddable. None of them
+// allocates on the steady-state dispatch path.
 //
 // A Scheduler is not safe for concurrent use.
 package scheduler

@@ -151,6 +151,7 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 			classes[k].Each(func(r *request.Snapshot) bool { st.tally.Add(r); return true })
 		}
 	}
+	s.configurePreemption(ch.To)
 	s.recheckAll()
 	return ch
 }

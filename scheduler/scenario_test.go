@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -52,7 +53,7 @@ type story struct {
 
 func (h *story) run(t *testing.T, td *scenario.TestData) string {
 	t.Helper()
-	out := scenario.Do(t, td, h.s != nil, "policy", h.commands(), "draining", "summary")
+	out := scenario.Do(t, td, h.s != nil, "policy", h.commands(), "draining", "summary", "preempt", "again", "cancelled")
 	return strings.TrimRight(out, "\n") + "\n"
 }
 
@@ -62,7 +63,7 @@ func (h *story) commands() map[string]func(*scenario.Args) string {
 		"policy": h.policy, "report": h.report, "arrive": h.arrive, "next": h.next, "dispatch": h.dispatch,
 		"answer": h.answer, "settle": h.settle, "complete": h.settle, "serve": h.serve, "tick": h.tick,
 		"advance-time": h.advance, "thresholds": h.thresholds, "recheck": h.recheck, "remove": h.remove,
-		"pause": h.pause, "resume": h.resume, "stats": h.stats, "print": h.print,
+		"pause": h.pause, "resume": h.resume, "stats": h.stats, "print": h.print, "preempt": h.preempt,
 	}
 }
 
@@ -178,6 +179,7 @@ func (h *story) report(a *scenario.Args) string {
 		WorkerID: id, DPStart: uint32(start), DPSize: uint32(n), TTLms: uint64(a.Dur("ttl", 3*time.Second).Milliseconds()),
 		Instance: a.StrOr("instance", "i-"+id), MaxActive: a.Uint("max_active", 0), MaxBatched: a.Uint("batched", 0),
 		TotalKV: a.Uint("total_kv", 0), Draining: a.Flag("draining"), Taints: a.List("taints"),
+		Preempt: a.Flag("preempt"),
 	}
 	if _, ok := a.Str("seen"); ok {
 		rep.SeenSeq, rep.HasSeenSeq = a.Uint("seen", 0), true
@@ -220,6 +222,7 @@ func (h *story) arrive(a *scenario.Args) string {
 	token := a.Pos(0)
 	count := int(a.Uint("n", 1))
 	id, named := a.Str("id")
+	again := a.Flag("again")
 	if named && count > 1 {
 		a.Fatalf("id names one request")
 	}
@@ -251,7 +254,7 @@ func (h *story) arrive(a *scenario.Args) string {
 		if !named {
 			arr.ID = "r" + strconv.Itoa(h.n)
 		}
-		if _, dup := h.reqs[arr.ID]; dup {
+		if _, dup := h.reqs[arr.ID]; dup && !again {
 			a.Fatalf("request %s arrived before", arr.ID)
 		}
 		arr.Ref = uint64(h.n)
@@ -341,6 +344,7 @@ func (h *story) answer(a *scenario.Args) string {
 	switch how {
 	case "accept":
 		h.s.Accepted(d.Worker)
+		h.s.Started(h.now, d.Req, d.Worker, d.Seq)
 	case "refuse", "timeout":
 		h.s.Return(h.now, d.Req, d.Worker, d.Seq)
 	case "unsent":
@@ -372,7 +376,7 @@ func (h *story) answer(a *scenario.Args) string {
 // the dispatch (a forged or stray record).
 func (h *story) settle(a *scenario.Args) string {
 	first := a.Pos(0)
-	c := Completion{PrefillTokens: a.Uint("prefill", 0), OutputTokens: a.Uint("output", 0)}
+	c := Completion{PrefillTokens: a.Uint("prefill", 0), OutputTokens: a.Uint("output", 0), Cancelled: a.Flag("cancelled")}
 	worker := first
 	if d, ok := h.last[first]; ok {
 		worker, c.Seq, c.RequestID = d.Worker, d.Seq, first
@@ -413,6 +417,7 @@ func (h *story) serve(a *scenario.Args) string {
 			}
 			delete(h.inFlight, rid)
 			h.s.Accepted(id)
+			h.s.Started(h.now, d.Req, id, d.Seq)
 			running = append(running, d)
 		}
 		slices.SortFunc(running, func(x, y Decision) int { return cmp.Compare(x.Seq, y.Seq) })
@@ -455,6 +460,23 @@ func (h *story) serve(a *scenario.Args) string {
 	fmt.Fprintf(&b, "\nfirst %d: %s\n", min(show, n), runs(order[:min(show, n)]))
 	b.WriteString(h.deficits())
 	return b.String()
+}
+
+// preempt calls Preempt: each preemption asked, and whether sheddable
+// classes hold back.
+func (h *story) preempt(*scenario.Args) string {
+	var lines []string
+	for _, p := range h.s.Preempt(h.now, nil) {
+		lines = append(lines, fmt.Sprintf("ask %s to preempt %s seq %d (%s) for %s, waited %s", p.Worker, p.RequestID, p.Seq,
+			h.s.Policy().Classes[p.Class].Name, h.s.Policy().Classes[p.For].Name, ms(p.Waited)))
+	}
+	if len(lines) == 0 {
+		lines = append(lines, "no preemption")
+	}
+	if h.s.pre.yield {
+		lines = append(lines, "sheddable classes hold back")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // tick advances the clock (tick +30ms) and ticks: workers whose TTL ran out,
@@ -519,8 +541,20 @@ func (h *story) stats(_ *scenario.Args) string {
 	for _, c := range h.s.Stats(nil) {
 		fmt.Fprintf(&b, "%s: pending %d, isl %d, cached %d, deficit %d, keys %d, pinned lanes %d, blocked %d, free ranks %d\n",
 			c.Name, c.Pending, c.ISLTokens, c.CachedTokens, c.Deficit, c.Keys, c.PinnedLanes, c.BlockedLanes, c.FreeRanks)
+		if c.ThrottledKeys != nil {
+			fmt.Fprintf(&b, "  budgets: %d keys throttled, %s charged\n", *c.ThrottledKeys, num(*c.BudgetCharged))
+		}
+		if c.DrainRate != nil {
+			fmt.Fprintf(&b, "  drain rate %s per second\n", num(math.Round(*c.DrainRate)))
+		}
+		if c.Preempted != nil {
+			fmt.Fprintf(&b, "  preempted %d\n", *c.Preempted)
+		}
 		for _, k := range c.TopKeys {
 			fmt.Fprintf(&b, "  top key %s: queued %d, weight %s, lead %s\n", k.Key, k.Queued, num(k.Weight), num(k.Lead))
+			if bu := k.Budget; bu != nil {
+				fmt.Fprintf(&b, "    budget %s/s, burst %d, level %s, throttled %v\n", num(bu.TokensPerSecond), bu.Burst, num(math.Round(bu.Level)), bu.Throttled)
+			}
 		}
 	}
 	return b.String()
@@ -532,11 +566,19 @@ func (h *story) decision(d Decision) string {
 	case None:
 		return "none"
 	case Queued:
-		return fmt.Sprintf("%s: queued in %s (key %s, cost %d)", d.Req.ID, h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		out := fmt.Sprintf("%s: queued in %s (key %s, cost %d)", d.Req.ID, h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		if d.Projected >= 0 && h.s.shed[d.Req.Class] != nil {
+			out += fmt.Sprintf(", projected wait %s", time.Duration(d.Projected).Round(time.Millisecond))
+		}
+		return out
 	case Dispatch:
 		h.inFlight[d.Req.ID], h.last[d.Req.ID] = d, d
-		return fmt.Sprintf("%s: dispatch to %s/%d seq %d (%s, key %s, cost %d)", d.Req.ID, d.Worker, d.Rank, d.Seq,
+		out := fmt.Sprintf("%s: dispatch to %s/%d seq %d (%s, key %s, cost %d)", d.Req.ID, d.Worker, d.Rank, d.Seq,
 			h.s.Policy().Classes[d.Req.Class].Name, d.Req.Key, d.Req.Cost)
+		if d.Prefill != d.Req.Cost {
+			out += fmt.Sprintf(", books %d prefill tokens", d.Prefill)
+		}
+		return out
 	default:
 		return fmt.Sprintf("%s: reject %s: %s", d.Req.ID, d.Err.Code, d.Err.Message)
 	}

@@ -13,6 +13,10 @@ type Completion struct {
 	RequestID     string // the request id; "" skips the check
 	PrefillTokens uint64 // uncached tokens actually computed
 	OutputTokens  uint64
+	// Cancelled is set for a record with status cancelled: the request
+	// stopped before its end (for a dispatch the scheduler preempted, it
+	// was handed back).
+	Cancelled bool
 }
 
 // SettleOutcome says what Settle did with a completion record.
@@ -74,6 +78,19 @@ func (s *Scheduler) Settle(worker string, c Completion) SettleResult {
 		return SettleResult{Outcome: Foreign, Class: rec.class, Key: rec.key}
 	case rec.settled:
 		return SettleResult{Outcome: AlreadySettled, Class: rec.class, Key: rec.key}
+	}
+	if s.pre.on {
+		if c.Cancelled && s.pre.handedBack(worker, c.Seq, rec.id) {
+			// Preempted and handed back: refunded, not corrected
+			// (docs/design.md, Preemption); it comes back from the stream.
+			res := SettleResult{Outcome: Settled, Class: rec.class, Key: rec.key}
+			if rec.owes {
+				res.Correction = -int64(min(rec.charged, math.MaxInt64/4))
+			}
+			s.refund(worker, c.Seq)
+			return res
+		}
+		s.pre.settled(worker, c.Seq, rec.id)
 	}
 	rec.settled = true
 	res := SettleResult{Outcome: Settled, Class: rec.class, Key: rec.key}

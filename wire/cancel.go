@@ -16,13 +16,21 @@ type Cancel struct {
 	// Seq is the Dispatch-Seq of the dispatch the cancellation is for, set by
 	// the dispatcher; 0 (omitted) from a producer.
 	Seq uint64 `json:"seq,omitempty"`
-	// Reason is CancelReasonCancel, set by the dispatcher; omitted from a
+	// Reason is CancelReasonCancel or CancelReasonPreempt, set by the dispatcher; omitted from a
 	// producer. A worker reads a reason it does not know as CancelReasonCancel.
 	Reason string `json:"reason,omitempty"`
 }
 
-// CancelReasonCancel is the reason of a cancellation a producer asked for.
-const CancelReasonCancel = "cancel"
+// The reasons of a cancellation the dispatcher sends a worker.
+const (
+	// CancelReasonCancel: a producer asked for it; the worker stops the request.
+	CancelReasonCancel = "cancel"
+	// CancelReasonPreempt: the dispatcher preempts the request
+	// (docs/protocol.md, Preemption); a worker that declares preempt in its
+	// load reports hands it back (-NAK) if it has sent no response chunk,
+	// else ignores it. A worker that does not declare it is never sent one.
+	CancelReasonPreempt = "preempt"
+)
 
 // MaxCancelBytes bounds a cancellation's body; MaxCancelIDLen its request id
 // (a request with a longer Nats-Msg-Id cannot be cancelled by id).

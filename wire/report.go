@@ -26,6 +26,10 @@ type LoadReport struct {
 	// CompactDispatch is the highest version of the compact dispatch form
 	// (CompactDispatch) the worker reads; 0: it reads the header form only.
 	CompactDispatch uint64 `json:"compact_dispatch,omitempty"`
+	// Preempt declares that the worker acts on cancellations with reason
+	// preempt (docs/protocol.md, Preemption): false or absent, the
+	// dispatcher never asks it to preempt.
+	Preempt bool `json:"preempt,omitempty"`
 }
 
 // RankLoad is the load of one data-parallel rank in a LoadReport.
@@ -63,6 +67,9 @@ func AppendLoadReport(dst []byte, r *LoadReport) []byte {
 	dst = appendList(append(dst, `,"ranks":`...), r.Ranks, appendRankLoad)
 	if r.CompactDispatch != 0 {
 		dst = strconv.AppendUint(append(dst, `,"compact_dispatch":`...), r.CompactDispatch, 10)
+	}
+	if r.Preempt {
+		dst = append(dst, `,"preempt":true`...)
 	}
 	return append(dst, '}')
 }

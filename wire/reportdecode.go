@@ -76,6 +76,8 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 			ok = s.uint64Value(&w.CompactDispatch)
 		case "draining":
 			ok = s.boolValue(&w.Draining)
+		case "preempt":
+			ok = s.boolValue(&w.Preempt)
 		case "instance":
 			ok = s.stringValue(&w.Instance)
 		case "taints":
@@ -99,7 +101,7 @@ func decodeReportFast(data []byte, w *LoadReport) bool {
 
 var reportFields = []string{"worker_id", "data_parallel_start_rank", "data_parallel_size",
 	"max_num_batched_tokens", "total_kv_blocks", "max_active_requests", "taints", "draining",
-	"ttl_ms", "instance", "seen_seq", "ranks", "compact_dispatch"}
+	"ttl_ms", "instance", "seen_seq", "ranks", "compact_dispatch", "preempt"}
 
 var rankFields = []string{"dp_rank", "active_prefill_tokens", "active_decode_blocks",
 	"kv_used_blocks", "active_requests"}

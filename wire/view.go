@@ -75,6 +75,15 @@ type ClassStats struct {
 	// cost units per second, for a class that sheds (docs/design.md,
 	// Shedding); absent otherwise or while not measured yet.
 	DrainRate *float64 `json:"drain_rate,omitempty"`
+	// BudgetCharged is the cost units charged to the class's token budgets
+	// since the class was created: at dispatch, plus settlement corrections
+	// above the estimate (refunds are not subtracted); absent for a class
+	// without budgets.
+	BudgetCharged *float64 `json:"budget_charged,omitempty"`
+	// Preempted counts the requests of the class a worker was asked to stop
+	// (preemptions asked) since the class was created; absent for a class
+	// that is not sheddable (docs/design.md, Preemption).
+	Preempted *uint64 `json:"preempted,omitempty"`
 }
 
 // KeyFairness is how fairly a class's keys were served over the last window

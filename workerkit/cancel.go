@@ -28,18 +28,39 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		w.log.Warn().Err(err).Msg("cancellation dropped")
 		return
 	}
+	preempt := c.Reason == wire.CancelReasonPreempt
+	if preempt && !w.cfg.Preempt {
+		w.log.Debug().Str("request_id", c.RequestID).Msg("preemption ignored: not declared")
+		return
+	}
 	var hit []*Request
 	w.mu.Lock()
 	for r := range w.held {
-		if r.RequestID == c.RequestID && r.state != stateFinished {
+		if r.RequestID == c.RequestID && r.state != stateFinished && (!preempt || c.Seq == 0 || r.Seq == c.Seq) {
 			hit = append(hit, r)
 		}
 	}
 	w.mu.Unlock()
 	for _, r := range hit {
+		if preempt {
+			w.preempt(r)
+			continue
+		}
 		w.abort(r, fmt.Errorf("%w by the dispatcher", ErrCancelled))
 	}
 	w.log.Debug().Str("request_id", c.RequestID).Uint64("seq", c.Seq).Int("held", len(hit)).Msg("cancellation")
+}
+
+// preempt hands r back for a preemption (docs/protocol.md, Preemption) if
+// it has written no response chunk: the response closes without an end
+// marker, the message gets -NAK (JetStream delivers it again at once) and
+// r's context ends with ErrPreempted. After a chunk it does nothing.
+func (w *Worker) preempt(r *Request) {
+	if p := r.resp; p != nil && !p.yieldTo(ErrPreempted) {
+		about(w.log.Debug(), r).Msg("preemption ignored: a response chunk was sent")
+		return
+	}
+	w.abort(r, ErrPreempted)
 }
 
 // abort ends r for cause, on the helper's own decision, as docs/protocol.md,
@@ -81,7 +102,7 @@ func (w *Worker) abort(r *Request, cause error) {
 	var body []byte
 	switch {
 	case errors.Is(cause, ErrTaken):
-	case errors.Is(cause, ErrStopped) && !started:
+	case errors.Is(cause, ErrStopped) && !started, errors.Is(cause, ErrPreempted):
 		body = ackNak
 	case errors.Is(cause, ErrCancelled):
 		body = ackTermCancelled

@@ -100,6 +100,14 @@ type Config struct {
 	// eight Dispatch-* headers the dispatcher sets. Set it for a handler
 	// that reads those from Request.Header.
 	HeaderForm bool
+	// Preempt declares in the load reports that the worker hands back a
+	// request the dispatcher preempts (docs/protocol.md, Preemption): on a
+	// cancellation with reason preempt, the helper hands the request back
+	// (-NAK, no end marker, no completion record expected) if no response
+	// chunk was written, and ends its context with ErrPreempted; after a
+	// chunk it ignores the ask and the request runs to its end. Without it a
+	// preempt is never sent, and one received is ignored.
+	Preempt bool
 	// PlainAcks publishes acknowledgements (+ACK, +TERM, -NAK) as plain core
 	// NATS messages instead of confirmed ones (docs/protocol.md, After
 	// accepting). It is for a worker whose NATS user may not subscribe to its

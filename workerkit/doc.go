@@ -157,6 +157,13 @@
 // only has to stop working; its later Write, End, Done, Nak or Term calls
 // return an error wrapping ErrFinished.
 //
+// With [Config.Preempt] the load reports declare preemption support
+// (docs/protocol.md, Preemption) and a cancellation with reason preempt for
+// the running dispatch (its request id and Dispatch-Seq) hands the request
+// back (-NAK, no end marker) if no response chunk was written, ending its
+// context with ErrPreempted; after a chunk the helper ignores it and the
+// request runs to its end. Without Config.Preempt a preempt is ignored.
+//
 // An application that knows nothing of responses keeps working: Done ends
 // the response with status ok, Term with status failed, and Nak hands the
 // request back before its first chunk (after it, Nak returns

@@ -41,6 +41,8 @@ type Report struct {
 	// reads (wire.CompactDispatch), 0 (left out of the JSON) for the header
 	// form only.
 	CompactDispatch uint64
+	// Preempt declares preemption support (Config.Preempt).
+	Preempt bool
 }
 
 // RankReport is one entry of Report.Ranks.
@@ -58,7 +60,7 @@ func (r Report) Wire() wire.LoadReport {
 	w := wire.LoadReport{
 		WorkerID: &id, DPStart: &start, DPSize: &size, TotalKV: r.TotalKVBlocks, Taints: r.Taints,
 		Draining: r.Draining, TTLms: &ttl, Instance: r.Instance, SeenSeq: &seen,
-		Ranks: make([]wire.RankLoad, len(r.Ranks)), CompactDispatch: r.CompactDispatch,
+		Ranks: make([]wire.RankLoad, len(r.Ranks)), CompactDispatch: r.CompactDispatch, Preempt: r.Preempt,
 	}
 	if r.MaxNumBatchedTokens != 0 {
 		mb := r.MaxNumBatchedTokens
@@ -88,7 +90,7 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*r = Report{TotalKVBlocks: w.TotalKV, Taints: w.Taints, Draining: w.Draining, Instance: w.Instance,
-		CompactDispatch: w.CompactDispatch}
+		CompactDispatch: w.CompactDispatch, Preempt: w.Preempt}
 	if w.WorkerID != nil {
 		r.WorkerID = *w.WorkerID
 	}
@@ -197,6 +199,7 @@ func (w *Worker) snapshot() (rep Report, ok bool) {
 	if !w.cfg.HeaderForm {
 		rep.CompactDispatch = wire.CompactDispatch
 	}
+	rep.Preempt = w.cfg.Preempt
 	for i, l := range w.ranks {
 		rep.Ranks[i] = RankReport{
 			DPRank:              w.cfg.DPStart + i,

@@ -28,6 +28,10 @@ var (
 	ErrTaken = errors.New("worker: another execution has the response")
 	// ErrStopped: the worker stopped (Stop's grace ran out) with the request held.
 	ErrStopped = errors.New("worker: worker stopped")
+	// ErrPreempted: the dispatcher preempted the request before its first
+	// response chunk, and the helper handed it back (docs/protocol.md,
+	// Preemption); it runs again later, here or elsewhere.
+	ErrPreempted = errors.New("worker: request preempted")
 	// ErrBadResponseSubject: Dispatch-Response-To is not a subject a worker
 	// may respond to (docs/protocol.md, Asking for a response).
 	ErrBadResponseSubject = errors.New("worker: invalid Dispatch-Response-To")
@@ -424,6 +428,30 @@ func (p *Response) onEnd(status string, body []byte, err error) {
 		return
 	}
 	close(p.ended)
+}
+
+// yieldTo closes the response for a preemption if no chunk was written yet,
+// without an end marker (the producer, having seen no chunk, answers the
+// next execution's claim go), and reports whether it did. After a chunk it
+// changes nothing: tokens the caller saw cannot be taken back.
+func (p *Response) yieldTo(cause error) bool {
+	p.mu.Lock()
+	if p.chunks > 0 || p.phase == phaseEnding {
+		p.mu.Unlock()
+		return false
+	}
+	if p.phase == phaseClosed {
+		p.mu.Unlock()
+		return true
+	}
+	was := p.phase
+	p.phase, p.err = phaseClosed, cause
+	p.stopPings()
+	if was == phaseClaiming {
+		close(p.claimed)
+	}
+	p.mu.Unlock()
+	return true
 }
 
 // close closes the response for cause, on the helper's own decision, and

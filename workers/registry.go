@@ -69,7 +69,10 @@ type Worker struct {
 	MaxActive uint64
 	// Compact is the compact dispatch form's version to send it; 0: the
 	// header form (Report.Compact).
-	Compact    uint8
+	Compact uint8
+	// Preempt: the worker acts on cancellations with reason preempt
+	// (Report.Preempt).
+	Preempt    bool
 	TTL        int64 // nanoseconds
 	journaled  bool  // in Registry.changed
 	LastReport int64 // Unix nanoseconds of the last valid report
@@ -150,6 +153,9 @@ type Change struct {
 	// Owner and Other then name the holder's instance and the other's.
 	Conflict     bool
 	Owner, Other string
+	// Restarted is set when the report is from another instance than the
+	// last one, or its seen_seq went back: what the worker ran before is gone.
+	Restarted bool
 }
 
 // touch journals w as changed (see [Registry.Changed]). The journal is
@@ -276,9 +282,10 @@ func (g *Registry) Apply(now int64, r Report) (*Worker, Change, bool) {
 		}
 	}
 	restarted := !ch.New && (r.Instance != w.Instance || (r.HasSeenSeq && r.SeenSeq < w.seenSeq))
+	ch.Restarted = restarted
 	w.Instance = r.Instance
 	w.MaxBatched, w.TotalKV, w.Draining, w.MaxActive = r.MaxBatched, r.TotalKV, r.Draining, r.MaxActive
-	w.Compact = r.Compact
+	w.Compact, w.Preempt = r.Compact, r.Preempt
 	w.TTL = int64(r.TTLms) * 1e6
 	w.LastReport = now
 	if w.Excluded && w.ExcludedUntil <= now {

@@ -45,6 +45,9 @@ type Report struct {
 	// this worker: compact_dispatch capped at wire.CompactDispatch; 0: the
 	// header form (docs/protocol.md, Compact dispatch form).
 	Compact uint8
+	// Preempt: the worker acts on cancellations with reason preempt
+	// (docs/protocol.md, Preemption); only such a worker is asked.
+	Preempt bool
 }
 
 // DropReason says why a report was dropped; it labels the dropped-reports metric.
@@ -123,6 +126,7 @@ func ParseReport(token string, data []byte) (Report, error) {
 	}
 	r.Taints = w.Taints
 	r.Compact = uint8(min(w.CompactDispatch, wire.CompactDispatch))
+	r.Preempt = w.Preempt
 	if w.SeenSeq != nil {
 		r.SeenSeq, r.HasSeenSeq = *w.SeenSeq, true
 	}

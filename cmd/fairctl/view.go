@@ -118,7 +118,7 @@ func viewCommand(name string, raw func(*queuesView) json.RawMessage, render func
 }
 
 var (
-	runQueues  = viewCommand("queues", func(v *queuesView) json.RawMessage { return v.RawClasses }, renderClasses)
+	runQueues  = viewCommand("queues", func(v *queuesView) json.RawMessage { return v.RawClasses }, renderQueues)
 	runWorkers = viewCommand("workers", func(v *queuesView) json.RawMessage { return v.RawWorkers }, renderWorkers)
 )
 
@@ -129,6 +129,79 @@ func renderClasses(w io.Writer, v *queuesView) error {
 	for _, c := range v.Classes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%.1f\t%d\t%d\t\n", c.Name, c.Pending, c.ISLTokens,
 			waitString(c.OldestWaitMs), c.Deficit, c.DispatchRate, c.Dispatched, c.Keys)
+	}
+	return tw.Flush()
+}
+
+// renderQueues writes the queues table, then the extensions table.
+func renderQueues(w io.Writer, v *queuesView) error {
+	if err := renderClasses(w, v); err != nil {
+		return err
+	}
+	return renderExtensions(w, v)
+}
+
+// renderExtensions writes, only when some class has them, the classes'
+// token budgets, drain rates and preemptions (docs/design.md, Token budgets,
+// Shedding, Preemption), then a row per top key with a budget: its rate,
+// burst, level and whether it waits for its budget.
+func renderExtensions(w io.Writer, v *queuesView) error {
+	var classes []int
+	var keys bool
+	for i, c := range v.Classes {
+		if c.ThrottledKeys != nil || c.DrainRate != nil || c.Preempted != nil {
+			classes = append(classes, i)
+		}
+		for _, k := range c.TopKeys {
+			keys = keys || k.Budget != nil
+		}
+	}
+	if len(classes) == 0 && !keys {
+		return nil
+	}
+	dash := func(p *int) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	if len(classes) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "CLASS\tTHROTTLED KEYS\tBUDGET CHARGED\tDRAIN TOKENS/S\tPREEMPTED\t")
+		for _, i := range classes {
+			c := v.Classes[i]
+			charged, drain, pre := "-", "-", "-"
+			if c.BudgetCharged != nil {
+				charged = fmt.Sprintf("%.0f", *c.BudgetCharged)
+			}
+			if c.DrainRate != nil {
+				drain = fmt.Sprintf("%.0f", *c.DrainRate)
+			}
+			if c.Preempted != nil {
+				pre = fmt.Sprint(*c.Preempted)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", c.Name, dash(c.ThrottledKeys), charged, drain, pre)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if !keys {
+		return nil
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "CLASS\tKEY\tQUEUED\tTOKENS/S\tBURST\tLEVEL\tSTATE\t")
+	for _, c := range v.Classes {
+		for _, k := range c.TopKeys {
+			if b := k.Budget; b != nil {
+				st := "ok"
+				if b.Throttled {
+					st = "throttled"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%.0f\t%s\t\n", c.Name, k.Key, k.Queued, b.TokensPerSecond, b.Burst, b.Level, st)
+			}
+		}
 	}
 	return tw.Flush()
 }
@@ -261,7 +334,7 @@ func renderTop(ctx context.Context, g *globals, w io.Writer) {
 		st = "ok"
 	}
 	fmt.Fprintf(w, "held %d  in flight %d  state %s  view at %s\n\n", v.Held, v.InFlight, st, v.At.UTC().Format(time.TimeOnly))
-	_ = renderClasses(w, v)
+	_ = renderQueues(w, v)
 	fmt.Fprintln(w)
 	_ = renderWorkers(w, v)
 }

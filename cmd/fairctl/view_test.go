@@ -57,6 +57,40 @@ func TestQueuesAndWorkersTables(t *testing.T) {
 	}
 }
 
+// TestExtensionsTable: a class with budgets, a drain rate or preemptions gets
+// a row of them, and each top key with a budget a row; none without.
+func TestExtensionsTable(t *testing.T) {
+	const withBudgets = `{"classes":[{"name":"interactive","pending_requests":3,"throttled_keys":1,"budget_charged":4096,"drain_rate":2500.4,
+"top_keys":[{"key":"acme","queued_requests":3,"weight":1,"lead":0,"budget":{"tokens_per_second":2000,"burst":4000,"level":-12.5,"throttled":true}}]},
+{"name":"batch","pending_requests":0,"preempted":7},{"name":"plain"}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(withBudgets)) }))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"--admin", srv.URL, "queues"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, w := range []string{
+		"CLASS  THROTTLED KEYS  BUDGET CHARGED  DRAIN TOKENS/S  PREEMPTED",
+		"interactive               1            4096            2500          -",
+		"batch               -               -               -          7",
+		"CLASS   KEY  QUEUED  TOKENS/S  BURST  LEVEL      STATE",
+		"interactive  acme       3      2000   4000    -12  throttled",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("queues:\n%s\nwant a line with %q", out.String(), w)
+		}
+	}
+	if strings.Count(out.String(), "plain") != 1 {
+		t.Errorf("queues:\n%s\nthe class without extensions has a row", out.String())
+	}
+	out.Reset()
+	var v queuesView
+	v.Classes = nil
+	if err := renderExtensions(&out, &v); err != nil || out.Len() != 0 {
+		t.Errorf("no class with extensions: wrote %q, %v; want nothing", out.String(), err)
+	}
+}
+
 func TestWaitString(t *testing.T) {
 	for ms, want := range map[int64]string{0: "-", 999: "999ms", 1500: "1.5s", 90_000: "1.5m", 5_400_000: "1.5h"} {
 		if got := waitString(ms); got != want {

@@ -64,6 +64,7 @@ func run() error {
 	flag.Float64Var(&cfg.CostFactor, "cost-factor", 1, "completion records report prefill_tokens = uncached tokens x this factor (0 < f <= 1000): a deliberate estimate error")
 	flag.BoolVar(&cfg.NoCompletions, "no-completions", false, "publish no completion records: the dispatcher's cost estimates stand uncorrected")
 	keyFactors := flag.String("key-cost-factors", "", "per fairness key cost factors overriding --cost-factor, e.g. tenant-a=10,_=1 (_: requests without a key)")
+	flag.BoolVar(&cfg.Preempt, "preempt", false, "declare preemption support: hand back a request the dispatcher preempts before its first response chunk (docs/protocol.md, Preemption)")
 	flag.BoolVar(&cfg.PlainAcks, "plain-acks", false, "acknowledge with plain publishes, not confirmed ones: for a NATS user that may not subscribe to its inbox; an acknowledgement lost around a server restart lets the request run again (docs/protocol.md, After accepting)")
 	flag.BoolVar(&cfg.HeaderForm, "header-form", false, "ask for dispatches in the header form, not the compact form (docs/protocol.md, Compact dispatch form)")
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
