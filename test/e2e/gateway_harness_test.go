@@ -103,6 +103,21 @@ func startGatewayRig(t *testing.T, o gwOptions) *gwRig {
 // text cfg and returns its base URL; it stops at the end of the test.
 func startGatewayOn(t *testing.T, url, cfg string, reg *prometheus.Registry, mod func(*gateway.Options)) string {
 	t.Helper()
+	return startGateway(t, url, cfg, reg, mod).url
+}
+
+// gwProcess is a gateway started by startGateway.
+type gwProcess struct {
+	url  string
+	kill func() // the gateway dies: its NATS connection and its HTTP server close at once
+}
+
+// startGateway is startGatewayOn, with a kill switch: kill closes the
+// gateway's NATS connection and every HTTP connection without a word, which
+// is how the NATS server and the workers see a gateway process that dies
+// (its sockets close with it).
+func startGateway(t *testing.T, url, cfg string, reg *prometheus.Registry, mod func(*gateway.Options)) *gwProcess {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -141,7 +156,11 @@ func startGatewayOn(t *testing.T, url, cfg string, reg *prometheus.Registry, mod
 	t.Cleanup(func() { _ = hs.Close() })
 	base := "http://" + ln.Addr().String()
 	waitFor(t, 10*time.Second, "the gateway to see the dispatcher", func() bool { return health.Ready() == nil })
-	return base
+	return &gwProcess{url: base, kill: func() {
+		cancel()
+		nc.Close()
+		_ = hs.Close()
+	}}
 }
 
 // post sends a request to the rig's gateway and returns the status and body.
