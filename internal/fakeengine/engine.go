@@ -167,7 +167,8 @@ func (e *Engine) Stats() Stats {
 }
 
 // Hang makes every HTTP request (health and metrics included) wait without
-// an answer while on; off releases them.
+// an answer while on, and stops the running requests' streams between two
+// tokens, as a stuck engine process does; off releases them.
 func (e *Engine) Hang(on bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -300,6 +301,13 @@ func (e *Engine) run(ctx context.Context, tokens []uint32, out int, emit func(i 
 		if i > 0 {
 			if err := sleep(ctx, e.cfg.DecodePerToken); err != nil {
 				return cached, err
+			}
+		}
+		if h := e.hangCh(); h != nil {
+			select {
+			case <-h:
+			case <-ctx.Done():
+				return cached, errNoTime
 			}
 		}
 		if err := emit(i); err != nil {

@@ -127,13 +127,13 @@ func TestEngineHang(t *testing.T) {
 		}
 		for _, call := range calls {
 			if end, chunks, _ := call.result(); end == nil && len(chunks) > 0 && call.worker() == hung.id {
+				hung.e.Hang(true) // at once: a stream seen mid-way is frozen mid-way
 				return true
 			}
 		}
 		return false
 	})
 	hungAt := time.Now()
-	hung.e.Hang(true)
 	waitFor(t, 30*time.Second, "the dispatcher sees the hung engine's worker draining", func() bool {
 		v, ok := workerView(p, hung.id)
 		return ok && v.Draining
