@@ -14,95 +14,196 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"fairdispatch/engineworker"
 	"fairdispatch/internal/fakeengine"
 	"fairdispatch/wire"
 )
 
-// TestEngineWorkerEndToEnd is issue 24's acceptance 1 with a Go producer
-// standing for the gateway (the gateway and the openai npm client are on
-// branch gateway, not on main yet): a real nats-server, the dispatcher, two
-// engine workers, two fake vLLM engines. 500 streaming chat requests from
-// two tenants are all answered, every stream in order (the chunks numbered
-// 1..n with no gap, their text the engine's tokens in order, the end
-// marker after the last with the engine's usage). Then the dispatcher's
-// view of an engine's load (/debug/queues) is checked against the engine's
+// TestEngineWorkerEndToEnd is issue 24's acceptance 1: on a real
+// nats-server, the official openai npm client (test/openai-node, one Node
+// process, at most 64 calls in flight) -> the gateway -> the dispatcher ->
+// two engine workers -> two fake vLLM engines. 500 streaming chat requests
+// from two tenants are all answered, every stream in order (a role chunk,
+// then one chunk per output token, the engine's tokens in order, and the
+// usage chunk last where the caller asked for it, and only there), with the
+// engine's usage; the workers' completion records carry each tenant's real
+// prompt and output tokens.
+//
+// Then the load the dispatcher sees is checked against the engine's
 // metrics through changes made behind the worker's back (requests sent to
-// the engine directly): it follows them, and the time it takes is logged
-// with the scrapes the engine served meanwhile.
+// the engine directly), in the two steps docs/deployment.md (In front of
+// vLLM, Load) states: the worker's load report carries a change from the
+// first scrape that starts after it (so within one scrape period, 250 ms,
+// plus the report's transit), the dispatcher applies it on arrival, and
+// /debug/queues, a snapshot the dispatcher rebuilds once a second, shows it
+// from its first rebuild after the report arrived.
 func TestEngineWorkerEndToEnd(t *testing.T) {
 	ns := startNATS(t)
 	nc := connect(t, ns.URL())
-	p := startDispatcher(t, ns.URL(), "--leader-election=false", "--queue-threshold", "1")
+	// With a leader lease, as in production: the gateway's health check
+	// reads it (without one it would read the dispatcher's waiting pulls,
+	// which a dispatcher busy with a backlog can have none of at times).
+	p := startDispatcher(t, ns.URL(), "--queue-threshold", "1")
 	fleet := startFleet(t, nc, 2, fakeengine.Config{MaxNumSeqs: 8, NumGPUBlocks: 400, DecodePerToken: time.Millisecond, PromptTokensDetails: true},
 		engineworker.Config{}) // the default scrape period, 250 ms
 	waitFor(t, 30*time.Second, "two live engine workers", func() bool { return p.metric("fairdispatch_live_workers") == 2 })
+	var mu sync.Mutex
+	records := map[string][]wire.Completion{} // by fairness key
+	onCompletion(t, nc, "dispatch.done.*", func(c wire.Completion) {
+		mu.Lock()
+		records[c.FairnessKey] = append(records[c.FairnessKey], c)
+		mu.Unlock()
+	})
+	tenants := []string{"alice", "bob"}
+	var gwTenants []gwTenant
+	for _, tn := range tenants {
+		gwTenants = append(gwTenants, gwTenant{name: tn, classes: "[default]", extra: "max_concurrent: 1000"})
+	}
+	url := startGatewayOn(t, ns.URL(), gwConfig(gwOptions{modelExtra: "    engine_model: fake-model\n", tenants: gwTenants}),
+		prometheus.NewRegistry(), nil)
 
 	const n = 500
-	c := newRespCaller(t, nc)
 	r := rand.New(rand.NewPCG(24, 1))
-	type sent struct {
-		call   *respCall
-		tokens int
-		usage  bool
+	// Each tenant's system prompt fills two blocks of 16 tokens, which the
+	// engines cache: the usage reports cached tokens too.
+	var systems []string
+	for _, tn := range tenants {
+		words := []string{"You answer for " + tn + " in few words."}
+		for k := range 24 {
+			words = append(words, fmt.Sprintf("rule%d", k))
+		}
+		systems = append(systems, strings.Join(words, " "))
 	}
-	var calls []sent
+	type want struct {
+		tenant         string
+		prompt, tokens int
+		usage          bool
+	}
+	var plan []map[string]any
+	wants := map[string]want{}
+	sums := map[string][2]uint64{} // per tenant: prompt tokens, output tokens
 	for i := range n {
-		tenant := []string{"alice", "bob"}[i%2]
-		msgs := []fakeengine.Message{{Role: "system", Content: "You answer for " + tenant + " in few words."},
+		tenant := tenants[i%2]
+		msgs := []fakeengine.Message{{Role: "system", Content: systems[i%2]},
 			{Role: "user", Content: fmt.Sprintf("question %d of %s", i, tenant)}}
-		tokens, usage := 4+r.IntN(20), i%4 == 0
-		call := c.start(fmt.Sprint("a1-", i), "default", chatHeader(tenant, msgs), chatRequest(msgs, tokens, true, usage))
-		calls = append(calls, sent{call, tokens, usage})
+		w := want{tenant: tenant, prompt: len(fakeengine.TokenizeChat(msgs, true)), tokens: 4 + r.IntN(20), usage: i%4 == 0}
+		name := fmt.Sprint("a1-", i)
+		plan = append(plan, map[string]any{"name": name, "kind": "chat", "key": "sk-" + tenant, "model": gwModel,
+			"messages": msgs, "max_tokens": w.tokens, "stream": true, "include_usage": w.usage})
+		wants[name] = w
+		s := sums[tenant]
+		sums[tenant] = [2]uint64{s[0] + uint64(w.prompt), s[1] + uint64(w.tokens)}
 	}
-	served := map[string]int{}
-	for _, s := range calls {
-		if err := s.call.wait(2 * time.Minute); err != nil {
-			t.Fatal(err)
+	res := runNodeClientN(t, url, 64, plan)
+	answered, usageCached := map[string]int{}, 0
+	for name, w := range wants {
+		got, ok := res[name]
+		if !ok || !got.OK {
+			t.Fatalf("%s (%s): %+v: not answered", name, w.tenant, got.Error)
 		}
-		end, chunks, broken := s.call.result()
-		if broken != "" || end == nil || end.Status != wire.EndOK {
-			t.Fatalf("%s: end %+v, broken %q", s.call.id, end, broken)
-		}
-		text := chunks
-		if s.usage { // the usage chunk the caller asked for is last
-			if last := string(chunks[len(chunks)-1]); !strings.Contains(last, `"choices":[]`) || !strings.Contains(last, `"usage"`) {
-				t.Fatalf("%s: last chunk %s: want the usage chunk", s.call.id, last)
+		// One chunk per token, in order: the n-th carries " tok<n-1>".
+		for k, text := range got.Texts {
+			if text != fmt.Sprintf(" tok%d", k) {
+				t.Fatalf("%s: chunk %d of the text is %q in %q: the stream is out of order", name, k, text, got.Texts)
 			}
-			text = chunks[:len(chunks)-1]
 		}
-		got, err := content(text)
-		if err != nil || got != expectedContent(s.tokens) {
-			t.Fatalf("%s: text %q (%v), want %q: the stream is out of order or incomplete", s.call.id, got, err, expectedContent(s.tokens))
+		wantChunks := 1 + w.tokens // the role chunk, then the tokens
+		if w.usage {
+			wantChunks++
 		}
-		if end.Usage == nil || end.Usage.CompletionTokens != uint64(s.tokens) || int(end.Chunks) != len(chunks) {
-			t.Fatalf("%s: end marker %+v after %d chunks", s.call.id, end, len(chunks))
+		if len(got.Texts) != w.tokens || got.Chunks != wantChunks || got.Finish != "length" {
+			t.Fatalf("%s: %d texts in %d chunks, finish %q; want %d in %d, length", name, len(got.Texts), got.Chunks, got.Finish, w.tokens, wantChunks)
 		}
-		served[s.call.worker()]++
+		u := got.Usage
+		switch {
+		case !w.usage && u != nil:
+			t.Fatalf("%s: a usage chunk the caller did not ask for: %+v", name, *u)
+		case w.usage && (u == nil || got.UsageChunk == nil || *got.UsageChunk != got.Chunks-1):
+			t.Fatalf("%s: usage %+v in chunk %v of %d: want it in the last", name, u, got.UsageChunk, got.Chunks)
+		case w.usage:
+			cached := 0 // vLLM leaves the details out when nothing was cached
+			if u.PromptTokensDetails != nil {
+				cached = u.PromptTokensDetails.CachedTokens
+			}
+			if u.PromptTokens != w.prompt || u.CompletionTokens != w.tokens || cached > 32 || cached%16 != 0 {
+				t.Fatalf("%s: usage %+v (cached %d), want %d prompt tokens (cached: whole blocks of the system prompt) and %d completion tokens",
+					name, *u, cached, w.prompt, w.tokens)
+			}
+			usageCached += cached
+		}
+		answered[w.tenant]++
 	}
-	t.Logf("%d streams answered in order; per engine worker %v", n, served)
+	waitFor(t, 10*time.Second, "a completion record of every request", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(records["alice"])+len(records["bob"]) == n
+	})
+	mu.Lock()
+	perWorker := map[string]int{}
+	var recCached uint64
+	for _, tn := range tenants {
+		var prompt, output uint64
+		for _, c := range records[tn] {
+			if c.Status != "" && c.Status != wire.StatusOK {
+				t.Errorf("%s: completion record %+v", tn, c)
+			}
+			prompt, output = prompt+c.PrefillTokens+c.CachedTokens, output+c.OutputTokens
+			recCached += c.CachedTokens
+			perWorker[c.WorkerID]++
+		}
+		if len(records[tn]) != n/2 || prompt != sums[tn][0] || output != sums[tn][1] {
+			t.Errorf("%s: %d completion records of %d prompt and %d output tokens; want %d of %d and %d",
+				tn, len(records[tn]), prompt, output, n/2, sums[tn][0], sums[tn][1])
+		}
+	}
+	mu.Unlock()
+	if answered["alice"] != n/2 || answered["bob"] != n/2 || len(perWorker) != 2 {
+		t.Fatalf("answered per tenant %v, per engine worker %v: want %d each, on both", answered, perWorker, n/2)
+	}
+	if usageCached == 0 || recCached == 0 {
+		t.Errorf("no cached tokens in the usage (%d) or the completion records (%d): the system prompts' blocks were never reused", usageCached, recCached)
+	}
+	t.Logf("%d streams through the openai npm client, the gateway and the dispatcher answered in order: per tenant %v, per engine worker %v; cached tokens %d in the records (%d in the usage the clients asked for)",
+		n, answered, perWorker, recCached, usageCached)
 
-	// The load the dispatcher sees follows the engine's metrics: requests
-	// the engine runs for another client show in active_requests, their
-	// blocks in kv_used_blocks (vllm:kv_cache_usage_perc x num_gpu_blocks).
-	// For each change the test notes the engine's scrapes until the
-	// worker's report carries it (the first scrape that starts after the
-	// change does), and when /debug/queues shows it (the dispatcher builds
-	// that view once a second: its "at").
-	fe := fleet[0]
+	checkLoadView(t, p, nc, fleet[0])
+}
+
+// checkLoadView changes the load of fe's engine behind its worker's back
+// (requests sent to the engine directly, which show in its
+// num_requests_running and kv_cache_usage_perc) and checks the two steps
+// by which the dispatcher's view follows: (1) the worker's next report
+// carries the change, from the first scrape that starts after it (the
+// engine's scrape count when the report arrives is at most 2 past the one
+// at the change: the first scrape after it, or a second one started while
+// the report was on its way); (2) /debug/queues shows it from the first
+// rebuild after the report arrived (the second at the latest, should the
+// rebuild race the report into the dispatcher's loop). The lags are logged.
+func checkLoadView(t *testing.T, p *proc, nc *nats.Conn, fe *fleetEngine) {
+	t.Helper()
+	type target struct{ active, kv uint64 }
+	// The last load reported, when it first came and the engine's scrape
+	// count then.
 	var mu sync.Mutex
-	var last wire.LoadReport
+	var last target
+	var since time.Time
+	var scrapesAt uint64
 	subscribe(t, nc, "dispatch.load."+fe.id, func(m *nats.Msg) {
 		var r wire.LoadReport
-		if json.Unmarshal(m.Data, &r) == nil && len(r.Ranks) == 1 {
-			mu.Lock()
-			last = r
-			mu.Unlock()
+		if json.Unmarshal(m.Data, &r) != nil || len(r.Ranks) != 1 {
+			return
+		}
+		l := target{r.Ranks[0].ActiveRequests, r.Ranks[0].KVUsedBlocks}
+		mu.Lock()
+		defer mu.Unlock()
+		if l != last || since.IsZero() {
+			last, since, scrapesAt = l, time.Now(), fe.e.Stats().Scrapes
 		}
 	})
 	var reportLag, viewLag []time.Duration
-	var scrapes []uint64
+	var scrapes, rebuilds []int
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -123,32 +224,44 @@ func TestEngineWorkerEndToEnd(t *testing.T) {
 			stops = stops[:len(stops)-1]
 		}
 		waitFor(t, 10*time.Second, "the engine runs the foreign requests", func() bool { s := fe.e.Stats(); return s.Running == k && s.Waiting == 0 })
+		// The engine is settled: every scrape from now on reads the change.
 		changed, before := time.Now(), fe.e.Stats().Scrapes
-		want := uint64(fe.e.Stats().UsedBlocks)
-		waitFor(t, 10*time.Second, fmt.Sprintf("%s's report: %d requests, %d KV blocks", fe.id, k, want), func() bool {
+		want := target{uint64(k), uint64(fe.e.Stats().UsedBlocks)}
+		var got time.Time
+		var seen uint64
+		waitFor(t, 10*time.Second, fmt.Sprintf("%s's report: %d requests, %d KV blocks", fe.id, want.active, want.kv), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(last.Ranks) == 1 && last.Ranks[0].ActiveRequests == uint64(k) && last.Ranks[0].KVUsedBlocks == want
+			got, seen = since, scrapesAt
+			return last == want
 		})
-		reportLag, scrapes = append(reportLag, time.Since(changed)), append(scrapes, fe.e.Stats().Scrapes-before)
-		if n := scrapes[len(scrapes)-1]; n > 3 {
-			t.Errorf("the report carrying the change came after %d scrapes of the engine, want it from the first that read it (at most 2, 3 with a late report)", n)
+		reportLag, scrapes = append(reportLag, got.Sub(changed)), append(scrapes, int(seen)-int(before))
+		if n := int(seen) - int(before); n > 2 {
+			t.Errorf("the report carrying the change came when the engine had served %d scrapes since it, want it from the first (at most 2 served)", n)
 		}
+		builds := map[time.Time]bool{} // the views built after the report arrived
 		var at time.Time
-		waitFor(t, 10*time.Second, fmt.Sprintf("the dispatcher's view of %s: %d requests, %d KV blocks", fe.id, k, want), func() bool {
+		waitFor(t, 10*time.Second, fmt.Sprintf("the dispatcher's view of %s: %d requests, %d KV blocks", fe.id, want.active, want.kv), func() bool {
 			v, ok := p.queues()
-			if w := v.worker(fe.id); ok && w != nil && len(w.Ranks) == 1 && w.Ranks[0].ActiveRequests == uint64(k) && w.Ranks[0].KVUsedBlocks == want {
+			if !ok || !v.At.After(got) {
+				return false
+			}
+			builds[v.At] = true
+			if w := v.worker(fe.id); w != nil && len(w.Ranks) == 1 && w.Ranks[0].ActiveRequests == want.active && w.Ranks[0].KVUsedBlocks == want.kv {
 				at = v.At
 				return true
 			}
 			return false
 		})
-		viewLag = append(viewLag, at.Sub(changed))
+		viewLag, rebuilds = append(viewLag, at.Sub(got)), append(rebuilds, len(builds))
+		if len(builds) > 2 {
+			t.Errorf("/debug/queues showed the report from its rebuild %d after it arrived, want the first (the second at the latest)", len(builds))
+		}
 	}
 	cancel()
 	wg.Wait()
-	t.Logf("load changes behind the worker's back: reported after %v (engine scrapes meanwhile %v, scrape period %v); in /debug/queues (built every 1 s) after %v",
-		reportLag, scrapes, fe.w.Config().ScrapeInterval, viewLag)
+	t.Logf("load changes behind the worker's back: in its report after %v (engine scrapes meanwhile %v, scrape period %v); then in /debug/queues (rebuilt every 1 s) after %v more (rebuild %v after the report)",
+		reportLag, scrapes, fe.w.Config().ScrapeInterval, viewLag, rebuilds)
 }
 
 // chatWorkload is issue 24's acceptance 2 workload: multi-turn chats, each

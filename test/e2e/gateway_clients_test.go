@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -171,15 +173,20 @@ func TestGatewayOpenAIGo(t *testing.T) {
 
 // nodeResult is one line of test/openai-node/client.js.
 type nodeResult struct {
-	Name  string   `json:"name"`
-	OK    bool     `json:"ok"`
-	Texts []string `json:"texts"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+	Name   string   `json:"name"`
+	OK     bool     `json:"ok"`
+	Texts  []string `json:"texts"`
+	Chunks int      `json:"chunks"` // of a stream
+	Usage  *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
-	Finish string `json:"finish"`
-	Error  *struct {
+	UsageChunk *int   `json:"usage_chunk"` // the index of the stream's chunk with the usage
+	Finish     string `json:"finish"`
+	Error      *struct {
 		Class  string `json:"class"`
 		Status int    `json:"status"`
 		Code   string `json:"code"`
@@ -188,15 +195,24 @@ type nodeResult struct {
 
 const nodeClientDir = "../openai-node"
 
-// runNodeClient runs client.js with plan and returns its results by name.
-// Without node or its node_modules it skips, or fails under CI=true.
+// runNodeClient runs client.js with plan, every call at once, and returns
+// its results by name. Without node or its node_modules it skips, or fails
+// under CI=true.
 func runNodeClient(t *testing.T, url string, plan []map[string]any) map[string]nodeResult {
+	t.Helper()
+	return runNodeClientN(t, url, 0, plan)
+}
+
+// runNodeClientN is runNodeClient with at most concurrency calls in flight
+// (0: no bound) in one Node process; the plan goes on its stdin.
+func runNodeClientN(t *testing.T, url string, concurrency int, plan []map[string]any) map[string]nodeResult {
 	t.Helper()
 	node := nodeFor(t, nodeClientDir, "test/openai-node", "openai", "the openai npm client")
 	b, _ := json.Marshal(plan)
-	cmd := exec.Command(node, "client.js", string(b))
+	cmd := exec.Command(node, "client.js")
 	cmd.Dir = nodeClientDir
-	cmd.Env = append(os.Environ(), "GATEWAY_URL="+url+"/v1")
+	cmd.Env = append(os.Environ(), "GATEWAY_URL="+url+"/v1", "CONCURRENCY="+strconv.Itoa(concurrency))
+	cmd.Stdin = bytes.NewReader(b)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
