@@ -265,11 +265,13 @@ func checkLoadView(t *testing.T, p *proc, nc *nats.Conn, fe *fleetEngine) {
 }
 
 // chatWorkload is issue 24's acceptance 2 workload: multi-turn chats, each
-// opened on one of 20 shared system prompts drawn with Zipf popularity.
+// opened on one of 20 shared system prompts drawn with Zipf popularity, by
+// kvUsers users who each hold one conversation at a time and send its next
+// turn when the reply to the last has come (a closed loop: the load and the
+// order of each conversation's turns do not depend on the machine's speed).
 type chatWorkload struct {
 	systems []string
 	weights []float64
-	convs   [][]fakeengine.Message
 }
 
 // The workload's shape (TestEngineWorkerKVRouting).
@@ -277,8 +279,9 @@ const (
 	kvSystems     = 20
 	kvZipf        = 0.8 // popularity of system prompt k: 1/k^0.8
 	kvSystemWords = 400 // to 600: 25 to 38 blocks of 16 tokens
-	kvNewConv     = 3   // one request in 3 opens a conversation
-	kvMaxTurns    = 4
+	kvUsers       = 8   // conversations in flight, one request each at most
+	kvPerUser     = 60  // requests per user: 480 in all
+	kvMaxTurns    = 6   // a conversation has 1 to 6 turns
 	kvReplyTokens = 16
 	kvUserWords   = 30 // to 60
 )
@@ -297,34 +300,47 @@ func newChatWorkload(seed uint64) *chatWorkload {
 	return w
 }
 
-// next returns the messages of the next request: a new conversation or the
-// next turn of an open one (its earlier turns and the engine's replies,
-// kvReplyTokens tokens, as the client sends them back).
-func (w *chatWorkload) next(r *rand.Rand) []fakeengine.Message {
-	if len(w.convs) == 0 || r.IntN(kvNewConv) == 0 {
+// chatUser is one user of a chatWorkload: its draws are its own, so the
+// requests of each user are the same whatever the order in which the users'
+// requests interleave.
+type chatUser struct {
+	w      *chatWorkload
+	r      *rand.Rand
+	conv   []fakeengine.Message
+	left   int // turns left in conv
+	family int
+}
+
+func (w *chatWorkload) user(u int) *chatUser {
+	return &chatUser{w: w, r: rand.New(rand.NewPCG(24, uint64(u)))}
+}
+
+// next returns the messages of the user's next request and its system
+// prompt's index: the next turn of its conversation (its earlier turns and
+// the engine's replies, kvReplyTokens tokens, as the client sends them
+// back), or the first of a new one.
+func (c *chatUser) next() ([]fakeengine.Message, int) {
+	if c.left == 0 {
 		var total float64
-		for _, x := range w.weights {
+		for _, x := range c.w.weights {
 			total += x
 		}
-		x, k := r.Float64()*total, 0
-		for ; k < len(w.weights)-1; k++ {
-			if x -= w.weights[k]; x < 0 {
+		x, k := c.r.Float64()*total, 0
+		for ; k < len(c.w.weights)-1; k++ {
+			if x -= c.w.weights[k]; x < 0 {
 				break
 			}
 		}
-		w.convs = append(w.convs, []fakeengine.Message{{Role: "system", Content: w.systems[k]}})
+		c.conv, c.left, c.family = []fakeengine.Message{{Role: "system", Content: c.w.systems[k]}}, 1+c.r.IntN(kvMaxTurns), k
 	}
-	i := r.IntN(len(w.convs))
-	words := make([]string, kvUserWords+r.IntN(kvUserWords))
+	words := make([]string, kvUserWords+c.r.IntN(kvUserWords))
 	for j := range words {
-		words[j] = fmt.Sprintf("u%d", r.IntN(100000))
+		words[j] = fmt.Sprintf("u%d", c.r.IntN(100000))
 	}
-	c := append(w.convs[i], fakeengine.Message{Role: "user", Content: strings.Join(words, " ")})
-	w.convs[i] = append(c, fakeengine.Message{Role: "assistant", Content: strings.TrimSpace(expectedContent(kvReplyTokens))})
-	if (len(w.convs[i])-1)/2 >= kvMaxTurns {
-		w.convs = append(w.convs[:i], w.convs[i+1:]...) // the conversation is over
-	}
-	return c
+	msgs := append(c.conv, fakeengine.Message{Role: "user", Content: strings.Join(words, " ")})
+	c.conv = append(msgs[:len(msgs):len(msgs)], fakeengine.Message{Role: "assistant", Content: strings.TrimSpace(expectedContent(kvReplyTokens))})
+	c.left--
+	return msgs, c.family
 }
 
 // kvRun is what one run of the acceptance 2 workload measured.
@@ -334,9 +350,9 @@ type kvRun struct {
 	overlap  float64  // the dispatcher's overlap hit rate (with the index)
 }
 
-// runChatFleet runs the workload on two fake engines whose prefix caches
-// hold about 60% of the system prompts each, open loop at kvRate requests
-// a second, and returns the engines' hit rate and their requests.
+// runChatFleet runs the workload through the dispatcher on two fake engines
+// whose prefix caches hold about 3 of the system prompts each, and returns
+// the engines' hit rate and their requests.
 func runChatFleet(t *testing.T, kvIndex bool) kvRun {
 	ns := startNATS(t)
 	nc := connect(t, ns.URL())
@@ -354,22 +370,31 @@ func runChatFleet(t *testing.T, kvIndex bool) kvRun {
 		})
 	}
 	c := newRespCaller(t, nc)
-	w, r := newChatWorkload(24), rand.New(rand.NewPCG(24, 1))
-	var calls []*respCall
-	tick := time.NewTicker(time.Second / kvRate)
-	defer tick.Stop()
-	for i := range kvRequests {
-		<-tick.C
-		msgs := w.next(r)
-		calls = append(calls, c.start(fmt.Sprint("kv-", i), "default", chatHeader("", msgs), chatRequest(msgs, kvReplyTokens, true, false)))
+	w := newChatWorkload(24)
+	var wg sync.WaitGroup
+	errs := make(chan error, kvUsers)
+	for u := range kvUsers {
+		wg.Add(1)
+		go func(u *chatUser, name string) {
+			defer wg.Done()
+			for i := range kvPerUser {
+				msgs, _ := u.next()
+				call := c.start(fmt.Sprint(name, "-", i), "default", chatHeader("", msgs), chatRequest(msgs, kvReplyTokens, true, false))
+				if err := call.wait(2 * time.Minute); err != nil {
+					errs <- err
+					return
+				}
+				if end, _, broken := call.result(); end == nil || end.Status != wire.EndOK || broken != "" {
+					errs <- fmt.Errorf("%s: end %+v, broken %q", call.id, end, broken)
+					return
+				}
+			}
+		}(w.user(u), fmt.Sprint("kv-u", u))
 	}
-	for _, call := range calls {
-		if err := call.wait(2 * time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		if end, _, broken := call.result(); end == nil || end.Status != wire.EndOK || broken != "" {
-			t.Fatalf("%s: end %+v, broken %q", call.id, end, broken)
-		}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 	var out kvRun
 	var cached, prompt uint64
@@ -385,12 +410,8 @@ func runChatFleet(t *testing.T, kvIndex bool) kvRun {
 	return out
 }
 
-// The acceptance 2 run's size and the engines' caches.
-const (
-	kvRequests    = 400
-	kvRate        = 80
-	kvCacheBlocks = 120
-)
+// The engines' caches in the acceptance 2 run.
+const kvCacheBlocks = 100
 
 // TestEngineWorkerKVRouting is issue 24's acceptance 2: KV routing from the
 // engines' own ZMQ events (hashes recomputed by the engine workers from the
@@ -400,20 +421,18 @@ const (
 //
 // The workload makes the caches matter: 20 system prompts of 25 to 38
 // blocks (about 620 blocks in all) with Zipf(0.8) popularity, each opening
-// conversations of up to 4 turns (30 to 60 words from the user, 16 tokens
-// of reply), one request in 3 a new conversation, 400 requests at 80 a
-// second; two engines whose LRU prefix caches hold 120 blocks each, about
-// 4 of the system prompts. Routed by load, each engine sees every family
-// and its cache holds the few hottest; routed by overlap, each family and
-// each conversation stays on the engine that holds it, so the two caches
-// hold different families: twice as many in all. What routing can gain is
-// bounded by kvBounds, the same requests sent straight to two engines at
-// random and by a fixed partition of the families: measured 0.281 and
-// 0.473, a ratio of 1.68; with the dispatcher 0.280 without the index (as
-// random) and 0.443 with it, 1.59, shares 188 and 212 (under the race
-// detector 0.264 and 0.422, 1.60). With larger caches the bound itself
-// falls (caches of 200 blocks: 1.59; of 300: 1.44): a cache that holds the
-// hot prompts already serves most of a Zipf workload by itself.
+// conversations of 1 to 6 turns (30 to 60 words from the user, 16 tokens
+// of reply); 8 users, each sending its conversation's next turn when the
+// reply to the last came, 60 requests each; two engines whose LRU prefix
+// caches hold 100 blocks each, about 3 of the system prompts. Routed by
+// load, each engine sees every family and its cache holds the few hottest,
+// and a conversation's next turn finds its history only if it lands where
+// the last did; routed by overlap, each family and each conversation stays
+// on the engine that holds it, so the two caches hold different families:
+// twice as many in all. What routing can gain is bounded by kvBounds, the
+// same requests sent straight to two engines at random and by a fixed
+// partition of the families (see docs/decisions.md, Engine worker, for the
+// figures).
 func TestEngineWorkerKVRouting(t *testing.T) {
 	random, partition, shares := kvBounds(t)
 	t.Logf("bounds: random routing %.3f, a fixed partition of the families %.3f (shares %.2f): ratio %.2f", random, partition, shares, partition/random)
@@ -432,13 +451,13 @@ func TestEngineWorkerKVRouting(t *testing.T) {
 	}
 }
 
-// kvBounds runs the acceptance 2 workload (the same seed) straight into two
-// fake engines, without a dispatcher, routed two ways: at random (what
-// routing by load alone amounts to on idle engines) and by a fixed
-// partition of the system prompts, each family on one engine (the ideal
-// that routing by overlap approaches; the families split greedily by
-// popularity, so the engines' shares are about even). Their hit rates
-// bound what routing can gain on this workload with these caches.
+// kvBounds runs the acceptance 2 workload (the same users' requests, taken
+// in turn) straight into two fake engines, without a dispatcher, routed two
+// ways: at random (what routing by load alone amounts to on idle engines)
+// and by a fixed partition of the system prompts, each family on one
+// engine (the ideal that routing by overlap approaches; the families split
+// greedily by popularity, so the engines' shares are about even). Their
+// hit rates bound what routing can gain on this workload with these caches.
 func kvBounds(t *testing.T) (random, partition float64, shares []float64) {
 	t.Helper()
 	run := func(route func(family int, r *rand.Rand) int) (float64, []float64) {
@@ -454,13 +473,18 @@ func kvBounds(t *testing.T) (random, partition float64, shares []float64) {
 			defer srv.Close()
 			urls, engines = append(urls, srv.URL), append(engines, e)
 		}
-		w, r, rr := newChatWorkload(24), rand.New(rand.NewPCG(24, 1)), rand.New(rand.NewPCG(5, 5))
-		for range kvRequests {
-			msgs := w.next(r)
-			i := route(w.familyOf(msgs[0].Content), rr)
-			if _, err := engineworker.Call(context.Background(), http.DefaultClient, urls[i], "chat.completions",
-				chatRequest(msgs, kvReplyTokens, false, false), -1, func([]byte) error { return nil }); err != nil {
-				t.Fatal(err)
+		w, rr := newChatWorkload(24), rand.New(rand.NewPCG(5, 5))
+		var users []*chatUser
+		for u := range kvUsers {
+			users = append(users, w.user(u))
+		}
+		for range kvPerUser {
+			for _, u := range users {
+				msgs, family := u.next()
+				if _, err := engineworker.Call(context.Background(), http.DefaultClient, urls[route(family, rr)], "chat.completions",
+					chatRequest(msgs, kvReplyTokens, false, false), -1, func([]byte) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		var cached, prompt, n0 float64
@@ -471,7 +495,8 @@ func kvBounds(t *testing.T) (random, partition float64, shares []float64) {
 				n0 = float64(s.Requests)
 			}
 		}
-		return cached / prompt, []float64{n0 / kvRequests, 1 - n0/kvRequests}
+		n := float64(kvUsers * kvPerUser)
+		return cached / prompt, []float64{n0 / n, 1 - n0/n}
 	}
 	random, _ = run(func(_ int, r *rand.Rand) int { return r.IntN(2) })
 	w := newChatWorkload(24)
@@ -485,14 +510,4 @@ func kvBounds(t *testing.T) (random, partition float64, shares []float64) {
 	}
 	partition, shares = run(func(k int, _ *rand.Rand) int { return side[k] })
 	return random, partition, shares
-}
-
-// familyOf returns the index of a system prompt.
-func (w *chatWorkload) familyOf(system string) int {
-	for k, s := range w.systems {
-		if s == system {
-			return k
-		}
-	}
-	return -1
 }
