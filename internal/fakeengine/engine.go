@@ -46,6 +46,11 @@ type Config struct {
 	PromptTokensDetails bool
 	// ReplayBuffer is how many batches the replay keeps, default 10000 (buffer_steps).
 	ReplayBuffer int
+	// ChatTokenizer, when set, gives the token ids of a chat instead of the
+	// toy tokenizer (TokenizeChat): a model's chat template and
+	// tokenizer.json, as vLLM applies them (vllm/entrypoints/chat_utils.py),
+	// so that a test can hold a producer's tokenizer to the engine's ids.
+	ChatTokenizer func(msgs []Message, addGenerationPrompt bool) ([]uint32, error)
 }
 
 func (c Config) withDefaults() (Config, error) {

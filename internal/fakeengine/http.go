@@ -48,12 +48,15 @@ type request struct {
 	AddGenerationPrompt *bool `json:"add_generation_prompt"`
 }
 
-func (q *request) tokens(chat bool) ([]uint32, error) {
+func (q *request) tokens(chat bool, tok func([]Message, bool) ([]uint32, error)) ([]uint32, error) {
 	if chat {
 		if len(q.Messages) == 0 {
 			return nil, fmt.Errorf("messages: at least one is required")
 		}
 		gen := q.AddGenerationPrompt == nil || *q.AddGenerationPrompt
+		if tok != nil {
+			return tok(q.Messages, gen)
+		}
 		return TokenizeChat(q.Messages, gen), nil
 	}
 	switch p := q.Prompt.(type) {
@@ -101,7 +104,7 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error())
 		return
 	}
-	toks, err := q.tokens(chat)
+	toks, err := q.tokens(chat, e.cfg.ChatTokenizer)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -209,7 +212,7 @@ func (e *Engine) tokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error())
 		return
 	}
-	toks, err := q.tokens(len(q.Messages) > 0)
+	toks, err := q.tokens(len(q.Messages) > 0, e.cfg.ChatTokenizer)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
