@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/rand"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"fairdispatch/bus"
+	"fairdispatch/internal/cli"
 	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/recorder"
@@ -163,34 +163,14 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	s := &settings{}
 	fs := newFlags(s)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, parseError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil || noEnv[f.Name] {
-			return
-		}
-		name := EnvName(f.Name)
-		if v, ok := env(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("environment %s=%q: %v", name, v, e)
-			}
-		}
-	})
-	if err != nil {
+	if err := cli.Parse(fs, args, envPrefix, env, noEnv); err != nil {
 		return nil, err
 	}
 	return s, s.validate()
 }
+
+// envPrefix starts the name of every flag's environment variable.
+const envPrefix = "DISPATCHER"
 
 // noEnv are the flags without an environment variable: DISPATCHER_VERSION
 // might well be set to a version string in an image, which must not turn the
@@ -198,12 +178,10 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 var noEnv = map[string]bool{"version": true}
 
 // parseError is a command-line error the flag package has already printed.
-type parseError struct{ error }
+type parseError = cli.ParseError
 
 // EnvName is the environment variable of a flag: DISPATCHER_<FLAG>, upper case, - as _.
-func EnvName(flag string) string {
-	return "DISPATCHER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func EnvName(flag string) string { return cli.EnvName(envPrefix, flag) }
 
 func (s *settings) validate() error {
 	var bad []string

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"fairdispatch/internal/cli"
 	"fairdispatch/internal/fakeengine"
 )
 
@@ -46,16 +47,7 @@ func run() error {
 	flag.BoolVar(&cfg.PromptTokensDetails, "enable-prompt-tokens-details", true, "report cached tokens in usage")
 	flag.Parse()
 	if *probe != "" {
-		c := http.Client{Timeout: 3 * time.Second}
-		resp, err := c.Get(*probe)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", *probe, resp.Status)
-		}
-		return nil
+		return cli.Probe(*probe)
 	}
 	cfg.DecodePerToken = time.Duration(*decodeMs * float64(time.Millisecond))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

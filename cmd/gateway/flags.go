@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"fairdispatch/caller"
+	"fairdispatch/internal/cli"
 	"fairdispatch/naming"
 )
 
@@ -66,45 +67,24 @@ func newFlags(s *settings) *flag.FlagSet {
 	return fs
 }
 
+// envPrefix starts the name of every flag's environment variable.
+const envPrefix = "GATEWAY"
+
 // noEnv are the flags without an environment variable.
 var noEnv = map[string]bool{"version": true}
 
 // EnvName is the environment variable of a flag: GATEWAY_<FLAG>, upper case, - as _.
-func EnvName(flag string) string {
-	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func EnvName(flag string) string { return cli.EnvName(envPrefix, flag) }
 
 // parseError is a command-line error the flag package has already printed.
-type parseError struct{ error }
+type parseError = cli.ParseError
 
 // parseSettings parses args, then fills every flag not given from GATEWAY_<FLAG>.
 func parseSettings(args []string, env func(string) (string, bool), stderr io.Writer) (*settings, error) {
 	s := &settings{}
 	fs := newFlags(s)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, parseError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil || noEnv[f.Name] {
-			return
-		}
-		if v, ok := env(EnvName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("environment %s=%q: %v", EnvName(f.Name), v, e)
-			}
-		}
-	})
-	if err != nil {
+	if err := cli.Parse(fs, args, envPrefix, env, noEnv); err != nil {
 		return nil, err
 	}
 	return s, s.validate()

@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/internal/cli"
 	"fairdispatch/loadgen"
 	"fairdispatch/workerkit"
 )
@@ -126,12 +126,10 @@ func run() (int, error) {
 		}
 		cfg.Tenants = ts
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := cli.NewLogger(os.Stderr, *level, "console")
 	if err != nil {
-		return 1, fmt.Errorf("--log-level: %w", err)
+		return 1, err
 	}
-	zerolog.DurationFieldFormat = zerolog.DurationFormatString
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: !isTerminal(os.Stderr)}).Level(lvl).With().Timestamp().Logger()
 	if !*quiet {
 		cfg.OnProgress = func(p loadgen.Progress) {
 			var b strings.Builder
@@ -193,12 +191,6 @@ func run() (int, error) {
 		return 1, err
 	}
 	return 0, nil
-}
-
-// isTerminal reports whether f is a terminal: colour codes only go there.
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // traceConfig makes cfg a replay of the trace at path (loadgen.Replay), the

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/internal/cli"
 	"fairdispatch/mockworker"
 	"fairdispatch/mockworker/batching"
 	"fairdispatch/workerkit"
@@ -112,12 +112,10 @@ func run() error {
 			cfg.KeyCostFactors[k] = f
 		}
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := cli.NewLogger(os.Stderr, *level, "json")
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return err
 	}
-	zerolog.DurationFieldFormat = zerolog.DurationFormatString
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
