@@ -380,20 +380,34 @@ func (m *Worker) Stop(ctx context.Context) error {
 	return err
 }
 
+// StopWithin is Stop with grace for the requests inside to finish.
+func (m *Worker) StopWithin(grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return m.Stop(ctx)
+}
+
+// Start builds a Worker (New) and starts it.
+func Start(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
+	m, err := New(nc, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Start(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // Run builds and starts a Worker and stops it when ctx ends, giving it grace to
 // finish the requests inside it; it returns the first error.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, log zerolog.Logger) error {
-	m, err := New(nc, cfg, log)
+	m, err := Start(nc, cfg, log)
 	if err != nil {
 		return err
 	}
-	if err := m.Start(); err != nil {
-		return err
-	}
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	return m.Stop(sctx)
+	return m.StopWithin(grace)
 }
 
 // uncached returns the uncached token count of r (see the package doc).
@@ -567,7 +581,20 @@ func (m *Worker) complete(j *job, st *stream) {
 	}
 	r := j.req
 	c := m.completion(j)
-	err := r.DoneAfter(func(attempt int) {
+	err := r.DoneAfter(m.afterAck(r, c))
+	if err != nil {
+		// ErrFinished: handed back at stop, not ours to report.
+		m.log.Warn().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).Msg("ack finished request")
+		return
+	}
+	m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
+}
+
+// afterAck is what follows the confirmed acknowledgement of r (attempt 1
+// the first): r counts as completed, and its completion record c is
+// published unless NoCompletions.
+func (m *Worker) afterAck(r *workerkit.Request, c wire.Completion) func(attempt int) {
+	return func(attempt int) {
 		if attempt == 1 {
 			m.mu.Lock()
 			m.stats.Completed++
@@ -579,13 +606,7 @@ func (m *Worker) complete(j *job, st *stream) {
 		if err := r.PublishCompletion(c); err != nil {
 			m.log.Error().Err(err).Str("request_id", r.RequestID).Int("attempt", attempt).Msg("publish completion")
 		}
-	})
-	if err != nil {
-		// ErrFinished: handed back at stop, not ours to report.
-		m.log.Warn().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).Msg("ack finished request")
-		return
 	}
-	m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
 }
 
 // ackJob is a finished job with a response waiting for an ack goroutine.

@@ -35,19 +35,12 @@ var demoGatewayKeys = map[string]string{"acme": "sk-acme-demo", "globex": "sk-gl
 func runGatewayDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log zerolog.Logger) error {
 	quiet := log.Level(zerolog.WarnLevel)
 	for i := range 2 {
-		w, err := mockworker.New(nc, mockworker.Config{ID: fmt.Sprintf("mock-%d", i+1), Prefix: s.prefix, MaxNumSeqs: 4,
+		w, err := mockworker.Start(nc, mockworker.Config{ID: fmt.Sprintf("mock-%d", i+1), Prefix: s.prefix, MaxNumSeqs: 4,
 			MaxActiveRequests: 4, AckWait: s.ackWait}, quiet)
 		if err != nil {
 			return err
 		}
-		if err := w.Start(); err != nil {
-			return err
-		}
-		defer func() {
-			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = w.Stop(stop)
-		}()
+		defer func() { _ = w.StopWithin(5 * time.Second) }()
 	}
 	cfg, err := gateway.LoadConfig(s.demoGatewayConfig)
 	if err != nil {
