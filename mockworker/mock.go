@@ -1,6 +1,7 @@
 package mockworker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,47 +146,23 @@ func (c Config) withDefaults() (Config, error) {
 		if err := c.Model.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.BlockSize == 0 {
-			c.BlockSize = c.Model.BlockSize
-		}
-		if c.MaxNumBatchedTokens == 0 {
-			c.MaxNumBatchedTokens = uint64(c.Model.MaxBatchedTokens)
-		}
-		if c.TotalKVBlocks == 0 {
-			c.TotalKVBlocks = uint64(c.Model.KVBlocks)
-		}
+		c.BlockSize = cmp.Or(c.BlockSize, c.Model.BlockSize)
+		c.MaxNumBatchedTokens = cmp.Or(c.MaxNumBatchedTokens, uint64(c.Model.MaxBatchedTokens))
+		c.TotalKVBlocks = cmp.Or(c.TotalKVBlocks, uint64(c.Model.KVBlocks))
 		if c.BlockSize != c.Model.BlockSize || c.KVCapacity != 0 {
 			errs = append(errs, fmt.Errorf("with a model: block size %d must be the model's %d, and kv capacity %d must be 0 (the model's pool is the cache)",
 				c.BlockSize, c.Model.BlockSize, c.KVCapacity))
 		}
 	}
-	if c.MaxNumSeqs == 0 {
-		c.MaxNumSeqs = DefaultMaxNumSeqs
-	}
-	if c.MaxNumBatchedTokens == 0 {
-		c.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
-	}
-	if c.PrefillTokensPerSec == 0 {
-		c.PrefillTokensPerSec = DefaultPrefillTokensPerSec
-	}
-	if c.DecodePerToken == 0 {
-		c.DecodePerToken = DefaultDecodePerToken
-	}
-	if c.OutputTokens == 0 {
-		c.OutputTokens = DefaultOutputTokens
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
-	}
-	if c.Prefix == "" {
-		c.Prefix = workerkit.DefaultPrefix
-	}
-	if c.DPSize == 0 {
-		c.DPSize = 1
-	}
-	if c.CostFactor == 0 {
-		c.CostFactor = 1
-	}
+	c.MaxNumSeqs = cmp.Or(c.MaxNumSeqs, DefaultMaxNumSeqs)
+	c.MaxNumBatchedTokens = cmp.Or(c.MaxNumBatchedTokens, DefaultMaxNumBatchedTokens)
+	c.PrefillTokensPerSec = cmp.Or(c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
+	c.DecodePerToken = cmp.Or(c.DecodePerToken, DefaultDecodePerToken)
+	c.OutputTokens = cmp.Or(c.OutputTokens, DefaultOutputTokens)
+	c.BlockSize = cmp.Or(c.BlockSize, DefaultBlockSize)
+	c.Prefix = cmp.Or(c.Prefix, workerkit.DefaultPrefix)
+	c.DPSize = cmp.Or(c.DPSize, 1)
+	c.CostFactor = cmp.Or(c.CostFactor, 1)
 	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
 		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
 	}
