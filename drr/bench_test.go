@@ -42,15 +42,7 @@ func BenchmarkArbiter(b *testing.B) {
 
 func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 	cost := ratio * benchQuantum
-	cls := make([]*lanes.Keyed, nclass)
-	qs := make([]drr.Queue, nclass)
-	quanta := make([]uint64, nclass)
-	for k := range cls {
-		cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
-		qs[k] = cls[k]
-		quanta[k] = benchQuantum
-	}
-	a := drr.New(quanta)
+	cls, qs, a := benchClasses(nclass)
 
 	var seq uint64
 	// fill resets r as a freshly admitted request (docs/design.md, Snapshot), keeping its id,
@@ -101,14 +93,34 @@ func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 		}
 	}
 
+	steadyState(b, a, cls, qs, fill)
+}
+
+// benchClasses is nclass class queues, also as drr.Queues, and an arbiter
+// over them, every class's quantum benchQuantum.
+func benchClasses(nclass int) ([]*lanes.Keyed, []drr.Queue, *drr.Arbiter) {
+	cls := make([]*lanes.Keyed, nclass)
+	qs := make([]drr.Queue, nclass)
+	quanta := make([]uint64, nclass)
+	for k := range cls {
+		cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
+		qs[k] = cls[k]
+		quanta[k] = benchQuantum
+	}
+	return cls, qs, drr.New(quanta)
+}
+
+// steadyState is the loop the arbiter benchmarks time: one op is Arbiter.Next,
+// Last on the class taken, and that request, refilled by fill, pushed back as
+// a new arrival in the same lane (under the same key), so that the queues
+// keep their size and nothing is allocated.
+func steadyState(b *testing.B, a *drr.Arbiter, cls []*lanes.Keyed, qs []drr.Queue, fill func(*request.Snapshot)) {
 	b.ReportAllocs()
 	for b.Loop() {
 		k, ok := a.Next(qs)
 		if !ok {
 			b.Fatal("nothing dispatched")
 		}
-		// The request just taken goes back to the pool and comes straight out
-		// again as a new arrival in the same lane.
 		r := cls[k].Last()
 		fill(r)
 		cls[k].Push(r)
@@ -188,24 +200,9 @@ func BenchmarkArbiterKeys(b *testing.B) {
 	}
 }
 
-// keyedQueue is what benchKeys needs of a class.
-type keyedQueue interface {
-	drr.Queue
-	Push(*request.Snapshot)
-	Last() *request.Snapshot
-}
-
 func benchKeys(b *testing.B, nclass, nkeys int) {
 	const perKey = 2
-	cls := make([]keyedQueue, nclass)
-	qs := make([]drr.Queue, nclass)
-	quanta := make([]uint64, nclass)
-	for k := range cls {
-		cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
-		qs[k] = cls[k]
-		quanta[k] = benchQuantum
-	}
-	a := drr.New(quanta)
+	cls, qs, a := benchClasses(nclass)
 	var seq uint64
 	fill := func(r *request.Snapshot) {
 		seq++
@@ -232,16 +229,7 @@ func benchKeys(b *testing.B, nclass, nkeys int) {
 			}
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		k, ok := a.Next(qs)
-		if !ok {
-			b.Fatal("nothing dispatched")
-		}
-		r := cls[k].Last()
-		fill(r)
-		cls[k].Push(r)
-	}
+	steadyState(b, a, cls, qs, fill)
 }
 
 // BenchmarkKeyedSettle is one settlement: a correction to a backlogged key's
