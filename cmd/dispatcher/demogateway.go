@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -103,25 +100,6 @@ func gatewayBurst(ctx context.Context, base, model string, streams map[string]in
 	var mu sync.Mutex
 	counts := map[string]int{}
 	total := 0
-	one := func(tenant string) error {
-		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+demoGatewayKeys[tenant])
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return errors.New(resp.Status)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if sc.Text() == "data: [DONE]" {
-				return nil
-			}
-		}
-		return errors.New("the stream ended without [DONE]")
-	}
 	var wg sync.WaitGroup
 	for tenant, k := range streams {
 		for range k {
@@ -129,7 +107,7 @@ func gatewayBurst(ctx context.Context, base, model string, streams map[string]in
 			go func() {
 				defer wg.Done()
 				for ctx.Err() == nil {
-					if err := one(tenant); err != nil {
+					if err := gateway.StreamChat(ctx, hc, base, demoGatewayKeys[tenant], body, nil); err != nil {
 						if ctx.Err() == nil {
 							time.Sleep(100 * time.Millisecond)
 						}
