@@ -210,17 +210,7 @@ func TestStreamCancelledMidway(t *testing.T) {
 	t.Parallel()
 	_, nc := natstest.StartServer(t)
 	acks := confirmAcks(t, nc)
-	var mu sync.Mutex
-	var recs []wire.Completion
-	if _, err := nc.Subscribe("dispatch.done.w1", func(m *nats.Msg) {
-		var c wire.Completion
-		_ = json.Unmarshal(m.Data, &c)
-		mu.Lock()
-		recs = append(recs, c)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	recs := collect(t, nc)
 	w := startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 100000, DecodePerToken: 10 * time.Millisecond})
 	p := newRespProducer(t, nc, "resp.c1")
 	dispatchTo(t, nc, "c1", 1, "resp.c1", nil, "")
@@ -233,12 +223,10 @@ func TestStreamCancelledMidway(t *testing.T) {
 	if got := acks("c1"); got[0] != "+TERM cancelled" {
 		t.Errorf("acknowledgement %v, want +TERM cancelled", got)
 	}
-	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == 1 }, "the record")
-	mu.Lock()
-	if recs[0].Status != wire.StatusCancelled || recs[0].OutputTokens == 0 || recs[0].OutputTokens >= 100000 {
-		t.Errorf("record %+v", recs[0])
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 1 }, "the record")
+	if r := recs()[0]; r.Status != wire.StatusCancelled || r.OutputTokens == 0 || r.OutputTokens >= 100000 {
+		t.Errorf("record %+v", r.Completion)
 	}
-	mu.Unlock()
 	if n := len(p.of(wire.MsgEnd)); n != 1 {
 		t.Errorf("%d end markers, want 1", n)
 	}
