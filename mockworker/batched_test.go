@@ -127,20 +127,18 @@ func TestBatchedEngineStreamsAndCancels(t *testing.T) {
 	recs := collect(t, nc)
 	model := batching.Llama70BH100.Scaled(10) // about 2 ms a decode step
 	w := startMock(t, nc, mockworker.Config{ID: "w1", Model: &model})
-	p := newRespProducer(t, nc, "resp.s1")
+	p := natstest.NewProducer(t, nc, "resp.s1", natstest.GoOK)
 	dispatchTo(t, nc, "s1", 1, "resp.s1", map[string]string{wire.HeaderOutputTokens: "7"}, "prompt")
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgEnd)) == 1 }, "the end marker")
-	if n := len(p.of(wire.MsgChunk)); n != 7 {
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	if n := len(p.Of(wire.MsgChunk)); n != 7 {
 		t.Errorf("%d chunks, want 7", n)
 	}
 	natstest.Eventually(t, wait, func() bool { return len(acks("s1")) == 1 }, "the confirmed +ACK")
 
-	q := newRespProducer(t, nc, "resp.c1")
+	q := natstest.NewProducer(t, nc, "resp.c1", natstest.GoOK)
 	dispatchTo(t, nc, "c1", 2, "resp.c1", map[string]string{wire.HeaderOutputTokens: "100000"}, "")
-	natstest.Eventually(t, wait, func() bool { return len(q.of(wire.MsgChunk)) >= 3 }, "a few chunks")
-	q.mu.Lock()
-	q.cancel = true
-	q.mu.Unlock()
+	natstest.Eventually(t, wait, func() bool { return len(q.Of(wire.MsgChunk)) >= 3 }, "a few chunks")
+	q.SetAnswer(natstest.CancelPings)
 	natstest.Eventually(t, wait, func() bool { return w.Stats().Cancelled == 1 }, "the job stopped")
 	natstest.Eventually(t, wait, func() bool { return len(acks("c1")) == 1 && acks("c1")[0] == "+TERM cancelled" }, "the +TERM")
 	natstest.Eventually(t, wait, func() bool {
