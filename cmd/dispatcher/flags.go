@@ -21,7 +21,7 @@ import (
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
 type settings struct {
 	natsURL, dataDir, storage, natsListen, natsSync           string
-	creds, nkey, user, password, tlsCA, tlsCert, tlsKey       string
+	auth                                                      cli.NATSAuth // --nats-creds and the other ways to authenticate
 	inboxPrefix                                               string
 	policy, prefix, httpAddr, adminToken                      string
 	replicas                                                  int
@@ -100,14 +100,8 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.storage, "stream-storage", "file", "stream storage: file or memory")
 	fs.StringVar(&s.natsSync, "nats-sync", bus.DefaultSync.String(), "how the embedded nats-server syncs JetStream writes to disk: always (before acknowledging each; nothing acknowledged is lost to a power cut) or a period such as 1s (faster; up to that period of acknowledged writes lost to a power cut); only without --nats-url (docs/deployment.md, Durability)")
 	fs.Int64Var(&s.natsMaxStore, "nats-max-file-store", 0, "the embedded nats-server's JetStream file store limit in bytes (its max_file_store; 0: nats-server's default, 75% of the free disk space at start); at it every stream and file bucket refuses writes (docs/operations.md, When storage runs out); only without --nats-url")
-	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
-	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
-	fs.StringVar(&s.user, "nats-user", "", "NATS user")
-	fs.StringVar(&s.password, "nats-password", "", "NATS password")
+	s.auth.Flags(fs)
 	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of this dispatcher's reply subjects; one per pool lets permissions keep pools on one account out of each other's inboxes")
-	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
-	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
-	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
 	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
 	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
 	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of every stream (1 to 5)")

@@ -25,12 +25,7 @@ import (
 	"fairdispatch/workerkit"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "engineworker:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("engineworker", run()) }
 
 func run() error {
 	var cfg engineworker.Config

@@ -20,12 +20,7 @@ import (
 	"fairdispatch/internal/fakeengine"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fakeengine:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("fakeengine", run()) }
 
 func run() error {
 	var cfg fakeengine.Config

@@ -15,19 +15,19 @@ import (
 
 // settings are the flags of docs/config.md, Gateway.
 type settings struct {
-	config                                              string
-	listen, adminAddr                                   string
-	natsURL, creds, nkey, user, password                string
-	tlsCA, tlsCert, tlsKey, inboxPrefix, responsePrefix string
-	maxBody                                             int64
-	maxHeaderBytes, maxConns                            int
-	maxDepth, maxMessages                               int
-	readHeaderTimeout, readTimeout, idleTimeout         time.Duration
-	writeTimeout, requestTimeout, attachWait            time.Duration
-	publishTimeout, brokenAfter, healthInterval         time.Duration
-	logLevel, logFormat, healthProbe                    string
-	checkConfig                                         string
-	version                                             bool
+	config                                      string
+	listen, adminAddr                           string
+	natsURL, inboxPrefix, responsePrefix        string
+	auth                                        cli.NATSAuth // --nats-creds and the other ways to authenticate
+	maxBody                                     int64
+	maxHeaderBytes, maxConns                    int
+	maxDepth, maxMessages                       int
+	readHeaderTimeout, readTimeout, idleTimeout time.Duration
+	writeTimeout, requestTimeout, attachWait    time.Duration
+	publishTimeout, brokenAfter, healthInterval time.Duration
+	logLevel, logFormat, healthProbe            string
+	checkConfig                                 string
+	version                                     bool
 }
 
 func newFlags(s *settings) *flag.FlagSet {
@@ -36,13 +36,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.listen, "listen", "127.0.0.1:8000", "host:port of the OpenAI API")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:8081", "host:port of /healthz, /readyz and /metrics (empty: off)")
 	fs.StringVar(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
-	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
-	fs.StringVar(&s.user, "nats-user", "", "NATS user")
-	fs.StringVar(&s.password, "nats-password", "", "NATS password")
-	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
-	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
-	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
+	s.auth.Flags(fs)
 	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of the gateway's own reply subjects (JetStream acknowledgements)")
 	fs.StringVar(&s.responsePrefix, "response-prefix", caller.DefaultResponsePrefix, "prefix of the response subjects <prefix>.<request id>; the same on every gateway, so a retry attaches from any")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body in bytes (over it: 413); keep it at least 4 KiB under the NATS server's max_payload")

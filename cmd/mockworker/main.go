@@ -27,12 +27,7 @@ import (
 	"fairdispatch/workerkit"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "mockworker:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("mockworker", run()) }
 
 func run() error {
 	var (

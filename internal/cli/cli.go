@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
@@ -145,4 +146,58 @@ func ProbeExit(url string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// NATSAuth is how a program authenticates to NATS and verifies the server:
+// the flags --nats-creds, --nats-nkey, --nats-user, --nats-password,
+// --nats-tls-ca, --nats-tls-cert and --nats-tls-key (docs/config.md, Flags
+// and environment).
+type NATSAuth struct {
+	Creds, NKey, User, Password string
+	TLSCA, TLSCert, TLSKey      string
+}
+
+// Flags registers a's flags on fs.
+func (a *NATSAuth) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&a.Creds, "nats-creds", "", "NATS credentials file")
+	fs.StringVar(&a.NKey, "nats-nkey", "", "NATS nkey seed file")
+	fs.StringVar(&a.User, "nats-user", "", "NATS user")
+	fs.StringVar(&a.Password, "nats-password", "", "NATS password")
+	fs.StringVar(&a.TLSCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
+	fs.StringVar(&a.TLSCert, "nats-tls-cert", "", "client certificate file")
+	fs.StringVar(&a.TLSKey, "nats-tls-key", "", "client key file")
+}
+
+// Options are the connection options of a: each one given, in that order.
+func (a NATSAuth) Options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if a.Creds != "" {
+		opts = append(opts, nats.UserCredentials(a.Creds))
+	}
+	if a.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if a.User != "" {
+		opts = append(opts, nats.UserInfo(a.User, a.Password))
+	}
+	if a.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(a.TLSCA))
+	}
+	if a.TLSCert != "" || a.TLSKey != "" {
+		opts = append(opts, nats.ClientCert(a.TLSCert, a.TLSKey))
+	}
+	return opts, nil
+}
+
+// Exit ends a program whose run returned err: with status 1 and err on
+// stderr after the program's name; nil returns.
+func Exit(program string, err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, program+":", err)
+		os.Exit(1)
+	}
 }
