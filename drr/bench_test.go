@@ -44,18 +44,7 @@ func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 	cost := ratio * benchQuantum
 	cls, qs, a := benchClasses(nclass)
 
-	var seq uint64
-	// fill resets r as a freshly admitted request (docs/design.md, Snapshot), keeping its id,
-	// class and pin: the next seq, and the FCFS score of an arrival one
-	// millisecond after the previous one.
-	fill := func(r *request.Snapshot) {
-		seq++
-		*r = request.Snapshot{
-			ID: r.ID, Class: r.Class, Pin: r.Pin,
-			ISL: cost, Cost: cost, Seq: seq, Score: -float64(seq) / 1000,
-			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
-		}
-	}
+	fill := filler(cost)
 	// The backlog, preallocated in one pool and interleaved so that consecutive
 	// seqs go to different lanes.
 	pool := make([]request.Snapshot, nlanes*perLane+nclass*sharedPerClass)
@@ -94,6 +83,22 @@ func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 	}
 
 	steadyState(b, a, cls, qs, fill)
+}
+
+// filler returns fill, which resets r as a freshly admitted request of cost
+// (docs/design.md, Snapshot), keeping its id, class, pin and key: the next
+// seq, and the FCFS score of an arrival one millisecond after the previous
+// one.
+func filler(cost uint64) (fill func(r *request.Snapshot)) {
+	var seq uint64
+	return func(r *request.Snapshot) {
+		seq++
+		*r = request.Snapshot{
+			ID: r.ID, Class: r.Class, Pin: r.Pin, Key: r.Key,
+			ISL: cost, Cost: cost, Seq: seq, Score: -float64(seq) / 1000,
+			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
+		}
+	}
 }
 
 // benchClasses is nclass class queues, also as drr.Queues, and an arbiter
@@ -203,15 +208,7 @@ func BenchmarkArbiterKeys(b *testing.B) {
 func benchKeys(b *testing.B, nclass, nkeys int) {
 	const perKey = 2
 	cls, qs, a := benchClasses(nclass)
-	var seq uint64
-	fill := func(r *request.Snapshot) {
-		seq++
-		*r = request.Snapshot{
-			ID: r.ID, Class: r.Class, Key: r.Key,
-			ISL: benchQuantum, Cost: benchQuantum, Seq: seq, Score: -float64(seq) / 1000,
-			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
-		}
-	}
+	fill := filler(benchQuantum)
 	names := make([]string, nkeys)
 	for i := range names {
 		names[i] = fmt.Sprintf("tenant-%06d", i)
