@@ -277,6 +277,27 @@ func (f *jsFixture) msgs(t *testing.T) uint64 {
 	return info.State.Msgs
 }
 
+// redeliveredUntil fetches, and acknowledges, every message delivered until
+// end, and returns their bodies: what came again while something else held
+// its ack pending.
+func (f *jsFixture) redeliveredUntil(t *testing.T, end time.Time) []string {
+	t.Helper()
+	var out []string
+	for time.Now().Before(end) {
+		b, err := f.c.Fetch(2, jetstream.FetchMaxWait(time.Until(end)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			out = append(out, string(m.Data()))
+			if err := m.Ack(); err != nil { // done with
+				t.Fatal(err)
+			}
+		}
+	}
+	return out
+}
+
 func TestDoneRemovesAndNakRedelivers(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	f := newJS(t, nc, 30*time.Second)
@@ -344,19 +365,7 @@ func TestProgressPreventsRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := time.Now().Add(2*ackWait + ackWait/2)
-	var redelivered []string
-	for time.Now().Before(end) {
-		b, err := f.c.Fetch(2, jetstream.FetchMaxWait(time.Until(end)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			redelivered = append(redelivered, string(m.Data()))
-			if err := m.Ack(); err != nil { // the control is done with
-				t.Fatal(err)
-			}
-		}
-	}
+	redelivered := f.redeliveredUntil(t, end)
 	if len(redelivered) != 1 || redelivered[0] != string(control.Data()) {
 		t.Fatalf("redelivered: got %q, want only the control %q", redelivered, control.Data())
 	}
