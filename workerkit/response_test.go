@@ -422,10 +422,9 @@ func TestCancelFromDispatcher(t *testing.T) {
 	if got := prod.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 		t.Errorf("end status %q, want cancelled", got)
 	}
+	// Cancelled is called after the +TERM is sent: wait for it.
 	for _, id := range []string{"c1", "c2"} {
-		if !errors.Is(app.cause(id), workerkit.ErrCancelled) {
-			t.Errorf("%s: Cancelled got %v", id, app.cause(id))
-		}
+		natstest.Eventually(t, wait, func() bool { return errors.Is(app.cause(id), workerkit.ErrCancelled) }, "%s: Cancelled with ErrCancelled", id)
 	}
 }
 
