@@ -6,12 +6,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"fairdispatch/configs"
 	"fairdispatch/internal/buildinfo"
@@ -55,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	if err := serve(ctx, s, pol, log, stdout); err != nil {
 		log.Error().Err(err).Msg("dispatcher stopped")

@@ -10,12 +10,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,11 +61,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *connWait)
-	defer cancel()
-	nc, err := workerkit.Connect(cctx, *url, nats.Name("engineworker "+cfg.Worker.ID))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, nats.Name("engineworker "+cfg.Worker.ID))
 	if err != nil {
 		return err
 	}

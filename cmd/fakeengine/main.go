@@ -11,9 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"fairdispatch/internal/cli"
@@ -45,7 +42,7 @@ func run() error {
 		return cli.Probe(*probe)
 	}
 	cfg.DecodePerToken = time.Duration(*decodeMs * float64(time.Millisecond))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	e, err := fakeengine.New(ctx, cfg)
 	if err != nil {

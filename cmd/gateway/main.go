@@ -9,12 +9,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"fairdispatch/gateway"
 	"fairdispatch/internal/buildinfo"
@@ -69,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	if err := serve(ctx, s, cfg, log); err != nil {
 		log.Error().Err(err).Msg("gateway stopped")

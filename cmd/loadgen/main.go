@@ -9,15 +9,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -149,11 +146,9 @@ func run() (int, error) {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *wait)
-	defer cancel()
-	nc, err := workerkit.Connect(cctx, *url, nats.Name("loadgen"))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *wait, nats.Name("loadgen"))
 	if err != nil {
 		return 1, err
 	}

@@ -8,14 +8,11 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -112,11 +109,9 @@ func run() error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *connWait)
-	defer cancel()
-	nc, err := workerkit.Connect(cctx, *url, nats.Name("mockworker "+cfg.ID))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, nats.Name("mockworker "+cfg.ID))
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,16 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -200,4 +203,10 @@ func Exit(program string, err error) {
 		fmt.Fprintln(os.Stderr, program+":", err)
 		os.Exit(1)
 	}
+}
+
+// StopContext is a context that ends on SIGINT or SIGTERM, the programs'
+// signal to stop (docker stop, Ctrl-C); stop releases it.
+func StopContext() (ctx context.Context, stop context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
