@@ -330,3 +330,16 @@ func TestEachWithFloors(t *testing.T) {
 		t.Fatalf("EachKey told to stop: got %d calls, want 1", n)
 	}
 }
+
+// TestFloorOwedOverHigherTiersOnly: an owed floor head goes before the
+// key's higher tiers only; against a request of its own tier (here a
+// pinned one, which floors do not hold) it competes by order.
+func TestFloorOwedOverHigherTiersOnly(t *testing.T) {
+	c := NewKeyed(always{}, KeyConfig{MinShare: map[uint32]float64{0: 0.5}})
+	p1 := tr("p1", "k", 2, 0, 10)
+	p1.Pin = pin("w", request.AnyRank)
+	pushAll(c, tr("h1", "k", 1, 1, 10), p1, tr("l1", "k", 3, 0, 10))
+	if got := fmt.Sprint(popAll(t, c)); got != "[h1 p1 l1]" {
+		t.Fatalf("got %s, want [h1 p1 l1]: l1 is owed but p1, of its tier, is earlier", got)
+	}
+}
