@@ -343,3 +343,35 @@ func TestFloorOwedOverHigherTiersOnly(t *testing.T) {
 		t.Fatalf("got %s, want [h1 p1 l1]: l1 is owed but p1, of its tier, is earlier", got)
 	}
 }
+
+// TestFloorShareOneDeep: a floored tier whose requests come one at a time
+// (its next queued right after each dispatch) under a saturating tier 1
+// still gets its share: the dispatch that empties the floor pays its cost
+// out of the credit that owed it, and only what is left is forfeited. Equal
+// costs, so that nothing is left to forfeit: S0 stays within one request of
+// share / (1 - share) × S1.
+func TestFloorShareOneDeep(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		share := rapid.Float64Range(0.01, 0.5).Draw(t, "share")
+		cost := rapid.Uint64Range(1, 500).Draw(t, "cost")
+		c := NewKeyed(always{}, KeyConfig{MinShare: map[uint32]float64{0: share}})
+		queued := [2]int{}
+		served := [2]float64{}
+		var seq uint64
+		for range rapid.IntRange(1, 300).Draw(t, "steps") {
+			for tier, depth := range [2]int{1, 3} {
+				for ; queued[tier] < depth; queued[tier]++ {
+					seq++
+					c.Push(tr(fmt.Sprint(seq), "k", seq, uint32(tier), cost))
+				}
+			}
+			c.Candidate()
+			c.Pop()
+			queued[c.Last().Strict]--
+			served[c.Last().Strict] += float64(cost)
+			if gap := share/(1-share)*served[1] - served[0]; math.Abs(gap) > float64(cost)+1e-6 {
+				t.Fatalf("S0 %v, S1 %v: tier 0 is %v from its due share/(1-share)*S1, more than one request (%d)", served[0], served[1], gap, cost)
+			}
+		}
+	})
+}
