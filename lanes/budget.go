@@ -289,6 +289,9 @@ func (c *Keyed) setBudgets() {
 		if bg != nil {
 			b.set(bg, c.now)
 			if b.tpos >= 0 {
+				// A request larger than the new burst needs the burst only
+				// (a larger burst is found at the key's return: it waits again).
+				b.need = min(b.need, b.burst)
 				b.ready = c.now + b.wait(c.now, b.need)
 				c.throttled.Fix(b.tpos)
 			}

@@ -617,3 +617,35 @@ func TestBudgetForgetThrottled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSetBudgetsBurstBelowNeed: a policy change cutting the burst below what
+// a throttled key waits for lowers what it waits for to the new burst (a
+// request larger than the burst needs the whole burst): a key whose level
+// already is the new burst is served at once, not once its level would have
+// reached the old need.
+func TestSetBudgetsBurstBelowNeed(t *testing.T) {
+	c := throttledA(t, always{}, false) // level 200, waits for 300
+	c.SetKeyConfig(KeyConfig{Budgets: map[string]*Budget{"a": {Rate: 1000, Burst: 150}}})
+	if got := c.NextReady(); got != t0 {
+		t.Fatalf("burst cut to 150 at level 200: NextReady t0%+d, want t0 (now)", got-t0)
+	}
+	if id := popID(t, c); id != "a2" {
+		t.Fatalf("got %q, want a2", id)
+	}
+	// Level -150: a3 (300) waits for the whole burst of 150, 300 ms. The
+	// burst raised to 500 meanwhile, a3 needs its cost: at the 300 ms it is
+	// found short and waits again, for the 150 more.
+	c.Push(kr("a3", "a", 3, 300))
+	if id := popID(t, c); id != "" || c.NextReady() != t0+3e8 {
+		t.Fatalf("got %q, NextReady t0%+d; want a3 waiting until t0+300ms", id, c.NextReady()-t0)
+	}
+	c.SetKeyConfig(KeyConfig{Budgets: map[string]*Budget{"a": {Rate: 1000, Burst: 500}}})
+	c.SetNow(t0 + 3e8)
+	if id := popID(t, c); id != "" || c.NextReady() != t0+45e7 {
+		t.Fatalf("burst 500, level 150: got %q, NextReady t0%+d; want a3 waiting until t0+450ms", id, c.NextReady()-t0)
+	}
+	c.SetNow(t0 + 45e7)
+	if id := popID(t, c); id != "a3" {
+		t.Fatalf("level 300: got %q, want a3", id)
+	}
+}
