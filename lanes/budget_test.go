@@ -426,8 +426,8 @@ func TestBudgetWorkConserving(t *testing.T) {
 		t.Fatalf("second pass: got %q (free %v), want a2 free", id, c.LastFree())
 	}
 	c.SetConserve(false)
-	if l, thr := level(t, c, t0, "a"); l != 200 || !thr {
-		t.Fatalf("a after a free dispatch: got level %v throttled %v, want 200 unchanged, throttled", l, thr)
+	if l, _ := level(t, c, t0, "a"); l != 200 {
+		t.Fatalf("a after a free dispatch: got level %v, want 200 unchanged", l)
 	}
 	if got := c.BudgetCharged(); got != 300 {
 		t.Fatalf("BudgetCharged: got %v, want 300 (a1 only)", got)
@@ -437,7 +437,7 @@ func TestBudgetWorkConserving(t *testing.T) {
 	}
 	// With nothing left that a work-conserving key could send (the class
 	// gate is closed), the second pass finds nothing.
-	c.Push(kr("a3", "a", 5, 100))
+	c.Push(kr("a3", "a", 5, 300)) // over the level 200
 	chk.targets[shared] = true
 	c.SetConserve(true)
 	if id := popID(t, c); id != "" {
@@ -599,15 +599,15 @@ func TestBudgetForgetThrottled(t *testing.T) {
 	if id := popID(t, c); id != "a2" {
 		t.Fatalf("got %q, want a2", id)
 	}
-	// Throttled with a dispatch owed: removing its request keeps it (and its
-	// place in the throttled heap) until the settlement.
+	// Throttled with a dispatch owed: removing its request keeps it tracked
+	// until the settlement, waiting for nothing.
 	c.Push(kr("a3", "a", 5, 300))
 	if id := popID(t, c); id != "" || c.Throttled() != 1 {
 		t.Fatalf("a at 100 needing 300: got %q and %d throttled", id, c.Throttled())
 	}
 	c.Remove(c.byName["a"].shared[0])
-	if c.Keys() != 1 || c.Throttled() != 1 {
-		t.Fatalf("a owed: got %d keys, %d throttled; want 1 1", c.Keys(), c.Throttled())
+	if c.Keys() != 1 || c.Throttled() != 0 {
+		t.Fatalf("a owed: got %d keys, %d throttled; want 1 0", c.Keys(), c.Throttled())
 	}
 	c.Settle("a", 0)
 	if c.Keys() != 0 || c.Throttled() != 0 {
@@ -647,5 +647,69 @@ func TestSetBudgetsBurstBelowNeed(t *testing.T) {
 	c.SetNow(t0 + 45e7)
 	if id := popID(t, c); id != "a3" {
 		t.Fatalf("level 300: got %q, want a3", id)
+	}
+}
+
+// TestBudgetRemoveReexamines: a throttled key whose request is removed (an
+// expired deadline, a hand-back) is looked at again at the next Candidate:
+// its next request may be within its budget, and is then served (charged)
+// rather than waiting for the level the removed one needed, or going free
+// in the work-conserving pass.
+func TestBudgetRemoveReexamines(t *testing.T) {
+	for _, wc := range []bool{false, true} {
+		t.Run(fmt.Sprint("work_conserving=", wc), func(t *testing.T) {
+			c := budgetedAB(always{}, wc)
+			big, small := kr("big", "a", 2, 500), kr("small", "a", 3, 100)
+			pushAll(c, kr("a1", "a", 1, 300), big, small)
+			if id := popID(t, c); id != "a1" {
+				t.Fatalf("got %q, want a1", id)
+			}
+			if id := popID(t, c); id != "" || c.Throttled() != 1 {
+				t.Fatalf("got %q, %d throttled; want a waiting for 500 with 200", id, c.Throttled())
+			}
+			c.Remove(big)
+			c.SetConserve(wc)
+			if id := popID(t, c); id != "small" || c.LastFree() {
+				t.Fatalf("big removed: got %q (free %v), want small, charged", id, c.LastFree())
+			}
+			if l, _ := level(t, c, t0, "a"); l != 100 {
+				t.Fatalf("got level %v, want 100", l)
+			}
+		})
+	}
+}
+
+// TestBudgetPushReexamines: a new head queued at a throttled key (here of a
+// higher strict tier, and cheap) is looked at at the next Candidate, and
+// served if the level covers it.
+func TestBudgetPushReexamines(t *testing.T) {
+	c := throttledA(t, always{}, false) // level 200, a2 waits for 300
+	c.Push(tr("urgent", "a", 9, 1, 100))
+	if id := popID(t, c); id != "urgent" {
+		t.Fatalf("got %q, want urgent (100 within the level 200)", id)
+	}
+	if id := popID(t, c); id != "" || c.NextReady() != t0+2e8 {
+		t.Fatalf("got %q, NextReady t0%+d; want a2 waiting for 300 from 100: t0+200ms", id, c.NextReady()-t0)
+	}
+	// A request queued behind the head changes nothing.
+	c.Push(kr("later", "a", 10, 1))
+	if c.Throttled() != 1 {
+		t.Fatal("a request behind the head: key not throttled")
+	}
+}
+
+// TestBudgetFreePopReexamines: after a free dispatch in the work-conserving
+// pass, the key's next request, within its budget, is served charged in the
+// first pass, not free again.
+func TestBudgetFreePopReexamines(t *testing.T) {
+	c := throttledA(t, always{}, true) // level 200, a2 (300) waits
+	c.Push(kr("small", "a", 9, 100))
+	c.SetConserve(true)
+	if id := popID(t, c); id != "a2" || !c.LastFree() {
+		t.Fatalf("got %q (free %v), want a2 free", id, c.LastFree())
+	}
+	c.SetConserve(false)
+	if id := popID(t, c); id != "small" || c.LastFree() {
+		t.Fatalf("got %q (free %v), want small charged in the first pass", id, c.LastFree())
 	}
 }

@@ -105,6 +105,9 @@ func (c *Keyed) Pop() {
 		c.charged += float64(cost)
 	}
 	c.lastFree = c.candFree
+	if c.candFree {
+		c.reexamine(k) // its next request may be within its budget
+	}
 	c.vnow = max(c.vnow, k.v) // the v at which k was served
 	c.setV(k, k.v+float64(cost)/k.weight)
 	if cost > 0 {
