@@ -116,42 +116,50 @@ func TestFloorEmptyKeepsNoCredit(t *testing.T) {
 	}
 }
 
-// TestFloorShare is the floor's bound (docs/design.md, Tier floors) on
-// random shares and costs: one key with tiers 0 (the floor) and 1 both kept
-// backlogged; after every dispatch tier 0's service S0 stays within one
-// request's cost of share / (1 - share) × S1, so its share of the key's
-// service is share within cmax / total.
+// floorRun serves one key with tiers 0 (floored at share) and 1 for steps
+// dispatches, keeping depth[tier] requests of each queued (refilled before
+// every Candidate, so that both stay backlogged), each of a cost drawn by
+// cost. After every dispatch tier 0's service S0 must stay within cmax of
+// share / (1 - share) × S1 (docs/design.md, Tier floors: the floor, less
+// one request). It returns S0 and S1.
+func floorRun(t *rapid.T, share float64, depth [2]int, cost func() uint64, cmax uint64, steps int) [2]float64 {
+	c := NewKeyed(always{}, KeyConfig{MinShare: map[uint32]float64{0: share}})
+	queued := [2]int{}
+	served := [2]float64{}
+	var seq uint64
+	for range steps {
+		for tier := range depth {
+			for ; queued[tier] < depth[tier]; queued[tier]++ {
+				seq++
+				c.Push(tr(fmt.Sprint(seq), "k", seq, uint32(tier), cost()))
+			}
+		}
+		if _, ok := c.Candidate(); !ok {
+			t.Fatal("nothing dispatchable")
+		}
+		c.Pop()
+		r := c.Last()
+		queued[r.Strict]--
+		served[r.Strict] += float64(r.Cost)
+		if gap := share/(1-share)*served[1] - served[0]; math.Abs(gap) > float64(cmax)+1e-6 {
+			t.Fatalf("S0 %v, S1 %v: tier 0 is %v from its due share/(1-share)*S1, more than one request (%d)", served[0], served[1], gap, cmax)
+		}
+	}
+	if err := extInvariants(c); err != nil {
+		t.Fatal(err)
+	}
+	return served
+}
+
+// TestFloorShare is the floor's bound on random shares and costs, both tiers
+// two deep; so tier 0's share of the key's service is share within
+// cmax / total.
 func TestFloorShare(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		share := rapid.Float64Range(0.01, 0.5).Draw(t, "share")
 		cmax := rapid.Uint64Range(1, 500).Draw(t, "cmax")
-		c := NewKeyed(always{}, KeyConfig{MinShare: map[uint32]float64{0: share}})
-		queued := [2]int{}
-		served := [2]float64{}
-		var seq uint64
-		steps := rapid.IntRange(1, 300).Draw(t, "steps")
-		for range steps {
-			for tier := range uint32(2) {
-				for queued[tier] < 2 {
-					seq++
-					c.Push(tr(fmt.Sprint(seq), "k", seq, tier, rapid.Uint64Range(1, cmax).Draw(t, "cost")))
-					queued[tier]++
-				}
-			}
-			if _, ok := c.Candidate(); !ok {
-				t.Fatal("nothing dispatchable")
-			}
-			c.Pop()
-			r := c.Last()
-			queued[r.Strict]--
-			served[r.Strict] += float64(r.Cost)
-			if gap := share/(1-share)*served[1] - served[0]; gap > float64(cmax)+1e-6 || gap < -float64(cmax)-1e-6 {
-				t.Fatalf("S0 %v, S1 %v: tier 0 is %v from its due share/(1-share)*S1, more than one request (%d)", served[0], served[1], gap, cmax)
-			}
-		}
-		if err := extInvariants(c); err != nil {
-			t.Fatal(err)
-		}
+		cost := func() uint64 { return rapid.Uint64Range(1, cmax).Draw(t, "cost") }
+		served := floorRun(t, share, [2]int{2, 2}, cost, cmax, rapid.IntRange(1, 300).Draw(t, "steps"))
 		total := served[0] + served[1]
 		if got := served[0] / total; math.Abs(got-share) > float64(cmax)/total+1e-9 {
 			t.Fatalf("tier 0 got %.4f of %v, want %.4f within %v", got, total, share, float64(cmax)/total)
@@ -354,24 +362,6 @@ func TestFloorShareOneDeep(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		share := rapid.Float64Range(0.01, 0.5).Draw(t, "share")
 		cost := rapid.Uint64Range(1, 500).Draw(t, "cost")
-		c := NewKeyed(always{}, KeyConfig{MinShare: map[uint32]float64{0: share}})
-		queued := [2]int{}
-		served := [2]float64{}
-		var seq uint64
-		for range rapid.IntRange(1, 300).Draw(t, "steps") {
-			for tier, depth := range [2]int{1, 3} {
-				for ; queued[tier] < depth; queued[tier]++ {
-					seq++
-					c.Push(tr(fmt.Sprint(seq), "k", seq, uint32(tier), cost))
-				}
-			}
-			c.Candidate()
-			c.Pop()
-			queued[c.Last().Strict]--
-			served[c.Last().Strict] += float64(cost)
-			if gap := share/(1-share)*served[1] - served[0]; math.Abs(gap) > float64(cost)+1e-6 {
-				t.Fatalf("S0 %v, S1 %v: tier 0 is %v from its due share/(1-share)*S1, more than one request (%d)", served[0], served[1], gap, cost)
-			}
-		}
+		floorRun(t, share, [2]int{1, 3}, func() uint64 { return cost }, cost, rapid.IntRange(1, 300).Draw(t, "steps"))
 	})
 }
