@@ -316,7 +316,7 @@ func (h *Handshaker) onReply(m *nats.Msg) {
 
 	out := classify(m)
 	if out == Refused {
-		if st := headerFold(m.Header, wire.HeaderStatus); !strings.EqualFold(strings.TrimSpace(st), "busy") {
+		if st := wire.HeaderValue(m.Header, wire.HeaderStatus); !strings.EqualFold(strings.TrimSpace(st), "busy") {
 			h.log.Warn().Str("worker_id", c.worker).Str("status", st).Str("nats_status", m.Header.Get(statusHeader)).
 				Msg("unexpected handshake answer, counted as refused")
 		}
@@ -332,24 +332,10 @@ func classify(m *nats.Msg) Outcome {
 		}
 		return Refused // a NATS status message is never an acceptance
 	}
-	if headerFold(m.Header, wire.HeaderStatus) == "" {
+	if wire.HeaderValue(m.Header, wire.HeaderStatus) == "" {
 		return Accepted
 	}
 	return Refused
-}
-
-// headerFold returns the first value of the header named key, matched
-// case-insensitively (the exact spelling wins when several spellings exist).
-func headerFold(h nats.Header, key string) string {
-	if v, ok := h[key]; ok && len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range h {
-		if strings.EqualFold(k, key) && len(v) > 0 {
-			return v[0]
-		}
-	}
-	return ""
 }
 
 // run is the timer goroutine: it resolves expired requests as Timeout.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -79,20 +78,6 @@ func (c *Call) Chunks() uint64 {
 	return c.seen
 }
 
-// hv returns the first value of header name, matched exactly, then
-// case-insensitively.
-func hv(h nats.Header, name string) string {
-	if v, ok := h[name]; ok && len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, name) {
-			return v[0]
-		}
-	}
-	return ""
-}
-
 func (c *Call) wake() {
 	select {
 	case c.notify <- struct{}{}:
@@ -113,12 +98,12 @@ func answer(m *nats.Msg, v string) {
 // of the subscription: one at a time, in order), answering as
 // docs/protocol.md, What the producer answers, says.
 func (c *Call) onMsg(m *nats.Msg) {
-	kind := hv(m.Header, wire.HeaderResponse)
+	kind := wire.HeaderValue(m.Header, wire.HeaderResponse)
 	if kind == "" {
 		c.onOutcome(m)
 		return
 	}
-	exec := hv(m.Header, wire.HeaderExecution)
+	exec := wire.HeaderValue(m.Header, wire.HeaderExecution)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	over := c.cancelled || c.closed || c.end != nil || c.err != nil
@@ -140,7 +125,7 @@ func (c *Call) onMsg(m *nats.Msg) {
 		case exec != c.exec:
 			answer(m, wire.AnswerTaken)
 		default:
-			if n, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq)); err == nil && n > c.seen {
+			if n, err := wire.ParseResponseSeq(wire.HeaderValue(m.Header, wire.HeaderResponseSeq)); err == nil && n > c.seen {
 				c.breakLocked("the worker sent " + strconv.FormatUint(n, 10) + " chunks, " + strconv.FormatUint(c.seen, 10) + " arrived")
 				answer(m, wire.AnswerCancel)
 				return
@@ -154,9 +139,9 @@ func (c *Call) onMsg(m *nats.Msg) {
 		if over || exec != c.exec {
 			return // a superseded execution's, or after the end
 		}
-		seq, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq))
+		seq, err := wire.ParseResponseSeq(wire.HeaderValue(m.Header, wire.HeaderResponseSeq))
 		if err != nil || seq != c.seen+1 {
-			c.breakLocked("chunk " + strconv.Quote(hv(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due")
+			c.breakLocked("chunk " + strconv.Quote(wire.HeaderValue(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due")
 			return
 		}
 		if len(c.queue) >= c.c.cfg.MaxBuffered {
@@ -172,9 +157,9 @@ func (c *Call) onMsg(m *nats.Msg) {
 		if over || exec != c.exec {
 			return
 		}
-		seq, err := wire.ParseResponseSeq(hv(m.Header, wire.HeaderResponseSeq))
+		seq, err := wire.ParseResponseSeq(wire.HeaderValue(m.Header, wire.HeaderResponseSeq))
 		if err != nil || seq != c.seen+1 {
-			c.breakLocked("end " + strconv.Quote(hv(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due (a chunk was lost)")
+			c.breakLocked("end " + strconv.Quote(wire.HeaderValue(m.Header, wire.HeaderResponseSeq)) + " where " + strconv.FormatUint(c.seen+1, 10) + " was due (a chunk was lost)")
 			return
 		}
 		end, err := wire.ParseResponseEnd(m.Data)

@@ -1,6 +1,7 @@
 package caller
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -64,22 +65,14 @@ func New(nc *nats.Conn, cfg Config) (*Caller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("caller: %w", err)
 	}
-	if cfg.ResponsePrefix == "" {
-		cfg.ResponsePrefix = DefaultResponsePrefix
-	}
+	cfg.ResponsePrefix = cmp.Or(cfg.ResponsePrefix, DefaultResponsePrefix)
 	if !naming.ValidSubject(cfg.ResponsePrefix) || strings.HasPrefix(cfg.ResponsePrefix, "$") ||
 		strings.HasPrefix(cfg.ResponsePrefix+".", names.Prefix()+".") {
 		return nil, fmt.Errorf("caller: response prefix %q: want a literal subject, not starting with $ or %s.", cfg.ResponsePrefix, names.Prefix())
 	}
-	if cfg.BrokenAfter == 0 {
-		cfg.BrokenAfter = DefaultBrokenAfter
-	}
-	if cfg.MaxBuffered == 0 {
-		cfg.MaxBuffered = DefaultMaxBuffered
-	}
-	if cfg.PublishTimeout == 0 {
-		cfg.PublishTimeout = DefaultPublishTimeout
-	}
+	cfg.BrokenAfter = cmp.Or(cfg.BrokenAfter, DefaultBrokenAfter)
+	cfg.MaxBuffered = cmp.Or(cfg.MaxBuffered, DefaultMaxBuffered)
+	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, DefaultPublishTimeout)
 	if cfg.BrokenAfter < 0 || cfg.MaxBuffered < 1 || cfg.PublishTimeout < 0 {
 		return nil, errors.New("caller: BrokenAfter and PublishTimeout must be > 0, MaxBuffered >= 1")
 	}

@@ -42,28 +42,9 @@ func BenchmarkArbiter(b *testing.B) {
 
 func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 	cost := ratio * benchQuantum
-	cls := make([]*lanes.Keyed, nclass)
-	qs := make([]drr.Queue, nclass)
-	quanta := make([]uint64, nclass)
-	for k := range cls {
-		cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
-		qs[k] = cls[k]
-		quanta[k] = benchQuantum
-	}
-	a := drr.New(quanta)
+	cls, qs, a := benchClasses(nclass)
 
-	var seq uint64
-	// fill resets r as a freshly admitted request (docs/design.md, Snapshot), keeping its id,
-	// class and pin: the next seq, and the FCFS score of an arrival one
-	// millisecond after the previous one.
-	fill := func(r *request.Snapshot) {
-		seq++
-		*r = request.Snapshot{
-			ID: r.ID, Class: r.Class, Pin: r.Pin,
-			ISL: cost, Cost: cost, Seq: seq, Score: -float64(seq) / 1000,
-			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
-		}
-	}
+	fill := filler(cost)
 	// The backlog, preallocated in one pool and interleaved so that consecutive
 	// seqs go to different lanes.
 	pool := make([]request.Snapshot, nlanes*perLane+nclass*sharedPerClass)
@@ -101,14 +82,50 @@ func benchArbiter(b *testing.B, nclass, nlanes int, ratio uint64) {
 		}
 	}
 
+	steadyState(b, a, cls, qs, fill)
+}
+
+// filler returns fill, which resets r as a freshly admitted request of cost
+// (docs/design.md, Snapshot), keeping its id, class, pin and key: the next
+// seq, and the FCFS score of an arrival one millisecond after the previous
+// one.
+func filler(cost uint64) (fill func(r *request.Snapshot)) {
+	var seq uint64
+	return func(r *request.Snapshot) {
+		seq++
+		*r = request.Snapshot{
+			ID: r.ID, Class: r.Class, Pin: r.Pin, Key: r.Key,
+			ISL: cost, Cost: cost, Seq: seq, Score: -float64(seq) / 1000,
+			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
+		}
+	}
+}
+
+// benchClasses is nclass class queues, also as drr.Queues, and an arbiter
+// over them, every class's quantum benchQuantum.
+func benchClasses(nclass int) ([]*lanes.Keyed, []drr.Queue, *drr.Arbiter) {
+	cls := make([]*lanes.Keyed, nclass)
+	qs := make([]drr.Queue, nclass)
+	quanta := make([]uint64, nclass)
+	for k := range cls {
+		cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
+		qs[k] = cls[k]
+		quanta[k] = benchQuantum
+	}
+	return cls, qs, drr.New(quanta)
+}
+
+// steadyState is the loop the arbiter benchmarks time: one op is Arbiter.Next,
+// Last on the class taken, and that request, refilled by fill, pushed back as
+// a new arrival in the same lane (under the same key), so that the queues
+// keep their size and nothing is allocated.
+func steadyState(b *testing.B, a *drr.Arbiter, cls []*lanes.Keyed, qs []drr.Queue, fill func(*request.Snapshot)) {
 	b.ReportAllocs()
 	for b.Loop() {
 		k, ok := a.Next(qs)
 		if !ok {
 			b.Fatal("nothing dispatched")
 		}
-		// The request just taken goes back to the pool and comes straight out
-		// again as a new arrival in the same lane.
 		r := cls[k].Last()
 		fill(r)
 		cls[k].Push(r)
@@ -188,33 +205,10 @@ func BenchmarkArbiterKeys(b *testing.B) {
 	}
 }
 
-// keyedQueue is what benchKeys needs of a class.
-type keyedQueue interface {
-	drr.Queue
-	Push(*request.Snapshot)
-	Last() *request.Snapshot
-}
-
 func benchKeys(b *testing.B, nclass, nkeys int) {
 	const perKey = 2
-	cls := make([]keyedQueue, nclass)
-	qs := make([]drr.Queue, nclass)
-	quanta := make([]uint64, nclass)
-	for k := range cls {
-		cls[k] = lanes.NewKeyed(always{}, lanes.KeyConfig{})
-		qs[k] = cls[k]
-		quanta[k] = benchQuantum
-	}
-	a := drr.New(quanta)
-	var seq uint64
-	fill := func(r *request.Snapshot) {
-		seq++
-		*r = request.Snapshot{
-			ID: r.ID, Class: r.Class, Key: r.Key,
-			ISL: benchQuantum, Cost: benchQuantum, Seq: seq, Score: -float64(seq) / 1000,
-			Arrival: int64(seq) * 1e6, Index: -1, DeadlineIndex: -1,
-		}
-	}
+	cls, qs, a := benchClasses(nclass)
+	fill := filler(benchQuantum)
 	names := make([]string, nkeys)
 	for i := range names {
 		names[i] = fmt.Sprintf("tenant-%06d", i)
@@ -232,16 +226,7 @@ func benchKeys(b *testing.B, nclass, nkeys int) {
 			}
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		k, ok := a.Next(qs)
-		if !ok {
-			b.Fatal("nothing dispatched")
-		}
-		r := cls[k].Last()
-		fill(r)
-		cls[k].Push(r)
-	}
+	steadyState(b, a, cls, qs, fill)
 }
 
 // BenchmarkKeyedSettle is one settlement: a correction to a backlogged key's

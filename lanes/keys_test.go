@@ -6,8 +6,9 @@ import (
 	"runtime"
 	"testing"
 
-	"fairdispatch/request"
 	"pgregory.net/rapid"
+
+	"fairdispatch/request"
 )
 
 // queueOf is what the fairness checks need of a class: Keyed, or oneKey.
@@ -374,18 +375,24 @@ func TestKeyedBlockedKeepsStanding(t *testing.T) {
 	}
 }
 
-// TestKeyedIdleReturnNoBurst: a key idle while others were served starts at the
-// class's virtual time, so its lead over a backlogged key stays within the bound
-// (the largest lead is measured).
-func TestKeyedIdleReturnNoBurst(t *testing.T) {
-	c := NewKeyed(always{}, KeyConfig{})
+// pushKeyed returns push, which queues on c a shared request of key and cost,
+// each one arriving after the last (FCFS).
+func pushKeyed(c *Keyed) (push func(key string, cost uint64)) {
 	var seq uint64
-	push := func(key string, cost uint64) {
+	return func(key string, cost uint64) {
 		seq++
 		r := mk(fmt.Sprint(seq), seq, 0, -float64(seq), shared)
 		r.Key, r.Cost = key, cost
 		c.Push(r)
 	}
+}
+
+// TestKeyedIdleReturnNoBurst: a key idle while others were served starts at the
+// class's virtual time, so its lead over a backlogged key stays within the bound
+// (the largest lead is measured).
+func TestKeyedIdleReturnNoBurst(t *testing.T) {
+	c := NewKeyed(always{}, KeyConfig{})
+	push := pushKeyed(c)
 	const cmax = 100
 	served := map[string]float64{}
 	pop := func() string {

@@ -1,7 +1,6 @@
 package lanes
 
 import (
-	"fmt"
 	"testing"
 )
 
@@ -11,13 +10,7 @@ import (
 // not service) and one that went idle meanwhile.
 func TestKeyedEachSince(t *testing.T) {
 	c := NewKeyed(always{}, KeyConfig{Weights: map[string]float64{"a": 2}})
-	var seq uint64
-	push := func(key string, cost uint64) {
-		seq++
-		r := mk(fmt.Sprint(seq), seq, 0, -float64(seq), shared)
-		r.Key, r.Cost = key, cost
-		c.Push(r)
-	}
+	push := pushKeyed(c)
 	gained := func(slot int) map[string]float64 {
 		got := map[string]float64{}
 		c.EachSince(slot, func(name string, g, _ float64, _ int) bool {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -21,16 +22,23 @@ func logger(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 }
 
-func TestRunCompletesAndRejects(t *testing.T) {
-	_, nc := natstest.StartServer(t)
-	m, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4}, logger(t))
+// startMock starts a mock worker of cfg on nc, stopped at the test's end.
+func startMock(t *testing.T, nc *nats.Conn, cfg mockworker.Config) *mockworker.Worker {
+	t.Helper()
+	m, err := mockworker.Start(nc, cfg, logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	return m
+}
+
+// toW1 routes every request to worker w1 (natstest.StartFakeDispatcher).
+func toW1(string, jetstream.Msg) (string, string) { return "w1", "" }
+
+func TestRunCompletesAndRejects(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 4})
 	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, func(class string, _ jetstream.Msg) (string, string) {
 		if class == "bad" {
 			return "", "queue_full"
@@ -99,15 +107,8 @@ func TestRunCompletesAndRejects(t *testing.T) {
 // and completes as the worker drains the stream.
 func TestRunRetriesRefusedPublications(t *testing.T) {
 	_, nc := natstest.StartServer(t)
-	m, err := mockworker.New(nc, mockworker.Config{ID: "w1", MaxNumSeqs: 1}, logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, func(string, jetstream.Msg) (string, string) { return "w1", "" })
+	startMock(t, nc, mockworker.Config{ID: "w1", MaxNumSeqs: 1})
+	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
 	js, _ := jetstream.New(nc)
 	if _, err := js.UpdateStream(context.Background(), jetstream.StreamConfig{
 		Name: "DISPATCH_REQ", Subjects: []string{"dispatch.req.*"}, Retention: jetstream.WorkQueuePolicy,

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"fairdispatch/internal/natstest"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
@@ -184,15 +182,8 @@ func TestReadTraceRejectsBadRecords(t *testing.T) {
 func TestRunReplay(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	model := batching.Llama70BH100.Scaled(1000)
-	m, err := mockworker.New(nc, mockworker.Config{ID: "w1", Model: &model}, logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop(context.Background()) })
-	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, func(string, jetstream.Msg) (string, string) { return "w1", "" })
+	startMock(t, nc, mockworker.Config{ID: "w1", Model: &model})
+	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
 
 	var recs []loadgen.TraceRecord
 	for i := range 12 {

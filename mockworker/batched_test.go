@@ -2,9 +2,7 @@ package mockworker_test
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,21 +28,14 @@ func TestBatchedEngineServesFromItsCache(t *testing.T) {
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "DISPATCH_KV", Subjects: []string{"dispatch.kv.*"}}); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	recs := map[string]mockworker.Completion{}
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if err := json.Unmarshal(m.Data, &c); err != nil {
-			t.Errorf("completion %s: %v", m.Data, err)
+	received := collect(t, nc)
+	recs := func() map[string]mockworker.Completion { // the last record of each request
+		by := map[string]mockworker.Completion{}
+		for _, r := range received() {
+			by[r.RequestID] = r.Completion
 		}
-		mu.Lock()
-		recs[c.RequestID] = c
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
+		return by
 	}
-	defer sub.Unsubscribe()
 
 	model := batching.Llama70BH100.Scaled(100)
 	w := startMock(t, nc, mockworker.Config{ID: "w1", Model: &model})
@@ -66,13 +57,11 @@ func TestBatchedEngineServesFromItsCache(t *testing.T) {
 		}
 	}
 	send("a", 7)
-	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == 1 }, "a's record")
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 1 }, "a's record")
 	send("b", 3)
-	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == 2 }, "b's record")
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 2 }, "b's record")
 
-	mu.Lock()
-	a, b := recs["a"], recs["b"]
-	mu.Unlock()
+	a, b := recs()["a"], recs()["b"]
 	if a.OutputTokens != 7 || b.OutputTokens != 3 {
 		t.Errorf("output tokens: got %d and %d, want 7 and 3 (Dispatch-Output-Tokens)", a.OutputTokens, b.OutputTokens)
 	}
@@ -135,38 +124,25 @@ func TestBatchedEngineServesFromItsCache(t *testing.T) {
 func TestBatchedEngineStreamsAndCancels(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	acks := confirmAcks(t, nc)
-	var mu sync.Mutex
-	var recs []wire.Completion
-	if _, err := nc.Subscribe("dispatch.done.w1", func(m *nats.Msg) {
-		var c wire.Completion
-		_ = json.Unmarshal(m.Data, &c)
-		mu.Lock()
-		recs = append(recs, c)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	recs := collect(t, nc)
 	model := batching.Llama70BH100.Scaled(10) // about 2 ms a decode step
 	w := startMock(t, nc, mockworker.Config{ID: "w1", Model: &model})
-	p := newRespProducer(t, nc, "resp.s1")
+	p := natstest.NewProducer(t, nc, "resp.s1", natstest.GoOK)
 	dispatchTo(t, nc, "s1", 1, "resp.s1", map[string]string{wire.HeaderOutputTokens: "7"}, "prompt")
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgEnd)) == 1 }, "the end marker")
-	if n := len(p.of(wire.MsgChunk)); n != 7 {
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	if n := len(p.Of(wire.MsgChunk)); n != 7 {
 		t.Errorf("%d chunks, want 7", n)
 	}
 	natstest.Eventually(t, wait, func() bool { return len(acks("s1")) == 1 }, "the confirmed +ACK")
 
-	q := newRespProducer(t, nc, "resp.c1")
+	q := natstest.NewProducer(t, nc, "resp.c1", natstest.GoOK)
 	dispatchTo(t, nc, "c1", 2, "resp.c1", map[string]string{wire.HeaderOutputTokens: "100000"}, "")
-	natstest.Eventually(t, wait, func() bool { return len(q.of(wire.MsgChunk)) >= 3 }, "a few chunks")
-	q.mu.Lock()
-	q.cancel = true
-	q.mu.Unlock()
+	natstest.Eventually(t, wait, func() bool { return len(q.Of(wire.MsgChunk)) >= 3 }, "a few chunks")
+	q.SetAnswer(natstest.CancelPings)
 	natstest.Eventually(t, wait, func() bool { return w.Stats().Cancelled == 1 }, "the job stopped")
 	natstest.Eventually(t, wait, func() bool { return len(acks("c1")) == 1 && acks("c1")[0] == "+TERM cancelled" }, "the +TERM")
 	natstest.Eventually(t, wait, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		recs := recs()
 		return len(recs) == 2 && recs[1].Status == wire.StatusCancelled && recs[1].OutputTokens > 0 && recs[1].OutputTokens < 100000
 	}, "a cancelled record with the tokens made")
 	natstest.Eventually(t, wait, func() bool { return w.Helper().Held() == 0 }, "nothing held")

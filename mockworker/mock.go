@@ -1,6 +1,7 @@
 package mockworker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,47 +146,23 @@ func (c Config) withDefaults() (Config, error) {
 		if err := c.Model.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.BlockSize == 0 {
-			c.BlockSize = c.Model.BlockSize
-		}
-		if c.MaxNumBatchedTokens == 0 {
-			c.MaxNumBatchedTokens = uint64(c.Model.MaxBatchedTokens)
-		}
-		if c.TotalKVBlocks == 0 {
-			c.TotalKVBlocks = uint64(c.Model.KVBlocks)
-		}
+		c.BlockSize = cmp.Or(c.BlockSize, c.Model.BlockSize)
+		c.MaxNumBatchedTokens = cmp.Or(c.MaxNumBatchedTokens, uint64(c.Model.MaxBatchedTokens))
+		c.TotalKVBlocks = cmp.Or(c.TotalKVBlocks, uint64(c.Model.KVBlocks))
 		if c.BlockSize != c.Model.BlockSize || c.KVCapacity != 0 {
 			errs = append(errs, fmt.Errorf("with a model: block size %d must be the model's %d, and kv capacity %d must be 0 (the model's pool is the cache)",
 				c.BlockSize, c.Model.BlockSize, c.KVCapacity))
 		}
 	}
-	if c.MaxNumSeqs == 0 {
-		c.MaxNumSeqs = DefaultMaxNumSeqs
-	}
-	if c.MaxNumBatchedTokens == 0 {
-		c.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
-	}
-	if c.PrefillTokensPerSec == 0 {
-		c.PrefillTokensPerSec = DefaultPrefillTokensPerSec
-	}
-	if c.DecodePerToken == 0 {
-		c.DecodePerToken = DefaultDecodePerToken
-	}
-	if c.OutputTokens == 0 {
-		c.OutputTokens = DefaultOutputTokens
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
-	}
-	if c.Prefix == "" {
-		c.Prefix = workerkit.DefaultPrefix
-	}
-	if c.DPSize == 0 {
-		c.DPSize = 1
-	}
-	if c.CostFactor == 0 {
-		c.CostFactor = 1
-	}
+	c.MaxNumSeqs = cmp.Or(c.MaxNumSeqs, DefaultMaxNumSeqs)
+	c.MaxNumBatchedTokens = cmp.Or(c.MaxNumBatchedTokens, DefaultMaxNumBatchedTokens)
+	c.PrefillTokensPerSec = cmp.Or(c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
+	c.DecodePerToken = cmp.Or(c.DecodePerToken, DefaultDecodePerToken)
+	c.OutputTokens = cmp.Or(c.OutputTokens, DefaultOutputTokens)
+	c.BlockSize = cmp.Or(c.BlockSize, DefaultBlockSize)
+	c.Prefix = cmp.Or(c.Prefix, workerkit.DefaultPrefix)
+	c.DPSize = cmp.Or(c.DPSize, 1)
+	c.CostFactor = cmp.Or(c.CostFactor, 1)
 	if c.CostFactor < 0 || c.CostFactor > 1000 || math.IsNaN(c.CostFactor) {
 		errs = append(errs, fmt.Errorf("cost factor %v: want in (0, 1000]", c.CostFactor))
 	}
@@ -380,20 +357,34 @@ func (m *Worker) Stop(ctx context.Context) error {
 	return err
 }
 
+// StopWithin is Stop with grace for the requests inside to finish.
+func (m *Worker) StopWithin(grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return m.Stop(ctx)
+}
+
+// Start builds a Worker (New) and starts it.
+func Start(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
+	m, err := New(nc, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Start(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // Run builds and starts a Worker and stops it when ctx ends, giving it grace to
 // finish the requests inside it; it returns the first error.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, grace time.Duration, log zerolog.Logger) error {
-	m, err := New(nc, cfg, log)
+	m, err := Start(nc, cfg, log)
 	if err != nil {
 		return err
 	}
-	if err := m.Start(); err != nil {
-		return err
-	}
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	return m.Stop(sctx)
+	return m.StopWithin(grace)
 }
 
 // uncached returns the uncached token count of r (see the package doc).
@@ -567,7 +558,20 @@ func (m *Worker) complete(j *job, st *stream) {
 	}
 	r := j.req
 	c := m.completion(j)
-	err := r.DoneAfter(func(attempt int) {
+	err := r.DoneAfter(m.afterAck(r, c))
+	if err != nil {
+		// ErrFinished: handed back at stop, not ours to report.
+		m.log.Warn().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).Msg("ack finished request")
+		return
+	}
+	m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
+}
+
+// afterAck is what follows the confirmed acknowledgement of r (attempt 1
+// the first): r counts as completed, and its completion record c is
+// published unless NoCompletions.
+func (m *Worker) afterAck(r *workerkit.Request, c wire.Completion) func(attempt int) {
+	return func(attempt int) {
 		if attempt == 1 {
 			m.mu.Lock()
 			m.stats.Completed++
@@ -579,13 +583,7 @@ func (m *Worker) complete(j *job, st *stream) {
 		if err := r.PublishCompletion(c); err != nil {
 			m.log.Error().Err(err).Str("request_id", r.RequestID).Int("attempt", attempt).Msg("publish completion")
 		}
-	})
-	if err != nil {
-		// ErrFinished: handed back at stop, not ours to report.
-		m.log.Warn().Err(err).Str("request_id", r.RequestID).Str("class", r.Class).Msg("ack finished request")
-		return
 	}
-	m.log.Debug().Str("request_id", r.RequestID).Msg("request finished")
 }
 
 // ackJob is a finished job with a response waiting for an ack goroutine.

@@ -55,27 +55,13 @@ func startMock(t *testing.T, nc *nats.Conn, cfg mockworker.Config) *mockworker.W
 
 func TestRequestsComplete(t *testing.T) {
 	_, nc := natstest.StartServer(t)
-	var mu sync.Mutex
-	var recs []mockworker.Completion
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if err := json.Unmarshal(m.Data, &c); err != nil {
-			t.Errorf("completion %s: %v", m.Data, err)
-		}
-		mu.Lock()
-		recs = append(recs, c)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	recs := collect(t, nc)
 	m := startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 2, DecodePerToken: time.Millisecond, CostFactor: 2.5})
 	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
 	const n = 20
 	publish(t, nc, n, 512)
 
-	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == n }, "%d completions", n)
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == n }, "%d completions", n)
 	js, _ := jetstream.New(nc)
 	st, err := js.Stream(context.Background(), "DISPATCH_REQ")
 	if err != nil {
@@ -87,9 +73,7 @@ func TestRequestsComplete(t *testing.T) {
 	}, "every request acknowledged")
 
 	seen := map[string]bool{}
-	mu.Lock()
-	defer mu.Unlock()
-	for i, c := range recs {
+	for i, c := range recs() {
 		if c.WorkerID != "w1" || c.Class != "premium" || c.Seq == 0 || seen[c.RequestID] {
 			t.Errorf("completion %d: got %+v", i, c)
 		}
@@ -159,18 +143,25 @@ func TestLoadReflectsQueue(t *testing.T) {
 	}
 }
 
-// collect subscribes to dispatch.done.* on nc and returns the records so far.
-func collect(t *testing.T, nc *nats.Conn) func() []mockworker.Completion {
+// received is a completion record and when it arrived.
+type received struct {
+	mockworker.Completion
+	at time.Time
+}
+
+// collect subscribes to dispatch.done.* on nc and returns a function that
+// returns the records so far, in arrival order.
+func collect(t *testing.T, nc *nats.Conn) func() []received {
 	t.Helper()
 	var mu sync.Mutex
-	var recs []mockworker.Completion
+	var recs []received
 	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		var c mockworker.Completion
-		if err := json.Unmarshal(m.Data, &c); err != nil {
+		r := received{at: time.Now()}
+		if err := json.Unmarshal(m.Data, &r.Completion); err != nil {
 			t.Errorf("completion %s: %v", m.Data, err)
 		}
 		mu.Lock()
-		recs = append(recs, c)
+		recs = append(recs, r)
 		mu.Unlock()
 	})
 	if err != nil {
@@ -180,10 +171,10 @@ func collect(t *testing.T, nc *nats.Conn) func() []mockworker.Completion {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return func() []mockworker.Completion {
+	return func() []received {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]mockworker.Completion(nil), recs...)
+		return append([]received(nil), recs...)
 	}
 }
 
@@ -207,39 +198,18 @@ func TestConfirmedAcksComplete(t *testing.T) {
 // before the time its record says it finished, and Stop ends the loop.
 func TestPreciseTimersComplete(t *testing.T) {
 	_, nc := natstest.StartServer(t)
-	type rec struct {
-		c  mockworker.Completion
-		at time.Time // when the record arrived
-	}
-	var mu sync.Mutex
-	var recs []rec
-	sub, err := nc.Subscribe("dispatch.done.*", func(m *nats.Msg) {
-		at := time.Now()
-		var c mockworker.Completion
-		if err := json.Unmarshal(m.Data, &c); err != nil {
-			t.Errorf("completion %s: %v", m.Data, err)
-		}
-		mu.Lock()
-		recs = append(recs, rec{c, at})
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	recs := collect(t, nc)
 	m := startMock(t, nc, mockworker.Config{ID: "w1", PreciseTimers: true, PrefillTokensPerSec: 256000})
 	natstest.StartFakeDispatcher(t, nc, "dispatch", 30*time.Second, toW1)
 	const n = 20
 	publish(t, nc, n, 512)
-	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == n }, "%d completions", n)
-	mu.Lock()
-	for _, r := range recs {
-		if r.at.Before(r.c.FinishedAt) || r.c.FinishedAt.Sub(r.c.StartedAt) != 2*time.Millisecond {
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == n }, "%d completions", n)
+	for _, r := range recs() {
+		if r.at.Before(r.FinishedAt) || r.FinishedAt.Sub(r.StartedAt) != 2*time.Millisecond {
 			t.Errorf("%s: started %v, finished %v, reported %v: want 2ms of service, reported after it",
-				r.c.RequestID, r.c.StartedAt, r.c.FinishedAt, r.at)
+				r.RequestID, r.StartedAt, r.FinishedAt, r.at)
 		}
 	}
-	mu.Unlock()
 	if got := m.Stats(); got.Completed != n {
 		t.Errorf("stats: got %+v, want %d completed", got, n)
 	}
@@ -271,7 +241,14 @@ func TestUnansweredAck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, wait, func() bool { return len(recs()) == 3 }, "three completion records")
+	// A record is published again ahead of each retry of its ack: count requests.
+	natstest.Eventually(t, wait, func() bool {
+		ids := map[string]bool{}
+		for _, r := range recs() {
+			ids[r.RequestID] = true
+		}
+		return len(ids) == 3
+	}, "the completion records of the three requests")
 	if got := m.Stats(); got.AckFailures != 0 {
 		t.Errorf("ack failures before AckWait: %+v", got)
 	}

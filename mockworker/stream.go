@@ -191,19 +191,7 @@ func (m *Worker) finishStream(j *job, st *stream, c wire.Completion) {
 		_ = st.resp.Write(st.api.usageChunk(u))
 	}
 	err := st.resp.EndAfter(ctx, wire.ResponseEnd{Status: wire.EndOK, FinishReason: st.api.finishReason(), Usage: &u},
-		func(attempt int) {
-			if attempt == 1 {
-				m.mu.Lock()
-				m.stats.Completed++
-				m.mu.Unlock()
-			}
-			if m.cfg.NoCompletions {
-				return
-			}
-			if err := r.PublishCompletion(c); err != nil {
-				m.log.Error().Err(err).Str("request_id", r.RequestID).Msg("publish completion")
-			}
-		})
+		m.afterAck(r, c))
 	switch {
 	case errors.Is(err, workerkit.ErrFinished):
 		m.log.Debug().Err(err).Str("request_id", r.RequestID).Msg("response ended by the helper")

@@ -14,52 +14,6 @@ import (
 	"fairdispatch/wire"
 )
 
-// respProducer records a response and answers go, ok, ok (or cancel to
-// pings once cancel is set).
-type respProducer struct {
-	mu     sync.Mutex
-	msgs   []*nats.Msg
-	cancel bool
-}
-
-func newRespProducer(t *testing.T, nc *nats.Conn, subject string) *respProducer {
-	t.Helper()
-	p := &respProducer{}
-	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		p.mu.Lock()
-		p.msgs = append(p.msgs, m)
-		ans := wire.AnswerOK
-		switch kind := m.Header.Get(wire.HeaderResponse); {
-		case kind == wire.MsgClaim:
-			ans = wire.AnswerGo
-		case kind == wire.MsgPing && p.cancel:
-			ans = wire.AnswerCancel
-		}
-		p.mu.Unlock()
-		if m.Reply != "" {
-			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{wire.HeaderResponse: {ans}}})
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (p *respProducer) of(kind string) []*nats.Msg {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []*nats.Msg
-	for _, m := range p.msgs {
-		if m.Header.Get(wire.HeaderResponse) == kind {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // dispatchTo sends the mock w1 request id as the dispatcher would, asking for
 // a response on subject, and returns once it is accepted.
 func dispatchTo(t *testing.T, nc *nats.Conn, id string, seq int, subject string, hdr map[string]string, body string) {
@@ -117,10 +71,10 @@ func TestStreamsOneChunkPerToken(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	acks := confirmAcks(t, nc)
 	startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 5, DecodePerToken: 20 * time.Millisecond})
-	p := newRespProducer(t, nc, "resp.s1")
+	p := natstest.NewProducer(t, nc, "resp.s1", natstest.GoOK)
 	dispatchTo(t, nc, "s1", 1, "resp.s1", nil, "prompt")
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgEnd)) == 1 }, "the end marker")
-	chunks := p.of(wire.MsgChunk)
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	chunks := p.Of(wire.MsgChunk)
 	if len(chunks) != 5 {
 		t.Fatalf("%d chunks, want 5", len(chunks))
 	}
@@ -129,7 +83,7 @@ func TestStreamsOneChunkPerToken(t *testing.T) {
 			t.Errorf("chunk %d: seq %q", i, got)
 		}
 	}
-	e, err := wire.ParseResponseEnd(p.of(wire.MsgEnd)[0].Data)
+	e, err := wire.ParseResponseEnd(p.Of(wire.MsgEnd)[0].Data)
 	if err != nil || e.Status != wire.EndOK || e.Chunks != 5 || e.Usage == nil || e.Usage.CompletionTokens != 5 || e.Usage.PromptTokens != 100 {
 		t.Errorf("end marker %+v, %v", e, err)
 	}
@@ -158,10 +112,10 @@ func TestStreamsOpenAIShapes(t *testing.T) {
 		{wire.APICompletions, `{"model":"m","max_tokens":4,"prompt":"x"}`, "text_completion", 1, true},
 	} {
 		id := "o" + strconv.Itoa(i)
-		p := newRespProducer(t, nc, "resp."+id)
+		p := natstest.NewProducer(t, nc, "resp."+id, natstest.GoOK)
 		dispatchTo(t, nc, id, i+1, "resp."+id, map[string]string{wire.HeaderAPI: c.api}, c.body)
-		natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgEnd)) == 1 }, "%s: the end marker", id)
-		chunks := p.of(wire.MsgChunk)
+		natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "%s: the end marker", id)
+		chunks := p.Of(wire.MsgChunk)
 		if len(chunks) != c.chunks {
 			t.Errorf("%s: %d chunks, want %d", id, len(chunks), c.chunks)
 			continue
@@ -190,15 +144,15 @@ func TestStreamsOpenAIShapes(t *testing.T) {
 				t.Errorf("%s: usage chunk has choices: %s", id, ch.Data)
 			}
 		}
-		e, _ := wire.ParseResponseEnd(p.of(wire.MsgEnd)[0].Data)
+		e, _ := wire.ParseResponseEnd(p.Of(wire.MsgEnd)[0].Data)
 		if e.FinishReason != "length" {
 			t.Errorf("%s: finish reason %q, want length", id, e.FinishReason)
 		}
 	}
-	p := newRespProducer(t, nc, "resp.bad")
+	p := natstest.NewProducer(t, nc, "resp.bad", natstest.GoOK)
 	dispatchTo(t, nc, "bad", 9, "resp.bad", map[string]string{wire.HeaderAPI: "embeddings"}, `{}`)
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgEnd)) == 1 }, "the failed end marker")
-	if s := p.of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); s != wire.EndFailed {
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the failed end marker")
+	if s := p.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); s != wire.EndFailed {
 		t.Errorf("unknown Dispatch-Api: end status %q, want failed", s)
 	}
 }
@@ -210,36 +164,22 @@ func TestStreamCancelledMidway(t *testing.T) {
 	t.Parallel()
 	_, nc := natstest.StartServer(t)
 	acks := confirmAcks(t, nc)
-	var mu sync.Mutex
-	var recs []wire.Completion
-	if _, err := nc.Subscribe("dispatch.done.w1", func(m *nats.Msg) {
-		var c wire.Completion
-		_ = json.Unmarshal(m.Data, &c)
-		mu.Lock()
-		recs = append(recs, c)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	recs := collect(t, nc)
 	w := startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 100000, DecodePerToken: 10 * time.Millisecond})
-	p := newRespProducer(t, nc, "resp.c1")
+	p := natstest.NewProducer(t, nc, "resp.c1", natstest.GoOK)
 	dispatchTo(t, nc, "c1", 1, "resp.c1", nil, "")
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgChunk)) >= 3 }, "a few chunks")
-	p.mu.Lock()
-	p.cancel = true
-	p.mu.Unlock()
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgChunk)) >= 3 }, "a few chunks")
+	p.SetAnswer(natstest.CancelPings)
 	natstest.Eventually(t, wait, func() bool { return w.Stats().Cancelled == 1 }, "the job stopped")
 	natstest.Eventually(t, wait, func() bool { return len(acks("c1")) == 1 }, "the +TERM")
 	if got := acks("c1"); got[0] != "+TERM cancelled" {
 		t.Errorf("acknowledgement %v, want +TERM cancelled", got)
 	}
-	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) == 1 }, "the record")
-	mu.Lock()
-	if recs[0].Status != wire.StatusCancelled || recs[0].OutputTokens == 0 || recs[0].OutputTokens >= 100000 {
-		t.Errorf("record %+v", recs[0])
+	natstest.Eventually(t, wait, func() bool { return len(recs()) == 1 }, "the record")
+	if r := recs()[0]; r.Status != wire.StatusCancelled || r.OutputTokens == 0 || r.OutputTokens >= 100000 {
+		t.Errorf("record %+v", r.Completion)
 	}
-	mu.Unlock()
-	if n := len(p.of(wire.MsgEnd)); n != 1 {
+	if n := len(p.Of(wire.MsgEnd)); n != 1 {
 		t.Errorf("%d end markers, want 1", n)
 	}
 	natstest.Eventually(t, wait, func() bool { return w.Helper().Held() == 0 }, "nothing held")

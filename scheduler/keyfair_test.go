@@ -17,27 +17,20 @@ import (
 func TestKeyFairnessWeights(t *testing.T) {
 	var last []wire.ClassStats
 	var lastAt, firstAt int64
-	res := runKeyed(t, keyedRun{
-		yaml:    oneClass(", key_weights: {gold: 3, bronze: 1}"),
-		tenants: map[string][]string{"c": {"gold", "bronze"}},
-		depth:   func(_, _ string) int { return 5 },
-		cost: func(rng *rand.Rand, _ string) (uint64, uint64) {
-			c := 100 + rng.Uint64N(901)
-			return c, c
-		},
-		dispatch: 20000,
-		window:   2e8, // 0.2 s of virtual time: the run lasts about 1 s
-		tick: func(s *Scheduler, now int64) {
-			if firstAt == 0 {
-				firstAt = now
-			}
-			if now-lastAt >= 4e7 { // a tenth of the window's length, as the dispatcher does
-				last = s.Stats(nil)
-				s.KeyFairness(now, last)
-				lastAt = now
-			}
-		},
-	})
+	run := goldBronze()
+	run.dispatch = 20000
+	run.window = 2e8 // 0.2 s of virtual time: the run lasts about 1 s
+	run.tick = func(s *Scheduler, now int64) {
+		if firstAt == 0 {
+			firstAt = now
+		}
+		if now-lastAt >= 4e7 { // a tenth of the window's length, as the dispatcher does
+			last = s.Stats(nil)
+			s.KeyFairness(now, last)
+			lastAt = now
+		}
+	}
+	res := runKeyed(t, run)
 	if lastAt-firstAt < 4e8 {
 		t.Fatalf("the run lasted %d ms of virtual time, want more than two window steps", (lastAt-firstAt)/1e6)
 	}

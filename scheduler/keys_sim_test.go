@@ -243,9 +243,10 @@ func TestKeysTenTenantsFloodWithoutKeys(t *testing.T) {
 	}
 }
 
-// TestKeysWeights is acceptance 2: weights 3:1 give 75/25 +- 2%.
-func TestKeysWeights(t *testing.T) {
-	res := runKeyed(t, keyedRun{
+// goldBronze is a run of one class whose keys gold and bronze, weighted 3:1,
+// keep 5 requests queued each, of costs uniform in [100, 1000].
+func goldBronze() keyedRun {
+	return keyedRun{
 		yaml:    oneClass(", key_weights: {gold: 3, bronze: 1}"),
 		tenants: map[string][]string{"c": {"gold", "bronze"}},
 		depth:   func(_, _ string) int { return 5 },
@@ -253,8 +254,14 @@ func TestKeysWeights(t *testing.T) {
 			c := 100 + rng.Uint64N(901)
 			return c, c
 		},
-		dispatch: 5000, warmup: 100,
-	})
+	}
+}
+
+// TestKeysWeights is acceptance 2: weights 3:1 give 75/25 +- 2%.
+func TestKeysWeights(t *testing.T) {
+	run := goldBronze()
+	run.dispatch, run.warmup = 5000, 100
+	res := runKeyed(t, run)
 	t.Logf("gold share %.3f", res.share(res.est, "gold"))
 	if sh := res.share(res.est, "gold"); sh < 0.73 || sh > 0.77 {
 		t.Fatalf("gold: got share %.3f, want 0.75 +- 0.02", sh)

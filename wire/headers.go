@@ -1,9 +1,27 @@
 package wire
 
+import "strings"
+
 // Header names of the protocol, spelt as docs/protocol.md spells them. Every
 // Dispatch-* name is defined here once; a reader matches Dispatch-* names
 // case-insensitively (docs/protocol.md, Request headers), a writer sends them
 // in this casing.
+
+// HeaderValue returns the first value of header name in h (a nats.Header),
+// matching the name exactly first and then case-insensitively, as a reader
+// matches Dispatch-* names. It returns "" when absent. Cost: O(1) for an
+// exact match, else O(len(h)).
+func HeaderValue(h map[string][]string, name string) string {
+	if v, ok := h[name]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, name) {
+			return v[0]
+		}
+	}
+	return ""
+}
 
 // HeaderPrefix begins every header name of the protocol but Nats-Msg-Id:
 // the Dispatch-* namespace, matched case-insensitively.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/internal/natstest"
 	"fairdispatch/workerkit"
@@ -179,57 +178,26 @@ func TestDoneGivesUpAfterAckWait(t *testing.T) {
 // down; their acknowledgements wait for the connection and go through once
 // the server and its JetStream are back, and nothing is redelivered.
 func TestDoneAcrossServerRestart(t *testing.T) {
-	ns := natstest.Start(t, nil) // restartable on the same port and storage
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	nc, wnc := connect(), connect()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_REQ", Subjects: []string{"dispatch.req.*"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ackWait = 3 * time.Second
-	f := &jsFixture{st: st, c: natstest.PullConsumer(t, st, ackWait), js: js}
+	f := newRestartFixture(t, ackWait)
 	const n = 5
 	f.publish(t, n)
 	ms := f.fetch(t, n)
-	a := startWorker(t, wnc, workerkit.Config{ID: "w1", AckWait: ackWait})
-	if err := wnc.Flush(); err != nil {
+	a := startWorker(t, f.wnc, workerkit.Config{ID: "w1", AckWait: ackWait})
+	if err := f.wnc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for k, m := range ms {
-		accept(t, nc, a, "r"+string(rune('0'+k)), uint64(k+1), m.Reply())
+		accept(t, f.nc, a, "r"+string(rune('0'+k)), uint64(k+1), m.Reply())
 	}
-	ns.Stop()
+	f.ns.Stop()
 	for k := range n {
 		a.finish(t, k, (*workerkit.Request).Done) // published into the reconnect buffer, then retried
 	}
-	natstest.Eventually(t, wait, func() bool { return !wnc.IsConnected() }, "the worker disconnected")
-	ns.Restart()
+	natstest.Eventually(t, wait, func() bool { return !f.wnc.IsConnected() }, "the worker disconnected")
+	f.ns.Restart()
 	natstest.Eventually(t, wait, func() bool { return a.w.Stats().AcksConfirmed == n }, "every +ACK confirmed")
-	natstest.Eventually(t, wait, func() bool {
-		info, err := st.Info(ctx)
-		return err == nil && info.State.Msgs == 0
-	}, "the acknowledged messages removed")
-	b, err := f.c.Fetch(1, jetstream.FetchMaxWait(ackWait+time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range b.Messages() {
-		t.Errorf("redelivered after a confirmed ack: %q", m.Data())
-	}
+	f.requireAckedGone(t)
 	t.Logf("stats %+v", a.w.Stats())
 }
 

@@ -92,13 +92,6 @@ func (w *Worker) abort(r *Request, cause error) {
 			started = p.close(cause, "", false)
 		}
 	}
-	// After the response is closed, so that Start returns the response's
-	// error rather than the context's.
-	w.mu.Lock()
-	if r.cancel != nil {
-		r.cancel(r.cause)
-	}
-	w.mu.Unlock()
 	var body []byte
 	switch {
 	case errors.Is(cause, ErrTaken):
@@ -109,7 +102,16 @@ func (w *Worker) abort(r *Request, cause error) {
 	default:
 		body = ackTerm
 	}
+	// Released before the context is cancelled, so that a handler that
+	// calls Done as soon as its context ends gets ErrFinished, not an
+	// acknowledgement that races this one; cancelled after the response is
+	// closed, so that Start returns the response's error, not the context's.
 	ack, ok := w.release(r, body)
+	w.mu.Lock()
+	if r.cancel != nil {
+		r.cancel(r.cause)
+	}
+	w.mu.Unlock()
 	if !ok {
 		return // finished meanwhile by the application
 	}

@@ -74,8 +74,8 @@ func TestPreemptFromDispatcher(t *testing.T) {
 		}
 	})
 	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return declared }, "a load report with preempt")
-	prodA := newProducer(t, nc, "resp.fresh", answers)
-	prodB := newProducer(t, nc, "resp.chunked", answers)
+	prodA := natstest.NewProducer(t, nc, "resp.fresh", natstest.GoOK)
+	prodB := natstest.NewProducer(t, nc, "resp.chunked", natstest.GoOK)
 	acks := map[string]*acks{}
 	for _, id := range []string{"fresh", "chunked", "plain", "otherseq"} {
 		acks[id] = watchAcks(t, nc, "ack."+id)
@@ -87,8 +87,8 @@ func TestPreemptFromDispatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prodB.of(wire.MsgChunk)) == 1 }, "the chunk")
-	natstest.Eventually(t, wait, func() bool { return len(prodA.of(wire.MsgClaim)) == 1 }, "the claim")
+	natstest.Eventually(t, wait, func() bool { return len(prodB.Of(wire.MsgChunk)) == 1 }, "the chunk")
+	natstest.Eventually(t, wait, func() bool { return len(prodA.Of(wire.MsgClaim)) == 1 }, "the claim")
 	sendPreempt(t, nc, "w1", "fresh", 1)
 	sendPreempt(t, nc, "w1", "chunked", 2)
 	sendPreempt(t, nc, "w1", "plain", 3)
@@ -102,7 +102,7 @@ func TestPreemptFromDispatcher(t *testing.T) {
 			t.Errorf("%s: acknowledged %v, want nothing but progress: it runs on", id, got)
 		}
 	}
-	if n := len(prodA.of(wire.MsgEnd)); n != 0 {
+	if n := len(prodA.Of(wire.MsgEnd)); n != 0 {
 		t.Errorf("%d end markers for the handed-back response, want none", n)
 	}
 }

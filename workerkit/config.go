@@ -1,6 +1,7 @@
 package workerkit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -123,27 +124,13 @@ type Config struct {
 
 // withDefaults returns c with defaults applied and validated.
 func (c Config) withDefaults() (Config, error) {
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
-	if c.DPSize == 0 {
-		c.DPSize = 1
-	}
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.AckWait == 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.MinReportInterval == 0 {
-		c.MinReportInterval = DefaultMinReportInterval
-	}
-	if c.SeenOnlyInterval == 0 {
-		c.SeenOnlyInterval = max(DefaultSeenOnlyInterval, c.MinReportInterval)
-	}
-	if c.FirstProgressDelay == 0 {
-		c.FirstProgressDelay = DefaultFirstProgressDelay
-	}
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.DPSize = cmp.Or(c.DPSize, 1)
+	c.TTL = cmp.Or(c.TTL, DefaultTTL)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.MinReportInterval = cmp.Or(c.MinReportInterval, DefaultMinReportInterval)
+	c.SeenOnlyInterval = cmp.Or(c.SeenOnlyInterval, max(DefaultSeenOnlyInterval, c.MinReportInterval))
+	c.FirstProgressDelay = cmp.Or(c.FirstProgressDelay, DefaultFirstProgressDelay)
 	var errs []error
 	if !tokenRE.MatchString(c.ID) {
 		errs = append(errs, fmt.Errorf("id %q: want [A-Za-z0-9_-]+, at most 128 bytes", c.ID))

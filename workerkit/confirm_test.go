@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/internal/natstest"
 	"fairdispatch/workerkit"
@@ -151,57 +150,27 @@ func TestDoneConfirmedConnectionClosed(t *testing.T) {
 // server is down; the ack goes through once the server and its JetStream are
 // back, and the message is not redelivered.
 func TestDoneConfirmedAcrossServerRestart(t *testing.T) {
-	ns := natstest.Start(t, nil) // restartable on the same port and storage
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	nc, wnc := connect(), connect()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_REQ", Subjects: []string{"dispatch.req.*"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ackWait = 2 * time.Second
-	f := &jsFixture{st: st, c: natstest.PullConsumer(t, st, ackWait), js: js}
+	f := newRestartFixture(t, ackWait)
 	f.publish(t, 1)
 	m := f.fetch(t, 1)[0]
-	a := startWorker(t, wnc, workerkit.Config{ID: "w1", AckWait: ackWait})
-	if err := wnc.Flush(); err != nil {
+	a := startWorker(t, f.wnc, workerkit.Config{ID: "w1", AckWait: ackWait})
+	if err := f.wnc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	i := accept(t, nc, a, "r0", 1, m.Reply())
+	i := accept(t, f.nc, a, "r0", 1, m.Reply())
 
-	ns.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	f.ns.Stop()
 	done := make(chan error, 1)
 	go func() {
 		a.finish(t, i, func(r *workerkit.Request) error { done <- r.DoneConfirmed(ctx); return nil })
 	}()
 	time.Sleep(300 * time.Millisecond) // the ack waits in the reconnect buffer, then is retried
-	ns.Restart()
+	f.ns.Restart()
 	if err := <-done; err != nil {
 		t.Fatalf("DoneConfirmed across the restart: %v", err)
 	}
-	natstest.Eventually(t, wait, func() bool {
-		info, err := st.Info(ctx)
-		return err == nil && info.State.Msgs == 0
-	}, "the acked message removed")
-	// Nothing comes back after the ack wait.
-	b, err := f.c.Fetch(1, jetstream.FetchMaxWait(ackWait+time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range b.Messages() {
-		t.Errorf("redelivered after a confirmed ack: %q", m.Data())
-	}
+	f.requireAckedGone(t)
 }

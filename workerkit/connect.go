@@ -50,3 +50,11 @@ func Connect(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, 
 		return nil, fmt.Errorf("worker: connect %s: %w", url, ctx.Err())
 	}
 }
+
+// ConnectWithin is Connect waiting at most wait (a program's
+// --connect-timeout) for the first connection, or until ctx ends.
+func ConnectWithin(ctx context.Context, url string, wait time.Duration, opts ...nats.Option) (*nats.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return Connect(ctx, url, opts...)
+}

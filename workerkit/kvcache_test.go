@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -185,32 +186,56 @@ func (r *kvReader) matches(e *kvEngine, ranks []int) bool {
 	return true
 }
 
-// TestKVEventsFollowTheEngine: an engine's stores, removals (including a
-// block stored and removed within one flush interval, which must not read as
-// held) and clears reach the stream as events that rebuild its exact state in
-// an index, with no gap, on two ranks.
-func TestKVEventsFollowTheEngine(t *testing.T) {
+// kvServer starts a server and returns a connection and its JetStream.
+func kvServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	_, nc := natstest.StartServer(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd := readKV(t, js)
-	w, err := workerkit.New(nc, workerkit.Config{ID: "w1", DPStart: 2, DPSize: 2}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
+	return nc, js
+}
+
+// startKVWorker starts a worker of cfg that refuses every request and
+// publishes the KV cache events of kv with a kvEngine, whose resync is
+// kv.Resync; the worker is closed at the test's end.
+func startKVWorker(t *testing.T, nc *nats.Conn, cfg workerkit.Config, kv workerkit.KVConfig) (*workerkit.Worker, *kvEngine) {
+	t.Helper()
+	w, err := workerkit.New(nc, cfg, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
-	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync, FlushInterval: 50 * time.Millisecond}); err != nil {
+	kv.Resync = e.resync
+	if err := w.EnableKVEvents(kv); err != nil {
 		t.Fatal(err)
-	}
-	if err := w.CacheStored(4, wire.Device, []uint64{1}); err == nil {
-		t.Fatal("CacheStored on rank 4 of a worker with ranks 2 and 3 succeeded")
 	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
+	t.Cleanup(func() { _ = w.Close() })
+	return w, e
+}
+
+// counts returns the events still to drop and the gaps seen.
+func (r *kvReader) counts() (drop, gaps int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.drop, r.gaps
+}
+
+// TestKVEventsFollowTheEngine: an engine's stores, removals (including a
+// block stored and removed within one flush interval, which must not read as
+// held) and clears reach the stream as events that rebuild its exact state in
+// an index, with no gap, on two ranks.
+func TestKVEventsFollowTheEngine(t *testing.T) {
+	nc, js := kvServer(t)
+	rd := readKV(t, js)
+	w, e := startKVWorker(t, nc, workerkit.Config{ID: "w1", DPStart: 2, DPSize: 2}, workerkit.KVConfig{FlushInterval: 50 * time.Millisecond})
+	if err := w.CacheStored(4, wire.Device, []uint64{1}); err == nil {
+		t.Fatal("CacheStored on rank 4 of a worker with ranks 2 and 3 succeeded")
+	}
 	ranks := []int{2, 3}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20 {
@@ -232,10 +257,7 @@ func TestKVEventsFollowTheEngine(t *testing.T) {
 		e.remove(t, 2, wire.Device, 1000+uint64(round))
 		natstest.Eventually(t, 10*time.Second, func() bool { return rd.matches(e, ranks) }, "round %d: the index matches the engine", round)
 	}
-	rd.mu.Lock()
-	gaps := rd.gaps
-	rd.mu.Unlock()
-	if gaps != 0 {
+	if _, gaps := rd.counts(); gaps != 0 {
 		t.Fatalf("%d gaps in the events", gaps)
 	}
 }
@@ -244,24 +266,9 @@ func TestKVEventsFollowTheEngine(t *testing.T) {
 // makes the helper publish a cleared of every tier followed by what the
 // engine holds; an index that had lost the rank (stale) is exact again.
 func TestKVResyncOnRequest(t *testing.T) {
-	_, nc := natstest.StartServer(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := kvServer(t)
 	rd := readKV(t, js)
-	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
-	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, e := startKVWorker(t, nc, workerkit.Config{ID: "w1"}, workerkit.KVConfig{})
 	// More than one event's worth, so the resync spans two events.
 	many := make([]uint64, wire.MaxHashes+10)
 	for i := range many {
@@ -275,17 +282,9 @@ func TestKVResyncOnRequest(t *testing.T) {
 	rd.drop = 1
 	rd.mu.Unlock()
 	e.store(t, 0, wire.Device, 999_999)
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		rd.mu.Lock()
-		defer rd.mu.Unlock()
-		return rd.drop == 0
-	}, "an event lost")
+	natstest.Eventually(t, 10*time.Second, func() bool { drop, _ := rd.counts(); return drop == 0 }, "an event lost")
 	e.store(t, 0, wire.Device, 888_888)
-	natstest.Eventually(t, 10*time.Second, func() bool {
-		rd.mu.Lock()
-		defer rd.mu.Unlock()
-		return rd.gaps == 1
-	}, "the gap seen")
+	natstest.Eventually(t, 10*time.Second, func() bool { _, gaps := rd.counts(); return gaps == 1 }, "the gap seen")
 	if rd.matches(e, []int{0}) {
 		t.Fatal("the index matches after the gap")
 	}
@@ -304,23 +303,8 @@ func TestKVResyncOnRequest(t *testing.T) {
 // stream exists the resynchronisation reaches it and an index built from the
 // stream matches the engine.
 func TestKVPublishRecovers(t *testing.T) {
-	_, nc := natstest.StartServer(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
-	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	nc, js := kvServer(t)
+	w, e := startKVWorker(t, nc, workerkit.Config{ID: "w1"}, workerkit.KVConfig{})
 	e.store(t, 0, wire.Device, 1, 2, 3)
 	natstest.Eventually(t, 20*time.Second, func() bool { return w.KVStats().Failed >= 2 }, "failed publishes")
 	rd := readKV(t, js) // creates the stream
@@ -337,11 +321,7 @@ func TestKVPublishRecovers(t *testing.T) {
 // next resynchronisation reaches it and an index built from the stream
 // matches the engine.
 func TestKVRefusedPublishesBackOff(t *testing.T) {
-	_, nc := natstest.StartServer(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := kvServer(t)
 	ctx := context.Background()
 	rd := readKV(t, js) // creates the stream
 	cfg := jetstream.StreamConfig{Name: "DISPATCH_KV", Subjects: []string{"dispatch.kv.*"}, MaxBytes: 2048, Discard: jetstream.DiscardNew}
@@ -363,18 +343,7 @@ func TestKVRefusedPublishesBackOff(t *testing.T) {
 			t.Fatal("1000 events stored in a 2 KiB stream")
 		}
 	}
-	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &kvEngine{w: w, held: map[int]*[wire.NumTiers]map[uint64]bool{}}
-	if err := w.EnableKVEvents(workerkit.KVConfig{Resync: e.resync}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, e := startKVWorker(t, nc, workerkit.Config{ID: "w1"}, workerkit.KVConfig{})
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

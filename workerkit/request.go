@@ -30,19 +30,9 @@ var (
 var ErrFinished = errors.New("worker: request already finished")
 
 // HeaderValue returns the first value of header name in h, matching the name
-// exactly first and then case-insensitively. It returns "" when absent.
-// Cost: O(1) for an exact match, else O(len(h)).
-func HeaderValue(h nats.Header, name string) string {
-	if v, ok := h[name]; ok && len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, name) {
-			return v[0]
-		}
-	}
-	return ""
-}
+// exactly first and then case-insensitively (wire.HeaderValue). It returns ""
+// when absent.
+func HeaderValue(h nats.Header, name string) string { return wire.HeaderValue(h, name) }
 
 // Request is one dispatched request, as parsed from the headers of docs/protocol.md, Dispatch handshake.
 // Numeric headers that are absent or malformed read as 0 (DPRank as the

@@ -160,6 +160,7 @@ func (p *Response) onClaim(_ uint64, answer string, err error) {
 		return
 	}
 	last := p.attempts >= wire.ClaimAttempts
+	var end error
 	switch {
 	case errors.Is(err, errNoResponders) && !last:
 		p.mu.Unlock()
@@ -170,16 +171,13 @@ func (p *Response) onClaim(_ uint64, answer string, err error) {
 		p.claim()
 		return
 	case err != nil:
+		end = fmt.Errorf("%w: the claim was not answered in %d attempts", ErrNoListener, wire.ClaimAttempts)
+	default:
+		end = refusal(answer, " (claim)")
+	}
+	if end != nil {
 		p.mu.Unlock()
-		p.r.w.abort(p.r, fmt.Errorf("%w: the claim was not answered in %d attempts", ErrNoListener, wire.ClaimAttempts))
-		return
-	case answer == wire.AnswerCancel:
-		p.mu.Unlock()
-		p.r.w.abort(p.r, fmt.Errorf("%w by the producer (claim)", ErrCancelled))
-		return
-	case answer == wire.AnswerTaken:
-		p.mu.Unlock()
-		p.r.w.abort(p.r, ErrTaken)
+		p.r.w.abort(p.r, end)
 		return
 	}
 	p.phase = phaseOpen
@@ -279,26 +277,37 @@ func (p *Response) onPing(id uint64, answer string, err error) {
 		return
 	}
 	p.pingCall = 0
+	var end error
 	switch {
 	case errors.Is(err, errNoResponders):
-		p.mu.Unlock()
-		p.r.w.abort(p.r, fmt.Errorf("%w: a ping found no responders", ErrNoListener))
-		return
+		end = fmt.Errorf("%w: a ping found no responders", ErrNoListener)
 	case err != nil:
 		p.misses++
 		p.mu.Unlock()
 		return
-	case answer == wire.AnswerCancel:
+	default:
+		end = refusal(answer, "")
+	}
+	if end != nil {
 		p.mu.Unlock()
-		p.r.w.abort(p.r, fmt.Errorf("%w by the producer", ErrCancelled))
-		return
-	case answer == wire.AnswerTaken:
-		p.mu.Unlock()
-		p.r.w.abort(p.r, ErrTaken)
+		p.r.w.abort(p.r, end)
 		return
 	}
 	p.misses = 0
 	p.mu.Unlock()
+}
+
+// refusal is the error the producer's answer to a claim or a ping ends the
+// request with: ErrCancelled (from where) for cancel, ErrTaken for taken;
+// nil for go.
+func refusal(answer, where string) error {
+	switch answer {
+	case wire.AnswerCancel:
+		return fmt.Errorf("%w by the producer%s", ErrCancelled, where)
+	case wire.AnswerTaken:
+		return ErrTaken
+	}
+	return nil
 }
 
 // closedErr is the error of a call on a closed response: ErrFinished, and

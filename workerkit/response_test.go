@@ -16,77 +16,6 @@ import (
 	"fairdispatch/workerkit"
 )
 
-// testProducer plays the producer's side of docs/protocol.md, Responses on
-// one subject: it records every message and answers each request with
-// answer(kind) ("" answers nothing: no reply at all).
-type testProducer struct {
-	t   *testing.T
-	sub *nats.Subscription
-
-	mu     sync.Mutex
-	msgs   []*nats.Msg
-	answer func(kind string) string
-}
-
-func newProducer(t *testing.T, nc *nats.Conn, subject string, answer func(kind string) string) *testProducer {
-	t.Helper()
-	p := &testProducer{t: t, answer: answer}
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		p.mu.Lock()
-		p.msgs = append(p.msgs, m)
-		a := p.answer(m.Header.Get(wire.HeaderResponse))
-		p.mu.Unlock()
-		if m.Reply != "" && a != "" {
-			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{wire.HeaderResponse: {a}}})
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	p.sub = sub
-	return p
-}
-
-// answers is the answer func of a producer that answers go, ok and ok.
-func answers(kind string) string {
-	if kind == wire.MsgClaim {
-		return wire.AnswerGo
-	}
-	return wire.AnswerOK
-}
-
-func (p *testProducer) setAnswer(f func(string) string) {
-	p.mu.Lock()
-	p.answer = f
-	p.mu.Unlock()
-}
-
-// kinds returns the kinds received so far, in order.
-func (p *testProducer) kinds() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for _, m := range p.msgs {
-		out = append(out, m.Header.Get(wire.HeaderResponse))
-	}
-	return out
-}
-
-func (p *testProducer) of(kind string) []*nats.Msg {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []*nats.Msg
-	for _, m := range p.msgs {
-		if m.Header.Get(wire.HeaderResponse) == kind {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // acks records what a worker sends to one Dispatch-Ack subject, and confirms
 // acknowledgements sent as requests, as JetStream does.
 type acks struct {
@@ -204,7 +133,7 @@ func dispatchResponse(t *testing.T, nc *nats.Conn, id string, seq uint64, subjec
 func TestResponseStreamsInOrder(t *testing.T) {
 	t.Parallel()
 	_, nc := natstest.StartServer(t)
-	prod := newProducer(t, nc, "resp.r1", answers)
+	prod := natstest.NewProducer(t, nc, "resp.r1", natstest.GoOK)
 	ack := watchAcks(t, nc, "ack.r1")
 	release := make(chan struct{})
 	errs := make(chan error, 1)
@@ -229,41 +158,38 @@ func TestResponseStreamsInOrder(t *testing.T) {
 			Usage: &wire.Usage{PromptTokens: 100, CompletionTokens: 3}})
 	})
 	dispatchResponse(t, nc, "r1", 1, "resp.r1")
-	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgPing)) > 0 }, "a ping")
+	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgPing)) > 0 }, "a ping")
 	close(release)
 	if err := <-errs; err != nil {
 		t.Fatalf("stream: %v", err)
 	}
 	natstest.Eventually(t, wait, func() bool { return ack.has("+ACK") }, "the +ACK")
 
-	kinds := prod.kinds()
+	kinds := prod.Kinds()
 	if len(kinds) < 6 || kinds[0] != wire.MsgClaim || kinds[len(kinds)-1] != wire.MsgEnd {
 		t.Fatalf("kinds: got %v, want claim, 3 chunks and pings, end", kinds)
 	}
-	exec := prod.of(wire.MsgClaim)[0].Header.Get(wire.HeaderExecution)
+	exec := prod.Of(wire.MsgClaim)[0].Header.Get(wire.HeaderExecution)
 	if exec == "" || len(exec) > wire.MaxExecutionLen {
 		t.Errorf("execution %q", exec)
 	}
-	for i, m := range prod.of(wire.MsgChunk) {
+	for i, m := range prod.Of(wire.MsgChunk) {
 		if got := m.Header.Get(wire.HeaderResponseSeq); got != strconv.Itoa(i+1) || string(m.Data) != "tok"+strconv.Itoa(i) {
 			t.Errorf("chunk %d: seq %q body %q", i, got, m.Data)
 		}
 	}
-	prod.mu.Lock()
-	all := append([]*nats.Msg(nil), prod.msgs...)
-	prod.mu.Unlock()
-	for _, m := range all {
+	for _, m := range prod.All() {
 		if m.Header.Get(wire.HeaderExecution) != exec || m.Header.Get(wire.HeaderRequestID) != "r1" {
 			t.Errorf("%s: execution %q request %q, want %q r1", m.Header.Get(wire.HeaderResponse),
 				m.Header.Get(wire.HeaderExecution), m.Header.Get(wire.HeaderRequestID), exec)
 		}
 	}
-	for _, m := range prod.of(wire.MsgPing) {
+	for _, m := range prod.Of(wire.MsgPing) {
 		if got := m.Header.Get(wire.HeaderResponseSeq); got != "3" {
 			t.Errorf("ping seq %q, want 3 (the chunks sent before it)", got)
 		}
 	}
-	end := prod.of(wire.MsgEnd)
+	end := prod.Of(wire.MsgEnd)
 	if len(end) != 1 {
 		t.Fatalf("%d end markers, want 1", len(end))
 	}
@@ -298,7 +224,7 @@ func TestResponseClaimAnswers(t *testing.T) {
 		{wire.AnswerTaken, workerkit.ErrTaken, nil},
 	} {
 		id := "r-" + c.answer
-		prod := newProducer(t, nc, "resp."+id, func(string) string { return c.answer })
+		prod := natstest.NewProducer(t, nc, "resp."+id, func(string) string { return c.answer })
 		ack := watchAcks(t, nc, "ack."+id)
 		dispatchResponse(t, nc, id, 1, "resp."+id)
 		if err := <-starts; !errors.Is(err, c.want) {
@@ -309,7 +235,7 @@ func TestResponseClaimAnswers(t *testing.T) {
 		if got := ack.final(); len(got) != len(c.ack) || len(got) > 0 && got[0] != c.ack[0] {
 			t.Errorf("%s: acknowledgements %v, want %v", c.answer, got, c.ack)
 		}
-		if got := prod.kinds(); len(got) != 1 {
+		if got := prod.Kinds(); len(got) != 1 {
 			t.Errorf("%s: messages %v, want the claim alone", c.answer, got)
 		}
 	}
@@ -364,11 +290,11 @@ func TestResponseNobodyListening(t *testing.T) {
 	}
 	natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of the unclaimed request")
 
-	prod := newProducer(t, nc, "resp.gone", answers)
+	prod := natstest.NewProducer(t, nc, "resp.gone", natstest.GoOK)
 	ack = watchAcks(t, nc, "ack.gone")
 	dispatchResponse(t, nc, "gone", 2, "resp.gone")
-	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgChunk)) > 0 }, "a chunk")
-	if err := prod.sub.Unsubscribe(); err != nil {
+	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgChunk)) > 0 }, "a chunk")
+	if err := prod.Sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
 	gone := time.Now()
@@ -415,11 +341,11 @@ func TestResponsePingAnswers(t *testing.T) {
 		{wire.AnswerTaken, workerkit.ErrTaken, "", false},
 	} {
 		id := "p-" + c.answer
-		prod := newProducer(t, nc, "resp."+id, func(kind string) string {
+		prod := natstest.NewProducer(t, nc, "resp."+id, func(kind string) string {
 			if kind == wire.MsgPing {
 				return c.answer
 			}
-			return answers(kind)
+			return natstest.GoOK(kind)
 		})
 		ack := watchAcks(t, nc, "ack."+id)
 		dispatchResponse(t, nc, id, 1, "resp."+id)
@@ -432,10 +358,10 @@ func TestResponsePingAnswers(t *testing.T) {
 		if got := ack.final(); c.ack == "" && len(got) != 0 || c.ack != "" && (len(got) != 1 || got[0] != c.ack) {
 			t.Errorf("%s: acknowledgements %v, want %q", c.answer, got, c.ack)
 		}
-		ends := prod.of(wire.MsgEnd)
+		ends := prod.Of(wire.MsgEnd)
 		if c.end {
-			natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgEnd)) == 1 }, "%s: end marker", c.answer)
-			ends = prod.of(wire.MsgEnd)
+			natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "%s: end marker", c.answer)
+			ends = prod.Of(wire.MsgEnd)
 			if got := ends[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 				t.Errorf("%s: end status %q", c.answer, got)
 			}
@@ -470,14 +396,14 @@ func TestCancelFromDispatcher(t *testing.T) {
 			causes <- err
 		}
 	})
-	prod := newProducer(t, nc, "resp.c1", answers)
+	prod := natstest.NewProducer(t, nc, "resp.c1", natstest.GoOK)
 	ackResp := watchAcks(t, nc, "ack.c1")
 	ackPlain := watchAcks(t, nc, "ack.c2")
 	dispatchResponse(t, nc, "c1", 1, "resp.c1")
 	if _, err := nc.RequestMsg(dispatchMsg("c2", 2, 0, "ack.c2"), wait); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgChunk)) == 1 }, "a chunk")
+	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgChunk)) == 1 }, "a chunk")
 	for _, id := range []string{"unknown", "c1", "c2"} {
 		b, _ := wire.MarshalCancel(wire.Cancel{RequestID: id, Seq: 1, Reason: wire.CancelReasonCancel})
 		if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
@@ -492,14 +418,13 @@ func TestCancelFromDispatcher(t *testing.T) {
 	for _, a := range []*acks{ackResp, ackPlain} {
 		natstest.Eventually(t, wait, func() bool { return a.has("+TERM cancelled") }, "+TERM cancelled")
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prod.of(wire.MsgEnd)) == 1 }, "the end marker")
-	if got := prod.of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
+	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	if got := prod.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 		t.Errorf("end status %q, want cancelled", got)
 	}
+	// Cancelled is called after the +TERM is sent: wait for it.
 	for _, id := range []string{"c1", "c2"} {
-		if !errors.Is(app.cause(id), workerkit.ErrCancelled) {
-			t.Errorf("%s: Cancelled got %v", id, app.cause(id))
-		}
+		natstest.Eventually(t, wait, func() bool { return errors.Is(app.cause(id), workerkit.ErrCancelled) }, "%s: Cancelled with ErrCancelled", id)
 	}
 }
 
@@ -509,8 +434,8 @@ func TestCancelFromDispatcher(t *testing.T) {
 func TestStopEndsOrHandsBack(t *testing.T) {
 	t.Parallel()
 	_, nc := natstest.StartServer(t)
-	prodA := newProducer(t, nc, "resp.a", answers)
-	prodB := newProducer(t, nc, "resp.b", answers)
+	prodA := natstest.NewProducer(t, nc, "resp.a", natstest.GoOK)
+	prodB := natstest.NewProducer(t, nc, "resp.b", natstest.GoOK)
 	ackA, ackB := watchAcks(t, nc, "ack.a"), watchAcks(t, nc, "ack.b")
 	w, _ := startStreamer(t, nc, func(r *workerkit.Request) {
 		if err := r.Response().Start(context.Background()); err != nil {
@@ -523,7 +448,7 @@ func TestStopEndsOrHandsBack(t *testing.T) {
 	})
 	dispatchResponse(t, nc, "a", 1, "resp.a")
 	dispatchResponse(t, nc, "b", 2, "resp.b")
-	natstest.Eventually(t, wait, func() bool { return len(prodA.of(wire.MsgClaim)) == 1 && len(prodB.of(wire.MsgChunk)) == 1 },
+	natstest.Eventually(t, wait, func() bool { return len(prodA.Of(wire.MsgClaim)) == 1 && len(prodB.Of(wire.MsgChunk)) == 1 },
 		"a claimed, b streaming")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -531,11 +456,11 @@ func TestStopEndsOrHandsBack(t *testing.T) {
 		t.Error("Stop: got nil, want the hand-back error")
 	}
 	natstest.Eventually(t, wait, func() bool { return ackA.has("-NAK") && ackB.has("+TERM") }, "-NAK of a, +TERM of b")
-	if n := len(prodA.of(wire.MsgEnd)); n != 0 {
+	if n := len(prodA.Of(wire.MsgEnd)); n != 0 {
 		t.Errorf("a: %d end markers, want none", n)
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prodB.of(wire.MsgEnd)) == 1 }, "b's end marker")
-	if got := prodB.of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
+	natstest.Eventually(t, wait, func() bool { return len(prodB.Of(wire.MsgEnd)) == 1 }, "b's end marker")
+	if got := prodB.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
 		t.Errorf("b: end status %q, want failed", got)
 	}
 }
@@ -548,7 +473,7 @@ func TestResponseOldAPI(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	reqs := make(chan *workerkit.Request, 2)
 	startStreamer(t, nc, func(r *workerkit.Request) { reqs <- r })
-	prod := newProducer(t, nc, "resp.o1", answers)
+	prod := natstest.NewProducer(t, nc, "resp.o1", natstest.GoOK)
 	ack := watchAcks(t, nc, "ack.o1")
 	dispatchResponse(t, nc, "o1", 1, "resp.o1")
 	r := <-reqs
@@ -556,11 +481,11 @@ func TestResponseOldAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, wait, func() bool { return ack.has("+ACK") }, "+ACK")
-	if got := prod.kinds(); len(got) < 2 || got[0] != wire.MsgClaim || got[len(got)-1] != wire.MsgEnd {
+	if got := prod.Kinds(); len(got) < 2 || got[0] != wire.MsgClaim || got[len(got)-1] != wire.MsgEnd {
 		t.Errorf("kinds %v, want claim ... end", got)
 	}
 
-	prod2 := newProducer(t, nc, "resp.o2", answers)
+	prod2 := natstest.NewProducer(t, nc, "resp.o2", natstest.GoOK)
 	ack2 := watchAcks(t, nc, "ack.o2")
 	dispatchResponse(t, nc, "o2", 2, "resp.o2")
 	r = <-reqs
@@ -580,8 +505,8 @@ func TestResponseOldAPI(t *testing.T) {
 	if got := ack2.final(); len(got) != 1 {
 		t.Errorf("acknowledgements %v, want one +ACK", got)
 	}
-	if e := prod2.of(wire.MsgEnd); len(e) != 1 || e[0].Header.Get(wire.HeaderResponseStatus) != wire.EndFailed {
-		t.Errorf("end markers %v", prod2.kinds())
+	if e := prod2.Of(wire.MsgEnd); len(e) != 1 || e[0].Header.Get(wire.HeaderResponseStatus) != wire.EndFailed {
+		t.Errorf("end markers %v", prod2.Kinds())
 	}
 }
 

@@ -186,6 +186,60 @@ func newJS(t *testing.T, nc *nats.Conn, ackWait time.Duration) *jsFixture {
 	return &jsFixture{st: st, c: natstest.PullConsumer(t, st, ackWait), js: js}
 }
 
+// restartFixture is a jsFixture on a file-stored work queue of a server that
+// restarts on the same port and storage, with a producer connection nc and a
+// worker connection wnc that reconnect forever.
+type restartFixture struct {
+	*jsFixture
+	ns      *natstest.Server
+	nc, wnc *nats.Conn
+	ackWait time.Duration
+}
+
+func newRestartFixture(t *testing.T, ackWait time.Duration) *restartFixture {
+	t.Helper()
+	ns := natstest.Start(t, nil)
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	nc, wnc := connect(), connect()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DISPATCH_REQ", Subjects: []string{"dispatch.req.*"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &restartFixture{jsFixture: &jsFixture{st: st, c: natstest.PullConsumer(t, st, ackWait), js: js},
+		ns: ns, nc: nc, wnc: wnc, ackWait: ackWait}
+}
+
+// requireAckedGone waits until the stream holds no message, then checks
+// that none is redelivered after the ack wait: every acknowledgement took.
+func (f *restartFixture) requireAckedGone(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, wait, func() bool {
+		info, err := f.st.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	}, "the acknowledged messages removed")
+	b, err := f.c.Fetch(1, jetstream.FetchMaxWait(f.ackWait+time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range b.Messages() {
+		t.Errorf("redelivered after a confirmed ack: %q", m.Data())
+	}
+}
+
 func (f *jsFixture) publish(t *testing.T, n int) {
 	t.Helper()
 	for i := range n {
@@ -221,6 +275,27 @@ func (f *jsFixture) msgs(t *testing.T) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Msgs
+}
+
+// redeliveredUntil fetches, and acknowledges, every message delivered until
+// end, and returns their bodies: what came again while something else held
+// its ack pending.
+func (f *jsFixture) redeliveredUntil(t *testing.T, end time.Time) []string {
+	t.Helper()
+	var out []string
+	for time.Now().Before(end) {
+		b, err := f.c.Fetch(2, jetstream.FetchMaxWait(time.Until(end)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			out = append(out, string(m.Data()))
+			if err := m.Ack(); err != nil { // done with
+				t.Fatal(err)
+			}
+		}
+	}
+	return out
 }
 
 func TestDoneRemovesAndNakRedelivers(t *testing.T) {
@@ -290,19 +365,7 @@ func TestProgressPreventsRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := time.Now().Add(2*ackWait + ackWait/2)
-	var redelivered []string
-	for time.Now().Before(end) {
-		b, err := f.c.Fetch(2, jetstream.FetchMaxWait(time.Until(end)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			redelivered = append(redelivered, string(m.Data()))
-			if err := m.Ack(); err != nil { // the control is done with
-				t.Fatal(err)
-			}
-		}
-	}
+	redelivered := f.redeliveredUntil(t, end)
 	if len(redelivered) != 1 || redelivered[0] != string(control.Data()) {
 		t.Fatalf("redelivered: got %q, want only the control %q", redelivered, control.Data())
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
@@ -39,19 +38,7 @@ func TestProgressFollowsAckWaitHeader(t *testing.T) {
 	}
 	a.mu.Unlock()
 	end := time.Now().Add(3 * ackWait)
-	var redelivered []string
-	for time.Now().Before(end) {
-		b, err := f.c.Fetch(2, jetstream.FetchMaxWait(time.Until(end)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			redelivered = append(redelivered, string(m.Data()))
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	redelivered := f.redeliveredUntil(t, end)
 	if len(redelivered) != 1 || redelivered[0] != string(control.Data()) {
 		t.Fatalf("redelivered: got %q, want only the control %q", redelivered, control.Data())
 	}

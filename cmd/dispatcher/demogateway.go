@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,19 +32,12 @@ var demoGatewayKeys = map[string]string{"acme": "sk-acme-demo", "globex": "sk-gl
 func runGatewayDemo(ctx context.Context, nc *nats.Conn, s *settings, out io.Writer, log zerolog.Logger) error {
 	quiet := log.Level(zerolog.WarnLevel)
 	for i := range 2 {
-		w, err := mockworker.New(nc, mockworker.Config{ID: fmt.Sprintf("mock-%d", i+1), Prefix: s.prefix, MaxNumSeqs: 4,
+		w, err := mockworker.Start(nc, mockworker.Config{ID: fmt.Sprintf("mock-%d", i+1), Prefix: s.prefix, MaxNumSeqs: 4,
 			MaxActiveRequests: 4, AckWait: s.ackWait}, quiet)
 		if err != nil {
 			return err
 		}
-		if err := w.Start(); err != nil {
-			return err
-		}
-		defer func() {
-			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = w.Stop(stop)
-		}()
+		defer func() { _ = w.StopWithin(5 * time.Second) }()
 	}
 	cfg, err := gateway.LoadConfig(s.demoGatewayConfig)
 	if err != nil {
@@ -110,25 +100,6 @@ func gatewayBurst(ctx context.Context, base, model string, streams map[string]in
 	var mu sync.Mutex
 	counts := map[string]int{}
 	total := 0
-	one := func(tenant string) error {
-		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+demoGatewayKeys[tenant])
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return errors.New(resp.Status)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if sc.Text() == "data: [DONE]" {
-				return nil
-			}
-		}
-		return errors.New("the stream ended without [DONE]")
-	}
 	var wg sync.WaitGroup
 	for tenant, k := range streams {
 		for range k {
@@ -136,7 +107,7 @@ func gatewayBurst(ctx context.Context, base, model string, streams map[string]in
 			go func() {
 				defer wg.Done()
 				for ctx.Err() == nil {
-					if err := one(tenant); err != nil {
+					if err := gateway.StreamChat(ctx, hc, base, demoGatewayKeys[tenant], body, nil); err != nil {
 						if ctx.Err() == nil {
 							time.Sleep(100 * time.Millisecond)
 						}

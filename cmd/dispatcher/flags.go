@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/rand"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"fairdispatch/bus"
+	"fairdispatch/internal/cli"
 	"fairdispatch/kvindex"
 	"fairdispatch/naming"
 	"fairdispatch/recorder"
@@ -21,7 +21,7 @@ import (
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
 type settings struct {
 	natsURL, dataDir, storage, natsListen, natsSync           string
-	creds, nkey, user, password, tlsCA, tlsCert, tlsKey       string
+	auth                                                      cli.NATSAuth // --nats-creds and the other ways to authenticate
 	inboxPrefix                                               string
 	policy, prefix, httpAddr, adminToken                      string
 	replicas                                                  int
@@ -100,14 +100,8 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.storage, "stream-storage", "file", "stream storage: file or memory")
 	fs.StringVar(&s.natsSync, "nats-sync", bus.DefaultSync.String(), "how the embedded nats-server syncs JetStream writes to disk: always (before acknowledging each; nothing acknowledged is lost to a power cut) or a period such as 1s (faster; up to that period of acknowledged writes lost to a power cut); only without --nats-url (docs/deployment.md, Durability)")
 	fs.Int64Var(&s.natsMaxStore, "nats-max-file-store", 0, "the embedded nats-server's JetStream file store limit in bytes (its max_file_store; 0: nats-server's default, 75% of the free disk space at start); at it every stream and file bucket refuses writes (docs/operations.md, When storage runs out); only without --nats-url")
-	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
-	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
-	fs.StringVar(&s.user, "nats-user", "", "NATS user")
-	fs.StringVar(&s.password, "nats-password", "", "NATS password")
+	s.auth.Flags(fs)
 	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of this dispatcher's reply subjects; one per pool lets permissions keep pools on one account out of each other's inboxes")
-	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
-	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
-	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
 	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
 	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
 	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of every stream (1 to 5)")
@@ -163,34 +157,14 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	s := &settings{}
 	fs := newFlags(s)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, parseError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil || noEnv[f.Name] {
-			return
-		}
-		name := EnvName(f.Name)
-		if v, ok := env(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("environment %s=%q: %v", name, v, e)
-			}
-		}
-	})
-	if err != nil {
+	if err := cli.Parse(fs, args, envPrefix, env, noEnv); err != nil {
 		return nil, err
 	}
 	return s, s.validate()
 }
+
+// envPrefix starts the name of every flag's environment variable.
+const envPrefix = "DISPATCHER"
 
 // noEnv are the flags without an environment variable: DISPATCHER_VERSION
 // might well be set to a version string in an image, which must not turn the
@@ -198,12 +172,10 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 var noEnv = map[string]bool{"version": true}
 
 // parseError is a command-line error the flag package has already printed.
-type parseError struct{ error }
+type parseError = cli.ParseError
 
 // EnvName is the environment variable of a flag: DISPATCHER_<FLAG>, upper case, - as _.
-func EnvName(flag string) string {
-	return "DISPATCHER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func EnvName(flag string) string { return cli.EnvName(envPrefix, flag) }
 
 func (s *settings) validate() error {
 	var bad []string

@@ -6,20 +6,13 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"fairdispatch/configs"
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/internal/cli"
 )
 
 func main() {
@@ -28,15 +21,8 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	s, err := parseSettings(args, os.LookupEnv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		var pe parseError
-		if !errors.As(err, &pe) { // the flag package has printed parse errors already
-			fmt.Fprintln(stderr, "dispatcher:", err)
-		}
-		return 2
+		return cli.ParseExit("dispatcher", err, stderr)
 	}
 	if s.version {
 		fmt.Fprintln(stdout, "dispatcher", buildinfo.Read())
@@ -52,9 +38,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if s.healthProbe != "" {
-		return probe(s.healthProbe, stderr)
+		return cli.ProbeExit(s.healthProbe, stderr)
 	}
-	log, err := newLogger(s, stderr)
+	log, err := cli.NewLogger(stderr, s.logLevel, s.logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatcher:", err)
 		return 2
@@ -66,36 +52,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	if err := serve(ctx, s, pol, log, stdout); err != nil {
 		log.Error().Err(err).Msg("dispatcher stopped")
 		return 1
 	}
 	return 0
-}
-
-func newLogger(s *settings, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(s.logLevel)
-	if err != nil || s.logLevel == "" {
-		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", s.logLevel)
-	}
-	// Durations are logged as Go duration strings with their unit ("1.5s"),
-	// in both formats (docs/decisions.md, Operations: logs).
-	zerolog.DurationFieldFormat = zerolog.DurationFormatString
-	out := w
-	if s.logFormat == "console" {
-		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
-	}
-	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// isTerminal reports whether w is a terminal: colour codes only go there.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -143,8 +143,8 @@ func (p *process) connect(ctx context.Context) error {
 	}
 	p.nc, err = bus.Connect(ctx, bus.Options{
 		URL: p.url, Name: "fairdispatch-dispatcher",
-		CredsFile: s.creds, NKeyFile: s.nkey, User: s.user, Password: s.password, InboxPrefix: s.inboxPrefix,
-		TLSCA: s.tlsCA, TLSCert: s.tlsCert, TLSKey: s.tlsKey,
+		CredsFile: s.auth.Creds, NKeyFile: s.auth.NKey, User: s.auth.User, Password: s.auth.Password, InboxPrefix: s.inboxPrefix,
+		TLSCA: s.auth.TLSCA, TLSCert: s.auth.TLSCert, TLSKey: s.auth.TLSKey,
 		OnDisconnect: func() {
 			if a := p.act.Load(); a != nil {
 				a.Connected(false)

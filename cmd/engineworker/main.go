@@ -10,28 +10,19 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/engineworker"
+	"fairdispatch/internal/cli"
 	"fairdispatch/workerkit"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "engineworker:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("engineworker", run()) }
 
 func run() error {
 	var cfg engineworker.Config
@@ -60,22 +51,19 @@ func run() error {
 	flag.IntVar(&cfg.HealthFailures, "health-failures", 2, "failed checks in a row that make the engine unhealthy")
 	flag.DurationVar(&cfg.StopGrace, "stop-grace", 8*time.Second, "on SIGTERM, how long running requests may finish before they are handed back (or end failed)")
 	flag.Parse()
-	if err := fromEnv(); err != nil {
+	if err := cli.FromEnv(flag.CommandLine, "ENGINEWORKER", os.LookupEnv, nil); err != nil {
 		return err
 	}
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := cli.NewLogger(os.Stderr, *level, "json")
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return err
 	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *connWait)
-	defer cancel()
-	nc, err := workerkit.Connect(cctx, *url, nats.Name("engineworker "+cfg.Worker.ID))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, nats.Name("engineworker "+cfg.Worker.ID))
 	if err != nil {
 		return err
 	}
@@ -86,21 +74,4 @@ func run() error {
 	}
 	log.Info().Str("worker_id", cfg.Worker.ID).Str("engine", cfg.Engine).Str("engine_url", cfg.EngineURL).Msg("engineworker starting")
 	return w.Run(ctx)
-}
-
-// fromEnv sets every flag not given on the command line from
-// ENGINEWORKER_<FLAG>, when set.
-func fromEnv() error {
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	flag.VisitAll(func(f *flag.Flag) {
-		name := "ENGINEWORKER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && !set[f.Name] && err == nil {
-			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
-			}
-		}
-	})
-	return err
 }

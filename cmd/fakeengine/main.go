@@ -11,20 +11,13 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"fairdispatch/internal/cli"
 	"fairdispatch/internal/fakeengine"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fakeengine:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("fakeengine", run()) }
 
 func run() error {
 	var cfg fakeengine.Config
@@ -46,19 +39,10 @@ func run() error {
 	flag.BoolVar(&cfg.PromptTokensDetails, "enable-prompt-tokens-details", true, "report cached tokens in usage")
 	flag.Parse()
 	if *probe != "" {
-		c := http.Client{Timeout: 3 * time.Second}
-		resp, err := c.Get(*probe)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", *probe, resp.Status)
-		}
-		return nil
+		return cli.Probe(*probe)
 	}
 	cfg.DecodePerToken = time.Duration(*decodeMs * float64(time.Millisecond))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	e, err := fakeengine.New(ctx, cfg)
 	if err != nil {

@@ -9,24 +9,25 @@ import (
 	"time"
 
 	"fairdispatch/caller"
+	"fairdispatch/internal/cli"
 	"fairdispatch/naming"
 )
 
 // settings are the flags of docs/config.md, Gateway.
 type settings struct {
-	config                                              string
-	listen, adminAddr                                   string
-	natsURL, creds, nkey, user, password                string
-	tlsCA, tlsCert, tlsKey, inboxPrefix, responsePrefix string
-	maxBody                                             int64
-	maxHeaderBytes, maxConns                            int
-	maxDepth, maxMessages                               int
-	readHeaderTimeout, readTimeout, idleTimeout         time.Duration
-	writeTimeout, requestTimeout, attachWait            time.Duration
-	publishTimeout, brokenAfter, healthInterval         time.Duration
-	logLevel, logFormat, healthProbe                    string
-	checkConfig                                         string
-	version                                             bool
+	config                                      string
+	listen, adminAddr                           string
+	natsURL, inboxPrefix, responsePrefix        string
+	auth                                        cli.NATSAuth // --nats-creds and the other ways to authenticate
+	maxBody                                     int64
+	maxHeaderBytes, maxConns                    int
+	maxDepth, maxMessages                       int
+	readHeaderTimeout, readTimeout, idleTimeout time.Duration
+	writeTimeout, requestTimeout, attachWait    time.Duration
+	publishTimeout, brokenAfter, healthInterval time.Duration
+	logLevel, logFormat, healthProbe            string
+	checkConfig                                 string
+	version                                     bool
 }
 
 func newFlags(s *settings) *flag.FlagSet {
@@ -35,13 +36,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.listen, "listen", "127.0.0.1:8000", "host:port of the OpenAI API")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:8081", "host:port of /healthz, /readyz and /metrics (empty: off)")
 	fs.StringVar(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	fs.StringVar(&s.creds, "nats-creds", "", "NATS credentials file")
-	fs.StringVar(&s.nkey, "nats-nkey", "", "NATS nkey seed file")
-	fs.StringVar(&s.user, "nats-user", "", "NATS user")
-	fs.StringVar(&s.password, "nats-password", "", "NATS password")
-	fs.StringVar(&s.tlsCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
-	fs.StringVar(&s.tlsCert, "nats-tls-cert", "", "client certificate file")
-	fs.StringVar(&s.tlsKey, "nats-tls-key", "", "client key file")
+	s.auth.Flags(fs)
 	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of the gateway's own reply subjects (JetStream acknowledgements)")
 	fs.StringVar(&s.responsePrefix, "response-prefix", caller.DefaultResponsePrefix, "prefix of the response subjects <prefix>.<request id>; the same on every gateway, so a retry attaches from any")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body in bytes (over it: 413); keep it at least 4 KiB under the NATS server's max_payload")
@@ -66,45 +61,24 @@ func newFlags(s *settings) *flag.FlagSet {
 	return fs
 }
 
+// envPrefix starts the name of every flag's environment variable.
+const envPrefix = "GATEWAY"
+
 // noEnv are the flags without an environment variable.
 var noEnv = map[string]bool{"version": true}
 
 // EnvName is the environment variable of a flag: GATEWAY_<FLAG>, upper case, - as _.
-func EnvName(flag string) string {
-	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func EnvName(flag string) string { return cli.EnvName(envPrefix, flag) }
 
 // parseError is a command-line error the flag package has already printed.
-type parseError struct{ error }
+type parseError = cli.ParseError
 
 // parseSettings parses args, then fills every flag not given from GATEWAY_<FLAG>.
 func parseSettings(args []string, env func(string) (string, bool), stderr io.Writer) (*settings, error) {
 	s := &settings{}
 	fs := newFlags(s)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, parseError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil || noEnv[f.Name] {
-			return
-		}
-		if v, ok := env(EnvName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("environment %s=%q: %v", EnvName(f.Name), v, e)
-			}
-		}
-	})
-	if err != nil {
+	if err := cli.Parse(fs, args, envPrefix, env, noEnv); err != nil {
 		return nil, err
 	}
 	return s, s.validate()

@@ -9,21 +9,13 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"fairdispatch/gateway"
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/internal/cli"
 )
 
 func main() {
@@ -32,22 +24,15 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	s, err := parseSettings(args, os.LookupEnv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		var pe parseError
-		if !errors.As(err, &pe) {
-			fmt.Fprintln(stderr, "gateway:", err)
-		}
-		return 2
+		return cli.ParseExit("gateway", err, stderr)
 	}
 	switch {
 	case s.version:
 		fmt.Fprintln(stdout, "gateway", buildinfo.Read())
 		return 0
 	case s.healthProbe != "":
-		return probe(s.healthProbe, stderr)
+		return cli.ProbeExit(s.healthProbe, stderr)
 	case s.checkConfig != "":
 		cfg, err := gateway.LoadConfig(s.checkConfig)
 		if err != nil {
@@ -71,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	log, err := newLogger(s, stderr)
+	log, err := cli.NewLogger(stderr, s.logLevel, s.logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return 2
@@ -81,40 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := cli.StopContext()
 	defer stop()
 	if err := serve(ctx, s, cfg, log); err != nil {
 		log.Error().Err(err).Msg("gateway stopped")
-		return 1
-	}
-	return 0
-}
-
-func newLogger(s *settings, w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(s.logLevel)
-	if err != nil || s.logLevel == "" {
-		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", s.logLevel)
-	}
-	zerolog.DurationFieldFormat = zerolog.DurationFormatString
-	out := w
-	if s.logFormat == "console" {
-		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: true}
-	}
-	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// probe is --health-probe: GET url, 0 on HTTP 200, else 1.
-func probe(url string, stderr io.Writer) int {
-	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		fmt.Fprintln(stderr, "health probe:", err)
-		return 1
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "health probe: %s: %s %s\n", url, resp.Status, body)
 		return 1
 	}
 	return 0

@@ -25,25 +25,11 @@ import (
 // cancels their requests.
 func serve(ctx context.Context, s *settings, cfg *gateway.Config, log zerolog.Logger) error {
 	opts := []nats.Option{nats.Name("fairdispatch-gateway"), nats.CustomInboxPrefix(s.inboxPrefix)}
-	if s.creds != "" {
-		opts = append(opts, nats.UserCredentials(s.creds))
+	auth, err := s.auth.Options()
+	if err != nil {
+		return err
 	}
-	if s.nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(s.nkey)
-		if err != nil {
-			return fmt.Errorf("--nats-nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if s.user != "" {
-		opts = append(opts, nats.UserInfo(s.user, s.password))
-	}
-	if s.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(s.tlsCA))
-	}
-	if s.tlsCert != "" || s.tlsKey != "" {
-		opts = append(opts, nats.ClientCert(s.tlsCert, s.tlsKey))
-	}
+	opts = append(opts, auth...)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	nc, err := workerkit.Connect(cctx, s.natsURL, opts...)
 	cancel()

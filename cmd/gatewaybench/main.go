@@ -131,19 +131,12 @@ func run(o options) error {
 			return err
 		}
 		defer nc.Close()
-		w, err := mockworker.New(nc, mockworker.Config{ID: fmt.Sprintf("mock-%d", i+1), MaxNumSeqs: 256,
+		w, err := mockworker.Start(nc, mockworker.Config{ID: fmt.Sprintf("mock-%d", i+1), MaxNumSeqs: 256,
 			DecodePerToken: 0, PrefillTokensPerSec: 1e9, NoCompletions: true}, zerolog.Nop())
 		if err != nil {
 			return err
 		}
-		if err := w.Start(); err != nil {
-			return err
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = w.Stop(ctx)
-		}()
+		defer func() { _ = w.StopWithin(5 * time.Second) }()
 	}
 	if err := waitReady("http://" + adminAddr + "/readyz"); err != nil {
 		return err

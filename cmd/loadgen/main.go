@@ -9,21 +9,18 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/internal/cli"
 	"fairdispatch/loadgen"
 	"fairdispatch/workerkit"
 )
@@ -126,12 +123,10 @@ func run() (int, error) {
 		}
 		cfg.Tenants = ts
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := cli.NewLogger(os.Stderr, *level, "console")
 	if err != nil {
-		return 1, fmt.Errorf("--log-level: %w", err)
+		return 1, err
 	}
-	zerolog.DurationFieldFormat = zerolog.DurationFormatString
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: !isTerminal(os.Stderr)}).Level(lvl).With().Timestamp().Logger()
 	if !*quiet {
 		cfg.OnProgress = func(p loadgen.Progress) {
 			var b strings.Builder
@@ -151,11 +146,9 @@ func run() (int, error) {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *wait)
-	defer cancel()
-	nc, err := workerkit.Connect(cctx, *url, nats.Name("loadgen"))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *wait, nats.Name("loadgen"))
 	if err != nil {
 		return 1, err
 	}
@@ -193,12 +186,6 @@ func run() (int, error) {
 		return 1, err
 	}
 	return 0, nil
-}
-
-// isTerminal reports whether f is a terminal: colour codes only go there.
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // traceConfig makes cfg a replay of the trace at path (loadgen.Replay), the

@@ -8,31 +8,23 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/buildinfo"
+	"fairdispatch/internal/cli"
 	"fairdispatch/mockworker"
 	"fairdispatch/mockworker/batching"
 	"fairdispatch/workerkit"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "mockworker:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Exit("mockworker", run()) }
 
 func run() error {
 	var (
@@ -112,18 +104,14 @@ func run() error {
 			cfg.KeyCostFactors[k] = f
 		}
 	}
-	lvl, err := zerolog.ParseLevel(*level)
+	log, err := cli.NewLogger(os.Stderr, *level, "json")
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return err
 	}
-	zerolog.DurationFieldFormat = zerolog.DurationFormatString
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.StopContext()
 	defer stop()
-	cctx, cancel := context.WithTimeout(ctx, *connWait)
-	defer cancel()
-	nc, err := workerkit.Connect(cctx, *url, nats.Name("mockworker "+cfg.ID))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, nats.Name("mockworker "+cfg.ID))
 	if err != nil {
 		return err
 	}

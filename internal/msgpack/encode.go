@@ -65,54 +65,35 @@ func (e *Encoder) Float64(v float64) {
 
 // Str appends a string.
 func (e *Encoder) Str(s string) {
-	n := len(s)
-	switch {
-	case n <= 31:
-		e.B = append(e.B, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		e.B = append(e.B, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		e.B = binary.BigEndian.AppendUint16(append(e.B, 0xda), uint16(n))
-	default:
-		e.B = binary.BigEndian.AppendUint32(append(e.B, 0xdb), uint32(n))
-	}
+	e.length(len(s), 31, 0xa0, 0xd9, 0xda, 0xdb)
 	e.B = append(e.B, s...)
 }
 
 // Bin appends a byte string.
 func (e *Encoder) Bin(b []byte) {
-	n := len(b)
-	switch {
-	case n <= math.MaxUint8:
-		e.B = append(e.B, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		e.B = binary.BigEndian.AppendUint16(append(e.B, 0xc5), uint16(n))
-	default:
-		e.B = binary.BigEndian.AppendUint32(append(e.B, 0xc6), uint32(n))
-	}
+	e.length(len(b), -1, 0, 0xc4, 0xc5, 0xc6)
 	e.B = append(e.B, b...)
 }
 
 // Array appends the header of an array of n values; the caller appends them.
-func (e *Encoder) Array(n int) {
-	switch {
-	case n <= 15:
-		e.B = append(e.B, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		e.B = binary.BigEndian.AppendUint16(append(e.B, 0xdc), uint16(n))
-	default:
-		e.B = binary.BigEndian.AppendUint32(append(e.B, 0xdd), uint32(n))
-	}
-}
+func (e *Encoder) Array(n int) { e.length(n, 15, 0x90, 0, 0xdc, 0xdd) }
 
 // Map appends the header of a map of n pairs; the caller appends key, value, ...
-func (e *Encoder) Map(n int) {
+func (e *Encoder) Map(n int) { e.length(n, 15, 0x80, 0, 0xde, 0xdf) }
+
+// length appends the header of a string, byte string, array or map of n
+// bytes or elements, in the shortest form its family has: the fix form
+// (fix|n) up to fixMax (-1: none), then the 8-bit (c8; 0: none), 16-bit and
+// 32-bit forms.
+func (e *Encoder) length(n, fixMax int, fix, c8, c16, c32 byte) {
 	switch {
-	case n <= 15:
-		e.B = append(e.B, 0x80|byte(n))
+	case n <= fixMax:
+		e.B = append(e.B, fix|byte(n))
+	case c8 != 0 && n <= math.MaxUint8:
+		e.B = append(e.B, c8, byte(n))
 	case n <= math.MaxUint16:
-		e.B = binary.BigEndian.AppendUint16(append(e.B, 0xde), uint16(n))
+		e.B = binary.BigEndian.AppendUint16(append(e.B, c16), uint16(n))
 	default:
-		e.B = binary.BigEndian.AppendUint32(append(e.B, 0xdf), uint32(n))
+		e.B = binary.BigEndian.AppendUint32(append(e.B, c32), uint32(n))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -46,6 +47,16 @@ func TestEncodeShortest(t *testing.T) {
 		{func(e *Encoder) { e.Int(-33) }, []byte{0xd0, 0xdf}},
 		{func(e *Encoder) { e.Array(16) }, []byte{0xdc, 0, 16}},
 		{func(e *Encoder) { e.Str("") }, []byte{0xa0}},
+		{func(e *Encoder) { e.Array(15) }, []byte{0x9f}},
+		{func(e *Encoder) { e.Map(15) }, []byte{0x8f}},
+		{func(e *Encoder) { e.Map(16) }, []byte{0xde, 0, 16}},
+		{func(e *Encoder) { e.Map(1 << 16) }, []byte{0xdf, 0, 1, 0, 0}},
+		{func(e *Encoder) { e.Str(strings.Repeat("a", 31)) }, append([]byte{0xbf}, strings.Repeat("a", 31)...)},
+		{func(e *Encoder) { e.Str(strings.Repeat("a", 32)) }, append([]byte{0xd9, 32}, strings.Repeat("a", 32)...)},
+		{func(e *Encoder) { e.Str(strings.Repeat("a", 256)) }, append([]byte{0xda, 1, 0}, strings.Repeat("a", 256)...)},
+		{func(e *Encoder) { e.Bin(nil) }, []byte{0xc4, 0}},
+		{func(e *Encoder) { e.Bin(make([]byte, 256)) }, append([]byte{0xc5, 1, 0}, make([]byte, 256)...)},
+		{func(e *Encoder) { e.Bin(make([]byte, 1<<16)) }, append([]byte{0xc6, 0, 1, 0, 0}, make([]byte, 1<<16)...)},
 	} {
 		var e Encoder
 		c.f(&e)

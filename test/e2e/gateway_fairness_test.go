@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,26 +33,11 @@ func httpShares(t *testing.T, r *gwRig, clients map[string]string, n int) map[st
 	var failures []string
 	body := `{"model":"` + gwModel + `","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"Tell me about fairness."}]}`
 	one := func(tenant, class string) error {
-		req, _ := http.NewRequestWithContext(ctx, "POST", r.url+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer sk-"+tenant)
+		var h http.Header
 		if class != "" {
-			req.Header.Set(gateway.HeaderClass, class)
+			h = http.Header{gateway.HeaderClass: {class}}
 		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return errors.New(resp.Status)
-		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if sc.Text() == "data: [DONE]" {
-				return nil
-			}
-		}
-		return errors.New("no [DONE]")
+		return gateway.StreamChat(ctx, hc, r.url, "sk-"+tenant, body, h)
 	}
 	var wg sync.WaitGroup
 	for tenant, class := range clients {

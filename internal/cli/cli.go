@@ -1,0 +1,212 @@
+// Package cli is what the command-line programs under cmd/ share: flags
+// backed by environment variables, the logger of --log-level and
+// --log-format, and the --health-probe of a container healthcheck. It imports
+// neither side's packages, so programs of both sides use it.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// EnvName is the environment variable of a flag: <PREFIX>_<FLAG>, upper
+// case, - as _ (DISPATCHER_ACK_WAIT for prefix DISPATCHER, flag ack-wait).
+func EnvName(prefix, flag string) string {
+	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// EnvError is an environment variable whose value its flag refused.
+type EnvError struct {
+	Name, Value string
+	Err         error
+}
+
+func (e *EnvError) Error() string {
+	return fmt.Sprintf("environment %s=%q: %v", e.Name, e.Value, e.Err)
+}
+func (e *EnvError) Unwrap() error { return e.Err }
+
+// FromEnv sets every flag of fs that the command line did not give, and that
+// skip does not name, from its environment variable EnvName(prefix, flag),
+// when env has it: the command line wins. The first value a flag refuses is
+// returned as an *EnvError.
+func FromEnv(fs *flag.FlagSet, prefix string, env func(string) (string, bool), skip map[string]bool) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil || skip[f.Name] {
+			return
+		}
+		name := EnvName(prefix, f.Name)
+		if v, ok := env(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = &EnvError{Name: name, Value: v, Err: e}
+			}
+		}
+	})
+	return err
+}
+
+// ParseError is a command-line error the flag package has already printed.
+type ParseError struct{ error }
+
+// Parse parses args into fs (which takes no positional arguments), then the
+// environment (FromEnv). -h comes back as flag.ErrHelp, an error the flag
+// package printed as a ParseError.
+func Parse(fs *flag.FlagSet, args []string, prefix string, env func(string) (string, bool), skip map[string]bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return ParseError{err}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return FromEnv(fs, prefix, env, skip)
+}
+
+// ParseExit is the exit status of a program whose settings err refused: 0
+// for -h, else 2, with err on stderr after the program's name unless the flag
+// package printed it already.
+func ParseExit(program string, err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var pe ParseError
+	if !errors.As(err, &pe) {
+		fmt.Fprintln(stderr, program+":", err)
+	}
+	return 2
+}
+
+// NewLogger is the logger of --log-level (a zerolog level name; empty is
+// refused) and --log-format (console or json) writing to w. Console output
+// is coloured only when w is a terminal.
+func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	// Durations are logged as Go duration strings with their unit ("1.5s"),
+	// in both formats (docs/decisions.md, Operations: logs).
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
+	out := w
+	if format == "console" {
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !IsTerminal(w)}
+	}
+	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// IsTerminal reports whether w is a terminal: colour codes only go there.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// ProbeTimeout bounds one health probe.
+const ProbeTimeout = 3 * time.Second
+
+// Probe is --health-probe: GET url; nil on HTTP 200, else the reason. The
+// distroless images have no shell or curl, so their container healthchecks
+// run the program's binary itself (docker-compose.yml).
+func Probe(url string) error {
+	c := &http.Client{Timeout: ProbeTimeout}
+	resp, err := c.Get(url)
+	if err != nil {
+		return fmt.Errorf("health probe: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health probe: %s: %s %s", url, resp.Status, body)
+	}
+	return nil
+}
+
+// ProbeExit is Probe as an exit status: 0 on HTTP 200, else 1 with the
+// reason on stderr.
+func ProbeExit(url string, stderr io.Writer) int {
+	if err := Probe(url); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// NATSAuth is how a program authenticates to NATS and verifies the server:
+// the flags --nats-creds, --nats-nkey, --nats-user, --nats-password,
+// --nats-tls-ca, --nats-tls-cert and --nats-tls-key (docs/config.md, Flags
+// and environment).
+type NATSAuth struct {
+	Creds, NKey, User, Password string
+	TLSCA, TLSCert, TLSKey      string
+}
+
+// Flags registers a's flags on fs.
+func (a *NATSAuth) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&a.Creds, "nats-creds", "", "NATS credentials file")
+	fs.StringVar(&a.NKey, "nats-nkey", "", "NATS nkey seed file")
+	fs.StringVar(&a.User, "nats-user", "", "NATS user")
+	fs.StringVar(&a.Password, "nats-password", "", "NATS password")
+	fs.StringVar(&a.TLSCA, "nats-tls-ca", "", "CA certificate file to verify the NATS server")
+	fs.StringVar(&a.TLSCert, "nats-tls-cert", "", "client certificate file")
+	fs.StringVar(&a.TLSKey, "nats-tls-key", "", "client key file")
+}
+
+// Options are the connection options of a: each one given, in that order.
+func (a NATSAuth) Options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if a.Creds != "" {
+		opts = append(opts, nats.UserCredentials(a.Creds))
+	}
+	if a.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if a.User != "" {
+		opts = append(opts, nats.UserInfo(a.User, a.Password))
+	}
+	if a.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(a.TLSCA))
+	}
+	if a.TLSCert != "" || a.TLSKey != "" {
+		opts = append(opts, nats.ClientCert(a.TLSCert, a.TLSKey))
+	}
+	return opts, nil
+}
+
+// Exit ends a program whose run returned err: with status 1 and err on
+// stderr after the program's name; nil returns.
+func Exit(program string, err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, program+":", err)
+		os.Exit(1)
+	}
+}
+
+// StopContext is a context that ends on SIGINT or SIGTERM, the programs'
+// signal to stop (docker stop, Ctrl-C); stop releases it.
+func StopContext() (ctx context.Context, stop context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
