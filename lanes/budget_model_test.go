@@ -6,8 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"fairdispatch/request"
 	"pgregory.net/rapid"
+
+	"fairdispatch/request"
 )
 
 // refBucket is a token bucket written out plainly from docs/design.md,
