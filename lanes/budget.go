@@ -249,6 +249,19 @@ func (c *Keyed) dropThrottle(k *key) {
 	}
 }
 
+// reexamine returns throttled key k, whose candidate may have changed (a
+// request removed or served free, a new lane head queued), to the key heap:
+// the next Candidate looks at it again and throttles it again if it is
+// still short. Without it the key would wait for the level its old
+// candidate needed, or be served free in the work-conserving pass while its
+// new candidate is within its budget.
+func (c *Keyed) reexamine(k *key) {
+	if k.thr {
+		c.dropThrottle(k)
+		c.enter(k)
+	}
+}
+
 // conserveCandidate is the second pass's candidate: the best request of the
 // first work-conserving throttled key (in heap order) with one dispatchable.
 func (c *Keyed) conserveCandidate() bool {
@@ -289,6 +302,9 @@ func (c *Keyed) setBudgets() {
 		if bg != nil {
 			b.set(bg, c.now)
 			if b.tpos >= 0 {
+				// A request larger than the new burst needs the burst only
+				// (a larger burst is found at the key's return: it waits again).
+				b.need = min(b.need, b.burst)
 				b.ready = c.now + b.wait(c.now, b.need)
 				c.throttled.Fix(b.tpos)
 			}

@@ -263,6 +263,9 @@ func (c *Keyed) Push(r *request.Snapshot) {
 		if c.cfg.MinShare != nil {
 			if f := c.floorFor(k, r.Strict); f != nil {
 				f.q.Push(r)
+				if r.Index == 0 {
+					c.reexamine(k) // a new head: the key's candidate may change
+				}
 				c.enter(k)
 				return
 			}
@@ -270,6 +273,9 @@ func (c *Keyed) Push(r *request.Snapshot) {
 		k.shared.Push(r)
 		if k.sblock != sOpen && r.Index == 0 {
 			c.openShared(k) // a new head may be dispatchable where the old one was not
+		}
+		if r.Index == 0 {
+			c.reexamine(k)
 		}
 		c.enter(k)
 		return
@@ -288,6 +294,9 @@ func (c *Keyed) Push(r *request.Snapshot) {
 		k.ready.Fix(l.pos)
 	case !l.blocked:
 		k.ready.Push(l)
+	}
+	if r.Index == 0 {
+		c.reexamine(k)
 	}
 	c.enter(k)
 }
@@ -371,6 +380,7 @@ func (c *Keyed) Remove(r *request.Snapshot) {
 	if r.Charged && k.owed > 0 {
 		k.owed--
 	}
+	c.reexamine(k) // its candidate may have gone
 	c.leave(k)
 }
 

@@ -94,19 +94,20 @@ func (c *Keyed) keyCandidate(k *key) *request.Snapshot {
 func (c *Keyed) Pop() {
 	r, k := c.cand, c.candKey
 	cost := r.DRRCost()
-	var from *floor
 	if k.x != nil && k.x.floors != nil {
-		from = inFloor(k, r)
+		// Before the removal: a floor that r empties pays r's cost out of
+		// its credit first, and only then forfeits what is left.
+		chargeFloors(k, r, inFloor(k, r), float64(r.Cost), c.candOwed)
 	}
 	c.remove(k, r)
-	if k.x != nil && k.x.floors != nil {
-		chargeFloors(k, r, from, float64(r.Cost), c.candOwed)
-	}
 	if b := k.budget(); b != nil && !c.candFree {
 		b.charge(c.now, float64(cost))
 		c.charged += float64(cost)
 	}
 	c.lastFree = c.candFree
+	if c.candFree {
+		c.reexamine(k) // its next request may be within its budget
+	}
 	c.vnow = max(c.vnow, k.v) // the v at which k was served
 	c.setV(k, k.v+float64(cost)/k.weight)
 	if cost > 0 {
