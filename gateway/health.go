@@ -21,7 +21,9 @@ import (
 // bucket, which expires a dead leader's key within its TTL) is present; or,
 // where there is no lease bucket (dispatchers run with
 // --leader-election=false), the stream's durable consumer has a pull
-// waiting.
+// waiting or messages delivered and not yet acknowledged: a dispatcher at
+// its --max-held, or between two pulls, has no pull open but holds
+// messages.
 type Health struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -96,7 +98,7 @@ func (h *Health) check(ctx context.Context, n naming.Names) error {
 		return ErrNoDispatcher
 	}
 	if c, err := st.Consumer(ctx, n.Durable()); err == nil {
-		if info, err := c.Info(ctx); err == nil && info.NumWaiting > 0 {
+		if info, err := c.Info(ctx); err == nil && (info.NumWaiting > 0 || info.NumAckPending > 0) {
 			return nil
 		}
 	}
