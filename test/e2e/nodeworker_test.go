@@ -25,18 +25,28 @@ const nodeWorkerDir = "../../examples/node-worker"
 
 // TestEndToEndGoMockWorker is the reference run, with the Go mock worker.
 func TestEndToEndGoMockWorker(t *testing.T) {
-	wsEndToEnd(t, "mock-1", func(t *testing.T, url string) {
+	wsEndToEnd(t, "mock-1", true, func(t *testing.T, url string) {
 		startMock(t, connect(t, url), mockworker.Config{ID: "mock-1"})
 	})
 }
 
-// TestEndToEndNodeWorker is the same run with the Node worker. It needs node
-// and `npm ci` in examples/node-worker: without them it skips, but under CI
-// (CI=true) it fails, so that CI never passes without running it.
+// TestEndToEndNodeWorker is the same run with the Node worker, which asks for
+// the compact dispatch form by default. It needs node and `npm ci` in
+// examples/node-worker: without them it skips, but under CI (CI=true) it
+// fails, so that CI never passes without running it.
 func TestEndToEndNodeWorker(t *testing.T) {
 	node := nodeOrSkip(t)
-	wsEndToEnd(t, "node-1", func(t *testing.T, url string) {
+	wsEndToEnd(t, "node-1", true, func(t *testing.T, url string) {
 		startNodeWorker(t, node, url, "node-1", "COMPLETION_RECORDS=1", "MAX_ACTIVE=8", "HOLD_MS=2")
+	})
+}
+
+// TestEndToEndNodeWorkerHeaderForm is the same run with the Node worker
+// asking for the header form (HEADER_FORM=1).
+func TestEndToEndNodeWorkerHeaderForm(t *testing.T) {
+	node := nodeOrSkip(t)
+	wsEndToEnd(t, "node-h", false, func(t *testing.T, url string) {
+		startNodeWorker(t, node, url, "node-h", "COMPLETION_RECORDS=1", "MAX_ACTIVE=8", "HOLD_MS=2", "HEADER_FORM=1")
 	})
 }
 
@@ -137,8 +147,10 @@ func startNodeWorker(t *testing.T, node, url, id string, env ...string) *natstes
 	return out
 }
 
-// wsEndToEnd runs n requests against one worker started by start.
-func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
+// wsEndToEnd runs n requests against one worker started by start, which
+// asks for the compact dispatch form if compact is set and for the header
+// form if not.
+func wsEndToEnd(t *testing.T, id string, compact bool, start func(t *testing.T, url string)) {
 	const n = 200
 	ns := startNATS(t)
 	// The default class queues, so that a worker at its capacity makes
@@ -148,6 +160,9 @@ func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
 	records := frlRecordDone(t, nc)
 	start(t, ns.URL())
 	waitLive(t, p, id)
+	if v, ok := p.queues(); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact != 0) != compact {
+		t.Fatalf("/debug/queues workers %+v, want %s with compact_dispatch %v", v.Workers, id, compact)
+	}
 
 	res := runLoad(t, nc, defaultLoad("e2e-"+id, n))
 	frlCheckAllOn(t, res, n, id)
