@@ -2,11 +2,13 @@ package architecture
 
 import (
 	"bufio"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -185,5 +187,57 @@ func TestWorkerSideNeverImportsTheDispatcher(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHeaderNamesDefinedOnce: every Dispatch-* header name is spelt in one
+// place, package wire; every other non-test file uses wire's constants. A
+// string literal that is exactly a header name anywhere else
+// fails; help texts and log messages that mention one are not names.
+func TestHeaderNamesDefinedOnce(t *testing.T) {
+	name := regexp.MustCompile(`^Dispatch-[A-Za-z0-9-]+$`)
+	fset := token.NewFileSet()
+	defined := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (n == "testdata" || n == "node_modules" || strings.HasPrefix(n, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		inWire := filepath.ToSlash(filepath.Dir(path)) == root+"/wire"
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil || !name.MatchString(s) {
+				return true
+			}
+			if inWire {
+				defined++
+			} else {
+				t.Errorf("%s: %q spelt out; use wire's constant", fset.Position(lit.Pos()), s)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if defined < 20 {
+		t.Fatalf("found %d header names in package wire; is the walk right?", defined)
 	}
 }

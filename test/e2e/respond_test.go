@@ -43,6 +43,8 @@ func TestResponseWorkerKilledBeforeFirstChunk(t *testing.T) {
 	if chunks != 5 || end.Chunks != 5 || other != 0 || claims != 2 {
 		t.Errorf("chunks %d (end says %d), of other executions %d, claims %d; want 5, 5, 0, 2", chunks, end.Chunks, other, claims)
 	}
+	// The mock counts a completion after its end marker is sent: wait for it.
+	waitFor(t, 10*time.Second, "the other worker to count its completion", func() bool { return fast.Stats().Completed >= 1 })
 	if s := fast.Stats(); s.Completed != 1 {
 		t.Errorf("the other worker completed %d, want 1", s.Completed)
 	}
