@@ -151,7 +151,7 @@ function readDispatch(m) {
 // (a varint length, then UTF-8 bytes), then the producer's headers (name,
 // value count, values) up to an empty name, then the body. It throws on
 // anything else.
-const utf8 = new TextDecoder("utf-8", { fatal: true });
+const utf8 = new TextDecoder("utf-8"); // as Go reads them: any bytes
 function decodeFrame(b) {
   if (b.length === 0 || b[0] !== 1) throw new Error("not a version 1 frame");
   let i = 1;
@@ -545,4 +545,7 @@ async function main() {
   });
 }
 
-main().catch((err) => fail(String(err && err.stack ? err.stack : err)));
+if (require.main === module) {
+  main().catch((err) => fail(String(err && err.stack ? err.stack : err)));
+}
+module.exports = { decodeFrame }; // for test/e2e/nodeworker_test.go
