@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -70,6 +71,14 @@ func (e *apiError) write(w http.ResponseWriter) {
 // errRetryAfter is the Retry-After of 429 and 503 answers, in seconds.
 const errRetryAfter = 1
 
+// budgetRetryAfter is the Retry-After of a budget_exceeded rejection:
+// ceil(retry_after_ms / 1000) seconds, from the outcome's details
+// (docs/protocol.md, Error codes), at least 1.
+func budgetRetryAfter(details map[string]any) int {
+	ms, _ := details["retry_after_ms"].(float64) // a JSON number
+	return max(1, int(math.Ceil(ms/1000)))
+}
+
 // fromCall maps an error of a call (caller's errors, the dispatcher's
 // rejection codes) to its answer (docs/config.md, Gateway: errors).
 func fromCall(err error) *apiError {
@@ -82,6 +91,8 @@ func fromCall(err error) *apiError {
 		switch rej.Code {
 		case "queue_full":
 			e.status, e.typ, e.retryAfter = 429, typeRateLimit, errRetryAfter
+		case "budget_exceeded":
+			e.status, e.typ, e.retryAfter = 429, typeRateLimit, budgetRetryAfter(rej.Details)
 		case "all_workers_overloaded", "pinned_worker_overloaded", "no_endpoints":
 			e.status, e.typ, e.retryAfter = 503, typeUnavailable, errRetryAfter
 		case "expired", "deadline_unreachable":

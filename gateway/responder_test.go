@@ -92,7 +92,11 @@ func (r *responder) serve(h nats.Header, body []byte) {
 		steer = req.Messages[n-1].Content
 	}
 	if code, ok := strings.CutPrefix(steer, "reject:"); ok {
-		o, _ := wire.MarshalOutcome(wire.Outcome{RequestID: id, Status: wire.StatusRejected, PolicyClass: "c", Error: code, Message: "rejected by the test"})
+		out := wire.Outcome{RequestID: id, Status: wire.StatusRejected, PolicyClass: "c", Error: code, Message: "rejected by the test"}
+		if code == "budget_exceeded" { // as the dispatcher details it: 2.5 s until it fits
+			out.Details = map[string]any{"projected_wait_ms": 9000, "retry_after_ms": 2500}
+		}
+		o, _ := wire.MarshalOutcome(out)
 		_ = r.nc.Publish(h.Get(wire.HeaderReplyTo), o)
 		return
 	}

@@ -169,21 +169,23 @@ func TestRejectionsMapToStatuses(t *testing.T) {
 	for _, tc := range []struct {
 		code       string
 		status     int
-		retryAfter bool
+		retryAfter string
 	}{
-		{"queue_full", 429, true},
-		{"all_workers_overloaded", 503, true},
-		{"no_endpoints", 503, true},
-		{"expired", 504, false},
-		{"bad_request", 400, false},
+		{"queue_full", 429, "1"},
+		{"budget_exceeded", 429, "3"}, // retry_after_ms 2500, rounded up
+		{"all_workers_overloaded", 503, "1"},
+		{"no_endpoints", 503, "1"},
+		{"expired", 504, ""},
+		{"deadline_unreachable", 504, ""},
+		{"bad_request", 400, ""},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("reject:"+tc.code, ""))
 			if resp.StatusCode != tc.status || decodeErr(t, body).Error.Code != tc.code {
 				t.Fatalf("status %d %s, want %d %s", resp.StatusCode, body, tc.status, tc.code)
 			}
-			if got := resp.Header.Get("Retry-After"); (got != "") != tc.retryAfter {
-				t.Fatalf("Retry-After %q, want one: %v", got, tc.retryAfter)
+			if got := resp.Header.Get("Retry-After"); got != tc.retryAfter {
+				t.Fatalf("Retry-After %q, want %q", got, tc.retryAfter)
 			}
 		})
 	}

@@ -39,6 +39,7 @@ var acksPlain = flag.Bool("acks-plain", false, "TestAcksAcrossEmbeddedRestart: t
 // With -acks-plain the workers send plain acknowledgements: the control,
 // which shows what the confirmed ones prevent.
 func TestAcksAcrossEmbeddedRestart(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	node := nodeOrSkip(t)
 	const runs, n = 5, 300
 	const hold = 100 * time.Millisecond // per request; 4 at once per worker: about 120 requests/s in all

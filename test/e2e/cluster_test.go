@@ -65,6 +65,7 @@ func haURLs(nodes []*natsServer, first int) string {
 // (all three replicas) elect new leaders on the other two nodes, clients on
 // the dead node reconnect to the others, and nothing is lost or duplicated.
 func TestClusterNodeLossNothingLost(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const n = 10000
 	nodes := haCluster(t)
 	all := haURLs(nodes, 0)

@@ -61,6 +61,7 @@ func ourImage(t *testing.T, svcs map[string]composeService) string {
 // docker-compose.yml passes, in commands and healthchecks, exists in the
 // binary it is passed to.
 func TestComposeFlagsExist(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	svcs := readCompose(t)
 	image := ourImage(t, svcs)
 	bins := map[string]string{"dispatcher": dispatcherBin}

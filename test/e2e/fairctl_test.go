@@ -40,6 +40,7 @@ const replayCount = 10000
 // (SIGKILL) mid-way and run again, and a replay of the emptied DLQ does
 // nothing (docs/operations.md, Dead letters).
 func TestFairctlDLQReplay(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	f, busy := startBusy(t, "dlq-zero")
 	ns, nc, js, p := f.ns, f.nc, f.js, f.p
 
@@ -212,6 +213,7 @@ func TestFairctlDLQReplay(t *testing.T) {
 // TestFairctlDLQFiltersAndPurge: the --class, --error and --since filters
 // select the right letters, and purge deletes only those, with --yes only.
 func TestFairctlDLQFiltersAndPurge(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	f, _ := startBusy(t, "dlq-zero")
 	ns, js := f.ns, f.js
 	for i := range 3 {

@@ -32,6 +32,7 @@ import (
 //   - dispatcher_unreachable: the dispatcher killed: 503.
 
 func TestGatewayErrorsWithTheClients(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	r := startGatewayRig(t, gwOptions{policy: policy(t, "gateway-errors"), workers: 1,
 		dispArgs: []string{"--no-workers-timeout", "1s"},
 		worker:   mockworker.Config{MaxNumSeqs: 1, MaxActiveRequests: 1, DecodePerToken: 50 * time.Millisecond, TTL: time.Second},

@@ -198,6 +198,7 @@ func TestHAWorkerLoss(t *testing.T) {
 // mid-run; the dispatcher, the workers and the publisher reconnect, and
 // nothing is lost.
 func TestHANATSRestart(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const n = 10000
 	ns := startNATS(t)
 	url := ns.URL()

@@ -102,6 +102,7 @@ func checkDocBlock(t *testing.T, b docBlock, global ...string) {
 // letters, on the scenario it describes: three requests rejected queue_full
 // by a zero limit, the dispatcher then stopped to raise it.
 func TestOperationsDocDeadLetters(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	f, _ := startBusy(t, "dlq-zero")
 	ns, js, p := f.ns, f.js, f.p
 	for i, id := range []string{"order-17", "order-18", "order-19"} {

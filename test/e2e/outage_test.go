@@ -261,6 +261,7 @@ func waitOutage(t *testing.T, p *proc) {
 // while more requests arrive, then one returns. Every request completes, the
 // DLQ stays empty, and the split after the return follows the quanta.
 func TestOutageHoldsAndResumesInDRROrder(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	t.Run("one dispatcher", func(t *testing.T) { outHoldAndResume(t, false) })
 	t.Run("leader failover during the outage", func(t *testing.T) { outHoldAndResume(t, true) })
 }
@@ -357,6 +358,7 @@ func outHoldAndResume(t *testing.T, failover bool) {
 // the requests still in the stream stay there until a worker returns, and then
 // complete.
 func TestOutageNoWorkersTimeout(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	t.Run("one dispatcher", func(t *testing.T) { outTimeout(t, false) })
 	t.Run("leader failover after the timeout", func(t *testing.T) { outTimeout(t, true) })
 }

@@ -52,6 +52,7 @@ var permSecrets = map[string]string{
 // are those of the secrets the tests use, and that every user is in the
 // FAIRDISPATCH account, which has JetStream.
 func TestPermissionsExampleSecrets(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	conf, err := server.ProcessConfigFile(permConfigPath(t))
 	if err != nil {
 		t.Fatalf("configs/nats-accounts.conf: %v", err)

@@ -159,6 +159,7 @@ func TestRefusalBusyWorkerRequestGoesElsewhere(t *testing.T) {
 // dispatch timeout per offer; the requests complete on the good worker and
 // every timeout is counted.
 func TestRefusalSilentWorkerTimesOut(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const n = 20
 	var offers atomic.Int64
 	p, _ := frlBesideGood(t, "silent", n, func(nc *nats.Conn) {
@@ -195,6 +196,7 @@ func TestRefusalGoneWorkerNoResponders(t *testing.T) {
 // reports, progress acks or subscription). After the ack wait its requests
 // are dispatched again and each completes exactly once, on the good worker.
 func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const n = 8
 	f := startFixture(t)
 	ns, p, nc := f.ns, f.p, f.nc

@@ -18,6 +18,7 @@ import (
 // requests complete on the mock worker. Until then the address answers every
 // connection by closing it, so both programs are seen failing to connect first.
 func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	dir := t.TempDir()
 	bins := map[string]string{}
 	for _, name := range []string{"mockworker", "loadgen"} {

@@ -32,6 +32,7 @@ import (
 // renewals were refused, the leader stepped down and nobody could take the
 // lease while the store stayed full, so nothing was dispatched to drain it.
 func TestStorageServerStoreFull(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const maxStore = 128 << 10
 	addr := freeAddr(t)
 	url := "nats://" + addr

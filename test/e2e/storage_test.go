@@ -30,6 +30,7 @@ import (
 // full stream made room by deleting its oldest requests: nothing was
 // refused, and those requests were lost without a trace.
 func TestStorageRequestStreamFull(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	ns := startNATS(t)
 	nc := connect(t, ns.URL())
 	js := jsOf(t, nc)

@@ -300,6 +300,7 @@ func TestStatusPageScreenshot(t *testing.T) {
 // fairdispatch_oldest_queued_seconds of a class whose requests wait behind a
 // draining worker grows, while the other class's stays 0.
 func TestBuildInfoAndOldestQueued(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	out, err := exec.Command(dispatcherBin, "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "dispatcher version ") {
 		t.Fatalf("dispatcher --version: %v %q", err, out)

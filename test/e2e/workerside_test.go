@@ -177,6 +177,7 @@ func TestWorkerRefusingEverythingBoundedOffers(t *testing.T) {
 // setting of its own keeps a request alive for 10 times the dispatcher's 1 s
 // ack wait, from Dispatch-Ack-Wait-Ms alone: it is never dispatched again.
 func TestWorkerAckWaitFromDispatch(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const ackWait = time.Second
 	f := startFixture(t, "--ack-wait", ackWait.String(), "--dispatch-timeout", "500ms")
 	p, nc := f.p, f.nc
