@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,12 @@ const (
 	// confirmed (workerkit.Config.PlainAcks): --only fair-plain, never by
 	// default (docs/bench.md, Confirmed acknowledgements).
 	sysFairPlain = "fairdispatch, plain acks"
+	// sysFairHeader is fairdispatch with workers asking for the header
+	// dispatch form (workerkit.Config.HeaderForm), as a worker that knows
+	// nothing of the compact form gets, and acknowledging plain like the bare
+	// pipe's: --only fair-header, never by default (docs/bench.md, Issue 27:
+	// the hop).
+	sysFairHeader = "fairdispatch, header form, plain acks"
 )
 
 type options struct {
@@ -60,6 +67,7 @@ type options struct {
 	profileHop    bool // a CPU profile of the dispatcher in the throughput run
 	prefix        string
 	natsSync      string       // the bench's nats-server's JetStream sync (bus.ParseSync)
+	cluster       int          // servers in the bench's NATS cluster, and every stream's replicas; 0: one server, R1
 	names         naming.Names // of prefix
 	fleetMode     bool         // run the fleet replay (fleet.go) instead
 	fleetFrom     string       // redo the fleet replay's table and charts from its fleet.json
@@ -107,11 +115,12 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.hold, "hold", 100000, "queued 1 KiB requests the dispatcher holds in the memory test (at most 1000000; its --max-held is raised to match)")
 	fs.Float64Var(&o.burstTPS, "burst-prefill-tps", 100000, "prefill tokens per second of one sequence in the burst")
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
-	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all), and fair-plain (fairdispatch with workers acknowledging plain: only when named)")
+	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all), and fair-plain (fairdispatch with workers acknowledging plain) and fair-header (workers of the header dispatch form, acknowledging plain): only when named")
 	fs.BoolVar(&o.curves, "curves", true, "run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve too; --curves=false skips them; with --only, only those named there run")
 	fs.BoolVar(&o.profileHop, "profile-hop", false, "save 3-second CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), in fairdispatch's throughput run; profiling costs the hop about 1%")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.natsSync, "nats-sync", "2m", "how the bench's nats-server syncs JetStream writes: always, or a period (nats-server's default, 2m); the dispatcher's embedded server defaults to always (docs/deployment.md, Durability)")
+	fs.IntVar(&o.cluster, "cluster", 0, "run a NATS cluster of this many servers (3 to 5; in one process, named n0, n1...) instead of one server, with every stream replicated on each (R3 for 3; the dispatcher's --stream-replicas); every client connects to n0, where the bench places the leaders of the request stream and its consumers before each system's runs")
 	fs.StringVar(&o.prefix, "subject-prefix", naming.DefaultPrefix, "subject prefix of every system (the dispatcher's --subject-prefix); the streams are named after it")
 	fs.BoolVar(&o.fleetMode, "fleet", false, "run the fleet replay instead (issue 27): the Mooncake trace against batched mock engines behind every baseline router and fairdispatch, at three loads; the --fleet-* flags tune it")
 	fs.StringVar(&o.fleetFrom, "fleet-from", "", "print the table and render the charts of a fleet replay's fleet.json again, into --out; runs nothing")
@@ -148,6 +157,8 @@ func parseOptions(args []string) (options, error) {
 		return o, fmt.Errorf("--window %d: want at least 1", o.window)
 	case o.hold < 1 || o.hold > 1000000:
 		return o, fmt.Errorf("--hold %d: want 1 to 1000000", o.hold)
+	case o.cluster != 0 && (o.cluster < 3 || o.cluster > 5):
+		return o, fmt.Errorf("--cluster %d: want 3 to 5 (or 0: one server)", o.cluster)
 	case !(o.burstTPS > 0):
 		return o, fmt.Errorf("--burst-prefill-tps: want > 0")
 	}
@@ -182,7 +193,7 @@ func run(args []string) error {
 	}
 
 	b.dispatcherBin = opt.dispatcherBin
-	if b.dispatcherBin == "" && (opt.fleetMode || want("fair") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
+	if b.dispatcherBin == "" && (opt.fleetMode || want("fair") || strings.Contains(opt.only, "fair-") || want("memory") || want("burst") || opt.curves && opt.only == "" || strings.Contains(opt.only, "curves-")) {
 		b.dispatcherBin = filepath.Join(b.tmp, "dispatcher")
 		b.logf("building ./cmd/dispatcher")
 		cmd := exec.Command("go", "build", "-o", b.dispatcherBin, "./cmd/dispatcher")
@@ -192,10 +203,16 @@ func run(args []string) error {
 		}
 	}
 
-	b.server, b.url, err = startRole("nats", filepath.Join(b.tmp, "nats.log"), filepath.Join(b.tmp, "jetstream"), b.opt.natsSync)
+	natsArgs := []string{filepath.Join(b.tmp, "jetstream"), b.opt.natsSync}
+	if opt.cluster > 0 {
+		natsArgs = append(natsArgs, strconv.Itoa(opt.cluster))
+	}
+	var urls string
+	b.server, urls, err = startRole("nats", filepath.Join(b.tmp, "nats.log"), natsArgs...)
 	if err != nil {
 		return err
 	}
+	b.url, _, _ = strings.Cut(urls, ",") // n0 in a cluster
 	defer b.server.stop(10 * time.Second)
 	if b.nc, err = nats.Connect(b.url, nats.Name("bench-control")); err != nil {
 		return err
@@ -208,14 +225,14 @@ func run(args []string) error {
 		return err
 	}
 	defer b.pub.close()
-	b.logf("nats-server %s (pid %d), store %s", b.url, b.server.pid(), b.tmp)
+	b.logf("nats-server %s (pid %d), store %s", urls, b.server.pid(), b.tmp)
 	if opt.fleetMode {
 		return b.runFleet(args)
 	}
 
 	res := &results{
 		Command: "go run ./cmd/bench " + strings.Join(args, " "), Started: started.UTC().Format(time.RFC3339),
-		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Requests: opt.requests, Workers: opt.workers,
+		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Requests: opt.requests, Workers: opt.workers, Cluster: opt.cluster,
 		DirectWorkers: opt.directWorkers, BodyBytes: opt.body, Window: opt.window,
 	}
 	if want("bare") {
@@ -231,10 +248,15 @@ func run(args []string) error {
 		}))
 	}
 	if want("fair") {
-		res.Systems = append(res.Systems, b.system(sysFair, func() (*system, []*nats.Conn, error) { return b.startFair(false) }))
+		res.Systems = append(res.Systems, b.system(sysFair, func() (*system, []*nats.Conn, error) { return b.startFair(workerFleet{}) }))
 	}
 	if strings.Contains(","+opt.only+",", ",fair-plain,") {
-		res.Systems = append(res.Systems, b.system(sysFairPlain, func() (*system, []*nats.Conn, error) { return b.startFair(true) }))
+		res.Systems = append(res.Systems, b.system(sysFairPlain, func() (*system, []*nats.Conn, error) { return b.startFair(workerFleet{plainAcks: true}) }))
+	}
+	if strings.Contains(","+opt.only+",", ",fair-header,") {
+		res.Systems = append(res.Systems, b.system(sysFairHeader, func() (*system, []*nats.Conn, error) {
+			return b.startFair(workerFleet{headerForm: true, plainAcks: true})
+		}))
 	}
 	if want("memory") {
 		m := b.memory()
@@ -292,6 +314,13 @@ func (b *bench) system(name string, start func() (*system, []*nats.Conn, error))
 	if err != nil {
 		b.logf("%s: %v", name, err)
 		return sysResult{System: name, Error: "setup: " + err.Error()}
+	}
+	if b.opt.cluster > 0 {
+		if err := b.placeLeaders(); err != nil {
+			b.logf("%s: %v", name, err)
+			s.stop()
+			return sysResult{System: name, Error: "setup: " + err.Error()}
+		}
 	}
 	r := b.measure(name, s, conns)
 	if strings.HasPrefix(name, sysFair) && r.Throughput.Seconds > 0 {

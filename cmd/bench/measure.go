@@ -202,7 +202,7 @@ func (b *bench) memory() (res memResult) {
 		return fail("start dispatcher", err)
 	}
 	refuse := workerkit.HandlerFunc(func(*workerkit.Request) bool { return false })
-	stopW, _, err := b.startWorkers(refuse, &workerkit.RankLoad{ActivePrefillTokens: 1 << 30}, false)
+	stopW, _, err := b.startWorkers(refuse, &workerkit.RankLoad{ActivePrefillTokens: 1 << 30}, workerkit.Config{})
 	if err != nil {
 		s.stop()
 		return fail("start workers", err)

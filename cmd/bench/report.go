@@ -17,6 +17,7 @@ type results struct {
 	DirectWorkers int           `json:"direct_workers"`
 	BodyBytes     int           `json:"body_bytes"`
 	Window        int           `json:"publish_window"`
+	Cluster       int           `json:"nats_cluster,omitempty"` // servers, and stream replicas; 0: one server
 	Systems       []sysResult   `json:"systems"`
 	Memory        *memResult    `json:"fairdispatch_memory,omitempty"`
 	Bursts        []burstResult `json:"bursts"`
@@ -44,6 +45,10 @@ func (r *results) markdown() string {
 	fmt.Fprintf(&b, "%d requests per throughput run (%d-byte bodies, Dispatch-ISL-Tokens 512, published async with a window of %d); "+
 		"latency runs publish half as many at half of the system's own throughput. %d workers behind the bare pipe and fairdispatch, %d on the direct work queue.\n\n",
 		r.Requests, r.BodyBytes, r.Window, r.Workers, r.DirectWorkers)
+	if r.Cluster > 0 {
+		fmt.Fprintf(&b, "On a cluster of %d NATS servers in one process (the server column is all of their CPU), every stream R%d, every client on n0, "+
+			"where the request stream's and its consumers' leaders were placed.\n\n", r.Cluster, r.Cluster)
+	}
 
 	var bare *sysResult
 	for i := range r.Systems {

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,29 +55,76 @@ func runRole(role string, args []string) int {
 // natsRole runs nats-server (the library, embedded) with JetStream on file
 // storage in args[0], syncing as args[1] says (bus.ParseSync), prints its
 // client URL on stdout, and runs until SIGTERM or until its standard input
-// closes (the bench died).
+// closes (the bench died). With a third argument n > 1 it runs a cluster of
+// n servers instead (--cluster), all in this process so that their CPU is
+// read as one, named n0, n1... with a store each under args[0], and prints
+// their client URLs, n0's first, separated by commas, once JetStream answers.
 func natsRole(args []string) error {
-	if len(args) != 2 {
-		return fmt.Errorf("want the store directory and the sync")
+	if len(args) != 2 && len(args) != 3 {
+		return fmt.Errorf("want the store directory, the sync and optionally the cluster's size")
 	}
 	sync, err := bus.ParseSync(args[1])
 	if err != nil {
 		return fmt.Errorf("sync %q: %w", args[1], err)
 	}
-	opts := &server.Options{
-		ServerName: "bench", Host: "127.0.0.1", Port: -1,
-		JetStream: true, StoreDir: args[0], NoLog: true, NoSigs: true,
+	nodes := 1
+	if len(args) == 3 {
+		if nodes, err = strconv.Atoi(args[2]); err != nil || nodes < 1 {
+			return fmt.Errorf("cluster size %q: want an integer >= 1", args[2])
+		}
 	}
-	sync.Apply(opts)
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		return err
+	var routes []*url.URL
+	var cports []int
+	for range nodes {
+		if nodes == 1 {
+			break
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		cports = append(cports, p)
+		routes = append(routes, &url.URL{Scheme: "nats", Host: addr})
 	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("not ready after 10s")
+	var srvs []*server.Server
+	defer func() {
+		for _, srv := range srvs {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}
+	}()
+	var urls []string
+	for i := range nodes {
+		opts := &server.Options{
+			ServerName: "bench", Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: args[0], NoLog: true, NoSigs: true,
+		}
+		if nodes > 1 {
+			opts.ServerName = "n" + strconv.Itoa(i)
+			opts.StoreDir = filepath.Join(args[0], opts.ServerName)
+			opts.Cluster = server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: cports[i]}
+			opts.Routes = routes
+		}
+		sync.Apply(opts)
+		srv, err := server.NewServer(opts)
+		if err != nil {
+			return err
+		}
+		srv.Start()
+		srvs = append(srvs, srv)
+		if !srv.ReadyForConnections(10 * time.Second) {
+			return fmt.Errorf("%s not ready after 10s", opts.ServerName)
+		}
+		urls = append(urls, srv.ClientURL())
 	}
-	fmt.Println(srv.ClientURL())
+	if nodes > 1 {
+		if err := waitJetStream(urls[0], 30*time.Second); err != nil {
+			return err
+		}
+	}
+	fmt.Println(strings.Join(urls, ","))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	go func() {
@@ -82,9 +132,34 @@ func natsRole(args []string) error {
 		stop()
 	}()
 	<-ctx.Done()
-	srv.Shutdown()
-	srv.WaitForShutdown()
 	return nil
+}
+
+// waitJetStream waits until the JetStream of the server at url answers (a
+// cluster has elected its meta leader).
+func waitJetStream(url string, timeout time.Duration) error {
+	nc, err := nats.Connect(url, nats.Name("bench-nats-wait"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("JetStream of the cluster not answering after %v: %w", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // forwarderRole is the bare pipe: args are the NATS URL, the number of

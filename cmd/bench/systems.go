@@ -76,7 +76,7 @@ func (b *bench) resetStreams() error {
 	if err := b.js.DeleteKeyValue(ctx, b.opt.names.PolicyBucket()); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("delete bucket %s: %w", b.opt.names.PolicyBucket(), err)
 	}
-	return bus.EnsureStreams(ctx, b.js, bus.StreamConfig{Prefix: b.opt.prefix})
+	return bus.EnsureStreams(ctx, b.js, bus.StreamConfig{Prefix: b.opt.prefix, Replicas: b.opt.cluster})
 }
 
 // connect opens k connections named name-<i>.
@@ -233,6 +233,9 @@ func (b *bench) startDispatcher(tag, policy string, extra ...string) (*system, e
 		"--nats-url", b.url, "--policy-config", pf, "--startup-grace", "200ms",
 		"--max-held", "100000", "--log-level", "warn", "--http-addr", addr, "--subject-prefix", b.opt.prefix,
 		"--data-dir", filepath.Join(b.tmp, "dispatcher-data"))
+	if b.opt.cluster > 0 {
+		cmd.Args = append(cmd.Args, "--stream-replicas", strconv.Itoa(b.opt.cluster))
+	}
 	cmd.Args = append(cmd.Args, extra...)
 	d, _, err := startChild(cmd, "dispatcher", filepath.Join(b.tmp, "dispatcher-"+tag+".log"), false)
 	if err != nil {
@@ -298,9 +301,9 @@ func (s *system) waitQueues(timeout time.Duration, what string, ok func(queues) 
 }
 
 // startWorkers starts b.opt.workers workers of package workerkit on shared
-// connections, each with handler h and, when load is not nil, that load,
-// acknowledging plain when plain is set.
-func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad, plain bool) (stop func(), conns []*nats.Conn, err error) {
+// connections, each with handler h and, when load is not nil, that load, and
+// with cfg (its ID and Prefix set here): PlainAcks, HeaderForm.
+func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad, cfg workerkit.Config) (stop func(), conns []*nats.Conn, err error) {
 	conns, err = b.connect("bench-worker", workerConns)
 	if err != nil {
 		return nil, nil, err
@@ -313,7 +316,8 @@ func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad, plai
 		closeAll(conns)
 	}
 	for i := range b.opt.workers {
-		w, err := workerkit.New(conns[i%len(conns)], workerkit.Config{ID: workerID(i), Prefix: b.opt.prefix, PlainAcks: plain}, h, zerolog.Nop())
+		cfg.ID, cfg.Prefix = workerID(i), b.opt.prefix
+		w, err := workerkit.New(conns[i%len(conns)], cfg, h, zerolog.Nop())
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -333,10 +337,17 @@ func (b *bench) startWorkers(h workerkit.Handler, load *workerkit.RankLoad, plai
 	return stop, conns, flushAll(conns)
 }
 
+// workerFleet is how the workers of a fairdispatch system are configured: the
+// dispatch form they ask for and how they acknowledge.
+type workerFleet struct {
+	headerForm bool // the header form, not the compact form (workerkit.Config.HeaderForm)
+	plainAcks  bool // plain acknowledgements, not confirmed ones (workerkit.Config.PlainAcks)
+}
+
 // startFair sets up fairdispatch for the throughput and latency runs: the
 // dispatcher with the four-class policy and workers that accept at once and
-// acknowledge at once: confirmed (the helper's default), or plain.
-func (b *bench) startFair(plain bool) (*system, []*nats.Conn, error) {
+// acknowledge at once, in the dispatch form and the acknowledgement kind of f.
+func (b *bench) startFair(f workerFleet) (*system, []*nats.Conn, error) {
 	if err := b.resetStreams(); err != nil {
 		return nil, nil, err
 	}
@@ -355,7 +366,7 @@ func (b *bench) startFair(plain bool) (*system, []*nats.Conn, error) {
 		}
 		return true
 	})
-	stopWorkers, conns, err := b.startWorkers(h, nil, plain)
+	stopWorkers, conns, err := b.startWorkers(h, nil, workerkit.Config{PlainAcks: f.plainAcks, HeaderForm: f.headerForm})
 	if err != nil {
 		s.stop()
 		return nil, nil, err

@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,19 +29,120 @@ const nodeWorkerDir = "../../examples/node-worker"
 
 // TestEndToEndGoMockWorker is the reference run, with the Go mock worker.
 func TestEndToEndGoMockWorker(t *testing.T) {
-	wsEndToEnd(t, "mock-1", func(t *testing.T, url string) {
+	wsEndToEnd(t, "mock-1", true, func(t *testing.T, url string) {
 		startMock(t, connect(t, url), mockworker.Config{ID: "mock-1"})
 	})
 }
 
-// TestEndToEndNodeWorker is the same run with the Node worker. It needs node
-// and `npm ci` in examples/node-worker: without them it skips, but under CI
-// (CI=true) it fails, so that CI never passes without running it.
+// TestEndToEndNodeWorker is the same run with the Node worker, which asks for
+// the compact dispatch form by default. It needs node and `npm ci` in
+// examples/node-worker: without them it skips, but under CI (CI=true) it
+// fails, so that CI never passes without running it.
 func TestEndToEndNodeWorker(t *testing.T) {
 	node := nodeOrSkip(t)
-	wsEndToEnd(t, "node-1", func(t *testing.T, url string) {
+	wsEndToEnd(t, "node-1", true, func(t *testing.T, url string) {
 		startNodeWorker(t, node, url, "node-1", "COMPLETION_RECORDS=1", "MAX_ACTIVE=8", "HOLD_MS=2")
 	})
+}
+
+// TestEndToEndNodeWorkerHeaderForm is the same run with the Node worker
+// asking for the header form (HEADER_FORM=1).
+func TestEndToEndNodeWorkerHeaderForm(t *testing.T) {
+	node := nodeOrSkip(t)
+	wsEndToEnd(t, "node-h", false, func(t *testing.T, url string) {
+		startNodeWorker(t, node, url, "node-h", "COMPLETION_RECORDS=1", "MAX_ACTIVE=8", "HOLD_MS=2", "HEADER_FORM=1")
+	})
+}
+
+// TestNodeWorkerDecodesFrames: the Node worker's decodeFrame reads what
+// wire.DecodeDispatch reads from the dispatcher's frames, and fails where it
+// fails: every prefix of two frames (a cut inside the fields or the headers
+// fails, one inside the body is a shorter body), another version, a dp rank
+// above 65535.
+func TestNodeWorkerDecodesFrames(t *testing.T) {
+	node := nodeOrSkip(t)
+	frame := func(d wire.Dispatch, hdrs ...[]string) []byte {
+		f := wire.AppendDispatchFields(nil, &d)
+		for _, h := range hdrs {
+			f = wire.AppendHeaderEntry(f, h[0], h[1:])
+		}
+		return append(wire.EndHeaders(f), "hello"...)
+	}
+	// The example of docs/protocol.md, Compact dispatch form, and one with
+	// multi-byte varints, a header of two values and one of none.
+	frames := [][]byte{
+		frame(wire.Dispatch{RequestID: "r1", Class: "premium", DPRank: 1, Seq: 300, Cost: 512, QueuedMs: 4, Ack: "$JS.ACK.x", AckWaitMs: 30000},
+			[]string{"Dispatch-Fairness-Key", "acme"}),
+		frame(wire.Dispatch{RequestID: "r2", DPRank: 65535, Seq: 1<<40 + 3, Cost: 1 << 33, QueuedMs: 128, Ack: "a", AckWaitMs: 1},
+			[]string{"X-Two", "a", "b"}, []string{"x-none"}, []string{"Dispatch-Response-To", "resp.1"}),
+	}
+	var cases [][]byte
+	for _, f := range frames {
+		for n := 1; n <= len(f); n++ {
+			cases = append(cases, f[:n])
+		}
+	}
+	v2 := slices.Clone(frames[0])
+	v2[0] = 2
+	cases = append(cases, v2, frame(wire.Dispatch{RequestID: "r3", DPRank: 65536, Ack: "a"}))
+
+	script := `const { decodeFrame } = require("./worker.js");
+for (const hex of process.argv.slice(1)) {
+  try {
+    const d = decodeFrame(Buffer.from(hex, "hex"));
+    console.log(JSON.stringify({ id: d.requestId, class: d.cls, rank: d.dpRank, seq: d.seq, cost: d.cost, queued: d.queuedMs,
+      ack: d.ack, wait: d.ackWaitMs, key: d.header("dispatch-fairness-key"), two: d.header("x-two"),
+      resp: d.header("DISPATCH-RESPONSE-TO"), body: Buffer.from(d.body).toString() }));
+  } catch (err) {
+    console.log(JSON.stringify({ error: String(err) }));
+  }
+}`
+	args := []string{"-e", script, "--"}
+	for _, c := range cases {
+		args = append(args, hex.EncodeToString(c))
+	}
+	cmd := exec.Command(node, args...)
+	cmd.Dir = nodeWorkerDir
+	cmd.Env = append(os.Environ(), "WORKER_ID=frames")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(cases) {
+		t.Fatalf("node printed %d lines for %d frames:\n%s", len(lines), len(cases), out)
+	}
+	type decoded struct {
+		ID, Class, Ack, Key, Two, Resp, Body, Error string
+		Rank, Seq, Cost, Queued, Wait               uint64
+	}
+	first := func(h map[string][]string, name string) string {
+		for k, v := range h {
+			if strings.EqualFold(k, name) && len(v) > 0 {
+				return v[0]
+			}
+		}
+		return ""
+	}
+	for i, c := range cases {
+		var got decoded
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatalf("frame %d: %q: %v", i, lines[i], err)
+		}
+		var d wire.Dispatch
+		h, body, err := wire.DecodeDispatch(c, &d)
+		if err != nil {
+			if got.Error == "" {
+				t.Errorf("frame %x: Go fails (%v), node reads %+v", c, err, got)
+			}
+			continue
+		}
+		want := decoded{ID: d.RequestID, Class: d.Class, Ack: d.Ack, Key: first(h, "Dispatch-Fairness-Key"), Two: first(h, "X-Two"),
+			Resp: first(h, "Dispatch-Response-To"), Body: string(body), Rank: uint64(d.DPRank), Seq: d.Seq, Cost: d.Cost, Queued: d.QueuedMs, Wait: d.AckWaitMs}
+		if got != want {
+			t.Errorf("frame %x: node reads %+v, Go %+v", c, got, want)
+		}
+	}
 }
 
 // TestNodeWorkerStreams: the Node worker streams responses as
@@ -137,8 +242,10 @@ func startNodeWorker(t *testing.T, node, url, id string, env ...string) *natstes
 	return out
 }
 
-// wsEndToEnd runs n requests against one worker started by start.
-func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
+// wsEndToEnd runs n requests against one worker started by start, which
+// asks for the compact dispatch form if compact is set and for the header
+// form if not.
+func wsEndToEnd(t *testing.T, id string, compact bool, start func(t *testing.T, url string)) {
 	const n = 200
 	ns := startNATS(t)
 	// The default class queues, so that a worker at its capacity makes
@@ -148,6 +255,9 @@ func wsEndToEnd(t *testing.T, id string, start func(t *testing.T, url string)) {
 	records := frlRecordDone(t, nc)
 	start(t, ns.URL())
 	waitLive(t, p, id)
+	if v, ok := p.queues(); !ok || len(v.Workers) != 1 || (v.Workers[0].Compact != 0) != compact {
+		t.Fatalf("/debug/queues workers %+v, want %s with compact_dispatch %v", v.Workers, id, compact)
+	}
 
 	res := runLoad(t, nc, defaultLoad("e2e-"+id, n))
 	frlCheckAllOn(t, res, n, id)
