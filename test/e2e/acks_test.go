@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"fairdispatch/mockworker"
@@ -85,10 +86,18 @@ func TestAcksAcrossEmbeddedRestart(t *testing.T) {
 		prefix := fmt.Sprintf("acks-%d-", run)
 		mock0 := m.Stats().Accepted
 		gs0, ms0 := w.Stats(), m.Helper().Stats()
+		// All at once (one by one, on a loaded machine, the workers ran all
+		// 300 while the last were still being published: no restart mid-run).
+		msgs := make([]*nats.Msg, n)
 		for i := range n {
 			id := fmt.Sprintf("%s%03d", prefix, i)
-			publish(t, js, "dispatch.req.default", id, map[string]string{"Dispatch-ISL-Tokens": "100"}, []byte(id))
+			m := nats.NewMsg("dispatch.req.default")
+			m.Header.Set(jetstream.MsgIDHeader, id)
+			m.Header.Set(wire.HeaderISLTokens, "100")
+			m.Data = []byte(id)
+			msgs[i] = m
 		}
+		publishAll(t, js, msgs)
 		executed := func() int {
 			return gw.count(prefix) + akNodeRuns(nodeOut.String(), prefix).total + int(m.Stats().Accepted-mock0)
 		}

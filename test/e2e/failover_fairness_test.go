@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -124,29 +123,15 @@ func TestFailoverFairness(t *testing.T) {
 		}
 	}
 	rand.New(rand.NewPCG(4, 9)).Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	futures := make([]jetstream.PubAckFuture, 0, len(todo))
+	msgs := make([]*nats.Msg, 0, len(todo))
 	for i, g := range todo {
 		m := nats.NewMsg("dispatch.req." + g[:len(g)-2])
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("ff-%05d", i))
 		m.Header.Set("Dispatch-ISL-Tokens", "512")
 		m.Header.Set("Dispatch-Fairness-Key", g[len(g)-1:])
-		f, err := js.PublishMsgAsync(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		futures = append(futures, f)
+		msgs = append(msgs, m)
 	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatal(err)
-		case <-ctx.Done():
-			t.Fatal("publish acks timed out")
-		}
-	}
+	publishAll(t, js, msgs)
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
 	waitFor(t, 30*time.Second, "6 s of dispatches by the leader", func() bool {
 		mu.Lock()

@@ -145,6 +145,32 @@ func publish(t testing.TB, js jetstream.JetStream, subject, id string, hdr map[s
 	}
 }
 
+// publishAll publishes msgs asynchronously and waits for JetStream to
+// acknowledge every one: a backlog published at once, however slow the
+// machine, so that a test's workers do not run the first requests while the
+// last are still being published one round trip at a time.
+func publishAll(t testing.TB, js jetstream.JetStream, msgs []*nats.Msg) {
+	t.Helper()
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatalf("publish %s: %v", m.Header.Get(jetstream.MsgIDHeader), err)
+		}
+		futures = append(futures, f)
+	}
+	deadline := time.After(60 * time.Second)
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish %s: %v", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+		case <-deadline:
+			t.Fatalf("publications not acknowledged within 60 s")
+		}
+	}
+}
+
 // tryPublish is publish returning JetStream's acknowledgement or its error,
 // for tests that expect a refusal.
 func tryPublish(js jetstream.JetStream, subject, id string, hdr map[string]string, body []byte) (*jetstream.PubAck, error) {
