@@ -44,7 +44,13 @@ func TestStreamInOrderWithUsage(t *testing.T) {
 		if st := k.dispatch(id, uint64(i+1), "_RESP.t."+id, wire.APIChatCompletions, streamBody("one two three", 6)); st != "" {
 			t.Fatalf("refused: %s", st)
 		}
-		natstest.Eventually(t, wait, func() bool { _, ok := k.record(id); return ok }, "%s's completion record", id)
+		// The record, the end marker and the acknowledgement reach the test
+		// on subscriptions of their own, in no defined order: wait for all.
+		natstest.Eventually(t, wait, func() bool {
+			_, rec := k.record(id)
+			_, end := p.end()
+			return rec && end && len(a.final()) > 0
+		}, "%s's completion record, end marker and acknowledgement", id)
 		e, ok := p.end()
 		if !ok || e.Status != wire.EndOK || e.Chunks != 7 || e.FinishReason != "length" || e.Usage == nil || e.Usage.CompletionTokens != 6 {
 			t.Fatalf("%s: end marker %+v: want ok after 7 chunks (role + 6 tokens), length, 6 completion tokens", id, e)
@@ -78,7 +84,7 @@ func TestWithoutResponse(t *testing.T) {
 	k := newRig(t, fakeengine.Config{}, Config{})
 	a := k.acks("r1")
 	k.dispatch("r1", 1, "", wire.APICompletions, []byte(`{"model":"fake-model","prompt":"a b c","max_tokens":2}`))
-	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok }, "the record")
+	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok && len(a.final()) > 0 }, "the record and the acknowledgement")
 	if c, _ := k.record("r1"); c.PrefillTokens != 4 || c.OutputTokens != 2 || !slices.Equal(a.final(), []string{"+ACK"}) {
 		t.Fatalf("record %+v, acks %q", c, a.final())
 	}
@@ -151,7 +157,10 @@ func TestNobodyListeningAbortsTheEngineRequest(t *testing.T) {
 	}
 	natstest.Eventually(t, wait, func() bool { return k.e.Stats().Aborted == 1 }, "the engine aborts the request")
 	natstest.Eventually(t, wait, func() bool { return slices.Equal(a.final(), []string{"+TERM"}) }, "+TERM (got %q)", a.final())
-	if c, ok := k.record("r1"); !ok || c.Status != wire.StatusCancelled {
+	// The record and the +TERM reach the test on subscriptions of their own,
+	// in either order: wait for the record too.
+	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok }, "r1's completion record")
+	if c, _ := k.record("r1"); c.Status != wire.StatusCancelled {
 		t.Fatalf("record %+v: want status cancelled", c)
 	}
 }
