@@ -36,6 +36,34 @@ type Revision struct {
 type Store struct {
 	kv     jetstream.KeyValue
 	bucket string
+	// leaderWait bounds how long a start-up read or seed waits for the
+	// bucket's stream to have a leader (LeaderWait; tests shorten it).
+	leaderWait time.Duration
+}
+
+// LeaderWait is how long Seed and Get retry while the bucket's stream has no
+// leader: JetStream answers "no responders" for a replicated bucket just
+// created or electing after a node loss, for about a second of a healthy
+// cluster's time and longer on a loaded one. A dispatcher starting then
+// waits for the election instead of exiting.
+const LeaderWait = 30 * time.Second
+
+// whileLeaderless runs f, again every 100 ms while it fails with no
+// responders (the stream has no leader yet), until s.leaderWait has passed
+// or ctx ends; it returns f's last error.
+func (s *Store) whileLeaderless(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(s.leaderWait)
+	for {
+		err := f()
+		if !errors.Is(err, nats.ErrNoResponders) || !time.Now().Before(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // BucketConfig says how to create the bucket when it is missing.
@@ -60,7 +88,7 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, cfg Bucket
 	if err != nil {
 		return nil, fmt.Errorf("policy bucket %s: %w", bucket, err)
 	}
-	return &Store{kv: kv, bucket: bucket}, nil
+	return &Store{kv: kv, bucket: bucket, leaderWait: LeaderWait}, nil
 }
 
 // Bucket returns the bucket's name.
@@ -75,7 +103,7 @@ func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s@%d", s.bucket, 
 // absent: it never overwrites). created is false when a revision existed;
 // rev is then 0.
 func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool, err error) {
-	rev, err = s.kv.Create(ctx, Key, yaml)
+	err = s.whileLeaderless(ctx, func() (err error) { rev, err = s.kv.Create(ctx, Key, yaml); return err })
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return 0, false, nil
@@ -87,7 +115,8 @@ func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool
 
 // Get returns the current revision, or ErrNoPolicy.
 func (s *Store) Get(ctx context.Context) (Revision, error) {
-	e, err := s.kv.Get(ctx, Key)
+	var e jetstream.KeyValueEntry
+	err := s.whileLeaderless(ctx, func() (err error) { e, err = s.kv.Get(ctx, Key); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Revision{}, ErrNoPolicy
 	}

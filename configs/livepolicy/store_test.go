@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -203,5 +204,45 @@ func TestFullStore(t *testing.T) {
 	}
 	if rev, _, err := s.Put(ctx, "b.yaml", []byte(goodB)); err != nil || rev != 1 {
 		t.Fatalf("Put once there is room = %d, %v; want revision 1", rev, err)
+	}
+}
+
+// leaderlessKV answers no responders to its first n reads and creates, as
+// JetStream does for a replicated bucket whose stream has no leader yet.
+type leaderlessKV struct {
+	jetstream.KeyValue
+	n int
+}
+
+func (k *leaderlessKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.n > 0 {
+		k.n--
+		return nil, nats.ErrNoResponders
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+func (k *leaderlessKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if k.n > 0 {
+		k.n--
+		return 0, nats.ErrNoResponders
+	}
+	return k.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// TestStartWaitsForTheBucketsLeader: a dispatcher starting while the policy
+// bucket's stream elects a leader (seen on a 3-node cluster under load:
+// "policy bucket fairdispatch_policy: get: nats: no responders available")
+// waits for it; past LeaderWait the error stands.
+func TestStartWaitsForTheBucketsLeader(t *testing.T) {
+	s, kv := openStore(t)
+	s.kv = &leaderlessKV{KeyValue: kv, n: 5}
+	p, cur, refused, err := Start(context.Background(), s, []byte(goodA), nil, zerolog.Nop())
+	if err != nil || refused != nil || p == nil || cur.Revision == 0 {
+		t.Fatalf("Start: policy %v, revision %d, refused %v, err %v; want the seeded revision", p != nil, cur.Revision, refused, err)
+	}
+	s.kv, s.leaderWait = &leaderlessKV{KeyValue: kv, n: 1 << 30}, 300*time.Millisecond
+	if _, err := s.Get(context.Background()); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("Get with no leader past the wait: %v, want no responders", err)
 	}
 }
