@@ -53,22 +53,17 @@ func TestBudgetChangeAppliesWithinASecond(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	startMock(t, connect(t, ns.URL()), mockworker.Config{ID: "w1", MaxNumSeqs: 4, OutputTokens: 1, PrefillTokensPerSec: 20000})
 	waitLive(t, p, "w1")
+	var msgs []*nats.Msg
 	for i := range 400 {
 		for _, key := range []string{"a", "b"} {
 			m := nats.NewMsg("dispatch.req.c")
 			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("bl-%s-%d", key, i))
 			m.Header.Set("Dispatch-ISL-Tokens", "500")
 			m.Header.Set("Dispatch-Fairness-Key", key)
-			if _, err := js.PublishMsgAsync(m); err != nil {
-				t.Fatal(err)
-			}
+			msgs = append(msgs, m)
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		t.Fatal("publish acks timed out")
-	}
+	publishAll(t, js, msgs)
 	count := func(from, to time.Time) int {
 		mu.Lock()
 		defer mu.Unlock()
