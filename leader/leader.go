@@ -58,6 +58,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -93,8 +94,19 @@ type Config struct {
 	// true, campaigns wait until it is a TTL old (see the package doc). nil:
 	// always true.
 	MayHaveLed func(ctx context.Context, created time.Time) bool
+	// LeaderWait bounds how long New retries while the bucket's stream has
+	// no leader (JetStream answers no responders); default DefaultLeaderWait.
+	LeaderWait time.Duration
 	Now        func() time.Time
 }
+
+// DefaultLeaderWait is how long New waits for the lease bucket's stream to
+// elect a leader: a replicated bucket just created, or electing after a node
+// loss, answers no responders for about a second of a healthy cluster's time
+// and longer on a loaded one, and a dispatcher starting then waits for the
+// election instead of exiting (the policy bucket waits as long:
+// livepolicy.LeaderWait).
+const DefaultLeaderWait = 30 * time.Second
 
 // Elector campaigns for the lease and keeps it.
 type Elector struct {
@@ -120,11 +132,14 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Lo
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.LeaderWait <= 0 {
+		cfg.LeaderWait = DefaultLeaderWait
+	}
 	if cfg.ID == "" {
 		return nil, errors.New("leader: an id is required")
 	}
 	log = log.With().Str("component", "leader").Str("id", cfg.ID).Logger()
-	kv, err := bind(ctx, js, cfg, log)
+	kv, err := bindWhileLeaderless(ctx, js, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("leader: lease bucket %s: %w", cfg.Bucket, err)
 	}
@@ -135,6 +150,25 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Lo
 // "insufficient memory resources available", the refusal to create a memory
 // stream where the server or the account has no JetStream memory left.
 const jsErrMemoryResources jetstream.ErrorCode = 10028
+
+// bindWhileLeaderless calls bind, again every 100 ms while it fails with no
+// responders (the bucket's stream has no leader yet), until cfg.LeaderWait
+// has passed or ctx ends; it returns bind's last answer.
+func bindWhileLeaderless(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (jetstream.KeyValue, error) {
+	deadline := time.Now().Add(cfg.LeaderWait)
+	for {
+		kv, err := bind(ctx, js, cfg, log)
+		if !errors.Is(err, nats.ErrNoResponders) || !time.Now().Before(deadline) {
+			return kv, err
+		}
+		log.Debug().Err(err).Msg("lease bucket has no leader yet; waiting for its election")
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 // bind returns the lease bucket: the existing one, in its own storage, or a
 // new one in memory storage (file storage where memory is refused).
