@@ -307,8 +307,7 @@ func TestResponsePingAnswers(t *testing.T) {
 		}
 		ends := prod.Of(wire.MsgEnd)
 		if c.end {
-			natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "%s: end marker", c.answer)
-			ends = prod.Of(wire.MsgEnd)
+			ends = []*nats.Msg{prod.WaitEnd(t, wait, "%s: end marker", c.answer)}
 			if got := ends[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 				t.Errorf("%s: end status %q", c.answer, got)
 			}
@@ -365,8 +364,7 @@ func TestCancelFromDispatcher(t *testing.T) {
 	for _, a := range []*natstest.Acks{ackResp, ackPlain} {
 		natstest.Eventually(t, wait, func() bool { return a.Has("+TERM cancelled") }, "+TERM cancelled")
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "the end marker")
-	if got := prod.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
+	if got := prod.WaitEnd(t, wait, "the end marker").Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 		t.Errorf("end status %q, want cancelled", got)
 	}
 	// Cancelled is called after the +TERM is sent: wait for it.
@@ -406,8 +404,7 @@ func TestStopEndsOrHandsBack(t *testing.T) {
 	if n := len(prodA.Of(wire.MsgEnd)); n != 0 {
 		t.Errorf("a: %d end markers, want none", n)
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prodB.Of(wire.MsgEnd)) == 1 }, "b's end marker")
-	if got := prodB.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
+	if got := prodB.WaitEnd(t, wait, "b's end marker").Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
 		t.Errorf("b: end status %q, want failed", got)
 	}
 }

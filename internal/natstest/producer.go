@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -95,6 +96,14 @@ func (p *Producer) Of(kind string) []*nats.Msg {
 		}
 	}
 	return out
+}
+
+// WaitEnd waits until the producer has received one end marker and returns
+// it; it fails the test with msg when timeout passes first (Eventually).
+func (p *Producer) WaitEnd(t testing.TB, timeout time.Duration, msg string, args ...any) *nats.Msg {
+	t.Helper()
+	Eventually(t, timeout, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, msg, args...)
+	return p.Of(wire.MsgEnd)[0]
 }
 
 // Acks is the Dispatch-Ack subject of one request, for the tests of workers:
