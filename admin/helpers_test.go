@@ -17,7 +17,9 @@ import (
 	"fairdispatch/internal/natstest"
 )
 
-// fakeControl is a Control whose state tests set and inspect.
+// fakeControl is a Control whose state tests set and inspect. The test sets
+// setErr, ready, queues and panicMsg between requests; mu guards what the
+// handler changes.
 type fakeControl struct {
 	mu       sync.Mutex
 	t        filters.Thresholds
@@ -62,15 +64,9 @@ func (f *fakeControl) SetThresholds(ctx context.Context, t filters.Thresholds) e
 	return nil
 }
 
-func (f *fakeControl) Ready() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.ready
-}
+func (f *fakeControl) Ready() error { return f.ready }
 
 func (f *fakeControl) Queues() any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.panicMsg != "" {
 		panic(f.panicMsg)
 	}

@@ -20,6 +20,14 @@ func TestActorWarnsTwoInstancesRateLimited(t *testing.T) {
 	rep := func(inst string) {
 		f.a.report(workers.Report{WorkerID: "w1", DPSize: 1, TTLms: 3000, Instance: inst})
 	}
+	// bothFor has both instances report once a second for secs seconds.
+	bothFor := func(secs int) {
+		for range secs {
+			f.now = f.now.Add(time.Second)
+			rep("b")
+			rep("a")
+		}
+	}
 	warnings := func() []string {
 		var out []string
 		for _, l := range strings.Split(buf.String(), "\n") {
@@ -41,20 +49,12 @@ func TestActorWarnsTwoInstancesRateLimited(t *testing.T) {
 		!strings.Contains(w[0], `"worker_id":"w1"`) {
 		t.Fatalf("warnings %v, want one naming w1, instance a and other_instance b", w)
 	}
-	for range 5 {
-		f.now = f.now.Add(time.Second)
-		rep("b")
-		rep("a")
-	}
+	bothFor(5)
 	if got := len(warnings()); got != 1 {
 		t.Fatalf("%d warnings within 10 s, want 1", got)
 	}
 	// Both keep reporting every second: one more warning 10 s after the first.
-	for range 10 {
-		f.now = f.now.Add(time.Second)
-		rep("b")
-		rep("a")
-	}
+	bothFor(10)
 	if got := len(warnings()); got != 2 {
 		t.Fatalf("%d warnings over 15 s, want 2", got)
 	}

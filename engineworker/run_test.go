@@ -21,9 +21,9 @@ func streamBody(words string, max int) []byte {
 }
 
 // chunkSeqs returns the Dispatch-Response-Seq of each chunk, in arrival order.
-func chunkSeqs(p *producer) []int {
+func chunkSeqs(p *natstest.Producer) []int {
 	var out []int
-	for _, m := range p.of(wire.MsgChunk) {
+	for _, m := range p.Of(wire.MsgChunk) {
 		n, _ := strconv.Atoi(m.Header.Get(wire.HeaderResponseSeq))
 		out = append(out, n)
 	}
@@ -48,22 +48,22 @@ func TestStreamInOrderWithUsage(t *testing.T) {
 		// on subscriptions of their own, in no defined order: wait for all.
 		natstest.Eventually(t, wait, func() bool {
 			_, rec := k.record(id)
-			_, end := p.end()
-			return rec && end && len(a.final()) > 0
+			_, end := endMarker(p)
+			return rec && end && len(a.Final()) > 0
 		}, "%s's completion record, end marker and acknowledgement", id)
-		e, ok := p.end()
+		e, ok := endMarker(p)
 		if !ok || e.Status != wire.EndOK || e.Chunks != 7 || e.FinishReason != "length" || e.Usage == nil || e.Usage.CompletionTokens != 6 {
 			t.Fatalf("%s: end marker %+v: want ok after 7 chunks (role + 6 tokens), length, 6 completion tokens", id, e)
 		}
 		if got := chunkSeqs(p); !slices.Equal(got, []int{1, 2, 3, 4, 5, 6, 7}) {
 			t.Fatalf("%s: chunk numbers %v, want 1..7 in order", id, got)
 		}
-		for _, m := range p.of(wire.MsgChunk) {
+		for _, m := range p.Of(wire.MsgChunk) {
 			if !strings.Contains(string(m.Data), `"chat.completion.chunk"`) || strings.Contains(string(m.Data), `"usage"`) {
 				t.Fatalf("%s: chunk %s: want a chat.completion.chunk without usage", id, m.Data)
 			}
 		}
-		if got := a.final(); !slices.Equal(got, []string{"+ACK"}) {
+		if got := a.Final(); !slices.Equal(got, []string{"+ACK"}) {
 			t.Fatalf("%s: acknowledgements %q, want +ACK", id, got)
 		}
 		c, _ := k.record(id)
@@ -84,9 +84,9 @@ func TestWithoutResponse(t *testing.T) {
 	k := newRig(t, fakeengine.Config{}, Config{})
 	a := k.acks("r1")
 	k.dispatch("r1", 1, "", wire.APICompletions, []byte(`{"model":"fake-model","prompt":"a b c","max_tokens":2}`))
-	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok && len(a.final()) > 0 }, "the record and the acknowledgement")
-	if c, _ := k.record("r1"); c.PrefillTokens != 4 || c.OutputTokens != 2 || !slices.Equal(a.final(), []string{"+ACK"}) {
-		t.Fatalf("record %+v, acks %q", c, a.final())
+	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok && len(a.Final()) > 0 }, "the record and the acknowledgement")
+	if c, _ := k.record("r1"); c.PrefillTokens != 4 || c.OutputTokens != 2 || !slices.Equal(a.Final(), []string{"+ACK"}) {
+		t.Fatalf("record %+v, acks %q", c, a.Final())
 	}
 }
 
@@ -99,11 +99,11 @@ func TestRefusedByTheEngine(t *testing.T) {
 	a := k.acks("r1")
 	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, []byte(`{"model":"other","messages":[{"role":"user","content":"x"}]}`))
 	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok }, "the record")
-	natstest.Eventually(t, wait, func() bool { _, ok := p.end(); return ok && len(a.final()) > 0 }, "the end marker and the acknowledgement")
-	e, _ := p.end()
+	natstest.Eventually(t, wait, func() bool { _, ok := endMarker(p); return ok && len(a.Final()) > 0 }, "the end marker and the acknowledgement")
+	e, _ := endMarker(p)
 	c, _ := k.record("r1")
-	if e.Status != wire.EndFailed || !strings.Contains(e.Error, "does not exist") || c.Status != wire.StatusFailed || c.PrefillTokens != 0 || !slices.Equal(a.final(), []string{"+ACK"}) {
-		t.Fatalf("end %+v, record %+v, acks %q", e, c, a.final())
+	if e.Status != wire.EndFailed || !strings.Contains(e.Error, "does not exist") || c.Status != wire.StatusFailed || c.PrefillTokens != 0 || !slices.Equal(a.Final(), []string{"+ACK"}) {
+		t.Fatalf("end %+v, record %+v, acks %q", e, c, a.Final())
 	}
 }
 
@@ -119,9 +119,9 @@ func TestCancelAbortsTheEngineRequest(t *testing.T) {
 		p := k.producer("_RESP.t." + id)
 		a := k.acks(id)
 		k.dispatch(id, uint64(i+1), "_RESP.t."+id, wire.APIChatCompletions, streamBody("a long answer", 100000))
-		natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgChunk)) >= 3 }, "%s: chunks", id)
+		natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgChunk)) >= 3 }, "%s: chunks", id)
 		if how == "ping" {
-			p.setAnswer(func(string) string { return wire.AnswerCancel })
+			p.SetAnswer(func(string) string { return wire.AnswerCancel })
 		} else {
 			b, _ := json.Marshal(wire.Cancel{RequestID: id, Seq: uint64(i + 1), Reason: "cancel"})
 			if err := k.nc.Publish("dispatch.cancel.eng", b); err != nil {
@@ -133,11 +133,11 @@ func TestCancelAbortsTheEngineRequest(t *testing.T) {
 			"%s: the engine aborts the request (stats %+v)", id, k.e.Stats())
 		// The record, the end marker and the acknowledgement reach the test
 		// on different subscriptions: wait for each, as their order is not defined.
-		natstest.Eventually(t, wait, func() bool { _, ok := p.end(); return ok && len(a.final()) > 0 }, "%s: the end marker and the acknowledgement", id)
-		e, _ := p.end()
+		natstest.Eventually(t, wait, func() bool { _, ok := endMarker(p); return ok && len(a.Final()) > 0 }, "%s: the end marker and the acknowledgement", id)
+		e, _ := endMarker(p)
 		c, _ := k.record(id)
-		if e.Status != wire.EndCancelled || c.Status != wire.StatusCancelled || c.OutputTokens == 0 || !slices.Equal(a.final(), []string{"+TERM cancelled"}) {
-			t.Fatalf("%s: end %+v, record %+v, acks %q", id, e, c, a.final())
+		if e.Status != wire.EndCancelled || c.Status != wire.StatusCancelled || c.OutputTokens == 0 || !slices.Equal(a.Final(), []string{"+TERM cancelled"}) {
+			t.Fatalf("%s: end %+v, record %+v, acks %q", id, e, c, a.Final())
 		}
 	}
 }
@@ -151,12 +151,12 @@ func TestNobodyListeningAbortsTheEngineRequest(t *testing.T) {
 	p := k.producer("_RESP.t.r1")
 	a := k.acks("r1")
 	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, streamBody("a long answer", 100000))
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgChunk)) >= 3 }, "chunks")
-	if err := p.sub.Unsubscribe(); err != nil {
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgChunk)) >= 3 }, "chunks")
+	if err := p.Sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, wait, func() bool { return k.e.Stats().Aborted == 1 }, "the engine aborts the request")
-	natstest.Eventually(t, wait, func() bool { return slices.Equal(a.final(), []string{"+TERM"}) }, "+TERM (got %q)", a.final())
+	natstest.Eventually(t, wait, func() bool { return slices.Equal(a.Final(), []string{"+TERM"}) }, "+TERM (got %q)", a.Final())
 	// The record and the +TERM reach the test on subscriptions of their own,
 	// in either order: wait for the record too.
 	natstest.Eventually(t, wait, func() bool { _, ok := k.record("r1"); return ok }, "r1's completion record")
@@ -177,18 +177,18 @@ func TestHungEngine(t *testing.T) {
 	p1, p2 := k.producer("_RESP.t.r1"), k.producer("_RESP.t.r2")
 	a1, a2 := k.acks("r1"), k.acks("r2")
 	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, streamBody("first", 100000))
-	natstest.Eventually(t, wait, func() bool { return len(p1.of(wire.MsgChunk)) >= 2 }, "r1 streams")
+	natstest.Eventually(t, wait, func() bool { return len(p1.Of(wire.MsgChunk)) >= 2 }, "r1 streams")
 	k.dispatch("r2", 2, "_RESP.t.r2", wire.APIChatCompletions, streamBody("second", 10))
 	natstest.Eventually(t, wait, func() bool { return k.e.Stats().Waiting == 1 }, "r2 waits in the engine")
 	k.e.Hang(true)
 	natstest.Eventually(t, wait, func() bool { r, _ := k.lastReport(); return r.Draining }, "the worker reports draining")
-	natstest.Eventually(t, wait, func() bool { return len(a1.final()) > 0 && len(a2.final()) > 0 }, "both requests finished")
-	if e, _ := p1.end(); e.Status != wire.EndFailed || !slices.Equal(a1.final(), []string{"+ACK"}) {
-		t.Fatalf("r1 (past its first chunk): end %+v, acks %q: want failed and +ACK", e, a1.final())
+	natstest.Eventually(t, wait, func() bool { return len(a1.Final()) > 0 && len(a2.Final()) > 0 }, "both requests finished")
+	if e, _ := endMarker(p1); e.Status != wire.EndFailed || !slices.Equal(a1.Final(), []string{"+ACK"}) {
+		t.Fatalf("r1 (past its first chunk): end %+v, acks %q: want failed and +ACK", e, a1.Final())
 	}
-	if !slices.Equal(a2.final(), []string{"-NAK"}) || len(p2.of(wire.MsgChunk)) != 0 || len(p2.of(wire.MsgEnd)) != 0 {
+	if !slices.Equal(a2.Final(), []string{"-NAK"}) || len(p2.Of(wire.MsgChunk)) != 0 || len(p2.Of(wire.MsgEnd)) != 0 {
 		t.Fatalf("r2 (before its first chunk): acks %q, %d chunks, %d end markers: want -NAK and nothing sent",
-			a2.final(), len(p2.of(wire.MsgChunk)), len(p2.of(wire.MsgEnd)))
+			a2.Final(), len(p2.Of(wire.MsgChunk)), len(p2.Of(wire.MsgEnd)))
 	}
 	if st := k.dispatch("r3", 3, "", wire.APICompletions, []byte(`{"prompt":"x"}`)); st != wire.StatusBusy {
 		t.Fatalf("a dispatch to the hung engine's worker: status %q, want %s", st, wire.StatusBusy)
@@ -207,7 +207,7 @@ func TestStopLetsRequestsFinish(t *testing.T) {
 	k := newRig(t, fakeengine.Config{DecodePerToken: 20 * time.Millisecond}, Config{StopGrace: 20 * time.Second})
 	p := k.producer("_RESP.t.r1")
 	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, streamBody("x", 20))
-	natstest.Eventually(t, wait, func() bool { return len(p.of(wire.MsgChunk)) >= 1 }, "r1 streams")
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgChunk)) >= 1 }, "r1 streams")
 	k.stop()
 	select {
 	case err := <-k.done:
@@ -218,7 +218,7 @@ func TestStopLetsRequestsFinish(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("Run did not return")
 	}
-	if e, ok := p.end(); !ok || e.Status != wire.EndOK || e.Chunks != 21 {
+	if e, ok := endMarker(p); !ok || e.Status != wire.EndOK || e.Chunks != 21 {
 		t.Fatalf("end %+v: want ok after 21 chunks", e)
 	}
 }

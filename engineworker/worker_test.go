@@ -143,63 +143,16 @@ func (k *rig) dispatch(id string, seq uint64, respondTo, api string, body []byte
 	return resp.Header.Get(wire.HeaderStatus)
 }
 
-// producer plays the producer of docs/protocol.md, Responses on one
-// subject: it keeps every message and answers with answer(kind).
-type producer struct {
-	sub    *nats.Subscription
-	mu     sync.Mutex
-	msgs   []*nats.Msg
-	answer func(kind string) string
-}
-
-func (k *rig) producer(subject string) *producer {
+// producer plays the producer of docs/protocol.md, Responses on subject:
+// it keeps every message and answers go to the claim, ok to the rest.
+func (k *rig) producer(subject string) *natstest.Producer {
 	k.t.Helper()
-	p := &producer{answer: func(kind string) string {
-		if kind == wire.MsgClaim {
-			return wire.AnswerGo
-		}
-		return wire.AnswerOK
-	}}
-	sub, err := k.nc.Subscribe(subject, func(m *nats.Msg) {
-		p.mu.Lock()
-		p.msgs = append(p.msgs, m)
-		a := p.answer(m.Header.Get(wire.HeaderResponse))
-		p.mu.Unlock()
-		if m.Reply != "" && a != "" {
-			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{wire.HeaderResponse: {a}}})
-		}
-	})
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	if err := k.nc.Flush(); err != nil {
-		k.t.Fatal(err)
-	}
-	p.sub = sub
-	return p
+	return natstest.NewProducer(k.t, k.nc, subject, natstest.GoOK)
 }
 
-func (p *producer) setAnswer(f func(string) string) {
-	p.mu.Lock()
-	p.answer = f
-	p.mu.Unlock()
-}
-
-func (p *producer) of(kind string) []*nats.Msg {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []*nats.Msg
-	for _, m := range p.msgs {
-		if m.Header.Get(wire.HeaderResponse) == kind {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// end returns the end marker, once it came.
-func (p *producer) end() (wire.ResponseEnd, bool) {
-	ends := p.of(wire.MsgEnd)
+// endMarker returns p's end marker, once it came.
+func endMarker(p *natstest.Producer) (wire.ResponseEnd, bool) {
+	ends := p.Of(wire.MsgEnd)
 	if len(ends) == 0 {
 		return wire.ResponseEnd{}, false
 	}
@@ -209,38 +162,9 @@ func (p *producer) end() (wire.ResponseEnd, bool) {
 }
 
 // acks records what the worker sends to ack.<id> and confirms requests.
-type acks struct {
-	mu     sync.Mutex
-	bodies []string
-}
-
-func (k *rig) acks(id string) *acks {
+func (k *rig) acks(id string) *natstest.Acks {
 	k.t.Helper()
-	a := &acks{}
-	if _, err := k.nc.Subscribe("ack."+id, func(m *nats.Msg) {
-		if string(m.Data) == "+WPI" {
-			return
-		}
-		a.mu.Lock()
-		a.bodies = append(a.bodies, string(m.Data))
-		a.mu.Unlock()
-		if m.Reply != "" {
-			_ = m.Respond(nil)
-		}
-	}); err != nil {
-		k.t.Fatal(err)
-	}
-	if err := k.nc.Flush(); err != nil {
-		k.t.Fatal(err)
-	}
-	return a
-}
-
-// final returns the acknowledgements other than +WPI.
-func (a *acks) final() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.bodies...)
+	return natstest.WatchAcks(k.t, k.nc, "ack."+id)
 }
 
 // TestSGLangSettingsFromServerInfo: without --max-num-seqs an SGLang

@@ -92,12 +92,7 @@ func TestBudgetModel(t *testing.T) {
 				c.SetNow(now)
 			},
 			"remove": func(t *rapid.T) {
-				if len(queued) == 0 {
-					t.Skip("nothing queued")
-				}
-				i := rapid.IntRange(0, len(queued)-1).Draw(t, "i")
-				c.Remove(queued[i])
-				queued = slices.Delete(queued, i, i+1)
+				c.Remove(drawOut(t, &queued, "nothing queued"))
 			},
 			"dispatch": func(t *rapid.T) {
 				conserve := rapid.Bool().Draw(t, "conserve")
@@ -165,12 +160,7 @@ func TestBudgetModel(t *testing.T) {
 				model(n).charge(now, float64(delta))
 			},
 			"settle": func(t *rapid.T) {
-				if len(owed) == 0 {
-					t.Skip("nothing owed")
-				}
-				i := rapid.IntRange(0, len(owed)-1).Draw(t, "i")
-				c.Settle(owed[i], 0)
-				owed = slices.Delete(owed, i, i+1)
+				c.Settle(drawOut(t, &owed, "nothing owed"), 0)
 			},
 			"prune": func(t *rapid.T) { c.PruneBudgets(now) },
 			"": func(t *rapid.T) {

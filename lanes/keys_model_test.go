@@ -160,12 +160,7 @@ func TestKeyedModel(t *testing.T) {
 			"push":      push,
 			"push more": push,
 			"remove": func(t *rapid.T) {
-				if len(queued) == 0 {
-					t.Skip("nothing queued")
-				}
-				i := rapid.IntRange(0, len(queued)-1).Draw(t, "i")
-				r := queued[i]
-				queued = slices.Delete(queued, i, i+1)
+				r := drawOut(t, &queued, "nothing queued")
 				c.Remove(r)
 				if !m.remove(r) {
 					t.Fatalf("model lost %s", r.ID)
@@ -191,12 +186,7 @@ func TestKeyedModel(t *testing.T) {
 				popped = append(popped, want)
 			},
 			"settle": func(t *rapid.T) {
-				if len(popped) == 0 {
-					t.Skip("nothing owed")
-				}
-				i := rapid.IntRange(0, len(popped)-1).Draw(t, "i")
-				r := popped[i]
-				popped = slices.Delete(popped, i, i+1)
+				r := drawOut(t, &popped, "nothing owed")
 				delta := rapid.Int64Range(-int64(r.Cost), 300).Draw(t, "delta")
 				k := m.keys[r.Key]
 				if !c.Settle(r.Key, delta) {
@@ -302,4 +292,16 @@ func keyedInvariants(c *Keyed) error {
 		return fmt.Errorf("got n %d, counted %d", c.n, n)
 	}
 	return nil
+}
+
+// drawOut takes an element of *s that t draws out of it and returns it; with
+// *s empty it skips the action, saying why.
+func drawOut[E any](t *rapid.T, s *[]E, why string) E {
+	if len(*s) == 0 {
+		t.Skip(why)
+	}
+	i := rapid.IntRange(0, len(*s)-1).Draw(t, "i")
+	e := (*s)[i]
+	*s = slices.Delete(*s, i, i+1)
+	return e
 }

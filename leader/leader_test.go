@@ -256,7 +256,7 @@ func TestLeaseSurvivesAFullFileStore(t *testing.T) {
 	type run struct {
 		e      *Elector
 		failed atomic.Int32
-		logs   syncBuf
+		logs   natstest.Buffer
 	}
 	elect := func(bucket string) *run {
 		r := &run{}
@@ -328,7 +328,7 @@ func TestLeaseBucketFallsBackToFile(t *testing.T) {
 	}
 	nc := natstest.Connect(t, s)
 	js, _ := jetstream.New(nc)
-	var logs syncBuf
+	var logs natstest.Buffer
 	e, err := New(context.Background(), js, Config{ID: "d1", TTL: time.Second, MayHaveLed: never}, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
@@ -344,24 +344,6 @@ func TestLeaseBucketFallsBackToFile(t *testing.T) {
 	go func() { defer close(done); e.Run(ctx, func(bool) {}) }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, 10*time.Second, "to lead", e.Leader)
-}
-
-// syncBuf is a log sink safe to read while an elector writes to it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestLeaseBucketLostWithItsServer: in a fresh deployment's first bucket a

@@ -129,7 +129,7 @@ func TestBatchedEngineStreamsAndCancels(t *testing.T) {
 	w := startMock(t, nc, mockworker.Config{ID: "w1", Model: &model})
 	p := natstest.NewProducer(t, nc, "resp.s1", natstest.GoOK)
 	dispatchTo(t, nc, "s1", 1, "resp.s1", map[string]string{wire.HeaderOutputTokens: "7"}, "prompt")
-	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	p.WaitEnd(t, wait, "the end marker")
 	if n := len(p.Of(wire.MsgChunk)); n != 7 {
 		t.Errorf("%d chunks, want 7", n)
 	}

@@ -1,6 +1,7 @@
 package mockworker
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -80,22 +81,10 @@ func TestEngineRefuseWhenFull(t *testing.T) {
 	for range 4 {
 		got = append(got, e.admit(t0, &job{rank: 4, uncached: 10}))
 	}
-	if want := []bool{true, true, true, false}; !equal(got, want) {
+	if want := []bool{true, true, true, false}; !slices.Equal(got, want) {
 		t.Errorf("admissions: got %v, want %v", got, want)
 	}
 	if !e.admit(t0, &job{rank: 3, uncached: 10}) {
 		t.Errorf("other rank refused")
 	}
-}
-
-func equal(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

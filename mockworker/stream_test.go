@@ -73,7 +73,7 @@ func TestStreamsOneChunkPerToken(t *testing.T) {
 	startMock(t, nc, mockworker.Config{ID: "w1", OutputTokens: 5, DecodePerToken: 20 * time.Millisecond})
 	p := natstest.NewProducer(t, nc, "resp.s1", natstest.GoOK)
 	dispatchTo(t, nc, "s1", 1, "resp.s1", nil, "prompt")
-	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	p.WaitEnd(t, wait, "the end marker")
 	chunks := p.Of(wire.MsgChunk)
 	if len(chunks) != 5 {
 		t.Fatalf("%d chunks, want 5", len(chunks))
@@ -114,7 +114,7 @@ func TestStreamsOpenAIShapes(t *testing.T) {
 		id := "o" + strconv.Itoa(i)
 		p := natstest.NewProducer(t, nc, "resp."+id, natstest.GoOK)
 		dispatchTo(t, nc, id, i+1, "resp."+id, map[string]string{wire.HeaderAPI: c.api}, c.body)
-		natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "%s: the end marker", id)
+		p.WaitEnd(t, wait, "%s: the end marker", id)
 		chunks := p.Of(wire.MsgChunk)
 		if len(chunks) != c.chunks {
 			t.Errorf("%s: %d chunks, want %d", id, len(chunks), c.chunks)
@@ -151,8 +151,7 @@ func TestStreamsOpenAIShapes(t *testing.T) {
 	}
 	p := natstest.NewProducer(t, nc, "resp.bad", natstest.GoOK)
 	dispatchTo(t, nc, "bad", 9, "resp.bad", map[string]string{wire.HeaderAPI: "embeddings"}, `{}`)
-	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, "the failed end marker")
-	if s := p.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); s != wire.EndFailed {
+	if s := p.WaitEnd(t, wait, "the failed end marker").Header.Get(wire.HeaderResponseStatus); s != wire.EndFailed {
 		t.Errorf("unknown Dispatch-Api: end status %q, want failed", s)
 	}
 }

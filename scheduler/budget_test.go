@@ -54,6 +54,20 @@ func backlogged(f *vfleet, cost uint64, depth int, keys ...string) map[string]in
 	return queued
 }
 
+// servedByKey returns the tokens f serves each key in each of its first secs
+// seconds, counted at each dispatch after what f.onDispatch did before.
+func servedByKey(f *vfleet, secs int) map[string][]float64 {
+	served := map[string][]float64{}
+	prev := f.onDispatch
+	f.onDispatch = func(j *vjob) {
+		if prev != nil {
+			prev(j)
+		}
+		perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs)
+	}
+	return served
+}
+
 // TestBudgetSplit is acceptance 1 of docs/design.md, Token budgets: key a
 // with 2,000 tokens/s and key b unlimited, both backlogged, on a fleet that
 // serves 10,000 tokens/s (four workers of 2,500): a gets 2,000 +- 5% in each
@@ -72,13 +86,8 @@ func TestBudgetSplit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFleet(t, tc.yaml, 4, 2500)
-			served := map[string][]float64{}
 			backlogged(f, 50, 40, "a", "b")
-			prev := f.onDispatch
-			f.onDispatch = func(j *vjob) {
-				perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs)
-				prev(j)
-			}
+			served := servedByKey(f, secs)
 			f.run(secs * 1e9)
 			for s := 1; s < secs; s++ { // second 0 holds a's burst
 				a, b := served["a"][s], served["b"][s]
@@ -97,8 +106,7 @@ func TestBudgetSplit(t *testing.T) {
 func TestBudgetWorkConserving(t *testing.T) {
 	const secs = 10
 	f := newFleet(t, budgetClass(2000, ", work_conserving: true"), 4, 2500)
-	served := map[string][]float64{}
-	f.onDispatch = func(j *vjob) { perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs) }
+	served := servedByKey(f, secs)
 	backlogged(f, 50, 40, "a")
 	f.after(5e9, func() {
 		q := backlogged(f, 50, 40, "a", "b")
@@ -125,13 +133,8 @@ func TestBudgetWorkConserving(t *testing.T) {
 func TestBudgetLiveChange(t *testing.T) {
 	const secs = 8
 	f := newFleet(t, budgetClass(2000, ""), 4, 2500)
-	served := map[string][]float64{}
 	backlogged(f, 50, 40, "a", "b")
-	prev := f.onDispatch
-	f.onDispatch = func(j *vjob) {
-		perSecond(served, j.d.Req.Key, j.start, float64(j.actual), secs)
-		prev(j)
-	}
+	served := servedByKey(f, secs)
 	f.after(4e9, func() {
 		p, err := configs.Parse("new.yaml", []byte(budgetClass(4000, "")))
 		if err != nil {

@@ -11,6 +11,24 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
+// roundTrip encodes v with marshal and fails the test unless json.Unmarshal
+// reads the same value back; it returns the encoding.
+func roundTrip[T any](t *testing.T, v T, marshal func(T) ([]byte, error)) []byte {
+	t.Helper()
+	b, err := marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got T
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, v) {
+		t.Errorf("round trip of %s:\ngot  %+v\nwant %+v", b, got, v)
+	}
+	return b
+}
+
 // TestOutcomeRoundTrip: what the dispatcher marshals, a reader decodes to the
 // same record, with the field names of docs/protocol.md, Outcomes.
 func TestOutcomeRoundTrip(t *testing.T) {
@@ -19,17 +37,7 @@ func TestOutcomeRoundTrip(t *testing.T) {
 		{RequestID: "r2", Status: wire.StatusRejected, PolicyClass: "regular", Attempt: 1, Error: "queue_full", Message: "m",
 			Details: map[string]any{"limit_kind": "requests", "current": float64(2), "limit": float64(2)}},
 	} {
-		b, err := wire.MarshalOutcome(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got wire.Outcome
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, o) {
-			t.Errorf("round trip of %s:\ngot  %+v\nwant %+v", b, got, o)
-		}
+		b := roundTrip(t, o, wire.MarshalOutcome)
 		var fields map[string]any
 		_ = json.Unmarshal(b, &fields)
 		for _, k := range []string{"request_id", "status", "policy_class", "attempt"} {
@@ -49,17 +57,7 @@ func TestCompletionRoundTrip(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	c := wire.Completion{RequestID: "r1", Class: "premium", WorkerID: "w1", DPRank: 1, Seq: 9, QueuedMs: 12,
 		ReceivedAt: at, StartedAt: at.Add(time.Millisecond), FinishedAt: at.Add(time.Second)}
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got wire.Completion
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, c) {
-		t.Errorf("round trip of %s:\ngot  %+v\nwant %+v", b, got, c)
-	}
+	roundTrip(t, c, func(c wire.Completion) ([]byte, error) { return json.Marshal(c) })
 }
 
 // TestKVEventFieldNames: a KV event EncodeKVEvent writes carries the field

@@ -76,9 +76,9 @@ func TestPreemptFromDispatcher(t *testing.T) {
 	natstest.Eventually(t, wait, func() bool { mu.Lock(); defer mu.Unlock(); return declared }, "a load report with preempt")
 	prodA := natstest.NewProducer(t, nc, "resp.fresh", natstest.GoOK)
 	prodB := natstest.NewProducer(t, nc, "resp.chunked", natstest.GoOK)
-	acks := map[string]*acks{}
+	acks := map[string]*natstest.Acks{}
 	for _, id := range []string{"fresh", "chunked", "plain", "otherseq"} {
-		acks[id] = watchAcks(t, nc, "ack."+id)
+		acks[id] = natstest.WatchAcks(t, nc, "ack."+id)
 	}
 	dispatchResponse(t, nc, "fresh", 1, "resp.fresh")
 	dispatchResponse(t, nc, "chunked", 2, "resp.chunked")
@@ -94,11 +94,11 @@ func TestPreemptFromDispatcher(t *testing.T) {
 	sendPreempt(t, nc, "w1", "plain", 3)
 	sendPreempt(t, nc, "w1", "otherseq", 99)
 	for _, id := range []string{"fresh", "plain"} {
-		natstest.Eventually(t, wait, func() bool { return acks[id].has("-NAK") }, "%s handed back", id)
+		natstest.Eventually(t, wait, func() bool { return acks[id].Has("-NAK") }, "%s handed back", id)
 	}
 	flush(t, nc)
 	for _, id := range []string{"chunked", "otherseq"} {
-		if got := final(acks[id]); len(got) != 0 {
+		if got := acks[id].Final(); len(got) != 0 {
 			t.Errorf("%s: acknowledged %v, want nothing but progress: it runs on", id, got)
 		}
 	}
@@ -132,7 +132,7 @@ func TestPreemptNotDeclared(t *testing.T) {
 		case <-release:
 		}
 	})
-	a := watchAcks(t, nc, "ack.x")
+	a := natstest.WatchAcks(t, nc, "ack.x")
 	m := dispatchMsg("x", 1, 0, "ack.x")
 	m.Subject = "dispatch.work.w2"
 	if _, err := nc.RequestMsg(m, wait); err != nil {
@@ -141,7 +141,7 @@ func TestPreemptNotDeclared(t *testing.T) {
 	<-started
 	sendPreempt(t, nc, "w2", "x", 1)
 	flush(t, nc)
-	if got := final(a); len(got) != 0 {
+	if got := a.Final(); len(got) != 0 {
 		t.Errorf("acknowledged %v, want nothing but progress", got)
 	}
 	if c := s.cause("x"); c != nil {
@@ -153,15 +153,4 @@ func TestPreemptNotDeclared(t *testing.T) {
 			t.Error("a load report declares preempt")
 		}
 	}
-}
-
-// final returns a's acknowledgements other than progress (+WPI).
-func final(a *acks) []string {
-	var out []string
-	for _, b := range a.all() {
-		if b != "+WPI" {
-			out = append(out, b)
-		}
-	}
-	return out
 }

@@ -55,9 +55,7 @@ func TestSeenOnlyReportsCoalesce(t *testing.T) {
 	rs := subscribeReports(t, nc, "dispatch.load.w1")
 	a := startWorker(t, nc, workerkit.Config{ID: "w1", SeenOnlyInterval: interval, TTL: workerkit.MaxTTL})
 	natstest.Eventually(t, 20*time.Second, func() bool { _, _, ok := rs.last(); return ok }, "first report")
-	a.mu.Lock()
-	a.accept = false
-	a.mu.Unlock()
+	a.setAccept(false)
 	before := len(rs.all())
 	start := time.Now()
 	for i := uint64(1); i <= 10; i++ {

@@ -16,59 +16,6 @@ import (
 	"fairdispatch/workerkit"
 )
 
-// acks records what a worker sends to one Dispatch-Ack subject, and confirms
-// acknowledgements sent as requests, as JetStream does.
-type acks struct {
-	mu     sync.Mutex
-	bodies []string
-}
-
-func watchAcks(t *testing.T, nc *nats.Conn, subject string) *acks {
-	t.Helper()
-	a := &acks{}
-	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		a.mu.Lock()
-		a.bodies = append(a.bodies, string(m.Data))
-		a.mu.Unlock()
-		if m.Reply != "" {
-			_ = m.Respond(nil)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func (a *acks) all() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]string(nil), a.bodies...)
-}
-
-// has reports whether body was sent, other than +WPI.
-func (a *acks) has(body string) bool {
-	for _, b := range a.all() {
-		if b == body {
-			return true
-		}
-	}
-	return false
-}
-
-// final returns the bodies other than +WPI.
-func (a *acks) final() []string {
-	var out []string
-	for _, b := range a.all() {
-		if b != "+WPI" {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 // streamer is an application that accepts everything and hands each request
 // to run, on a goroutine of its own, and records the helper's cancellations.
 type streamer struct {
@@ -134,7 +81,7 @@ func TestResponseStreamsInOrder(t *testing.T) {
 	t.Parallel()
 	_, nc := natstest.StartServer(t)
 	prod := natstest.NewProducer(t, nc, "resp.r1", natstest.GoOK)
-	ack := watchAcks(t, nc, "ack.r1")
+	ack := natstest.WatchAcks(t, nc, "ack.r1")
 	release := make(chan struct{})
 	errs := make(chan error, 1)
 	startStreamer(t, nc, func(r *workerkit.Request) {
@@ -163,7 +110,7 @@ func TestResponseStreamsInOrder(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatalf("stream: %v", err)
 	}
-	natstest.Eventually(t, wait, func() bool { return ack.has("+ACK") }, "the +ACK")
+	natstest.Eventually(t, wait, func() bool { return ack.Has("+ACK") }, "the +ACK")
 
 	kinds := prod.Kinds()
 	if len(kinds) < 6 || kinds[0] != wire.MsgClaim || kinds[len(kinds)-1] != wire.MsgEnd {
@@ -203,7 +150,7 @@ func TestResponseStreamsInOrder(t *testing.T) {
 	if err != nil || e.Chunks != 3 || e.FinishReason != "length" || e.Usage == nil || e.Usage.CompletionTokens != 3 {
 		t.Errorf("end marker %s: %+v, %v", end[0].Data, e, err)
 	}
-	if got := ack.final(); len(got) != 1 || got[0] != "+ACK" {
+	if got := ack.Final(); len(got) != 1 || got[0] != "+ACK" {
 		t.Errorf("acknowledgements: got %v, want one +ACK", got)
 	}
 }
@@ -225,14 +172,14 @@ func TestResponseClaimAnswers(t *testing.T) {
 	} {
 		id := "r-" + c.answer
 		prod := natstest.NewProducer(t, nc, "resp."+id, func(string) string { return c.answer })
-		ack := watchAcks(t, nc, "ack."+id)
+		ack := natstest.WatchAcks(t, nc, "ack."+id)
 		dispatchResponse(t, nc, id, 1, "resp."+id)
 		if err := <-starts; !errors.Is(err, c.want) {
 			t.Errorf("%s: Start returned %v, want %v", c.answer, err, c.want)
 		}
 		natstest.Eventually(t, wait, func() bool { return app.cause(id) != nil }, "%s: Cancelled", c.answer)
 		flush(t, nc)
-		if got := ack.final(); len(got) != len(c.ack) || len(got) > 0 && got[0] != c.ack[0] {
+		if got := ack.Final(); len(got) != len(c.ack) || len(got) > 0 && got[0] != c.ack[0] {
 			t.Errorf("%s: acknowledgements %v, want %v", c.answer, got, c.ack)
 		}
 		if got := prod.Kinds(); len(got) != 1 {
@@ -283,15 +230,15 @@ func TestResponseNobodyListening(t *testing.T) {
 		}
 	})
 
-	ack := watchAcks(t, nc, "ack.none")
+	ack := natstest.WatchAcks(t, nc, "ack.none")
 	dispatchResponse(t, nc, "none", 1, "resp.none")
 	if err := <-results; !errors.Is(err, workerkit.ErrNoListener) {
 		t.Errorf("claim with nobody subscribed: got %v, want ErrNoListener", err)
 	}
-	natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of the unclaimed request")
+	natstest.Eventually(t, wait, func() bool { return ack.Has("+TERM") }, "+TERM of the unclaimed request")
 
 	prod := natstest.NewProducer(t, nc, "resp.gone", natstest.GoOK)
-	ack = watchAcks(t, nc, "ack.gone")
+	ack = natstest.WatchAcks(t, nc, "ack.gone")
 	dispatchResponse(t, nc, "gone", 2, "resp.gone")
 	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgChunk)) > 0 }, "a chunk")
 	if err := prod.Sub.Unsubscribe(); err != nil {
@@ -309,7 +256,7 @@ func TestResponseNobodyListening(t *testing.T) {
 	if cause := context.Cause(ctx); !errors.Is(cause, workerkit.ErrNoListener) {
 		t.Errorf("context cause %v, want ErrNoListener", cause)
 	}
-	natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of the abandoned request")
+	natstest.Eventually(t, wait, func() bool { return ack.Has("+TERM") }, "+TERM of the abandoned request")
 }
 
 // TestResponsePingAnswers: a ping answered cancel ends the response with
@@ -347,21 +294,20 @@ func TestResponsePingAnswers(t *testing.T) {
 			}
 			return natstest.GoOK(kind)
 		})
-		ack := watchAcks(t, nc, "ack."+id)
+		ack := natstest.WatchAcks(t, nc, "ack."+id)
 		dispatchResponse(t, nc, id, 1, "resp."+id)
 		if err := <-done; !errors.Is(err, c.want) {
 			t.Errorf("%s: cause %v, want %v", c.answer, err, c.want)
 		}
 		flush(t, nc)
-		natstest.Eventually(t, wait, func() bool { return len(ack.final()) > 0 || c.ack == "" }, "%s: acknowledgement", c.answer)
+		natstest.Eventually(t, wait, func() bool { return len(ack.Final()) > 0 || c.ack == "" }, "%s: acknowledgement", c.answer)
 		flush(t, nc)
-		if got := ack.final(); c.ack == "" && len(got) != 0 || c.ack != "" && (len(got) != 1 || got[0] != c.ack) {
+		if got := ack.Final(); c.ack == "" && len(got) != 0 || c.ack != "" && (len(got) != 1 || got[0] != c.ack) {
 			t.Errorf("%s: acknowledgements %v, want %q", c.answer, got, c.ack)
 		}
 		ends := prod.Of(wire.MsgEnd)
 		if c.end {
-			natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "%s: end marker", c.answer)
-			ends = prod.Of(wire.MsgEnd)
+			ends = []*nats.Msg{prod.WaitEnd(t, wait, "%s: end marker", c.answer)}
 			if got := ends[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 				t.Errorf("%s: end status %q", c.answer, got)
 			}
@@ -397,8 +343,8 @@ func TestCancelFromDispatcher(t *testing.T) {
 		}
 	})
 	prod := natstest.NewProducer(t, nc, "resp.c1", natstest.GoOK)
-	ackResp := watchAcks(t, nc, "ack.c1")
-	ackPlain := watchAcks(t, nc, "ack.c2")
+	ackResp := natstest.WatchAcks(t, nc, "ack.c1")
+	ackPlain := natstest.WatchAcks(t, nc, "ack.c2")
 	dispatchResponse(t, nc, "c1", 1, "resp.c1")
 	if _, err := nc.RequestMsg(dispatchMsg("c2", 2, 0, "ack.c2"), wait); err != nil {
 		t.Fatal(err)
@@ -415,11 +361,10 @@ func TestCancelFromDispatcher(t *testing.T) {
 			t.Errorf("cause %v, want ErrCancelled", err)
 		}
 	}
-	for _, a := range []*acks{ackResp, ackPlain} {
-		natstest.Eventually(t, wait, func() bool { return a.has("+TERM cancelled") }, "+TERM cancelled")
+	for _, a := range []*natstest.Acks{ackResp, ackPlain} {
+		natstest.Eventually(t, wait, func() bool { return a.Has("+TERM cancelled") }, "+TERM cancelled")
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "the end marker")
-	if got := prod.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
+	if got := prod.WaitEnd(t, wait, "the end marker").Header.Get(wire.HeaderResponseStatus); got != wire.EndCancelled {
 		t.Errorf("end status %q, want cancelled", got)
 	}
 	// Cancelled is called after the +TERM is sent: wait for it.
@@ -436,7 +381,7 @@ func TestStopEndsOrHandsBack(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	prodA := natstest.NewProducer(t, nc, "resp.a", natstest.GoOK)
 	prodB := natstest.NewProducer(t, nc, "resp.b", natstest.GoOK)
-	ackA, ackB := watchAcks(t, nc, "ack.a"), watchAcks(t, nc, "ack.b")
+	ackA, ackB := natstest.WatchAcks(t, nc, "ack.a"), natstest.WatchAcks(t, nc, "ack.b")
 	w, _ := startStreamer(t, nc, func(r *workerkit.Request) {
 		if err := r.Response().Start(context.Background()); err != nil {
 			return
@@ -455,12 +400,11 @@ func TestStopEndsOrHandsBack(t *testing.T) {
 	if err := w.Stop(ctx); err == nil {
 		t.Error("Stop: got nil, want the hand-back error")
 	}
-	natstest.Eventually(t, wait, func() bool { return ackA.has("-NAK") && ackB.has("+TERM") }, "-NAK of a, +TERM of b")
+	natstest.Eventually(t, wait, func() bool { return ackA.Has("-NAK") && ackB.Has("+TERM") }, "-NAK of a, +TERM of b")
 	if n := len(prodA.Of(wire.MsgEnd)); n != 0 {
 		t.Errorf("a: %d end markers, want none", n)
 	}
-	natstest.Eventually(t, wait, func() bool { return len(prodB.Of(wire.MsgEnd)) == 1 }, "b's end marker")
-	if got := prodB.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
+	if got := prodB.WaitEnd(t, wait, "b's end marker").Header.Get(wire.HeaderResponseStatus); got != wire.EndFailed {
 		t.Errorf("b: end status %q, want failed", got)
 	}
 }
@@ -474,19 +418,19 @@ func TestResponseOldAPI(t *testing.T) {
 	reqs := make(chan *workerkit.Request, 2)
 	startStreamer(t, nc, func(r *workerkit.Request) { reqs <- r })
 	prod := natstest.NewProducer(t, nc, "resp.o1", natstest.GoOK)
-	ack := watchAcks(t, nc, "ack.o1")
+	ack := natstest.WatchAcks(t, nc, "ack.o1")
 	dispatchResponse(t, nc, "o1", 1, "resp.o1")
 	r := <-reqs
 	if err := r.Done(); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, wait, func() bool { return ack.has("+ACK") }, "+ACK")
+	natstest.Eventually(t, wait, func() bool { return ack.Has("+ACK") }, "+ACK")
 	if got := prod.Kinds(); len(got) < 2 || got[0] != wire.MsgClaim || got[len(got)-1] != wire.MsgEnd {
 		t.Errorf("kinds %v, want claim ... end", got)
 	}
 
 	prod2 := natstest.NewProducer(t, nc, "resp.o2", natstest.GoOK)
-	ack2 := watchAcks(t, nc, "ack.o2")
+	ack2 := natstest.WatchAcks(t, nc, "ack.o2")
 	dispatchResponse(t, nc, "o2", 2, "resp.o2")
 	r = <-reqs
 	if err := r.Response().Start(context.Background()); err != nil {
@@ -501,8 +445,8 @@ func TestResponseOldAPI(t *testing.T) {
 	if err := r.Response().End(context.Background(), wire.ResponseEnd{Status: wire.EndFailed, Error: "engine died"}); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, wait, func() bool { return ack2.has("+ACK") }, "+ACK")
-	if got := ack2.final(); len(got) != 1 {
+	natstest.Eventually(t, wait, func() bool { return ack2.Has("+ACK") }, "+ACK")
+	if got := ack2.Final(); len(got) != 1 {
 		t.Errorf("acknowledgements %v, want one +ACK", got)
 	}
 	if e := prod2.Of(wire.MsgEnd); len(e) != 1 || e[0].Header.Get(wire.HeaderResponseStatus) != wire.EndFailed {
@@ -519,13 +463,13 @@ func TestBadResponseSubject(t *testing.T) {
 	startStreamer(t, nc, func(r *workerkit.Request) { offered <- r.RequestID })
 	for i, s := range []string{"dispatch.load.w2", "$JS.API.STREAM.DELETE.X"} {
 		id := "bad" + strconv.Itoa(i)
-		ack := watchAcks(t, nc, "ack."+id)
+		ack := natstest.WatchAcks(t, nc, "ack."+id)
 		spy, err := nc.SubscribeSync(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		dispatchResponse(t, nc, id, uint64(i+1), s)
-		natstest.Eventually(t, wait, func() bool { return ack.has("+TERM") }, "+TERM of %s", id)
+		natstest.Eventually(t, wait, func() bool { return ack.Has("+TERM") }, "+TERM of %s", id)
 		flush(t, nc)
 		if n, _, _ := spy.Pending(); n != 0 {
 			t.Errorf("%s: %d messages sent to %s", id, n, s)

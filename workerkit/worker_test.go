@@ -63,6 +63,13 @@ func (a *app) finish(t *testing.T, i int, f func(*workerkit.Request) error) {
 	}
 }
 
+// setAccept makes the application accept (on) or refuse offers from now on.
+func (a *app) setAccept(on bool) {
+	a.mu.Lock()
+	a.accept = on
+	a.mu.Unlock()
+}
+
 func (a *app) count() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -102,10 +109,15 @@ func TestAcceptAndRefuse(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	a := startWorker(t, nc, workerkit.Config{ID: "w1", DPStart: 2, DPSize: 2})
 
-	resp, err := nc.RequestMsg(dispatchMsg("r1", 1, 3, ""), wait)
-	if err != nil {
-		t.Fatalf("dispatch r1: %v", err)
+	dispatch := func(id string, seq uint64, rank int) *nats.Msg {
+		t.Helper()
+		resp, err := nc.RequestMsg(dispatchMsg(id, seq, rank, ""), wait)
+		if err != nil {
+			t.Fatalf("dispatch %s: %v", id, err)
+		}
+		return resp
 	}
+	resp := dispatch("r1", 1, 3)
 	if got := resp.Header.Get("Dispatch-Status"); got != "" || len(resp.Data) != 0 {
 		t.Errorf("accept reply: got status %q body %q, want empty", got, resp.Data)
 	}
@@ -116,26 +128,14 @@ func TestAcceptAndRefuse(t *testing.T) {
 		t.Errorf("parsed request: got %+v", r)
 	}
 
-	a.mu.Lock()
-	a.accept = false
-	a.mu.Unlock()
-	resp, err = nc.RequestMsg(dispatchMsg("r2", 2, 2, ""), wait)
-	if err != nil {
-		t.Fatalf("dispatch r2: %v", err)
-	}
-	if got := resp.Header.Get("Dispatch-Status"); got != "busy" {
+	a.setAccept(false)
+	if got := dispatch("r2", 2, 2).Header.Get("Dispatch-Status"); got != "busy" {
 		t.Errorf("refusal: got status %q, want busy", got)
 	}
 
 	// A rank outside [2, 4) is refused without asking the application.
-	a.mu.Lock()
-	a.accept = true
-	a.mu.Unlock()
-	resp, err = nc.RequestMsg(dispatchMsg("r3", 3, 4, ""), wait)
-	if err != nil {
-		t.Fatalf("dispatch r3: %v", err)
-	}
-	if got := resp.Header.Get("Dispatch-Status"); got != "busy" {
+	a.setAccept(true)
+	if got := dispatch("r3", 3, 4).Header.Get("Dispatch-Status"); got != "busy" {
 		t.Errorf("out-of-range rank: got status %q, want busy", got)
 	}
 	if got := a.count(); got != 1 {
@@ -468,9 +468,7 @@ func TestLoadReports(t *testing.T) {
 	}
 
 	// A refused request advances seen_seq too; finishing lowers the load.
-	a.mu.Lock()
-	a.accept = false
-	a.mu.Unlock()
+	a.setAccept(false)
 	if _, err := nc.RequestMsg(dispatchMsg("r4", 40, 5, ""), wait); err != nil {
 		t.Fatal(err)
 	}

@@ -79,19 +79,7 @@ func imports(t *testing.T, mod string) (code, tests map[string]map[string]bool) 
 	t.Helper()
 	code, tests = map[string]map[string]bool{}, map[string]map[string]bool{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (n == "testdata" || n == "node_modules" || strings.HasPrefix(n, ".")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
+	walkGo(t, func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err
@@ -113,10 +101,31 @@ func imports(t *testing.T, mod string) (code, tests map[string]map[string]bool) 
 		}
 		return nil
 	})
+	return code, tests
+}
+
+// walkGo calls visit with the path of each Go file of the module, passing
+// over testdata, node_modules and hidden directories; an error fails the test.
+func walkGo(t *testing.T, visit func(path string) error) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (n == "testdata" || n == "node_modules" || strings.HasPrefix(n, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		return visit(path)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return code, tests
 }
 
 // TestImportsFollowTheSides: every package is on the page, and imports only
@@ -198,17 +207,8 @@ func TestHeaderNamesDefinedOnce(t *testing.T) {
 	name := regexp.MustCompile(`^Dispatch-[A-Za-z0-9-]+$`)
 	fset := token.NewFileSet()
 	defined := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (n == "testdata" || n == "node_modules" || strings.HasPrefix(n, ".")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+	walkGo(t, func(path string) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, path, nil, 0)
@@ -234,9 +234,6 @@ func TestHeaderNamesDefinedOnce(t *testing.T) {
 		})
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if defined < 20 {
 		t.Fatalf("found %d header names in package wire; is the walk right?", defined)
 	}

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ type Server struct {
 	t    testing.TB
 	mod  func(*server.Options)
 	dir  string
-	port int
+	port atomic.Int64 // -1 until the first start; read by URL from any goroutine
 	mu   sync.Mutex
 	srv  *server.Server
 }
@@ -45,7 +46,8 @@ type Server struct {
 // across restarts).
 func Start(t testing.TB, mod func(*server.Options)) *Server {
 	t.Helper()
-	s := &Server{t: t, mod: mod, dir: t.TempDir(), port: -1}
+	s := &Server{t: t, mod: mod, dir: t.TempDir()}
+	s.port.Store(-1)
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
@@ -53,7 +55,7 @@ func Start(t testing.TB, mod func(*server.Options)) *Server {
 
 func (s *Server) start() {
 	s.t.Helper()
-	o := &server.Options{Host: "127.0.0.1", Port: s.port, JetStream: true, StoreDir: s.dir, NoLog: true, NoSigs: true}
+	o := &server.Options{Host: "127.0.0.1", Port: int(s.port.Load()), JetStream: true, StoreDir: s.dir, NoLog: true, NoSigs: true}
 	if s.mod != nil {
 		s.mod(o)
 	}
@@ -68,7 +70,7 @@ func (s *Server) start() {
 	s.mu.Lock()
 	s.srv = srv
 	if a, ok := srv.Addr().(*net.TCPAddr); ok {
-		s.port = a.Port
+		s.port.Store(int64(a.Port))
 	}
 	s.mu.Unlock()
 }
@@ -101,11 +103,7 @@ func (s *Server) Running() *server.Server {
 }
 
 // Port returns the server's port, the same across restarts.
-func (s *Server) Port() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.port
-}
+func (s *Server) Port() int { return int(s.port.Load()) }
 
 // URL returns the client URL, the same across restarts.
 func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.Port()) }
@@ -208,8 +206,8 @@ type FakeDispatcher struct {
 
 	mu       sync.Mutex
 	seq      map[string]uint64
-	refused  int
-	rejected int
+	refused  atomic.Int64
+	rejected atomic.Int64
 }
 
 // StartFakeDispatcher creates the stream and consumer and starts dispatching.
@@ -239,18 +237,10 @@ func StartFakeDispatcher(t testing.TB, nc *nats.Conn, prefix string, ackWait tim
 }
 
 // Refused returns how many dispatches were refused or went unanswered.
-func (d *FakeDispatcher) Refused() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.refused
-}
+func (d *FakeDispatcher) Refused() int { return int(d.refused.Load()) }
 
 // Rejected returns how many requests were rejected.
-func (d *FakeDispatcher) Rejected() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.rejected
-}
+func (d *FakeDispatcher) Rejected() int { return int(d.rejected.Load()) }
 
 func (d *FakeDispatcher) loop(ctx context.Context, it jetstream.MessagesContext) {
 	defer close(d.done)
@@ -280,9 +270,7 @@ func (d *FakeDispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	replyTo := m.Headers().Get(wire.HeaderReplyTo)
 	wid, reject := d.route(class, m)
 	if reject != "" {
-		d.mu.Lock()
-		d.rejected++
-		d.mu.Unlock()
+		d.rejected.Add(1)
 		if replyTo != "" {
 			b, _ := json.Marshal(map[string]any{"request_id": id, "status": "rejected",
 				"policy_class": class, "error": reject, "message": "fake dispatcher rejected it"})
@@ -314,9 +302,7 @@ func (d *FakeDispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	defer cancel()
 	resp, err := d.nc.RequestMsgWithContext(rctx, out)
 	if err != nil || resp.Header.Get(wire.HeaderStatus) == "busy" {
-		d.mu.Lock()
-		d.refused++
-		d.mu.Unlock()
+		d.refused.Add(1)
 		_ = m.NakWithDelay(20 * time.Millisecond)
 		return
 	}

@@ -1,8 +1,10 @@
 package natstest
 
 import (
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -91,6 +93,64 @@ func (p *Producer) Of(kind string) []*nats.Msg {
 	for _, m := range p.All() {
 		if m.Header.Get(wire.HeaderResponse) == kind {
 			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// WaitEnd waits until the producer has received one end marker and returns
+// it; it fails the test with msg when timeout passes first (Eventually).
+func (p *Producer) WaitEnd(t testing.TB, timeout time.Duration, msg string, args ...any) *nats.Msg {
+	t.Helper()
+	Eventually(t, timeout, func() bool { return len(p.Of(wire.MsgEnd)) == 1 }, msg, args...)
+	return p.Of(wire.MsgEnd)[0]
+}
+
+// Acks is the Dispatch-Ack subject of one request, for the tests of workers:
+// it records every acknowledgement the worker sends and confirms those sent
+// as requests, as JetStream does.
+type Acks struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+// WatchAcks subscribes to subject on nc as an Acks.
+func WatchAcks(t testing.TB, nc *nats.Conn, subject string) *Acks {
+	t.Helper()
+	a := &Acks{}
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		a.mu.Lock()
+		a.bodies = append(a.bodies, string(m.Data))
+		a.mu.Unlock()
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// All returns the acknowledgements received so far, in order, progress
+// (+WPI) included.
+func (a *Acks) All() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.bodies...)
+}
+
+// Has reports whether body was received.
+func (a *Acks) Has(body string) bool { return slices.Contains(a.All(), body) }
+
+// Final returns the acknowledgements other than progress (+WPI), in order.
+func (a *Acks) Final() []string {
+	var out []string
+	for _, b := range a.All() {
+		if b != "+WPI" {
+			out = append(out, b)
 		}
 	}
 	return out
