@@ -120,12 +120,7 @@ func (c *Caller) ResponseSubject(id string) string {
 }
 
 func subjectToken(id string) string {
-	ok := id != "" && len(id) <= 128
-	for i := 0; ok && i < len(id); i++ {
-		b := id[i]
-		ok = b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-'
-	}
-	if ok {
+	if wire.ValidToken(id) {
 		return id
 	}
 	sum := sha256.Sum256([]byte(id))

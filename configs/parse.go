@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"fairdispatch/wire"
 )
 
 // YAML keys of the policy file.
@@ -388,20 +390,7 @@ func (w *walker) keyWeights(n *yaml.Node, path string) map[string]float64 {
 
 // ValidKey reports whether s is a fairness key: 1 to 64 bytes of [A-Za-z0-9_.:@-]
 // (docs/protocol.md, Request headers: Dispatch-Fairness-Key).
-func ValidKey(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '_' || c == '.' || c == ':' || c == '@' || c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+func ValidKey(s string) bool { return wire.ValidKey(s) }
 
 // crossCheck checks the rules that span classes, buckets and the default
 // family. It skips checks whose inputs already have problems, so that one

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"fairdispatch/wire"
 )
 
 // walker collects problems while reading a yaml.Node tree. Every helper
@@ -213,22 +215,7 @@ func (w *walker) str(n *yaml.Node, path string) (string, bool) {
 }
 
 // maxToken is the longest subject token, in bytes.
-const maxToken = 128
-
-// validToken reports whether s is a subject token: [A-Za-z0-9_-]+, at most
-// 128 bytes.
-func validToken(s string) bool {
-	if s == "" || len(s) > maxToken {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+const maxToken = wire.MaxTokenLen
 
 // token reads a string that must be a subject token.
 func (w *walker) token(n *yaml.Node, path string) (string, bool) {
@@ -236,7 +223,7 @@ func (w *walker) token(n *yaml.Node, path string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if !validToken(s) {
+	if !wire.ValidToken(s) {
 		w.add(n.Line, path, "%q is not a subject token ([A-Za-z0-9_-]+, at most %d bytes)", s, maxToken)
 		return "", false
 	}

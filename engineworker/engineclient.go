@@ -105,6 +105,14 @@ func prepare(body []byte) (out []byte, stream, callerUsage bool, err error) {
 	return out, true, callerUsage, err
 }
 
+// answerJSON is what the worker reads of an engine's answer or stream chunk:
+// the choices (for their finish_reason) and the usage.
+type answerJSON struct {
+	Choices []json.RawMessage `json:"choices"`
+	Usage   *usageJSON        `json:"usage"`
+}
+
+// usageJSON is the OpenAI usage object.
 type usageJSON struct {
 	PromptTokens        uint64 `json:"prompt_tokens"`
 	CompletionTokens    uint64 `json:"completion_tokens"`
@@ -176,10 +184,7 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 		if err != nil {
 			return res, err
 		}
-		var v struct {
-			Choices []json.RawMessage `json:"choices"`
-			Usage   *usageJSON        `json:"usage"`
-		}
+		var v answerJSON
 		if err := json.Unmarshal(b, &v); err != nil {
 			return res, fmt.Errorf("engineworker: engine answer: %w", err)
 		}
@@ -201,10 +206,7 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 		if string(data) == "[DONE]" {
 			return res, nil
 		}
-		var v struct {
-			Choices []json.RawMessage `json:"choices"`
-			Usage   *usageJSON        `json:"usage"`
-		}
+		var v answerJSON
 		if err := json.Unmarshal(data, &v); err != nil {
 			return res, fmt.Errorf("engineworker: stream chunk: %w", err)
 		}

@@ -129,6 +129,22 @@ func decodeEvent(v any) (Event, error) {
 	return Event{}, fmt.Errorf("%w: event as %s (want a tagged array or map)", ErrLayout, typeName(v))
 }
 
+// arrayLayouts are, by tag, the event arrays vLLM and SGLang have written:
+// the kind, and the fewest and most elements the array has had.
+var arrayLayouts = map[string]struct {
+	kind     Kind
+	min, max int
+}{
+	// [tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+	//  medium (PR #19737), lora_name (PR #27577), extra_keys (PR #33304),
+	//  group_idx (PR #37688), kv_cache_spec_kind, kv_cache_spec_sliding_window (PR #40984)]
+	"BlockStored": {BlockStored, 6, 12},
+	// [tag, block_hashes, medium (PR #19737), group_idx (PR #37688)]
+	"BlockRemoved": {BlockRemoved, 2, 4},
+	// [tag]
+	"AllBlocksCleared": {AllBlocksCleared, 1, 1},
+}
+
 // decodeArrayEvent decodes the tagged arrays of array_like msgspec structs:
 // the tag (the class name) first, then the fields in declaration order, the
 // trailing ones equal to their default left out (omit_defaults).
@@ -140,20 +156,23 @@ func decodeArrayEvent(a []any) (Event, error) {
 	if !ok {
 		return Event{}, fmt.Errorf("%w: event array tagged by %s (want a class name)", ErrLayout, typeName(a[0]))
 	}
-	ev := Event{Group: -1}
-	var err error
-	switch tag {
-	case "BlockStored":
-		// [tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-		//  medium (PR #19737), lora_name (PR #27577), extra_keys (PR #33304),
-		//  group_idx (PR #37688), kv_cache_spec_kind, kv_cache_spec_sliding_window (PR #40984)]
-		// SGLang (PR #37271) puts a metadata map in place of lora_name.
-		n := len(a)
-		if n < 6 || n > 12 {
-			return Event{}, fmt.Errorf("%w: BlockStored as an array of %d elements (vLLM and SGLang have 6 to 12)", ErrLayout, n)
+	lay, ok := arrayLayouts[tag]
+	if !ok {
+		return Event{}, fmt.Errorf("%w: event tag %q", ErrLayout, tag)
+	}
+	n := len(a)
+	if n < lay.min || n > lay.max {
+		want := fmt.Sprintf("vLLM and SGLang have %d to %d", lay.min, lay.max)
+		if lay.min == lay.max {
+			want = fmt.Sprintf("want %d", lay.min)
 		}
-		ev.Kind = BlockStored
-		ev.Layout = fmt.Sprintf("array-%d", n)
+		return Event{}, fmt.Errorf("%w: %s as an array of %d elements (%s)", ErrLayout, tag, n, want)
+	}
+	ev := Event{Kind: lay.kind, Group: -1, Layout: fmt.Sprintf("array-%d", n)}
+	var err error
+	switch ev.Kind {
+	case BlockStored:
+		// SGLang (PR #37271) puts a metadata map in place of lora_name.
 		if err = ev.stored(a[1], a[2], a[3], a[4]); err != nil {
 			return Event{}, err
 		}
@@ -187,14 +206,7 @@ func decodeArrayEvent(a []any) (Event, error) {
 				return Event{}, err
 			}
 		}
-	case "BlockRemoved":
-		// [tag, block_hashes, medium (PR #19737), group_idx (PR #37688)]
-		n := len(a)
-		if n < 2 || n > 4 {
-			return Event{}, fmt.Errorf("%w: BlockRemoved as an array of %d elements (vLLM and SGLang have 2 to 4)", ErrLayout, n)
-		}
-		ev.Kind = BlockRemoved
-		ev.Layout = fmt.Sprintf("array-%d", n)
+	case BlockRemoved:
 		if ev.Hashes, err = asHashes(a[1], "block_hashes"); err != nil {
 			return Event{}, err
 		}
@@ -208,14 +220,6 @@ func decodeArrayEvent(a []any) (Event, error) {
 				return Event{}, err
 			}
 		}
-	case "AllBlocksCleared":
-		if len(a) != 1 {
-			return Event{}, fmt.Errorf("%w: AllBlocksCleared as an array of %d elements (want 1)", ErrLayout, len(a))
-		}
-		ev.Kind = AllBlocksCleared
-		ev.Layout = "array-1"
-	default:
-		return Event{}, fmt.Errorf("%w: event tag %q", ErrLayout, tag)
 	}
 	return ev, nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // Config is the gateway's file (docs/config.md, Gateway): the models it
@@ -157,7 +158,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
-		if !validKey(t.Name) {
+		if !wire.ValidKey(t.Name) {
 			add(p+".name", "%q: want 1 to 64 bytes of [A-Za-z0-9_.:@-] (it is the fairness key)", t.Name)
 		} else if names[t.Name] {
 			add(p+".name", "%q is given twice", t.Name)
@@ -180,7 +181,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			add(p+".classes", "at least one class is needed")
 		}
 		for j, cl := range t.Classes {
-			if !validClass(cl) {
+			if !wire.ValidToken(cl) {
 				add(fmt.Sprintf("%s.classes[%d]", p, j), "%q: want a class token of [A-Za-z0-9_-], at most 128 bytes", cl)
 			}
 		}
@@ -222,35 +223,6 @@ func (t *Tenant) allows(class string) bool {
 		}
 	}
 	return false
-}
-
-// validKey reports whether k is a fairness key (docs/protocol.md, Request
-// headers): 1 to 64 bytes of [A-Za-z0-9_.:@-].
-func validKey(k string) bool {
-	if k == "" || len(k) > 64 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		b := k[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || strings.IndexByte("_.:@-", b) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// validClass reports whether c is a class token: [A-Za-z0-9_-]+, at most 128 bytes.
-func validClass(c string) bool {
-	if c == "" || len(c) > 128 {
-		return false
-	}
-	for i := 0; i < len(c); i++ {
-		b := c[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // HashKey returns the hex SHA-256 of an API key, as the file stores it.

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/json"
 	"fmt"
 )
 
@@ -56,11 +55,8 @@ func MarshalCancel(c Cancel) ([]byte, error) {
 // are ignored.
 func ParseCancel(b []byte) (Cancel, error) {
 	var c Cancel
-	if len(b) > MaxCancelBytes {
-		return c, fmt.Errorf("cancel: %d bytes, more than %d", len(b), MaxCancelBytes)
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("cancel: %w", err)
+	if err := unmarshalBounded("cancel", b, MaxCancelBytes, &c); err != nil {
+		return c, err
 	}
 	return c, checkCancel(c)
 }

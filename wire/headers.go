@@ -165,3 +165,49 @@ func TrimValue(s string) string {
 	}
 	return s[i:j]
 }
+
+// ValidToken reports whether s is a worker id or a class token
+// (docs/protocol.md, Names): 1 to MaxTokenLen bytes of [A-Za-z0-9_-], one NATS
+// subject token.
+func ValidToken(s string) bool { return tokenBytes.all(s, MaxTokenLen) }
+
+// ValidTaint reports whether s is a taint (docs/protocol.md, Load report):
+// 1 to MaxTokenLen bytes of [A-Za-z0-9_.:/-].
+func ValidTaint(s string) bool { return taintBytes.all(s, MaxTokenLen) }
+
+// ValidKey reports whether s is a fairness key (docs/protocol.md, Request
+// headers: Dispatch-Fairness-Key): 1 to MaxKeyLen bytes of [A-Za-z0-9_.:@-].
+func ValidKey(s string) bool { return keyBytes.all(s, MaxKeyLen) }
+
+// The bytes of worker ids and class tokens, of taints and of fairness keys.
+var (
+	tokenBytes = newASCIISet(alnum + "_-")
+	taintBytes = newASCIISet(alnum + "_.:/-")
+	keyBytes   = newASCIISet(alnum + "_.:@-")
+)
+
+const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// asciiSet is a set of ASCII bytes, one bit each.
+type asciiSet [2]uint64
+
+func newASCIISet(chars string) asciiSet {
+	var set asciiSet
+	for i := 0; i < len(chars); i++ {
+		set[chars[i]>>6] |= 1 << (chars[i] & 63)
+	}
+	return set
+}
+
+// all reports whether s has 1 to max bytes, each in set.
+func (set *asciiSet) all(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 128 || set[c>>6]&(1<<(c&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 )
@@ -143,11 +142,8 @@ func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 // MaxEndBytes, a JSON object with a known status. Unknown fields are ignored.
 func ParseResponseEnd(b []byte) (ResponseEnd, error) {
 	var e ResponseEnd
-	if len(b) > MaxEndBytes {
-		return e, fmt.Errorf("response end: %d bytes, more than %d", len(b), MaxEndBytes)
-	}
-	if err := json.Unmarshal(b, &e); err != nil {
-		return e, fmt.Errorf("response end: %w", err)
+	if err := unmarshalBounded("response end", b, MaxEndBytes, &e); err != nil {
+		return e, err
 	}
 	if !validEndStatus(e.Status) {
 		return e, fmt.Errorf("response end: unknown status %q", e.Status)

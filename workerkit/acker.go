@@ -325,16 +325,11 @@ func (a *acker) loop() {
 		for _, d := range send {
 			_ = a.publish(d.c, d.id, d.attempt)
 		}
-		var tc <-chan time.Time
-		if !next.IsZero() {
-			t.Reset(time.Until(next))
-			tc = t.C
-		}
 		select {
 		case <-a.quit:
 			return
 		case <-a.kick:
-		case <-tc:
+		case <-armed(t, next):
 		case s, ok := <-a.status:
 			if ok && s == nats.CLOSED {
 				a.abandon("the connection closed")

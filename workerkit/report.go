@@ -253,28 +253,35 @@ type publishedState struct {
 // rank nothing until it hears, so the gap would leave the slot idle. Each fall
 // needs a new rise first, so that is at most two reports per request.
 func (w *Worker) capacityFreed() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	p := &w.published
-	if !p.valid || w.offering || len(p.ranks) != len(w.ranks) {
-		return false
-	}
-	for i, l := range w.ranks {
-		was := p.ranks[i]
-		was.ActivePrefillTokens = max(was.ActivePrefillTokens, w.peak[i].ActivePrefillTokens)
-		was.ActiveRequests = max(was.ActiveRequests, w.peak[i].ActiveRequests)
-		if l.ActivePrefillTokens < was.ActivePrefillTokens || l.ActiveRequests < was.ActiveRequests {
-			return true
+	return w.sincePublished(func(p *publishedState) bool {
+		if len(p.ranks) != len(w.ranks) {
+			return false
 		}
-	}
-	return false
+		for i, l := range w.ranks {
+			was := p.ranks[i]
+			was.ActivePrefillTokens = max(was.ActivePrefillTokens, w.peak[i].ActivePrefillTokens)
+			was.ActiveRequests = max(was.ActiveRequests, w.peak[i].ActiveRequests)
+			if l.ActivePrefillTokens < was.ActivePrefillTokens || l.ActiveRequests < was.ActiveRequests {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // onlySeenMoved reports whether the only change since the last published
 // report is seen_seq: then the report may wait (Config.SeenOnlyInterval).
 func (w *Worker) onlySeenMoved() bool {
+	return w.sincePublished(func(p *publishedState) bool {
+		return p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen != w.seenSeq
+	})
+}
+
+// sincePublished returns changed's answer, asked with w.mu held about what
+// the last published report said: false, without asking, before the first
+// report and while an Offer is in progress (no report goes out then).
+func (w *Worker) sincePublished(changed func(p *publishedState) bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := &w.published
-	return p.valid && !w.offering && p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen != w.seenSeq
+	return w.published.valid && !w.offering && changed(&w.published)
 }

@@ -450,17 +450,20 @@ func (r *Request) DoneConfirmedAfter(ctx context.Context, before func(attempt in
 	if r.resp != nil {
 		return r.resp.finish(ctx, wire.ResponseEnd{Status: wire.EndOK}, ackAck, before)
 	}
-	ack, ok := r.w.release(r, ackAck)
+	return r.finishConfirmed(ctx, ackAck, false, before)
+}
+
+// finishConfirmed releases r and acknowledges it with body, waiting for
+// JetStream's answer (confirmAck), or with one plain publish when plain.
+func (r *Request) finishConfirmed(ctx context.Context, body []byte, plain bool, before func(int)) error {
+	subj, ok := r.w.release(r, body)
 	if !ok {
 		return ErrFinished
 	}
-	if ack == "" {
-		if before != nil {
-			before(1)
-		}
-		return nil
+	if done, err := r.w.ackUnconfirmed(subj, body, plain, before); done {
+		return err
 	}
-	return confirmAck(ctx, r.w.nc, ack, r.RequestID, ackAck, before)
+	return confirmAck(ctx, r.w.nc, subj, r.RequestID, body, before)
 }
 
 // confirmAck sends body (+ACK, +TERM) to subj as a request until it is
@@ -550,22 +553,30 @@ func finishKindOf(body []byte) finishKind {
 // the acker, or plain with Config.PlainAcks; before, when not nil, runs
 // ahead of every attempt. Nothing is sent when subj is empty.
 func (w *Worker) acknowledge(r *Request, subj string, body []byte, before func(int)) error {
-	if subj == "" {
-		if before != nil {
-			before(1)
-		}
-		return nil
-	}
-	if w.ack == nil {
-		if before != nil {
-			before(1)
-		}
-		w.plainAcks.Add(1)
-		return w.nc.Publish(subj, body)
+	if done, err := w.ackUnconfirmed(subj, body, w.ack == nil, before); done {
+		return err
 	}
 	aw := r.AckWait
 	if aw <= 0 {
 		aw = w.cfg.AckWait
 	}
 	return w.ack.send(subj, r.RequestID, body, aw, before)
+}
+
+// ackUnconfirmed does what an acknowledgement body to subj needs when it is
+// not to be confirmed: nothing when subj is empty (nothing to acknowledge),
+// one plain publish when plain; before(1), when not nil, runs first. It
+// reports false, doing nothing, when the acknowledgement is to be confirmed.
+func (w *Worker) ackUnconfirmed(subj string, body []byte, plain bool, before func(int)) (done bool, err error) {
+	if subj != "" && !plain {
+		return false, nil
+	}
+	if before != nil {
+		before(1)
+	}
+	if subj == "" {
+		return true, nil
+	}
+	w.plainAcks.Add(1)
+	return true, w.nc.Publish(subj, body)
 }

@@ -176,8 +176,7 @@ func (p *Response) onClaim(_ uint64, answer string, err error) {
 		end = refusal(answer, " (claim)")
 	}
 	if end != nil {
-		p.mu.Unlock()
-		p.r.w.abort(p.r, end)
+		p.abortUnlock(end)
 		return
 	}
 	p.phase = phaseOpen
@@ -254,8 +253,7 @@ func (p *Response) sendPing() {
 	}
 	p.pingCall = 0
 	if p.misses >= wire.PingMisses {
-		p.mu.Unlock()
-		p.r.w.abort(p.r, fmt.Errorf("%w: %d pings in a row unanswered", ErrNoListener, wire.PingMisses))
+		p.abortUnlock(fmt.Errorf("%w: %d pings in a row unanswered", ErrNoListener, wire.PingMisses))
 		return
 	}
 	// Under the lock, so that the ping's count follows every chunk it counts.
@@ -289,12 +287,18 @@ func (p *Response) onPing(id uint64, answer string, err error) {
 		end = refusal(answer, "")
 	}
 	if end != nil {
-		p.mu.Unlock()
-		p.r.w.abort(p.r, end)
+		p.abortUnlock(end)
 		return
 	}
 	p.misses = 0
 	p.mu.Unlock()
+}
+
+// abortUnlock releases p.mu, held, and ends the request with cause (the
+// helper's end of a request that must not go on: Worker.abort).
+func (p *Response) abortUnlock(cause error) {
+	p.mu.Unlock()
+	p.r.w.abort(p.r, cause)
 }
 
 // refusal is the error the producer's answer to a claim or a ping ends the
@@ -392,25 +396,7 @@ func (p *Response) finish(ctx context.Context, e wire.ResponseEnd, ack []byte, b
 	p.mu.Lock()
 	p.phase = phaseClosed
 	p.mu.Unlock()
-	r := p.r
-	subj, ok := r.w.release(r, ack)
-	if !ok {
-		return ErrFinished
-	}
-	if subj == "" {
-		if before != nil {
-			before(1)
-		}
-		return nil
-	}
-	if r.w.cfg.PlainAcks {
-		if before != nil {
-			before(1)
-		}
-		r.w.plainAcks.Add(1)
-		return r.w.nc.Publish(subj, ack)
-	}
-	return confirmAck(ctx, r.w.nc, subj, r.RequestID, ack, before)
+	return p.r.finishConfirmed(ctx, ack, p.r.w.cfg.PlainAcks, before)
 }
 
 // sendEnd sends one attempt of the end marker; p.ended is closed once it is
@@ -445,22 +431,28 @@ func (p *Response) onEnd(status string, body []byte, err error) {
 // changes nothing: tokens the caller saw cannot be taken back.
 func (p *Response) yieldTo(cause error) bool {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.chunks > 0 || p.phase == phaseEnding {
-		p.mu.Unlock()
 		return false
 	}
-	if p.phase == phaseClosed {
-		p.mu.Unlock()
-		return true
+	p.closeLocked(cause)
+	return true
+}
+
+// closeLocked closes the response for cause unless it is closed already,
+// and returns the phase it was in; p.mu is held. An undecided claim is
+// decided then: Start returns cause.
+func (p *Response) closeLocked(cause error) (was respPhase) {
+	was = p.phase
+	if was == phaseClosed {
+		return was
 	}
-	was := p.phase
 	p.phase, p.err = phaseClosed, cause
 	p.stopPings()
 	if was == phaseClaiming {
 		close(p.claimed)
 	}
-	p.mu.Unlock()
-	return true
+	return was
 }
 
 // close closes the response for cause, on the helper's own decision, and
@@ -470,21 +462,12 @@ func (p *Response) yieldTo(cause error) bool {
 func (p *Response) close(cause error, endStatus string, onlyStarted bool) (started bool) {
 	p.mu.Lock()
 	started = p.chunks > 0
-	if p.phase == phaseClosed {
-		p.mu.Unlock()
-		return started
-	}
-	was := p.phase
-	p.phase, p.err = phaseClosed, cause
-	p.stopPings()
+	was := p.closeLocked(cause)
 	var m *nats.Msg
 	if endStatus != "" && was == phaseOpen && (started || !onlyStarted) {
 		m = p.message(wire.MsgEnd, p.chunks+1, true)
 		m.Header[wire.HeaderResponseStatus] = []string{endStatus}
 		m.Data, _ = wire.MarshalResponseEnd(wire.ResponseEnd{Status: endStatus, Chunks: p.chunks, Error: cause.Error()})
-	}
-	if was == phaseClaiming {
-		close(p.claimed)
 	}
 	p.mu.Unlock()
 	if m != nil {

@@ -419,27 +419,17 @@ func (w *Worker) firstProgressLoop() {
 		}
 		clear(w.fresh[:n])
 		w.fresh = w.fresh[n:]
-		var next time.Duration = -1
+		var next time.Time
 		if len(w.fresh) > 0 {
-			next = w.fresh[0].due.Sub(now)
+			next = w.fresh[0].due
 		}
 		w.mu.Unlock()
-		for _, s := range due {
-			if err := w.nc.Publish(s, ackProgress); err != nil {
-				w.log.Error().Err(err).Msg("progress ack")
-				break
-			}
-		}
-		var tc <-chan time.Time
-		if next >= 0 {
-			t.Reset(next)
-			tc = t.C
-		}
+		w.sendProgress(due)
 		select {
 		case <-w.quit:
 			return
 		case <-w.freshKick:
-		case <-tc:
+		case <-armed(t, next):
 		}
 	}
 }
@@ -491,24 +481,35 @@ func (w *Worker) progressLoop() {
 		}
 		w.progressWake = next
 		w.mu.Unlock()
-		for _, s := range subjects {
-			if err := w.nc.Publish(s, ackProgress); err != nil {
-				w.log.Error().Err(err).Msg("progress ack")
-				break
-			}
-		}
-		var tc <-chan time.Time
-		if !next.IsZero() {
-			t.Reset(time.Until(next))
-			tc = t.C
-		}
+		w.sendProgress(subjects)
 		select {
 		case <-w.quit:
 			return
 		case <-w.progressKick:
-		case <-tc:
+		case <-armed(t, next):
 		}
 	}
+}
+
+// sendProgress publishes +WPI to each of subjects, stopping at the first
+// failure, which it logs.
+func (w *Worker) sendProgress(subjects []string) {
+	for _, s := range subjects {
+		if err := w.nc.Publish(s, ackProgress); err != nil {
+			w.log.Error().Err(err).Msg("progress ack")
+			return
+		}
+	}
+}
+
+// armed resets t to fire at next and returns its channel; nil, which a
+// select never receives from, when next is zero (nothing is due).
+func armed(t *time.Timer, next time.Time) <-chan time.Time {
+	if next.IsZero() {
+		return nil
+	}
+	t.Reset(time.Until(next))
+	return t.C
 }
 
 // reportLoop publishes a report on every kick, at most one per

@@ -179,29 +179,7 @@ func Reason(err error) DropReason {
 }
 
 // ValidID reports whether s is a worker id or class name: [A-Za-z0-9_-]+, at most 128 bytes.
-func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > maxID {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func ValidID(s string) bool { return wire.ValidToken(s) }
 
 // ValidTaint reports whether s is a taint: [A-Za-z0-9_.:/-]+, at most 128 bytes.
-func ValidTaint(s string) bool {
-	if len(s) == 0 || len(s) > maxID {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':' || c == '/') {
-			return false
-		}
-	}
-	return true
-}
+func ValidTaint(s string) bool { return wire.ValidTaint(s) }
