@@ -18,6 +18,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"fairdispatch/internal/openai"
 )
 
 // Usage is the cost the engine reports for one request.
@@ -109,24 +111,12 @@ func prepare(body []byte) (out []byte, stream, callerUsage bool, err error) {
 // the choices (for their finish_reason) and the usage.
 type answerJSON struct {
 	Choices []json.RawMessage `json:"choices"`
-	Usage   *usageJSON        `json:"usage"`
+	Usage   *openai.Usage     `json:"usage"`
 }
 
-// usageJSON is the OpenAI usage object.
-type usageJSON struct {
-	PromptTokens        uint64 `json:"prompt_tokens"`
-	CompletionTokens    uint64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens uint64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-func (u *usageJSON) usage() Usage {
-	out := Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Reported: true}
-	if u.PromptTokensDetails != nil {
-		out.CachedTokens = u.PromptTokensDetails.CachedTokens
-	}
-	return out
+// usageOf returns what the worker reports of an engine's usage object.
+func usageOf(u *openai.Usage) Usage {
+	return Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CachedTokens: u.Cached(), Reported: true}
 }
 
 // finishReason returns the last non-null finish_reason of choices, or had.
@@ -189,7 +179,7 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 			return res, fmt.Errorf("engineworker: engine answer: %w", err)
 		}
 		if v.Usage != nil {
-			res.Usage = v.Usage.usage()
+			res.Usage = usageOf(v.Usage)
 		}
 		res.FinishReason = finishReason(v.Choices, "")
 		res.Chunks = 1
@@ -212,7 +202,7 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 		}
 		res.FinishReason = finishReason(v.Choices, res.FinishReason)
 		if v.Usage != nil {
-			u := v.Usage.usage()
+			u := usageOf(v.Usage)
 			// continuous_usage_stats puts usage without cached tokens in
 			// every chunk: the last one, with the details, wins.
 			if u.CachedTokens == 0 && res.Usage.CachedTokens > 0 && u.PromptTokens == res.Usage.PromptTokens {

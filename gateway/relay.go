@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/caller"
+	"fairdispatch/internal/openai"
 	"fairdispatch/wire"
 )
 
@@ -24,15 +25,6 @@ type exchange struct {
 	log     zerolog.Logger
 	heard   bool // any event yet (a deduplicated call attaches only if so)
 	chunks  int
-}
-
-// usageJSON is the OpenAI usage object.
-type usageJSON struct {
-	PromptTokens        uint64 `json:"prompt_tokens"`
-	CompletionTokens    uint64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens uint64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
 }
 
 // recv is call.Recv, bounded by the attach wait while a deduplicated call
@@ -94,16 +86,13 @@ func (x *exchange) event(ev caller.Event) {
 }
 
 // usage books a response's usage: the end record's, else the body's.
-func (x *exchange) usage(end *wire.ResponseEnd, u *usageJSON) {
+func (x *exchange) usage(end *wire.ResponseEnd, u *openai.Usage) {
 	var prompt, cached, completion uint64
 	switch {
 	case end != nil && end.Usage != nil:
 		prompt, cached, completion = end.Usage.PromptTokens, end.Usage.CachedTokens, end.Usage.CompletionTokens
 	case u != nil:
-		prompt, completion = u.PromptTokens, u.CompletionTokens
-		if u.PromptTokensDetails != nil {
-			cached = u.PromptTokensDetails.CachedTokens
-		}
+		prompt, cached, completion = u.PromptTokens, u.Cached(), u.CompletionTokens
 	default:
 		return
 	}
@@ -139,7 +128,7 @@ func (x *exchange) whole(ctx context.Context) int {
 				return e.status
 			}
 			var u struct {
-				Usage *usageJSON `json:"usage"`
+				Usage *openai.Usage `json:"usage"`
 			}
 			_ = json.Unmarshal(body, &u)
 			x.usage(ev.End, u.Usage)
@@ -208,7 +197,7 @@ func (x *exchange) stream(ctx context.Context) int {
 		x.log.Debug().Int("chunks", x.chunks).Msg("client went away; request cancelled")
 		return http.StatusOK
 	}
-	var lastUsage *usageJSON
+	var lastUsage *openai.Usage
 	for {
 		ev, err := x.recv(ctx)
 		if err != nil {
@@ -234,7 +223,7 @@ func (x *exchange) stream(ctx context.Context) int {
 			if bytes.Contains(data, []byte(`"usage"`)) {
 				var c struct {
 					Choices []json.RawMessage `json:"choices"`
-					Usage   *usageJSON        `json:"usage"`
+					Usage   *openai.Usage     `json:"usage"`
 				}
 				if json.Unmarshal(data, &c) == nil && c.Usage != nil {
 					lastUsage = c.Usage

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"fairdispatch/internal/openai"
 	"fairdispatch/wire"
 )
 
@@ -78,25 +79,9 @@ var words = []string{" lorem", " ipsum", " dolor", " sit", " amet", " consectetu
 
 func tokenText(k int) string { return words[(k-1)%len(words)] }
 
-// usage is OpenAI's usage object.
-type usage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	TotalTokens         int64 `json:"total_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details,omitempty"`
-}
-
-func openaiUsage(u wire.Usage) *usage {
-	o := &usage{PromptTokens: int64(u.PromptTokens), CompletionTokens: int64(u.CompletionTokens),
-		TotalTokens: int64(u.PromptTokens + u.CompletionTokens)}
-	if u.CachedTokens > 0 {
-		o.PromptTokensDetails = &struct {
-			CachedTokens int64 `json:"cached_tokens"`
-		}{int64(u.CachedTokens)}
-	}
-	return o
+// openaiUsage returns the OpenAI usage object of u.
+func openaiUsage(u wire.Usage) *openai.Usage {
+	return openai.NewUsage(u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.CachedTokens > 0)
 }
 
 // streamChunk returns the streaming object of token k (from 1) of n; the
@@ -146,7 +131,7 @@ func (a *apiRequest) whole(n int, finish string, u wire.Usage) []byte {
 		"finish_reason": finish}}, openaiUsage(u))
 }
 
-func (a *apiRequest) object(object string, choices []any, u *usage) []byte {
+func (a *apiRequest) object(object string, choices []any, u *openai.Usage) []byte {
 	o := map[string]any{"id": a.id, "object": object, "created": a.created, "model": a.model, "choices": choices}
 	if u != nil {
 		o["usage"] = u

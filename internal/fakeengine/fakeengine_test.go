@@ -17,6 +17,7 @@ import (
 
 	"fairdispatch/engineworker"
 	"fairdispatch/internal/fakeengine"
+	"fairdispatch/internal/openai"
 )
 
 func freePort(t *testing.T) int {
@@ -51,7 +52,7 @@ func TestChatStreamsWithUsage(t *testing.T) {
 		}
 		return resp
 	}
-	var first struct{ Usage fakeengine.Usage }
+	var first struct{ Usage openai.Usage }
 	resp := post(chatBody + "}")
 	if err := json.NewDecoder(resp.Body).Decode(&first); err != nil || first.Usage.CompletionTokens != 3 || first.Usage.PromptTokensDetails != nil {
 		t.Fatalf("first: %+v %v (want 3 tokens, no cached details)", first, err)
@@ -72,7 +73,7 @@ func TestChatStreamsWithUsage(t *testing.T) {
 	}
 	var last struct {
 		Choices []any
-		Usage   fakeengine.Usage
+		Usage   openai.Usage
 	}
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[4], "data: ")), &last); err != nil {
 		t.Fatal(err)

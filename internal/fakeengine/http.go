@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"fairdispatch/internal/openai"
 )
 
 // Handler returns the engine's HTTP API.
@@ -68,28 +70,13 @@ func (q *request) tokens(chat bool, tok func([]Message, bool) ([]uint32, error))
 	return nil, fmt.Errorf("prompt: only a string is supported by the fake")
 }
 
-// Usage is an OpenAI usage object (protocol.py UsageInfo).
-type Usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	TotalTokens         int `json:"total_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details,omitempty"`
-}
-
-func (e *Engine) usage(prompt, cached, out int) *Usage {
-	u := &Usage{PromptTokens: prompt, CompletionTokens: out, TotalTokens: prompt + out}
+func (e *Engine) usage(prompt, cached, out int) *openai.Usage {
 	// vLLM reports the details with --enable-prompt-tokens-details and only
 	// when something was cached (serving_chat.py: "if
 	// self.enable_prompt_tokens_details and num_cached_tokens"); SGLang with
 	// --enable-cache-report always.
-	if e.cfg.PromptTokensDetails && (cached > 0 || e.cfg.Kind == "sglang") {
-		u.PromptTokensDetails = &struct {
-			CachedTokens int `json:"cached_tokens"`
-		}{cached}
-	}
-	return u
+	details := e.cfg.PromptTokensDetails && (cached > 0 || e.cfg.Kind == "sglang")
+	return openai.NewUsage(uint64(prompt), uint64(out), uint64(cached), details)
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
@@ -186,7 +173,7 @@ func (e *Engine) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 		c := chunk([]any{choice(i, i == out-1)})
 		if continuous {
-			c["usage"] = Usage{PromptTokens: len(toks), CompletionTokens: i + 1, TotalTokens: len(toks) + i + 1}
+			c["usage"] = openai.NewUsage(uint64(len(toks)), uint64(i+1), 0, false)
 		}
 		return send(c)
 	})
