@@ -79,6 +79,21 @@ func Parse(fs *flag.FlagSet, args []string, prefix string, env func(string) (str
 	return FromEnv(fs, prefix, env, skip)
 }
 
+// ParseSettings reads the settings S of a program that keeps them in one
+// struct (the dispatcher, the gateway): flags makes the flag set of a new S,
+// whose messages go to stderr; args and then the environment are parsed into
+// it (Parse), and validate judges the result, which comes back with its
+// verdict.
+func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error, args []string, prefix string, env func(string) (string, bool), skip map[string]bool, stderr io.Writer) (*S, error) {
+	s := new(S)
+	fs := flags(s)
+	fs.SetOutput(stderr)
+	if err := Parse(fs, args, prefix, env, skip); err != nil {
+		return nil, err
+	}
+	return s, validate(s)
+}
+
 // ParseExit is the exit status of a program whose settings err refused: 0
 // for -h, else 2, with err on stderr after the program's name unless the flag
 // package printed it already.
@@ -109,6 +124,30 @@ func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !IsTerminal(w)}
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// Logging is the flags --log-level and --log-format of the dispatcher and
+// the gateway (docs/config.md).
+type Logging struct{ Level, Format string }
+
+// Flags registers l's flags on fs.
+func (l *Logging) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&l.Level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&l.Format, "log-format", "console", "console or json")
+}
+
+// Check refuses a --log-format other than console or json; the level is
+// judged by Logger.
+func (l Logging) Check() error {
+	if l.Format != "console" && l.Format != "json" {
+		return fmt.Errorf("--log-format %q: want console or json", l.Format)
+	}
+	return nil
+}
+
+// Logger is the logger of l writing to w (NewLogger).
+func (l Logging) Logger(w io.Writer) (zerolog.Logger, error) {
+	return NewLogger(w, l.Level, l.Format)
 }
 
 // IsTerminal reports whether w is a terminal: colour codes only go there.

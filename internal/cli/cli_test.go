@@ -94,3 +94,32 @@ func TestParseErrors(t *testing.T) {
 		t.Errorf("a flag without a variable read one: %v", err)
 	}
 }
+
+// TestParseSettings: the flags fill a new settings value from the command
+// line and the environment, the validation's verdict comes back with it, and
+// --log-format is checked.
+func TestParseSettings(t *testing.T) {
+	type settings struct {
+		wait time.Duration
+		log  Logging
+	}
+	flags := func(s *settings) *flag.FlagSet {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.DurationVar(&s.wait, "wait", time.Second, "")
+		s.log.Flags(fs)
+		return fs
+	}
+	validate := func(s *settings) error { return s.log.Check() }
+	env := func(k string) (string, bool) { return "json", k == "X_LOG_FORMAT" }
+	s, err := ParseSettings(flags, validate, []string{"--wait", "2s"}, "X", env, nil, io.Discard)
+	if err != nil || s.wait != 2*time.Second || s.log != (Logging{Level: "info", Format: "json"}) {
+		t.Fatalf("got %+v, %v", s, err)
+	}
+	if _, err := ParseSettings(flags, validate, []string{"--log-format", "xml"}, "X", env, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format xml: %v, want an error naming the flag", err)
+	}
+	var stderr bytes.Buffer
+	if _, err := ParseSettings(flags, validate, []string{"--nope"}, "X", env, nil, &stderr); !errors.As(err, new(ParseError)) || !strings.Contains(stderr.String(), "nope") {
+		t.Errorf("--nope: %v, stderr %q; want a ParseError printed on stderr", err, stderr.String())
+	}
+}
