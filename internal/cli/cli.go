@@ -1,6 +1,6 @@
 // Package cli is what the command-line programs under cmd/ share: flags
 // backed by environment variables, the logger of --log-level and
-// --log-format, and the --health-probe of a container healthcheck. It imports
+// --log-format, --version, and the --health-probe of a container healthcheck. It imports
 // neither side's packages, so programs of both sides use it.
 package cli
 
@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/buildinfo"
 )
 
 // EnvName is the environment variable of a flag: <PREFIX>_<FLAG>, upper
@@ -92,6 +94,23 @@ func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error,
 		return nil, err
 	}
 	return s, validate(s)
+}
+
+// ParseCommandLine parses the command line into the flag package's flags,
+// with --version added, for a program that takes no positional arguments.
+// With --version it prints program and its build (internal/buildinfo) on
+// stdout and reports versioned, and the program exits 0 at once.
+func ParseCommandLine(program string) (versioned bool, err error) {
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
+	flag.Parse()
+	if *version {
+		fmt.Println(program, buildinfo.Read())
+		return true, nil
+	}
+	if flag.NArg() > 0 {
+		return false, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	return false, nil
 }
 
 // ParseExit is the exit status of a program whose settings err refused: 0

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,5 +122,23 @@ func TestParseSettings(t *testing.T) {
 	var stderr bytes.Buffer
 	if _, err := ParseSettings(flags, validate, []string{"--nope"}, "X", env, nil, &stderr); !errors.As(err, new(ParseError)) || !strings.Contains(stderr.String(), "nope") {
 		t.Errorf("--nope: %v, stderr %q; want a ParseError printed on stderr", err, stderr.String())
+	}
+}
+
+// TestParseCommandLine: --version is reported (and printed), a positional
+// argument refused.
+func TestParseCommandLine(t *testing.T) {
+	defer func(args []string, fs *flag.FlagSet) { os.Args, flag.CommandLine = args, fs }(os.Args, flag.CommandLine)
+	for _, c := range []struct {
+		args      []string
+		versioned bool
+		fails     bool
+	}{{[]string{"--version"}, true, false}, {[]string{"extra"}, false, true}, {nil, false, false}} {
+		os.Args = append([]string{"x"}, c.args...)
+		flag.CommandLine = flag.NewFlagSet("x", flag.ContinueOnError)
+		versioned, err := ParseCommandLine("x")
+		if versioned != c.versioned || (err != nil) != c.fails {
+			t.Errorf("%v: versioned %v, error %v", c.args, versioned, err)
+		}
 	}
 }
