@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -261,6 +262,17 @@ func Exit(program string, err error) {
 		fmt.Fprintln(os.Stderr, program+":", err)
 		os.Exit(1)
 	}
+}
+
+// FreeAddr is a loopback host:port that was free a moment ago: for a
+// program to give a server it starts (a child process) a port of its own.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // StopContext is a context that ends on SIGINT or SIGTERM, the programs'
