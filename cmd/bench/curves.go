@@ -340,15 +340,7 @@ func (b *bench) startFleet(n int, busy bool) (*fleet, error) {
 	for _, nc := range conns {
 		sub, err := nc.QueueSubscribe(b.opt.names.Work("*"), "fleet", func(m *nats.Msg) {
 			id := strings.TrimPrefix(m.Subject, prefix)
-			accepted(m.Data)
-			if err := nc.Publish(m.Reply, nil); err != nil {
-				b.logf("fleet reply: %v", err)
-			}
-			if ack := m.Header.Get(wire.HeaderAck); ack != "" {
-				if err := nc.Publish(ack, []byte("+ACK")); err != nil {
-					b.logf("fleet ack: %v", err)
-				}
-			}
+			b.acceptDispatch(nc, m, "fleet")
 			seq, _ := strconv.ParseUint(m.Header.Get(wire.HeaderSeq), 10, 64)
 			f.mu.Lock()
 			if seq > f.seen[id] {

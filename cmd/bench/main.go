@@ -214,13 +214,10 @@ func run(args []string) error {
 	}
 	b.url, _, _ = strings.Cut(urls, ",") // n0 in a cluster
 	defer b.server.stop(10 * time.Second)
-	if b.nc, err = nats.Connect(b.url, nats.Name("bench-control")); err != nil {
+	if b.nc, b.js, err = connectJS(b.url, nats.Name("bench-control")); err != nil {
 		return err
 	}
 	defer b.nc.Close()
-	if b.js, err = jetstream.New(b.nc); err != nil {
-		return err
-	}
 	if b.pub, err = newPublisher(b.url, opt.window); err != nil {
 		return err
 	}

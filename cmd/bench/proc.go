@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -130,14 +129,4 @@ func machineBusy() time.Duration {
 		busy += n
 	}
 	return time.Duration(busy) * clockTick
-}
-
-// freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/bus"
+	"fairdispatch/internal/cli"
 	"fairdispatch/naming"
 	"fairdispatch/wire"
 )
@@ -79,7 +80,7 @@ func natsRole(args []string) error {
 		if nodes == 1 {
 			break
 		}
-		addr, err := freeAddr()
+		addr, err := cli.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -138,15 +139,11 @@ func natsRole(args []string) error {
 // waitJetStream waits until the JetStream of the server at url answers (a
 // cluster has elected its meta leader).
 func waitJetStream(url string, timeout time.Duration) error {
-	nc, err := nats.Connect(url, nats.Name("bench-nats-wait"))
+	nc, js, err := connectJS(url, nats.Name("bench-nats-wait"))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -159,6 +156,60 @@ func waitJetStream(url string, timeout time.Duration) error {
 			return fmt.Errorf("JetStream of the cluster not answering after %v: %w", timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// connectJS connects to the NATS server at url and opens its JetStream.
+func connectJS(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// pullRequests pulls the request stream of names, batch messages at a time,
+// through the durable consumer durable (explicit ack, delivering all), which
+// it creates or updates with ackWait and maxAckPending; the pull stops when
+// ctx ends. The forwarder and the baseline routers take their requests so.
+func pullRequests(ctx context.Context, js jetstream.JetStream, names naming.Names, durable string, ackWait time.Duration, maxAckPending, batch int) (jetstream.MessagesContext, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := js.CreateOrUpdateConsumer(cctx, names.ReqStream(), jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+		MaxAckPending: maxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	return it, nil
+}
+
+// eachRequest hands every message of it to f until the pull stops: nil
+// when ctx ended it, else the pull's error.
+func eachRequest(ctx context.Context, it jetstream.MessagesContext, f func(jetstream.Msg)) error {
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("next: %w", err)
+		}
+		f(m)
 	}
 }
 
@@ -184,24 +235,11 @@ func forwarderRole(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	nc, err := nats.Connect(args[0], nats.Name("bench-forwarder"), nats.MaxReconnects(-1))
+	nc, js, err := connectJS(args[0], nats.Name("bench-forwarder"), nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := js.CreateOrUpdateConsumer(cctx, names.ReqStream(), jetstream.ConsumerConfig{
-		Durable: "forwarder", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: 500000, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	cancel()
-	if err != nil {
-		return err
-	}
 	inbox := nc.NewInbox() + "."
 	sub, err := nc.Subscribe(inbox+"*", func(*nats.Msg) {})
 	if err != nil {
@@ -214,24 +252,13 @@ func forwarderRole(args []string) error {
 	for i := range subjects {
 		subjects[i] = names.Work(workerID(i))
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	it, err := pullRequests(ctx, js, names, "forwarder", 30*time.Second, 500000, 1024)
 	if err != nil {
 		return err
 	}
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
 	fmt.Println("ready")
 	var next uint64
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("next: %w", err)
-		}
+	return eachRequest(ctx, it, func(m jetstream.Msg) {
 		h := m.Headers()
 		if h == nil {
 			h = nats.Header{}
@@ -245,7 +272,7 @@ func forwarderRole(args []string) error {
 		}); err != nil {
 			fmt.Fprintf(os.Stderr, "forward: %v\n", err)
 		}
-	}
+	})
 }
 
 // workerID names worker i of the throughput workers.

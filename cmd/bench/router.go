@@ -89,7 +89,7 @@ func routerRole(args []string) error {
 		_, _ = os.Stdin.Read(buf) // EOF when the bench goes
 		stop()
 	}()
-	nc, err := nats.Connect(*url, nats.Name("bench-router-"+*policy), nats.MaxReconnects(-1))
+	nc, js, err := connectJS(*url, nats.Name("bench-router-"+*policy), nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
@@ -111,39 +111,13 @@ func routerRole(args []string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	js, err := jetstream.New(nc)
+	it, err := pullRequests(ctx, js, names, "router", routerAckWait, 200000, 256)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := js.CreateOrUpdateConsumer(cctx, names.ReqStream(), jetstream.ConsumerConfig{
-		Durable: "router", AckPolicy: jetstream.AckExplicitPolicy, AckWait: routerAckWait,
-		MaxAckPending: 200000, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	cancel()
-	if err != nil {
-		return err
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(256))
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
 	go r.expire(ctx)
 	fmt.Println("ready")
-	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("next: %w", err)
-		}
-		r.place(m)
-	}
+	return eachRequest(ctx, it, r.place)
 }
 
 // subscribe follows load reports, completion records, handshake answers

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
+	"fairdispatch/internal/cli"
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
@@ -108,6 +109,22 @@ func flushAll(ncs []*nats.Conn) error {
 	return nil
 }
 
+// acceptDispatch is a bench worker's answer to the dispatch m on nc: it
+// counts it, accepts it (an empty reply) and acknowledges the request where
+// the dispatch carries Dispatch-Ack; a failed publication is logged as
+// who's.
+func (b *bench) acceptDispatch(nc *nats.Conn, m *nats.Msg, who string) {
+	accepted(m.Data)
+	if err := nc.Publish(m.Reply, nil); err != nil {
+		b.logf("%s reply: %v", who, err)
+	}
+	if ack := m.Header.Get(wire.HeaderAck); ack != "" {
+		if err := nc.Publish(ack, []byte("+ACK")); err != nil {
+			b.logf("%s ack: %v", who, err)
+		}
+	}
+}
+
 // startBare sets up the bare pipe: workers answering core requests on
 // dispatch.work.<id>, then the forwarder process.
 func (b *bench) startBare() (*system, error) {
@@ -121,15 +138,7 @@ func (b *bench) startBare() (*system, error) {
 	for i := range b.opt.workers {
 		nc := conns[i%len(conns)]
 		sub, err := nc.Subscribe(b.opt.names.Work(workerID(i)), func(m *nats.Msg) {
-			accepted(m.Data)
-			if err := nc.Publish(m.Reply, nil); err != nil {
-				b.logf("bare worker reply: %v", err)
-			}
-			if ack := m.Header.Get(wire.HeaderAck); ack != "" {
-				if err := nc.Publish(ack, []byte("+ACK")); err != nil {
-					b.logf("bare worker ack: %v", err)
-				}
-			}
+			b.acceptDispatch(nc, m, "bare worker")
 		})
 		if err == nil {
 			err = sub.SetPendingLimits(-1, -1)
@@ -225,7 +234,7 @@ func (b *bench) startDispatcher(tag, policy string, extra ...string) (*system, e
 	if err := os.WriteFile(pf, []byte(policy), 0o644); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := cli.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -11,11 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"fairdispatch/admin"
 	"fairdispatch/bus"
+	"fairdispatch/ingest"
 	"fairdispatch/internal/cli"
 	"fairdispatch/kvindex"
+	"fairdispatch/leader"
 	"fairdispatch/naming"
 	"fairdispatch/recorder"
+	"fairdispatch/scheduler"
 )
 
 // settings are every setting of docs/config.md, Flags and environment, plus the few this program adds.
@@ -34,7 +38,7 @@ type settings struct {
 	blockSize, temperature, overlapCredit, prefillScale, decW float64
 	maxHeld, inFlight, maxWorkers                             int
 	maxKeysPerClass                                           int
-	logLevel, logFormat                                       string
+	log                                                       cli.Logging // --log-level, --log-format
 	checkConfig, healthProbe                                  string
 	election, pprof                                           bool
 	leaseTTL                                                  time.Duration
@@ -103,18 +107,18 @@ func newFlags(s *settings) *flag.FlagSet {
 	s.auth.Flags(fs)
 	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of this dispatcher's reply subjects; one per pool lets permissions keep pools on one account out of each other's inboxes")
 	fs.StringVar(&s.policy, "policy-config", "", "policy YAML file; empty: one class \"default\" from --queue-policy and --queue-threshold")
-	fs.StringVar(&s.prefix, "subject-prefix", "dispatch", "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
+	fs.StringVar(&s.prefix, "subject-prefix", naming.DefaultPrefix, "prefix of every subject; the streams and buckets are named after it (docs/config.md)")
 	fs.IntVar(&s.replicas, "stream-replicas", 1, "replicas of every stream (1 to 5)")
-	fs.StringVar(&s.httpAddr, "http-addr", "127.0.0.1:8080", "admin HTTP listen address")
+	fs.StringVar(&s.httpAddr, "http-addr", admin.DefaultAddr, "admin HTTP listen address")
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token guarding the admin write routes; empty: unguarded")
 	fs.Var(&s.decodeBlocks, "active-decode-blocks-threshold", "overload when kv_used or active_decode blocks exceed this fraction of total_kv_blocks (unset: off)")
 	fs.Var(&s.prefillTokens, "active-prefill-tokens-threshold", "overload when active prefill tokens exceed this (unset: off)")
 	fs.Var(&s.prefillTokensFrac, "active-prefill-tokens-threshold-frac", "overload when active prefill tokens exceed this fraction of max_num_batched_tokens (unset: off)")
 	fs.Var(&s.queueThreshold, "queue-threshold", "without --policy-config: the default class queues when prefill exceeds this fraction of max_num_batched_tokens (unset: no queueing)")
 	fs.StringVar(&s.queuePolicy, "queue-policy", "fcfs", "without --policy-config: fcfs or wspt")
-	fs.DurationVar(&s.ackWait, "ack-wait", 30*time.Second, "request consumer ack wait")
+	fs.DurationVar(&s.ackWait, "ack-wait", ingest.DefaultAckWait, "request consumer ack wait")
 	fs.DurationVar(&s.dispatchTimeout, "dispatch-timeout", 2*time.Second, "how long a worker may take to accept or refuse")
-	fs.DurationVar(&s.dupWindow, "duplicate-window", 2*time.Minute, "JetStream duplicate window of every stream")
+	fs.DurationVar(&s.dupWindow, "duplicate-window", bus.DefaultDuplicateWindow, "JetStream duplicate window of every stream")
 	fs.Float64Var(&s.blockSize, "block-size", 16, "tokens per KV block in worker scoring (> 0)")
 	fs.Float64Var(&s.temperature, "router-temperature", 0, "worker selection temperature (>= 0; 0: lowest cost)")
 	fs.Float64Var(&s.overlapCredit, "overlap-score-credit", 1, "credit per cached block in worker scoring")
@@ -129,11 +133,10 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxHeld, "max-held", 100000, "most requests held in memory at once")
 	fs.IntVar(&s.inFlight, "max-in-worker", 0, "room in the consumer's ack-pending limit for requests accepted by workers and not finished (0: 4 x --max-held)")
 	fs.IntVar(&s.maxWorkers, "max-workers", 10000, "most live workers; reports from further new workers are dropped and counted")
-	fs.IntVar(&s.maxKeysPerClass, "max-keys-per-class", 100000, "most fairness keys a class tracks at once (backlogged or owed a settlement); further new keys share the key _overflow")
-	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
+	fs.IntVar(&s.maxKeysPerClass, "max-keys-per-class", scheduler.DefaultMaxKeysPerClass, "most fairness keys a class tracks at once (backlogged or owed a settlement); further new keys share the key _overflow")
+	s.log.Flags(fs)
 	fs.BoolVar(&s.election, "leader-election", true, "run as one of any number of dispatchers: dispatch only while holding the lease in the KV bucket fairdispatch_leader (fairdispatch_<prefix>_leader for another --subject-prefix)")
-	fs.DurationVar(&s.leaseTTL, "lease-ttl", 3*time.Second, "leader lease time (200ms to 1m); a standby takes over within about 1.25 x this after the leader dies")
+	fs.DurationVar(&s.leaseTTL, "lease-ttl", leader.DefaultTTL, "leader lease time (200ms to 1m); a standby takes over within about 1.25 x this after the leader dies")
 	fs.StringVar(&s.instanceID, "instance-id", defaultInstanceID(), "this process's id in the leader lease")
 	fs.BoolVar(&s.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the admin address")
 	fs.StringVar(&s.checkConfig, "check-config", "", "validate this policy file, print the resolved class matrix, and exit")
@@ -154,13 +157,7 @@ func newFlags(s *settings) *flag.FlagSet {
 // parseSettings parses args, then fills every flag not given on the command
 // line from its environment variable DISPATCHER_<FLAG>.
 func parseSettings(args []string, env func(string) (string, bool), stderr io.Writer) (*settings, error) {
-	s := &settings{}
-	fs := newFlags(s)
-	fs.SetOutput(stderr)
-	if err := cli.Parse(fs, args, envPrefix, env, noEnv); err != nil {
-		return nil, err
-	}
-	return s, s.validate()
+	return cli.ParseSettings(newFlags, (*settings).validate, args, envPrefix, env, noEnv, stderr)
 }
 
 // envPrefix starts the name of every flag's environment variable.
@@ -200,25 +197,29 @@ func (s *settings) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--ack-wait", s.ackWait}, {"--dispatch-timeout", s.dispatchTimeout}, {"--duplicate-window", s.dupWindow}} {
+	}{{"--ack-wait", s.ackWait}, {"--dispatch-timeout", s.dispatchTimeout}, {"--duplicate-window", s.dupWindow}, {"--kv-max-age", s.kvMaxAge}} {
 		if d.v <= 0 {
 			bad = append(bad, fmt.Sprintf("%s %v: want > 0", d.name, d.v))
 		}
 	}
-	if s.grace < 0 {
-		bad = append(bad, fmt.Sprintf("--startup-grace %v: want >= 0", s.grace))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--startup-grace", s.grace}, {"--no-workers-timeout", s.noWorkersTimeout}} {
+		if d.v < 0 {
+			bad = append(bad, fmt.Sprintf("%s %v: want >= 0", d.name, d.v))
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--kv-max-blocks", s.kvMaxBlocks}, {"--max-held", s.maxHeld}} {
+		if n.v < 1 {
+			bad = append(bad, fmt.Sprintf("%s %d: want >= 1", n.name, n.v))
+		}
 	}
 	if _, err := kvindex.ParseWeights(s.kvWeights); err != nil {
 		bad = append(bad, fmt.Sprintf("--kv-tier-weights %q: %v", s.kvWeights, err))
-	}
-	if s.kvMaxBlocks < 1 {
-		bad = append(bad, fmt.Sprintf("--kv-max-blocks %d: want >= 1", s.kvMaxBlocks))
-	}
-	if s.kvMaxAge <= 0 {
-		bad = append(bad, fmt.Sprintf("--kv-max-age %v: want > 0", s.kvMaxAge))
-	}
-	if s.noWorkersTimeout < 0 {
-		bad = append(bad, fmt.Sprintf("--no-workers-timeout %v: want >= 0", s.noWorkersTimeout))
 	}
 	if s.dispatchTimeout >= s.ackWait {
 		bad = append(bad, fmt.Sprintf("--dispatch-timeout %v: want below --ack-wait %v", s.dispatchTimeout, s.ackWait))
@@ -233,9 +234,6 @@ func (s *settings) validate() error {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			bad = append(bad, fmt.Sprintf("%s %v: want a finite number >= 0", f.name, f.v))
 		}
-	}
-	if s.maxHeld < 1 {
-		bad = append(bad, fmt.Sprintf("--max-held %d: want >= 1", s.maxHeld))
 	}
 	if s.inFlight < 0 || s.maxWorkers < 1 {
 		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
@@ -255,8 +253,8 @@ func (s *settings) validate() error {
 	if s.recordBuffer < 1 || s.recordStreamBytes < 1 {
 		bad = append(bad, fmt.Sprintf("--record-buffer %d, --record-stream-max-bytes %d: want >= 1", s.recordBuffer, s.recordStreamBytes))
 	}
-	if s.logFormat != "console" && s.logFormat != "json" {
-		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))
+	if err := s.log.Check(); err != nil {
+		bad = append(bad, err.Error())
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%s", strings.Join(bad, "\n"))

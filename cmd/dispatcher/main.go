@@ -40,7 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if s.healthProbe != "" {
 		return cli.ProbeExit(s.healthProbe, stderr)
 	}
-	log, err := cli.NewLogger(stderr, s.logLevel, s.logFormat)
+	log, err := s.log.Logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "dispatcher:", err)
 		return 2

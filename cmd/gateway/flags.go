@@ -25,8 +25,8 @@ type settings struct {
 	readHeaderTimeout, readTimeout, idleTimeout time.Duration
 	writeTimeout, requestTimeout, attachWait    time.Duration
 	publishTimeout, brokenAfter, healthInterval time.Duration
-	logLevel, logFormat, healthProbe            string
-	checkConfig                                 string
+	log                                         cli.Logging // --log-level, --log-format
+	healthProbe, checkConfig                    string
 	version                                     bool
 }
 
@@ -53,8 +53,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.publishTimeout, "publish-timeout", 5*time.Second, "how long to wait for JetStream to acknowledge a request (then 503: not accepted)")
 	fs.DurationVar(&s.brokenAfter, "broken-after", caller.DefaultBrokenAfter, "silence from a worker, after its first chunk, that breaks a response (three ping intervals)")
 	fs.DurationVar(&s.healthInterval, "health-interval", 2*time.Second, "how often each pool's dispatcher is checked for /readyz and for refusing requests at once")
-	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&s.logFormat, "log-format", "console", "console or json")
+	s.log.Flags(fs)
 	fs.StringVar(&s.healthProbe, "health-probe", "", "GET this URL, exit 0 on HTTP 200 and 1 otherwise: a container healthcheck without a shell")
 	fs.StringVar(&s.checkConfig, "check-config", "", "validate this gateway file, print its models and tenants, and exit")
 	fs.BoolVar(&s.version, "version", false, "print the version and exit (no environment variable)")
@@ -70,18 +69,9 @@ var noEnv = map[string]bool{"version": true}
 // EnvName is the environment variable of a flag: GATEWAY_<FLAG>, upper case, - as _.
 func EnvName(flag string) string { return cli.EnvName(envPrefix, flag) }
 
-// parseError is a command-line error the flag package has already printed.
-type parseError = cli.ParseError
-
 // parseSettings parses args, then fills every flag not given from GATEWAY_<FLAG>.
 func parseSettings(args []string, env func(string) (string, bool), stderr io.Writer) (*settings, error) {
-	s := &settings{}
-	fs := newFlags(s)
-	fs.SetOutput(stderr)
-	if err := cli.Parse(fs, args, envPrefix, env, noEnv); err != nil {
-		return nil, err
-	}
-	return s, s.validate()
+	return cli.ParseSettings(newFlags, (*settings).validate, args, envPrefix, env, noEnv, stderr)
 }
 
 func (s *settings) validate() error {
@@ -108,8 +98,8 @@ func (s *settings) validate() error {
 	if s.inboxPrefix == "" || !naming.ValidSubject(s.inboxPrefix) {
 		bad = append(bad, fmt.Sprintf("--nats-inbox-prefix %q: want a literal subject", s.inboxPrefix))
 	}
-	if s.logFormat != "console" && s.logFormat != "json" {
-		bad = append(bad, fmt.Sprintf("--log-format %q: want console or json", s.logFormat))
+	if err := s.log.Check(); err != nil {
+		bad = append(bad, err.Error())
 	}
 	if len(bad) > 0 {
 		return errors.New(strings.Join(bad, "\n"))

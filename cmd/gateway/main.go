@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	log, err := cli.NewLogger(stderr, s.logLevel, s.logFormat)
+	log, err := s.log.Logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return 2

@@ -45,6 +45,7 @@ import (
 
 	"fairdispatch/caller"
 	"fairdispatch/gateway"
+	"fairdispatch/internal/cli"
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
 )
@@ -113,7 +114,7 @@ func run(o options) error {
 			return fmt.Errorf("go build ./cmd/dispatcher: %w", err)
 		}
 	}
-	adminAddr, err := freeAddr()
+	adminAddr, err := cli.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -143,15 +144,11 @@ func run(o options) error {
 	}
 
 	// The gateway's own connection, as cmd/gateway has one.
-	gnc, err := nats.Connect(url)
+	gnc, gc, err := connectCaller(url)
 	if err != nil {
 		return err
 	}
 	defer gnc.Close()
-	gc, err := caller.New(gnc, caller.Config{})
-	if err != nil {
-		return err
-	}
 	cfg, err := gateway.ParseConfig("bench", []byte(fmt.Sprintf("models: [{name: %s, prefix: dispatch}]\ntenants: [{name: bench, api_key_sha256: [%s], classes: [default], max_concurrent: 100000}]\n",
 		model, gateway.HashKey("sk-bench"))))
 	if err != nil {
@@ -171,15 +168,11 @@ func run(o options) error {
 	defer hs.Close()
 
 	// The direct arm's producer connection.
-	dnc, err := nats.Connect(url)
+	dnc, dc, err := connectCaller(url)
 	if err != nil {
 		return err
 	}
 	defer dnc.Close()
-	dc, err := caller.New(dnc, caller.Config{})
-	if err != nil {
-		return err
-	}
 	body := []byte(`{"model":"` + model + `","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"Hello there, how are you today?"}]}`)
 	var seq atomic.Uint64
 	direct := func(ctx context.Context) (time.Duration, error) {
@@ -335,13 +328,19 @@ func waitReady(url string) error {
 	return errors.New("the dispatcher did not become ready in 30 s")
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// connectCaller is a producer (package caller) on a connection of its own to
+// url.
+func connectCaller(url string) (*nats.Conn, *caller.Caller, error) {
+	nc, err := nats.Connect(url)
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	c, err := caller.New(nc, caller.Config{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, c, nil
 }
 
 func numCPU() int { return runtime.NumCPU() }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/internal/buildinfo"
 	"fairdispatch/internal/cli"
 	"fairdispatch/loadgen"
 	"fairdispatch/workerkit"
@@ -90,14 +89,12 @@ func run() (int, error) {
 	traceClass := flag.String("trace-class", "chat", "with --trace: the subject token of every request")
 	traceTenants := flag.String("trace-tenants", "", "with --trace: tenants and their parts of the conversations, e.g. t1:4,t2:3,t3:2,t4:1, sent as Dispatch-Fairness-Key (empty: none)")
 	traceRequests := flag.Int("trace-requests", 0, "with --trace: replay only the first N records (0: all)")
-	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
-	flag.Parse()
-	if *version {
-		fmt.Println("loadgen", buildinfo.Read())
-		return 0, nil
+	versioned, err := cli.ParseCommandLine("loadgen")
+	if err != nil {
+		return 1, err
 	}
-	if flag.NArg() > 0 {
-		return 1, fmt.Errorf("unexpected arguments %q", flag.Args())
+	if versioned {
+		return 0, nil
 	}
 	if *trace != "" {
 		if err := traceConfig(&cfg, *trace, *traceSpeedup, *traceClass, *traceTenants, *traceRequests); err != nil {
@@ -108,7 +105,6 @@ func run() (int, error) {
 	if len(classes) == 0 {
 		return 1, errors.New("at least one --class name:count (or a --trace) is required")
 	}
-	var err error
 	if cfg.Prefixes.MinBlocks, cfg.Prefixes.MaxBlocks, err = loadgen.ParseBlockRange(*blockRange); err != nil {
 		return 1, err
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"fairdispatch/internal/buildinfo"
 	"fairdispatch/internal/cli"
 	"fairdispatch/mockworker"
 	"fairdispatch/mockworker/batching"
@@ -62,14 +61,8 @@ func run() error {
 	flag.IntVar(&cfg.RefuseWhenFull, "refuse-when-full", 0, "refuse (busy) a request that would make a rank's waiting queue longer than N; 0 never refuses")
 	model := flag.String("model", "", "simulate a continuously batched engine with this model's published timings instead (mockworker/batching): llama70b-h100 (Llama-3.3-70B FP8 on 2x H100 as NIM 1.8.0 serves it); replaces --max-num-seqs, --prefill-tokens-per-sec, --decode-ms-per-token and --kv-capacity, and sets --block-size to the model's (64)")
 	speedup := flag.Float64("model-speedup", 1, "with --model: divide every duration by this (a trace replayed this much faster)")
-	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
-	flag.Parse()
-	if *version {
-		fmt.Println("mockworker", buildinfo.Read())
-		return nil
-	}
-	if flag.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	if versioned, err := cli.ParseCommandLine("mockworker"); versioned || err != nil {
+		return err
 	}
 	if *decodeMs < 0 {
 		return fmt.Errorf("--decode-ms-per-token %v: want >= 0", *decodeMs)

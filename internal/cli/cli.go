@@ -1,6 +1,6 @@
 // Package cli is what the command-line programs under cmd/ share: flags
 // backed by environment variables, the logger of --log-level and
-// --log-format, and the --health-probe of a container healthcheck. It imports
+// --log-format, --version, and the --health-probe of a container healthcheck. It imports
 // neither side's packages, so programs of both sides use it.
 package cli
 
@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/buildinfo"
 )
 
 // EnvName is the environment variable of a flag: <PREFIX>_<FLAG>, upper
@@ -79,6 +82,38 @@ func Parse(fs *flag.FlagSet, args []string, prefix string, env func(string) (str
 	return FromEnv(fs, prefix, env, skip)
 }
 
+// ParseSettings reads the settings S of a program that keeps them in one
+// struct (the dispatcher, the gateway): flags makes the flag set of a new S,
+// whose messages go to stderr; args and then the environment are parsed into
+// it (Parse), and validate judges the result, which comes back with its
+// verdict.
+func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error, args []string, prefix string, env func(string) (string, bool), skip map[string]bool, stderr io.Writer) (*S, error) {
+	s := new(S)
+	fs := flags(s)
+	fs.SetOutput(stderr)
+	if err := Parse(fs, args, prefix, env, skip); err != nil {
+		return nil, err
+	}
+	return s, validate(s)
+}
+
+// ParseCommandLine parses the command line into the flag package's flags,
+// with --version added, for a program that takes no positional arguments.
+// With --version it prints program and its build (internal/buildinfo) on
+// stdout and reports versioned, and the program exits 0 at once.
+func ParseCommandLine(program string) (versioned bool, err error) {
+	version := flag.Bool("version", false, "print the version, VCS revision and time, and Go version, and exit")
+	flag.Parse()
+	if *version {
+		fmt.Println(program, buildinfo.Read())
+		return true, nil
+	}
+	if flag.NArg() > 0 {
+		return false, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	return false, nil
+}
+
 // ParseExit is the exit status of a program whose settings err refused: 0
 // for -h, else 2, with err on stderr after the program's name unless the flag
 // package printed it already.
@@ -109,6 +144,30 @@ func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !IsTerminal(w)}
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// Logging is the flags --log-level and --log-format of the dispatcher and
+// the gateway (docs/config.md).
+type Logging struct{ Level, Format string }
+
+// Flags registers l's flags on fs.
+func (l *Logging) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&l.Level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&l.Format, "log-format", "console", "console or json")
+}
+
+// Check refuses a --log-format other than console or json; the level is
+// judged by Logger.
+func (l Logging) Check() error {
+	if l.Format != "console" && l.Format != "json" {
+		return fmt.Errorf("--log-format %q: want console or json", l.Format)
+	}
+	return nil
+}
+
+// Logger is the logger of l writing to w (NewLogger).
+func (l Logging) Logger(w io.Writer) (zerolog.Logger, error) {
+	return NewLogger(w, l.Level, l.Format)
 }
 
 // IsTerminal reports whether w is a terminal: colour codes only go there.
@@ -203,6 +262,17 @@ func Exit(program string, err error) {
 		fmt.Fprintln(os.Stderr, program+":", err)
 		os.Exit(1)
 	}
+}
+
+// FreeAddr is a loopback host:port that was free a moment ago: for a
+// program to give a server it starts (a child process) a port of its own.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // StopContext is a context that ends on SIGINT or SIGTERM, the programs'

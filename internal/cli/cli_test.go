@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,52 @@ func TestParseErrors(t *testing.T) {
 	}
 	if err := Parse(newFS(), nil, "X", func(k string) (string, bool) { return "soon", true }, map[string]bool{"wait": true}); err != nil {
 		t.Errorf("a flag without a variable read one: %v", err)
+	}
+}
+
+// TestParseSettings: the flags fill a new settings value from the command
+// line and the environment, the validation's verdict comes back with it, and
+// --log-format is checked.
+func TestParseSettings(t *testing.T) {
+	type settings struct {
+		wait time.Duration
+		log  Logging
+	}
+	flags := func(s *settings) *flag.FlagSet {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.DurationVar(&s.wait, "wait", time.Second, "")
+		s.log.Flags(fs)
+		return fs
+	}
+	validate := func(s *settings) error { return s.log.Check() }
+	env := func(k string) (string, bool) { return "json", k == "X_LOG_FORMAT" }
+	s, err := ParseSettings(flags, validate, []string{"--wait", "2s"}, "X", env, nil, io.Discard)
+	if err != nil || s.wait != 2*time.Second || s.log != (Logging{Level: "info", Format: "json"}) {
+		t.Fatalf("got %+v, %v", s, err)
+	}
+	if _, err := ParseSettings(flags, validate, []string{"--log-format", "xml"}, "X", env, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format xml: %v, want an error naming the flag", err)
+	}
+	var stderr bytes.Buffer
+	if _, err := ParseSettings(flags, validate, []string{"--nope"}, "X", env, nil, &stderr); !errors.As(err, new(ParseError)) || !strings.Contains(stderr.String(), "nope") {
+		t.Errorf("--nope: %v, stderr %q; want a ParseError printed on stderr", err, stderr.String())
+	}
+}
+
+// TestParseCommandLine: --version is reported (and printed), a positional
+// argument refused.
+func TestParseCommandLine(t *testing.T) {
+	defer func(args []string, fs *flag.FlagSet) { os.Args, flag.CommandLine = args, fs }(os.Args, flag.CommandLine)
+	for _, c := range []struct {
+		args      []string
+		versioned bool
+		fails     bool
+	}{{[]string{"--version"}, true, false}, {[]string{"extra"}, false, true}, {nil, false, false}} {
+		os.Args = append([]string{"x"}, c.args...)
+		flag.CommandLine = flag.NewFlagSet("x", flag.ContinueOnError)
+		versioned, err := ParseCommandLine("x")
+		if versioned != c.versioned || (err != nil) != c.fails {
+			t.Errorf("%v: versioned %v, error %v", c.args, versioned, err)
+		}
 	}
 }
