@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // Order is the order in which requests of the classes are published.
@@ -34,8 +34,6 @@ const (
 	DefaultProgressInterval = 500 * time.Millisecond
 )
 
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // ClassCount is a number of requests to publish to one class.
 type ClassCount struct {
 	// Class is the subject token: the request goes to <prefix>.req.<Class>.
@@ -54,7 +52,7 @@ func ParseClassCount(s string) (ClassCount, error) {
 	if err != nil || n < 0 {
 		return ClassCount{}, fmt.Errorf("loadgen: class %q: count must be a non-negative integer", s)
 	}
-	if !tokenRE.MatchString(name) {
+	if !wire.ValidToken(name) {
 		return ClassCount{}, fmt.Errorf("loadgen: class %q: name must be [A-Za-z0-9_-]+", s)
 	}
 	return ClassCount{Class: name, Count: n}, nil
@@ -69,8 +67,6 @@ type Tenant struct {
 	Weight int
 }
 
-var keyRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,64}$`)
-
 // ParseTenants parses "key:weight,key:weight,..." (a weight may be omitted: 1).
 func ParseTenants(s string) ([]Tenant, error) {
 	var out []Tenant
@@ -83,7 +79,7 @@ func ParseTenants(s string) ([]Tenant, error) {
 				return nil, fmt.Errorf("loadgen: tenant %q: weight must be an integer >= 1", part)
 			}
 		}
-		if !keyRE.MatchString(key) {
+		if !wire.ValidKey(key) {
 			return nil, fmt.Errorf("loadgen: tenant %q: key must be 1 to 64 bytes of [A-Za-z0-9_.:@-]", part)
 		}
 		out = append(out, Tenant{Key: key, Weight: n})
@@ -171,7 +167,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	seen := map[string]bool{}
 	for _, cc := range c.Classes {
-		if !tokenRE.MatchString(cc.Class) || cc.Count < 0 {
+		if !wire.ValidToken(cc.Class) || cc.Count < 0 {
 			errs = append(errs, fmt.Errorf("class %q:%d: want a subject token and a count >= 0", cc.Class, cc.Count))
 		}
 		if seen[cc.Class] {
@@ -189,12 +185,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	seenKey := map[string]bool{}
 	for _, tn := range c.Tenants {
-		if !keyRE.MatchString(tn.Key) || tn.Weight < 1 || seenKey[tn.Key] {
+		if !wire.ValidKey(tn.Key) || tn.Weight < 1 || seenKey[tn.Key] {
 			errs = append(errs, fmt.Errorf("tenant %q:%d: want a distinct fairness key and a weight >= 1", tn.Key, tn.Weight))
 		}
 		seenKey[tn.Key] = true
 	}
-	if c.Pin != "" && !tokenRE.MatchString(c.Pin) {
+	if c.Pin != "" && !wire.ValidToken(c.Pin) {
 		errs = append(errs, fmt.Errorf("pin %q: want a worker id", c.Pin))
 	}
 	if c.Priority < 0 || c.Priority > 1e6 || math.IsNaN(c.Priority) {
@@ -209,7 +205,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Window < 1 || c.Timeout < 0 || c.ProgressInterval < 0 || c.OutputTokens < 0 {
 		errs = append(errs, errors.New("window, timeout, progress interval and output tokens must not be negative (window >= 1)"))
 	}
-	if c.RunID != "" && !tokenRE.MatchString(c.RunID) {
+	if c.RunID != "" && !wire.ValidToken(c.RunID) {
 		errs = append(errs, fmt.Errorf("run id %q: want [A-Za-z0-9_-]+", c.RunID))
 	}
 	if err := c.Prefixes.withDefaults(); err != nil {

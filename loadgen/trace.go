@@ -149,11 +149,11 @@ func PrepareReplay(recs []TraceRecord, o ReplayOptions) ([]ReplayRequest, error)
 	if o.BlockSize < 1 || TraceBlockTokens%o.BlockSize != 0 {
 		return nil, fmt.Errorf("loadgen: replay block size %d: want a divisor of %d", o.BlockSize, TraceBlockTokens)
 	}
-	if !tokenRE.MatchString(o.Class) {
+	if !wire.ValidToken(o.Class) {
 		return nil, fmt.Errorf("loadgen: replay class %q: want a subject token", o.Class)
 	}
 	for _, tn := range o.Tenants {
-		if !keyRE.MatchString(tn.Key) || !(tn.Share > 0) || math.IsInf(tn.Share, 0) {
+		if !wire.ValidKey(tn.Key) || !(tn.Share > 0) || math.IsInf(tn.Share, 0) {
 			return nil, fmt.Errorf("loadgen: replay tenant %q share %v: want a fairness key and a share > 0", tn.Key, tn.Share)
 		}
 	}

@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 // Defaults applied by [New] to zero fields of [Config].
@@ -41,11 +41,6 @@ const (
 
 // ErrConfig is wrapped by every configuration error of [New].
 var ErrConfig = errors.New("worker: invalid config")
-
-var (
-	tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-	taintRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,128}$`)
-)
 
 // Config describes one worker.
 type Config struct {
@@ -132,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.SeenOnlyInterval = cmp.Or(c.SeenOnlyInterval, max(DefaultSeenOnlyInterval, c.MinReportInterval))
 	c.FirstProgressDelay = cmp.Or(c.FirstProgressDelay, DefaultFirstProgressDelay)
 	var errs []error
-	if !tokenRE.MatchString(c.ID) {
+	if !wire.ValidToken(c.ID) {
 		errs = append(errs, fmt.Errorf("id %q: want [A-Za-z0-9_-]+, at most 128 bytes", c.ID))
 	}
 	if _, err := naming.New(c.Prefix); err != nil {
@@ -146,7 +141,7 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("max active requests %d: want 0 to %d", c.MaxActiveRequests, maxActiveRequests))
 	}
 	for _, t := range c.Taints {
-		if !taintRE.MatchString(t) {
+		if !wire.ValidTaint(t) {
 			errs = append(errs, fmt.Errorf("taint %q: want [A-Za-z0-9_.:/-]+, at most 128 bytes", t))
 		}
 	}
