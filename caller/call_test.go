@@ -318,6 +318,7 @@ func TestCloseCancels(t *testing.T) {
 
 func TestDuplicateAndMaxBuffered(t *testing.T) {
 	f := setup(t, caller.Config{MaxBuffered: 2})
+	seen := cancels(t, f.wnc)
 	call, h := f.start("r6")
 	if call.Duplicate() {
 		t.Fatal("first publication reported as a duplicate")
@@ -338,6 +339,10 @@ func TestDuplicateAndMaxBuffered(t *testing.T) {
 		w.chunk(i, "x")
 	}
 	_ = f.wnc.Flush()
+	// Nothing is read until the third chunk has found two waiting: the break
+	// cancels the request (only the first call, not the duplicate). Reading
+	// sooner could keep the reader ahead, as the test means it not to be.
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(seen()) == 1 }, "the call broke and cancelled, cancellations %v", seen())
 	var got error
 	for got == nil {
 		_, got = recv(t, call)
