@@ -138,27 +138,15 @@ func (c *Keyed) LastFree() bool { return c.lastFree }
 // (docs/design.md, Cost settlement). It returns false when the key is not
 // tracked (nothing was owed). O(log K).
 func (c *Keyed) Settle(name string, delta int64) bool {
-	if !c.Correct(name, delta) {
-		return false
-	}
-	k := c.byName[name]
-	if k.owed > 0 {
-		k.owed--
-	}
-	c.maybeForget(k)
-	return true
-}
-
-// Correct applies a correction of delta cost units to key name's service and
-// keeps its debts: the scheduler's estimate made again at dispatch, on the
-// worker chosen (docs/design.md, Cost settlement). It returns false when the
-// key is not tracked. O(log K).
-func (c *Keyed) Correct(name string, delta int64) bool {
 	k := c.byName[name]
 	if k == nil {
 		return false
 	}
 	c.setV(k, k.v+float64(delta)/k.weight)
+	if k.owed > 0 {
+		k.owed--
+	}
+	c.maybeForget(k)
 	return true
 }
 

@@ -37,54 +37,14 @@ func (s *Scheduler) Next(now int64) Decision {
 	d := s.place(now, r)
 	switch d.Kind {
 	case Dispatch:
-		budgeted := cost > 0 && s.budgeted != nil && !c.LastFree() && c.Budgeted()
-		charged, delta := r.Cost, int64(0)
-		if r.Paid && d.Prefill != r.Cost {
-			charged, delta = d.Prefill, int64(d.Prefill)-int64(r.Cost)
-			s.recharge(k, r.Key, delta, budgeted)
-		}
-		s.settle.record(now, d, charged, true)
-		if delta != 0 || budgeted {
-			s.settle.recharged(d, delta, budgeted)
+		s.settle.record(now, d, r.Cost, true)
+		if s.budgeted != nil && !c.LastFree() && c.Budgeted() {
+			s.settle.budgeted(d, cost)
 		}
 	case Reject:
 		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
 	}
 	return d
-}
-
-// recharge moves the charge of a request of class k and key that DRR
-// charged its admission estimate (it was paid) by delta cost units: at its
-// dispatch, to the uncached prefill of the rank chosen for it (its booking;
-// docs/design.md, Cost settlement), and back when that dispatch is taken back
-// (takeBack). The class's deficit, the key's service and, with budgeted, its
-// budget take the difference at once, and the completion record settles
-// against the new charge. A request that waited long has more of its prefix
-// cached by the time it runs (its conversation's earlier turns, queued ahead
-// of it, have been computed), so the admission estimate is biased against
-// the tenants that queue most, and the completion that would correct it
-// comes a whole service time later.
-func (s *Scheduler) recharge(k int, key string, delta int64, budgeted bool) {
-	s.arb.Charge(k, delta)
-	s.classes[k].Correct(key, delta)
-	if budgeted {
-		s.classes[k].ChargeBudget(s.now, key, delta)
-	}
-}
-
-// takeBack forgets worker id's dispatch seq, which did not run (refused,
-// unsent, handed back), with its recharge: the request stands charged its
-// admission estimate again, as before the dispatch. With release the request
-// has left, and its key is owed nothing (settlements.drop).
-func (s *Scheduler) takeBack(id string, seq uint64, release bool) {
-	rec := s.settle.find(id, seq)
-	if rec == nil {
-		return
-	}
-	if rec.recharged != 0 && rec.owes && !rec.dropped && !rec.settled {
-		s.recharge(rec.class, rec.key, -rec.recharged, rec.budget > 0)
-	}
-	s.settle.drop(rec, release)
 }
 
 // place selects a worker for r and books it, or rejects r.
@@ -145,7 +105,7 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 	s.refused(now, id, seq)
 	// The request is queued again, charged: its key stays owed, and the next
 	// dispatch's record takes over the settlement.
-	s.takeBack(id, seq, false)
+	s.settle.forget(id, seq, false)
 	r.Refused = true
 	r.Charged = true
 	s.enqueue(r)
@@ -156,7 +116,7 @@ func (s *Scheduler) Return(now int64, r *request.Snapshot, id string, seq uint64
 // time growing with its refusals in a row (docs/protocol.md, Refusals back off).
 func (s *Scheduler) Refused(now int64, id string, seq uint64) {
 	s.refused(now, id, seq)
-	s.takeBack(id, seq, true) // the request leaves: its key owes nothing
+	s.settle.forget(id, seq, true) // the request leaves: its key owes nothing
 }
 
 func (s *Scheduler) refused(now int64, id string, seq uint64) {
@@ -187,7 +147,7 @@ func (s *Scheduler) Accepted(id string) {
 // after a refusal: its place kept, not charged again, without a limit check.
 // Without requeue (the request itself cannot be sent) the caller rejects it.
 func (s *Scheduler) Unsent(r *request.Snapshot, id string, seq uint64, requeue bool) {
-	s.takeBack(id, seq, !requeue)
+	s.settle.forget(id, seq, !requeue)
 	if w := s.reg.Get(id); w != nil && s.reg.Unsent(w, seq) {
 		s.gates.Update(w)
 		for _, c := range s.classes {

@@ -155,12 +155,9 @@ type dispatchRec struct {
 	charged uint64 // the cost DRR and the key were charged; 0 when not arbitrated
 	at      int64  // dispatch time
 	budget  uint64 // what the key's token budget was charged; 0: nothing
-	// recharged is what the dispatch added to the admission estimate's
-	// charge (Scheduler.recharge): taken back with the dispatch.
-	recharged int64
-	owes      bool // arbitrated: the key is owed this settlement
-	settled   bool
-	dropped   bool // forgotten: handed back, unsent, or its worker's numbering started over
+	owes    bool   // arbitrated: the key is owed this settlement
+	settled bool
+	dropped bool // forgotten: handed back, unsent, or its worker's numbering started over
 }
 
 func (st *settlements) init(cfg Config, release func(class int, key string)) {
@@ -258,26 +255,21 @@ func (st *settlements) reclass(to []int) {
 	}
 }
 
-// forget forgets the dispatch (worker, seq): it never reached the worker, or was
-// refused. With release the request has left the scheduler, so its key is owed
-// nothing; without, the request waits again, still charged, and its next
-// dispatch's record takes over. (The scheduler calls takeBack, which also
-// takes back the dispatch's recharge.)
-func (st *settlements) forget(worker string, seq uint64, release bool) {
-	if rec := st.find(worker, seq); rec != nil {
-		st.drop(rec, release)
+// budgeted notes that dispatch d charged its key's budget cost units, so
+// that its settlement corrects the budget too.
+func (st *settlements) budgeted(d Decision, cost uint64) {
+	if rec := st.find(d.Worker, d.Seq); rec != nil {
+		rec.budget = cost
 	}
 }
 
-// recharged notes that dispatch d moved its charge by delta
-// (Scheduler.recharge) and, with budgeted, that the charge was also made to
-// its key's budget, so that its settlement corrects the budget too.
-func (st *settlements) recharged(d Decision, delta int64, budgeted bool) {
-	if rec := st.find(d.Worker, d.Seq); rec != nil {
-		rec.recharged = delta
-		if budgeted {
-			rec.budget = rec.charged
-		}
+// forget forgets the dispatch (worker, seq): it never reached the worker, or was
+// refused. With release the request has left the scheduler, so its key is owed
+// nothing; without, the request waits again, still charged, and its next
+// dispatch's record takes over.
+func (st *settlements) forget(worker string, seq uint64, release bool) {
+	if rec := st.find(worker, seq); rec != nil {
+		st.drop(rec, release)
 	}
 }
 
