@@ -37,7 +37,13 @@ func (s *Scheduler) Next(now int64) Decision {
 	d := s.place(now, r)
 	switch d.Kind {
 	case Dispatch:
-		s.settle.record(now, d, r.Cost, true)
+		if r.Paid {
+			s.settle.record(now, d, r.Cost, true)
+		} else {
+			// Placed at arrival and refused: never arbitrated, never
+			// charged, so its completion has nothing to correct.
+			s.settle.record(now, d, 0, false)
+		}
 		if s.budgeted != nil && !c.LastFree() && c.Budgeted() {
 			s.settle.budgeted(d, cost)
 		}
