@@ -1,11 +1,13 @@
 package workerkit_test
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"fairdispatch/internal/natstest"
 	"fairdispatch/workerkit"
@@ -43,6 +45,61 @@ func TestFirstProgressOnlyForRequestsStillHeld(t *testing.T) {
 	if r1 := got("acks.r1"); len(r1) != 1 || r1[0] != "+ACK" {
 		t.Fatalf("r1 acks %v, want only +ACK", r1)
 	}
+}
+
+// TestFinishedInOfferNeedsNoFirstProgress: a request its handler finishes
+// inside Offer is not waiting for a first +WPI, so the loop that sends them
+// is not woken for it; one still held is. The worker's last debug line for a
+// dispatch ("dispatch answered") marks when it is done with it.
+func TestFinishedInOfferNeedsNoFirstProgress(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	h := workerkit.HandlerFunc(func(r *workerkit.Request) bool {
+		if r.RequestID == "r1" {
+			if err := r.Done(); err != nil {
+				t.Errorf("done r1: %v", err)
+			}
+		}
+		return true
+	})
+	answered := &lineCounter{want: `"message":"dispatch answered"`}
+	log := zerolog.New(answered).Level(zerolog.DebugLevel)
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1", AckWait: time.Hour, FirstProgressDelay: 20 * time.Minute}, h, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	for i, id := range []string{"r1", "r2"} {
+		if _, err := nc.RequestMsg(dispatchMsg(id, uint64(i+1), 0, "acks."+id), 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		natstest.Eventually(t, 20*time.Second, func() bool { return answered.count() == i+1 }, "the worker done with the dispatch")
+		if n := workerkit.AwaitingFirstProgress(w); n != i {
+			t.Fatalf("after %s: %d requests await a first +WPI, want %d", id, n, i)
+		}
+	}
+}
+
+// lineCounter counts the lines written to it that contain want.
+type lineCounter struct {
+	want string
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += strings.Count(string(p), c.want)
+	return len(p), nil
+}
+
+func (c *lineCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
 
 // TestSeenOnlyReportsCoalesce: refused offers move only seen_seq; their

@@ -25,3 +25,11 @@ func ObserveAcks(w *Worker, f func(time.Duration)) {
 	a.observe = f
 	a.mu.Unlock()
 }
+
+// AwaitingFirstProgress returns the number of accepted requests waiting for
+// their first +WPI (the fresh list of firstProgressLoop).
+func AwaitingFirstProgress(w *Worker) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.fresh)
+}

@@ -297,10 +297,15 @@ func (w *Worker) onMsg(m *nats.Msg) {
 	if accepted && r.Ack != "" {
 		due := time.Now().Add(min(w.cfg.FirstProgressDelay, w.keepAlive(r)))
 		w.mu.Lock()
-		// The loop's timer is set for the head of the list: it needs waking
-		// only when this request comes due first, not once per request.
-		kick := len(w.fresh) == 0 || due.Before(w.fresh[0].due)
-		w.fresh = append(w.fresh, freshReq{r, due})
+		// A request finished already (inside Offer, or since) needs no +WPI
+		// and does not wake the loop. The loop's timer is set for the head
+		// of the list: it needs waking only when this request comes due
+		// first, not once per request.
+		held := r.state == stateHeld
+		kick := held && (len(w.fresh) == 0 || due.Before(w.fresh[0].due))
+		if held {
+			w.fresh = append(w.fresh, freshReq{r, due})
+		}
 		w.mu.Unlock()
 		if kick {
 			select {
