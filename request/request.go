@@ -128,6 +128,10 @@ type Snapshot struct {
 	// (never arbitrated) and refused: it is queued as charged without having
 	// paid, so cancelling it refunds nothing.
 	Paid bool
+	// BudgetPaid is set when the dispatch that made the request pay also
+	// charged its key's token budget (its cost): the dispatches after a
+	// refusal charge nothing, but their settlement corrects that charge.
+	BudgetPaid bool
 	// Refused is set when a worker refused the request (or did not answer); such
 	// a request waits in its lane whatever its class's queueing (docs/protocol.md, Dispatch handshake).
 	Refused bool

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"math"
 	"testing"
 
 	"fairdispatch/filters"
@@ -102,5 +103,41 @@ func TestCancelDispatchedAtArrivalRefundsNothing(t *testing.T) {
 	}
 	if got, tracked := f.keyService(4, "k"); f.s.arb.Deficit(4) != deficit || tracked && got != svc {
 		t.Errorf("deficit %d service %v, want %d and %v unchanged", f.s.arb.Deficit(4), got, deficit, svc)
+	}
+}
+
+// TestCancelRefundsTheBudgetOfARefusedRequest: the refund of a refused,
+// requeued request includes what its first dispatch took from its key's
+// token budget.
+func TestCancelRefundsTheBudgetOfARefusedRequest(t *testing.T) {
+	f := newFixture(t, budgetClass(1e-6, ""), filters.Thresholds{})
+	f.report("w1", 5000) // busy: c queues
+	a := f.arrive("c", 100, func(a *request.Arrival) { a.Key = "a" })
+	f.wantKind(a, Queued)
+	level := func() float64 {
+		t.Helper()
+		l, _, _, _, ok := f.s.Class(0).BudgetLevel(f.now, "a")
+		if !ok {
+			t.Fatal("key a has no budget")
+		}
+		return math.Round(l)
+	}
+	if got := level(); got != 500 {
+		t.Fatalf("level %v before the dispatch, want the burst, 500", got)
+	}
+	f.report("w1", 0)
+	d := f.s.Next(f.now)
+	if d.Kind != Dispatch || d.Req != a.Req {
+		t.Fatalf("Next = %d, want a dispatched", d.Kind)
+	}
+	f.s.Return(f.now, d.Req, d.Worker, d.Seq)
+	if got := level(); got != 400 {
+		t.Fatalf("level %v after the dispatch, want 400", got)
+	}
+	if !f.s.Cancel(a.Req) {
+		t.Fatal("Cancel of a refused, requeued request = false")
+	}
+	if got := level(); got != 500 {
+		t.Errorf("level %v after the refund, want 500", got)
 	}
 }

@@ -44,8 +44,13 @@ func (s *Scheduler) Next(now int64) Decision {
 			// charged, so its completion has nothing to correct.
 			s.settle.record(now, d, 0, false)
 		}
-		if s.budgeted != nil && !c.LastFree() && c.Budgeted() {
-			s.settle.budgeted(d, cost)
+		if s.budgeted != nil && c.Budgeted() {
+			if cost > 0 && !c.LastFree() {
+				r.BudgetPaid = true // charged to the budget just now
+			}
+			if r.BudgetPaid {
+				s.settle.budgeted(d, r.Cost)
+			}
 		}
 	case Reject:
 		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
