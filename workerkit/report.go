@@ -174,6 +174,15 @@ func (w *Worker) kickReport() {
 	}
 }
 
+// kickSeen asks for a report after a dispatch was answered (seen_seq
+// moved); a change of load or draining kicks on its own (kickReport).
+func (w *Worker) kickSeen() {
+	select {
+	case w.seenKick <- struct{}{}:
+	default:
+	}
+}
+
 // snapshot builds the current report; ok is false while an Offer is in
 // progress, whose end kicks another report.
 func (w *Worker) snapshot() (rep Report, ok bool) {
@@ -274,6 +283,14 @@ func (w *Worker) capacityFreed() bool {
 func (w *Worker) onlySeenMoved() bool {
 	return w.sincePublished(func(p *publishedState) bool {
 		return p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen != w.seenSeq
+	})
+}
+
+// unchanged reports whether the last published report said all a report
+// would say now: then a kick needs none.
+func (w *Worker) unchanged() bool {
+	return w.sincePublished(func(p *publishedState) bool {
+		return p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen == w.seenSeq
 	})
 }
 

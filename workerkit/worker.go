@@ -53,6 +53,10 @@ type Worker struct {
 	ask *asker
 
 	kick chan struct{} // cap 1: a report is wanted
+	// seenKick (cap 1) asks for a report after an answered dispatch, whose
+	// news may be seen_seq alone: the loop does not wake for it while a
+	// seen-only report is scheduled already, which will carry it.
+	seenKick chan struct{}
 	// progressKick (cap 1) wakes progressLoop when an acceptance is due
 	// before progressWake, the loop's next wake (zero: none); guarded by mu.
 	progressKick chan struct{}
@@ -125,6 +129,7 @@ func New(nc *nats.Conn, cfg Config, h Handler, log zerolog.Logger) (*Worker, err
 		doneSubj:     names.Done(cfg.ID),
 		cancelSubj:   names.CancelWorker(cfg.ID),
 		kick:         make(chan struct{}, 1),
+		seenKick:     make(chan struct{}, 1),
 		freshKick:    make(chan struct{}, 1),
 		progressKick: make(chan struct{}, 1),
 		quit:         make(chan struct{}),
@@ -273,7 +278,7 @@ func (w *Worker) onMsg(m *nats.Msg) {
 			w.notRunningLocked(r)
 		}
 		w.mu.Unlock()
-		w.kickReport()
+		w.kickSeen()
 		if wake {
 			select {
 			case w.progressKick <- struct{}{}:
@@ -517,7 +522,8 @@ func armed(t *time.Timer, next time.Time) <-chan time.Time {
 	return t.C
 }
 
-// reportLoop publishes a report on every kick, at most one per
+// reportLoop publishes a report on every kick that brings news (the load,
+// the draining flag or seen_seq moved since the last report), at most one per
 // MinReportInterval (one per SeenOnlyInterval when only seen_seq moved) unless
 // it frees capacity, and at least every TTL/3.
 func (w *Worker) reportLoop() {
@@ -530,13 +536,23 @@ func (w *Worker) reportLoop() {
 	seenOnly.Stop()
 	defer seenOnly.Stop()
 	var last time.Time
+	// seenArmed: seenOnly runs, a seen-only report is scheduled. deferred:
+	// the last report was put off by an Offer in progress, whose end (a
+	// seen kick) must wake the loop whatever is scheduled.
+	seenArmed, deferred := false, false
 	for {
 		beat := false
+		var seenKick chan struct{}
+		if !seenArmed || deferred {
+			seenKick = w.seenKick
+		}
 		select {
 		case <-w.quit:
 			return
 		case <-w.kick:
+		case <-seenKick:
 		case <-seenOnly.C:
+			seenArmed = false
 		case <-heartbeat.C:
 			beat = true
 		}
@@ -552,17 +568,30 @@ func (w *Worker) reportLoop() {
 		}
 		if !beat && w.onlySeenMoved() {
 			if wait := w.cfg.SeenOnlyInterval - time.Since(last); wait > 0 {
-				seenOnly.Reset(wait)
+				if !seenArmed {
+					seenOnly.Reset(wait)
+					seenArmed = true
+				}
 				continue
 			}
+		}
+		if !beat && w.unchanged() {
+			continue // a kick whose news the last report carried already
+		}
+		// The report about to go carries every answered dispatch so far.
+		select {
+		case <-w.seenKick:
+		default:
 		}
 		ok, err := w.publishReport()
 		if err != nil {
 			w.log.Error().Err(err).Msg("load report")
 		}
+		deferred = !ok && err == nil
 		if ok || err != nil {
 			last = time.Now()
 			seenOnly.Stop()
+			seenArmed = false
 			heartbeat.Reset(w.cfg.TTL / 3)
 		}
 	}
