@@ -240,7 +240,7 @@ func (s *scan) decode() (Headers, error) {
 	big(hWorker)
 	if has(hWorker) {
 		v := wire.TrimValue(vals[hWorker])
-		if r := checkToken(v, &workerChars, "worker id"); r != "" {
+		if r := checkToken(v, wire.ValidToken, "worker id"); r != "" {
 			note(headerErr(hWorker, vals[hWorker], r))
 		} else {
 			d.Pin.Worker = v
@@ -262,7 +262,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hAllowed)
 	if has(hAllowed) {
-		l, err := parseList(hAllowed, vals[hAllowed], &workerChars, "worker id")
+		l, err := parseList(hAllowed, vals[hAllowed], wire.ValidToken, "worker id")
 		d.Allowed = l
 		if err != nil {
 			note(err)
@@ -270,7 +270,7 @@ func (s *scan) decode() (Headers, error) {
 	}
 	big(hRequired)
 	if has(hRequired) {
-		l, err := parseList(hRequired, vals[hRequired], &taintChars, "taint")
+		l, err := parseList(hRequired, vals[hRequired], wire.ValidTaint, "taint")
 		d.Required = l
 		if err != nil {
 			note(err)
@@ -335,19 +335,16 @@ func (s *scan) decode() (Headers, error) {
 	return d, nil
 }
 
-// checkKey returns "" when s is a fairness key (docs/protocol.md, Request
-// headers: 1 to wire.MaxKeyLen bytes of [A-Za-z0-9_.:@-]), else the reason.
+// checkKey returns "" when s is a fairness key (wire.ValidKey: 1 to
+// wire.MaxKeyLen bytes of [A-Za-z0-9_.:@-]), else the reason.
 func checkKey(s string) string {
 	switch {
 	case s == "":
 		return "is not a fairness key (empty)"
 	case len(s) > wire.MaxKeyLen:
 		return "is not a fairness key (longer than " + strconv.Itoa(wire.MaxKeyLen) + " bytes)"
-	}
-	for i := 0; i < len(s); i++ {
-		if !keyChars[s[i]] {
-			return "is not a fairness key (invalid character)"
-		}
+	case !wire.ValidKey(s):
+		return "is not a fairness key (invalid character)"
 	}
 	return ""
 }
@@ -459,40 +456,17 @@ func isRangeErr(err error) bool {
 	return ok && ne.Err == strconv.ErrRange
 }
 
-// Character sets of worker ids and taints (docs/protocol.md; docs/protocol.md, Request headers).
-var (
-	workerChars = charset("_-")
-	taintChars  = charset("_.:/-")
-	keyChars    = charset("_.:@-")
-)
-
-func charset(extra string) [256]bool {
-	var t [256]bool
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for i := 0; i < len(extra); i++ {
-		t[extra[i]] = true
-	}
-	return t
-}
-
-// checkToken returns "" when s is a valid token of the set, else the reason.
-func checkToken(s string, set *[256]bool, what string) string {
-	if s == "" {
+// checkToken returns "" when s is a name of the grammar valid (wire.ValidToken
+// for worker ids, wire.ValidTaint for taints: 1 to wire.MaxTokenLen bytes of
+// their characters), else the reason.
+func checkToken(s string, valid func(string) bool, what string) string {
+	switch {
+	case s == "":
 		return "is not a " + what + " (empty)"
-	}
-	if len(s) > wire.MaxTokenLen {
+	case len(s) > wire.MaxTokenLen:
 		return "is not a " + what + " (longer than " + strconv.Itoa(wire.MaxTokenLen) + " bytes)"
-	}
-	for i := 0; i < len(s); i++ {
-		if !set[s[i]] {
-			return "is not a " + what + " (invalid character)"
-		}
+	case !valid(s):
+		return "is not a " + what + " (invalid character)"
 	}
 	return ""
 }
@@ -562,7 +536,7 @@ func itemReason(n int, item, reason string) string {
 }
 
 // parseList parses "tok,tok,..." with every token in set.
-func parseList(slot int, raw string, set *[256]bool, what string) ([]string, *HeaderError) {
+func parseList(slot int, raw string, valid func(string) bool, what string) ([]string, *HeaderError) {
 	s := wire.TrimValue(raw)
 	if r := checkItems(s); r != "" {
 		return nil, headerErr(slot, raw, r)
@@ -573,7 +547,7 @@ func parseList(slot int, raw string, set *[256]bool, what string) ([]string, *He
 		if item == "" {
 			return nil, headerErr(slot, raw, itemReason(n, "", ""))
 		}
-		if r := checkToken(item, set, what); r != "" {
+		if r := checkToken(item, valid, what); r != "" {
 			return nil, headerErr(slot, raw, itemReason(n, item, r))
 		}
 		out = append(out, item)
@@ -610,7 +584,7 @@ func parseOverlap(raw string) ([]request.Overlap, *HeaderError) {
 		if !ok {
 			return nil, headerErr(hOverlap, raw, itemReason(n, item, "is not id=tokens"))
 		}
-		if r := checkToken(id, &workerChars, "worker id"); r != "" {
+		if r := checkToken(id, wire.ValidToken, "worker id"); r != "" {
 			return nil, headerErr(hOverlap, raw, itemReason(n, item, "worker "+r))
 		}
 		t, r := uintValue(tok, wire.MaxTokens)
@@ -639,7 +613,7 @@ func parsePreferred(raw string) ([]request.Taint, *HeaderError) {
 			return nil, headerErr(hPreferred, raw, itemReason(n, "", ""))
 		}
 		name, w, hasW := splitPair(item)
-		if r := checkToken(name, &taintChars, "taint"); r != "" {
+		if r := checkToken(name, wire.ValidTaint, "taint"); r != "" {
 			return nil, headerErr(hPreferred, raw, itemReason(n, item, "taint "+r))
 		}
 		weight := 1.0

@@ -400,11 +400,11 @@ func checkBounds(t *testing.T, d Headers) {
 	if d.Pin.Rank != request.AnyRank && d.Pin.Worker == "" {
 		t.Fatalf("rank without worker: %+v", d.Pin)
 	}
-	if d.Pin.Worker != "" && checkToken(d.Pin.Worker, &workerChars, "") != "" {
+	if d.Pin.Worker != "" && checkToken(d.Pin.Worker, wire.ValidToken, "") != "" {
 		t.Fatalf("bad worker %q", d.Pin.Worker)
 	}
 	for _, o := range d.Overlap {
-		if checkToken(o.Worker, &workerChars, "") != "" || o.Tokens > wire.MaxTokens {
+		if checkToken(o.Worker, wire.ValidToken, "") != "" || o.Tokens > wire.MaxTokens {
 			t.Fatalf("bad overlap %+v", o)
 		}
 	}
@@ -421,17 +421,17 @@ func checkBounds(t *testing.T, d Headers) {
 			wire.MaxListItems, len(d.Allowed), len(d.Required), len(d.Preferred), len(d.Overlap))
 	}
 	for _, a := range d.Allowed {
-		if checkToken(a, &workerChars, "") != "" {
+		if checkToken(a, wire.ValidToken, "") != "" {
 			t.Fatalf("bad allowed %q", a)
 		}
 	}
 	for _, r := range d.Required {
-		if checkToken(r, &taintChars, "") != "" {
+		if checkToken(r, wire.ValidTaint, "") != "" {
 			t.Fatalf("bad required %q", r)
 		}
 	}
 	for _, p := range d.Preferred {
-		if checkToken(p.Name, &taintChars, "") != "" || math.IsNaN(p.Weight) || math.Abs(p.Weight) > wire.MaxWeight {
+		if checkToken(p.Name, wire.ValidTaint, "") != "" || math.IsNaN(p.Weight) || math.Abs(p.Weight) > wire.MaxWeight {
 			t.Fatalf("bad preferred %+v", p)
 		}
 	}
