@@ -280,21 +280,21 @@ func (b *bench) profile(s *system, p *curvePoint, name string) chan struct{} {
 		return done
 	}
 	file := fmt.Sprintf("cpu-curve-%s-%d.pprof", name, p.X)
-	return b.dispatcherProfile(s, file, func(saved bool) {
+	return b.dispatcherProfile(s, file, 3, func(saved bool) {
 		if saved {
 			p.Profile = file
 		}
 	})
 }
 
-// dispatcherProfile fetches a 3-second CPU profile of s's dispatcher in the
-// background, into file in the output directory, then calls after with
+// dispatcherProfile fetches a CPU profile of s's dispatcher over seconds in
+// the background, into file in the output directory, then calls after with
 // whether it was saved; the channel closes when done.
-func (b *bench) dispatcherProfile(s *system, file string, after func(saved bool)) chan struct{} {
+func (b *bench) dispatcherProfile(s *system, file string, seconds int, after func(saved bool)) chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds=3", filepath.Join(b.opt.out, file))
+		err := fetch("http://"+s.admin+"/debug/pprof/profile?seconds="+strconv.Itoa(seconds), filepath.Join(b.opt.out, file))
 		if err != nil {
 			b.logf("profile %s: %v", file, err)
 		}

@@ -65,6 +65,7 @@ type options struct {
 	curves        bool // run the scale curves too (issue 13)
 	million       bool // the queued curve's 1,000,000 point
 	profileHop    bool // a CPU profile of the dispatcher in the throughput run
+	profileSecs   int  // its length
 	prefix        string
 	natsSync      string       // the bench's nats-server's JetStream sync (bus.ParseSync)
 	cluster       int          // servers in the bench's NATS cluster, and every stream's replicas; 0: one server, R1
@@ -117,7 +118,8 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.dispatcherBin, "dispatcher-bin", "", "a dispatcher binary to use instead of building ./cmd/dispatcher")
 	fs.StringVar(&o.only, "only", "", "comma-separated subset: bare,direct,fair,memory,burst,curves-ranks,curves-queued,curves-classes,curves-keys,curves-idle (default all), and fair-plain (fairdispatch with workers acknowledging plain) and fair-header (workers of the header dispatch form, acknowledging plain): only when named")
 	fs.BoolVar(&o.curves, "curves", true, "run the scale curves (ranks, queued, classes, keys) and the idle-capacity curve too; --curves=false skips them; with --only, only those named there run")
-	fs.BoolVar(&o.profileHop, "profile-hop", false, "save 3-second CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), in fairdispatch's throughput run; profiling costs the hop about 1%")
+	fs.BoolVar(&o.profileHop, "profile-hop", false, "save CPU profiles of the dispatcher (cpu-hop.pprof) and of the bench process, its workers and publisher (cpu-hop-bench.pprof), over the first --profile-seconds of fairdispatch's throughput run; profiling costs the hop about 1%")
+	fs.IntVar(&o.profileSecs, "profile-seconds", 3, "length of the --profile-hop profiles, 1 to 60 s (the throughput run should last longer: raise --requests)")
 	fs.BoolVar(&o.million, "curve-million", false, "add the 1,000,000 point to the queued curve (slow: minutes, and about 2 GB)")
 	fs.StringVar(&o.natsSync, "nats-sync", "2m", "how the bench's nats-server syncs JetStream writes: always, or a period (nats-server's default, 2m); the dispatcher's embedded server defaults to always (docs/deployment.md, Durability)")
 	fs.IntVar(&o.cluster, "cluster", 0, "run a NATS cluster of this many servers (3 to 5; in one process, named n0, n1...) instead of one server, with every stream replicated on each (R3 for 3; the dispatcher's --stream-replicas); every client connects to n0, where the bench places the leaders of the request stream and its consumers before each system's runs")
@@ -161,6 +163,8 @@ func parseOptions(args []string) (options, error) {
 		return o, fmt.Errorf("--cluster %d: want 3 to 5 (or 0: one server)", o.cluster)
 	case !(o.burstTPS > 0):
 		return o, fmt.Errorf("--burst-prefill-tps: want > 0")
+	case o.profileSecs < 1 || o.profileSecs > 60:
+		return o, fmt.Errorf("--profile-seconds %d: want 1 to 60", o.profileSecs)
 	}
 	return o, nil
 }

@@ -114,7 +114,7 @@ func (b *bench) measure(name string, s *system, conns []*nats.Conn) sysResult {
 	var profiled chan struct{} // closed once the profiles are saved; nil: none
 	if strings.HasPrefix(name, sysFair) && b.opt.profileHop {
 		stopBench := b.profileSelf("cpu-hop-bench.pprof") // the workers and the publisher
-		profiled = b.dispatcherProfile(s, "cpu-hop.pprof", func(bool) { stopBench() })
+		profiled = b.dispatcherProfile(s, "cpu-hop.pprof", b.opt.profileSecs, func(bool) { stopBench() })
 	}
 	t, err := b.one(b.opt.requests, 0, subjects, 512, b.opt.body)
 	c1 := sampleCPU(b.server.pid(), s.middlePid())
