@@ -78,10 +78,12 @@ func (a *Actor) retire(t *term) int {
 	}
 }
 
-// admitBatch admits a batch of the current term.
+// admitBatch admits a batch of the current term, then gives the slice back
+// to ingest: admit keeps nothing that points into it.
 func (a *Actor) admitBatch(batch []ingest.Delivery) {
 	now := a.cfg.Now()
 	for i := range batch {
 		a.admit(now, &batch[i])
 	}
+	ingest.Recycle(batch)
 }
