@@ -175,6 +175,9 @@ func (s *Scheduler) reclass(r *request.Snapshot, ch PolicyChange) {
 		r.Class = k
 	} else {
 		r.Class = s.pol.Resolve(r.Token, r.Uncached())
+		// The budget it paid was its removed class's: the new class's
+		// budget took nothing, so its settlement has nothing there to correct.
+		r.BudgetPaid = false
 	}
 	s.order(r)
 }
