@@ -53,6 +53,13 @@ type Config struct {
 	ChatTokenizer func(msgs []Message, addGenerationPrompt bool) ([]uint32, error)
 }
 
+// DefaultConfig returns the configuration a zero Config gets from New: what
+// each field's documentation names as its default.
+func DefaultConfig() Config {
+	c, _ := Config{}.withDefaults() // the zero Config is valid
+	return c
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if c.Kind == "" {
 		c.Kind = "vllm"

@@ -196,3 +196,24 @@ func TestEventsEveryLayoutAndReplay(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestDefaultConfigIsWhatNewApplies: cmd/fakeengine's flags take their
+// defaults from DefaultConfig, so it must be what New gives a zero Config,
+// with every documented default set.
+func TestDefaultConfigIsWhatNewApplies(t *testing.T) {
+	e, err := fakeengine.New(context.Background(), fakeengine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	def := fakeengine.DefaultConfig()
+	if got := e.Config(); got.Kind != def.Kind || got.Model != def.Model || got.BlockSize != def.BlockSize ||
+		got.NumGPUBlocks != def.NumGPUBlocks || got.MaxNumSeqs != def.MaxNumSeqs ||
+		got.MaxNumBatchedTokens != def.MaxNumBatchedTokens || got.PrefillTokensPerSec != def.PrefillTokensPerSec ||
+		got.DecodePerToken != def.DecodePerToken || got.Layout != def.Layout || got.ReplayBuffer != def.ReplayBuffer {
+		t.Fatalf("New's config %+v, DefaultConfig %+v", got, def)
+	}
+	if def.Kind != "vllm" || def.BlockSize != 16 || def.NumGPUBlocks != 4096 || def.MaxNumSeqs != 8 || def.DecodePerToken != time.Millisecond {
+		t.Errorf("DefaultConfig %+v: not the documented defaults", def)
+	}
+}
