@@ -278,20 +278,31 @@ func (w *Worker) capacityFreed() bool {
 	})
 }
 
-// onlySeenMoved reports whether the only change since the last published
-// report is seen_seq: then the report may wait (Config.SeenOnlyInterval).
-func (w *Worker) onlySeenMoved() bool {
-	return w.sincePublished(func(p *publishedState) bool {
-		return p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen != w.seenSeq
-	})
-}
+// reportNews is what a report would say now that the last published one did not.
+type reportNews uint8
 
-// unchanged reports whether the last published report said all a report
-// would say now: then a kick needs none.
-func (w *Worker) unchanged() bool {
-	return w.sincePublished(func(p *publishedState) bool {
-		return p.draining == w.draining && slices.Equal(p.ranks, w.ranks) && p.seen == w.seenSeq
+const (
+	newsUnknown  reportNews = iota // before the first report, or while an Offer is in progress
+	newsNone                       // nothing: a kick needs no report
+	newsSeenOnly                   // only seen_seq moved: the report may wait (Config.SeenOnlyInterval)
+	newsLoad                       // the load or the draining flag moved
+)
+
+// news compares the current state with the last published report.
+func (w *Worker) news() reportNews {
+	n := newsUnknown
+	w.sincePublished(func(p *publishedState) bool {
+		switch {
+		case p.draining != w.draining || !slices.Equal(p.ranks, w.ranks):
+			n = newsLoad
+		case p.seen != w.seenSeq:
+			n = newsSeenOnly
+		default:
+			n = newsNone
+		}
+		return true
 	})
+	return n
 }
 
 // sincePublished returns changed's answer, asked with w.mu held about what

@@ -566,7 +566,8 @@ func (w *Worker) reportLoop() {
 			case <-w.kick:
 			}
 		}
-		if !beat && w.onlySeenMoved() {
+		news := w.news()
+		if !beat && news == newsSeenOnly {
 			if wait := w.cfg.SeenOnlyInterval - time.Since(last); wait > 0 {
 				if !seenArmed {
 					seenOnly.Reset(wait)
@@ -575,7 +576,7 @@ func (w *Worker) reportLoop() {
 				continue
 			}
 		}
-		if !beat && w.unchanged() {
+		if !beat && news == newsNone {
 			continue // a kick whose news the last report carried already
 		}
 		// The report about to go carries every answered dispatch so far.
