@@ -193,9 +193,13 @@ func TestHungEngine(t *testing.T) {
 	if st := k.dispatch("r3", 3, "", wire.APICompletions, []byte(`{"prompt":"x"}`)); st != wire.StatusBusy {
 		t.Fatalf("a dispatch to the hung engine's worker: status %q, want %s", st, wire.StatusBusy)
 	}
-	if s := k.w.Stats(); s.HandedBack != 1 || s.Failed != 1 || s.Unhealthy != 1 {
-		t.Fatalf("stats %+v", s)
-	}
+	// The worker counts a request after its acknowledgement is sent: wait
+	// for the counters rather than read them at once.
+	var s Stats
+	natstest.Eventually(t, wait, func() bool {
+		s = k.w.Stats()
+		return s.HandedBack == 1 && s.Failed == 1 && s.Unhealthy == 1
+	}, "want one handed back, one failed, one unhealthy spell (stats at the deadline: %+v)", &s)
 	k.e.Hang(false)
 	natstest.Eventually(t, wait, func() bool { r, _ := k.lastReport(); return !r.Draining }, "the worker takes requests again")
 }
