@@ -164,3 +164,103 @@ func TestFreedCapacityReportsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestReportPutOffByAnOfferGoesWhenItEnds: a load change made while an Offer
+// is in progress cannot be reported then (the report would miss the offer's
+// seen_seq); the Offer's end must send it, even though a seen-only report is
+// already scheduled SeenOnlyInterval (200 s) away. The worker's debug lines
+// mark when the seen-only report is scheduled and when the report is put off.
+func TestReportPutOffByAnOfferGoesWhenItEnds(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
+	scheduled := &lineCounter{want: `"message":"seen-only report scheduled"`}
+	putOff := &lineCounter{want: `"message":"load report put off: an offer is in progress"`}
+	log := zerolog.New(zerolog.MultiLevelWriter(scheduled, putOff)).Level(zerolog.DebugLevel)
+	var w *workerkit.Worker
+	h := workerkit.HandlerFunc(func(r *workerkit.Request) bool {
+		if r.RequestID == "r2" {
+			if err := w.SetLoad(0, workerkit.RankLoad{ActiveRequests: 1}); err != nil {
+				t.Errorf("set load: %v", err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for putOff.count() == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		return true
+	})
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1", TTL: workerkit.MaxTTL, SeenOnlyInterval: workerkit.MaxTTL / 3}, h, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	natstest.Eventually(t, 20*time.Second, func() bool { _, _, ok := rs.last(); return ok }, "first report")
+	if _, err := nc.RequestMsg(dispatchMsg("r1", 1, 0, "acks.r1"), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool { return scheduled.count() == 1 }, "r1's seen-only report scheduled")
+	if _, err := nc.RequestMsg(dispatchMsg("r2", 2, 0, "acks.r2"), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if putOff.count() == 0 {
+		t.Fatal("the load change inside r2's Offer was not put off")
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		r, _, _ := rs.last()
+		return r.SeenSeq == 2 && len(r.Ranks) == 1 && r.Ranks[0].ActiveRequests == 1
+	}, "the put-off report, long before the scheduled seen-only one")
+}
+
+// TestKickWithoutNewsPublishesNothing: a load change undone before the
+// worker could report it (MinReportInterval is 200 s) leaves nothing to say;
+// the kick publishes no report, and the next one is the next real change.
+// The first report is the one of 5: the load is set before Start.
+func TestKickWithoutNewsPublishesNothing(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
+	noNews := &lineCounter{want: `"message":"no news since the last report: none sent"`}
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1", TTL: workerkit.MaxTTL,
+		MinReportInterval: workerkit.MaxTTL / 3, SeenOnlyInterval: workerkit.MaxTTL / 3},
+		workerkit.HandlerFunc(func(*workerkit.Request) bool { return false }), zerolog.New(noNews).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SetLoad(0, workerkit.RankLoad{ActiveRequests: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		r, _, _ := rs.last()
+		return len(r.Ranks) == 1 && r.Ranks[0].ActiveRequests == 5
+	}, "a report of 5 active requests")
+	before := len(rs.all())
+	// A rise waits out MinReportInterval; its fall back to what was reported
+	// frees capacity and ends the wait, with no news left (the worker's
+	// debug line says so); then a real change.
+	for _, n := range []uint64{10, 5} {
+		if err := w.SetLoad(0, workerkit.RankLoad{ActiveRequests: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// (Start's own kick may find no news too, after the first report: at
+	// least one line, then. Without the skip there is none.)
+	natstest.Eventually(t, 20*time.Second, func() bool { return noNews.count() >= 1 }, "the kick found no news")
+	if err := w.SetLoad(0, workerkit.RankLoad{ActiveRequests: 3}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		r, _, _ := rs.last()
+		return len(r.Ranks) == 1 && r.Ranks[0].ActiveRequests == 3
+	}, "a report of 3 active requests")
+	// Reports of one connection arrive in order: any report of the undone
+	// change came before the one of 3.
+	if got := rs.all()[before:]; len(got) != 1 {
+		t.Fatalf("%d reports after the one of 5, want only the one of 3: %+v", len(got), got)
+	}
+}

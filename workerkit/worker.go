@@ -572,11 +572,13 @@ func (w *Worker) reportLoop() {
 				if !seenArmed {
 					seenOnly.Reset(wait)
 					seenArmed = true
+					w.log.Debug().Dur("wait", wait).Msg("seen-only report scheduled")
 				}
 				continue
 			}
 		}
 		if !beat && news == newsNone {
+			w.log.Debug().Msg("no news since the last report: none sent")
 			continue // a kick whose news the last report carried already
 		}
 		// The report about to go carries every answered dispatch so far.
@@ -589,6 +591,9 @@ func (w *Worker) reportLoop() {
 			w.log.Error().Err(err).Msg("load report")
 		}
 		deferred = !ok && err == nil
+		if deferred {
+			w.log.Debug().Msg("load report put off: an offer is in progress")
+		}
 		if ok || err != nil {
 			last = time.Now()
 			seenOnly.Stop()
