@@ -48,7 +48,8 @@ func checkResolve(t *testing.T, p *Policy, cases []resolveCase) {
 	}
 }
 
-// TestEveryExampleLoads: every policy example (configs/policy-*.yaml) loads.
+// TestEveryExampleLoads: every policy example (configs/policy-*.yaml) and
+// every benchmark policy (cmd/bench/policies/*.yaml) loads.
 // The only other YAML files here are the gateway's examples (gateway-*.yaml),
 // which package gateway's tests load; any other name fails, so that no
 // example goes unloaded.
@@ -69,6 +70,12 @@ func TestEveryExampleLoads(t *testing.T) {
 	if len(files) < 2 {
 		t.Fatalf("got %d example files, want at least the 2 seed examples", len(files))
 	}
+	// The benchmark's policies (cmd/bench embeds them) load too.
+	bench, err := filepath.Glob("../cmd/bench/policies/*.yaml")
+	if err != nil || len(bench) < 2 {
+		t.Fatalf("cmd/bench/policies: %d files (%v), want its 2", len(bench), err)
+	}
+	files = append(files, bench...)
 	for _, f := range files {
 		t.Run(f, func(t *testing.T) {
 			p := mustLoad(t, f)

@@ -174,16 +174,6 @@ type memResult struct {
 	Error       string `json:"error,omitempty"`
 }
 
-// holdPolicy queues everything: the class queues whenever a worker reports
-// any prefill load, and the workers report plenty.
-const holdPolicy = `default_policy_family: held
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - {name: held, policy_family: held, cache_bucket: all, quantum: 1024, prefill_busy_threshold: 0}
-`
-
 // memory measures the dispatcher's resident memory idle and while holding
 // b.opt.hold queued requests of 1 KiB.
 func (b *bench) memory() (res memResult) {

@@ -32,21 +32,6 @@ const workerConns = 8
 // classes are the subject tokens requests are published to, in turn.
 var classes = []string{"c0", "c1", "c2", "c3"}
 
-// throughputPolicy is the four-class policy of the fairdispatch throughput
-// and latency runs. The busy thresholds are far above any load the workers
-// report, so no class is ever gated: every arrival goes straight to worker
-// selection, and the gate check is still made.
-const throughputPolicy = `default_policy_family: c0
-uncached_isl_buckets:
-  - min_tokens: 0
-    bucket: all
-policy_classes:
-  - {name: c0, policy_family: c0, cache_bucket: all, quantum: 1024, prefill_busy_threshold: 1000000000000}
-  - {name: c1, policy_family: c1, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000000000000}
-  - {name: c2, policy_family: c2, cache_bucket: all, quantum: 256, prefill_busy_threshold: 1000000000000}
-  - {name: c3, policy_family: c3, cache_bucket: all, quantum: 128, prefill_busy_threshold: 1000000000000}
-`
-
 // system is one of the three set up for measurement.
 type system struct {
 	middle *child // the forwarder or dispatcher process; nil for the direct work queue
