@@ -9,6 +9,7 @@ import (
 
 	"fairdispatch/engineworker"
 	"fairdispatch/internal/fakeengine"
+	"fairdispatch/internal/natstest"
 	"fairdispatch/wire"
 )
 
@@ -169,10 +170,18 @@ func TestEngineHang(t *testing.T) {
 			t.Errorf("%s: end %+v after %d chunks from %s", call.id, end, len(chunks), call.worker())
 		}
 	}
-	st := hung.w.Stats()
-	t.Logf("hung engine's worker draining after %v (health period %v); %d requests handed back before their first chunk and answered by %s, %d failed after it, %d answered elsewhere; worker stats %+v",
-		drained, period, handedBack, fleet[1].id, failed, okOther, st)
-	if handedBack == 0 || failed == 0 || uint64(handedBack) != st.HandedBack || uint64(failed) != st.Failed {
-		t.Fatalf("want requests both handed back (%d, worker %d) and failed (%d, worker %d)", handedBack, st.HandedBack, failed, st.Failed)
+	t.Logf("hung engine's worker draining after %v (health period %v); %d requests handed back before their first chunk and answered by %s, %d failed after it, %d answered elsewhere",
+		drained, period, handedBack, fleet[1].id, failed, okOther)
+	if handedBack == 0 || failed == 0 {
+		t.Fatalf("want requests both handed back (%d) and failed (%d); worker stats %+v", handedBack, failed, hung.w.Stats())
 	}
+	// The worker counts a failed request after its end marker and
+	// acknowledgement, which end the call, and a handed-back one after its
+	// -NAK: wait for its counters rather than read them once.
+	var st engineworker.Stats
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		st = hung.w.Stats()
+		return st.HandedBack == uint64(handedBack) && st.Failed == uint64(failed)
+	}, "the hung engine's worker to count %d handed back and %d failed (its stats at the deadline: %+v)", handedBack, failed, &st)
+	t.Logf("hung engine's worker stats %+v", st)
 }
