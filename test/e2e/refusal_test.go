@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
@@ -234,6 +235,19 @@ func TestRefusalKilledWorkerRequestsRedispatched(t *testing.T) {
 	if len(held) != n {
 		t.Errorf("the holder accepted %d requests, want %d", len(held), n)
 	}
+	// The records reach another subscription than loadgen's, whose callback
+	// runs on a goroutine of its own: wait for one of each request before
+	// counting them, rather than read them once.
+	var noRecord struct{ IDs []string }
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		noRecord.IDs = noRecord.IDs[:0]
+		for _, id := range held {
+			if len(records.workers(id)) == 0 {
+				noRecord.IDs = append(noRecord.IDs, id)
+			}
+		}
+		return len(noRecord.IDs) == 0
+	}, "a completion record of every request the holder held (without one at the deadline: %+v)", &noRecord)
 	for _, id := range held {
 		if ws := records.workers(id); len(ws) != 1 || ws[0] != "good" {
 			t.Errorf("request %s: completion records from %v, want exactly one from good", id, ws)
