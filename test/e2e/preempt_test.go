@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
 )
@@ -158,6 +159,22 @@ func TestPreemptionRequeues(t *testing.T) {
 	}
 	waitFor(t, 60*time.Second, "every request completed", func() bool { return tr.completed() == ppBatch+ppInteractive })
 	waitFor(t, 10*time.Second, "the request stream to empty", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
+	// The dispatcher publishes a dispatched outcome once it has read the
+	// worker's acceptance, which an interactive request's record (100 ms
+	// later, from the worker, to another subscription) can overtake: wait
+	// for the outcomes rather than read them once.
+	var undispatched struct{ IDs []string }
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		undispatched.IDs = undispatched.IDs[:0]
+		for i := range ppInteractive {
+			if id := fmt.Sprintf("i%02d", i); len(tr.waits[id]) == 0 {
+				undispatched.IDs = append(undispatched.IDs, id)
+			}
+		}
+		return len(undispatched.IDs) == 0
+	}, "a dispatched outcome of every interactive request (without one at the deadline: %+v)", &undispatched)
 
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
