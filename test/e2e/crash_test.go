@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"fairdispatch/internal/natstest"
 	"fairdispatch/loadgen"
 	"fairdispatch/mockworker"
 	"fairdispatch/wire"
@@ -104,6 +105,27 @@ func TestCrashNothingLost(t *testing.T) {
 	for _, m := range streamAll(t, js, "DISPATCH_DLQ") {
 		dlq[m.Header.Get("Dispatch-Request-Id")] = m.Header.Get("Dispatch-Error")
 	}
+	// The flush only has ncT read what the server sent it: the records'
+	// callback runs on a goroutine of its own and may trail loadgen's (on
+	// another connection), which ended the run. Wait until every request has
+	// a record or a dead letter rather than count them once.
+	var left struct {
+		N  int
+		Eg []string
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		left.N, left.Eg = 0, left.Eg[:0]
+		for i := range n {
+			if id := fmt.Sprintf("crash-%d", i); done[id] == 0 && dlq[id] == "" {
+				if left.N++; left.N <= 10 {
+					left.Eg = append(left.Eg, id)
+				}
+			}
+		}
+		return left.N == 0
+	}, "every request completed or dead-lettered (neither at the deadline: %+v)", &left)
 	mu.Lock()
 	defer mu.Unlock()
 	timedOut := ecsTimedOut(p1, p2)
