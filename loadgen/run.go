@@ -54,7 +54,15 @@ type request struct {
 	tenant      string // the replay's tenant, sent or not
 	publishedAt time.Time
 	ended       bool
+	completed   bool // its completion record came
+	dispatched  bool // a "dispatched" outcome came
 }
+
+// outcomeGrace is how long Run waits, once every request ended, for the
+// "dispatched" outcomes of completed requests still missing one: the
+// dispatcher publishes it once the worker accepted, on another subject
+// than the worker's record, which can overtake it.
+const outcomeGrace = time.Second
 
 // run is one Run's mutable state.
 type run struct {
@@ -78,6 +86,10 @@ type run struct {
 	perClass    map[string]*ClassStats
 	byKey       map[string]int // completions per fairness key
 	allEnded    chan struct{}
+	// awaiting counts completed requests without a "dispatched" outcome
+	// yet; outcomesIn is closed once every request ended and it is 0.
+	awaiting   int
+	outcomesIn chan struct{}
 }
 
 // Run publishes the workload of cfg on nc and follows it until every request
@@ -100,13 +112,14 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		defer cancel()
 	}
 	r := &run{
-		cfg:      cfg,
-		log:      log.With().Str("component", "loadgen").Str("run_id", cfg.RunID).Logger(),
-		reqs:     map[string]*request{},
-		perClass: map[string]*ClassStats{},
-		byKey:    map[string]int{},
-		refused:  map[string]int{},
-		allEnded: make(chan struct{}),
+		cfg:        cfg,
+		log:        log.With().Str("component", "loadgen").Str("run_id", cfg.RunID).Logger(),
+		reqs:       map[string]*request{},
+		perClass:   map[string]*ClassStats{},
+		byKey:      map[string]int{},
+		refused:    map[string]int{},
+		allEnded:   make(chan struct{}),
+		outcomesIn: make(chan struct{}),
 	}
 	if cfg.Prefixes.N > 0 {
 		seed := cfg.Seed
@@ -121,6 +134,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 	}
 	if r.total == 0 {
 		close(r.allEnded)
+		close(r.outcomesIn)
 	}
 
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*cfg.Window+2))
@@ -180,6 +194,15 @@ wait:
 		}
 	}
 	elapsed := time.Since(r.start)
+	if end == nil {
+		grace := time.NewTimer(outcomeGrace)
+		select {
+		case <-r.outcomesIn:
+		case <-grace.C:
+		case <-ctx.Done():
+		}
+		grace.Stop()
+	}
 	<-pubDone // every publication is settled, or ctx is done and it stops promptly
 	if cfg.OnProgress != nil {
 		cfg.OnProgress(r.progress())
@@ -473,6 +496,19 @@ func (r *run) endLocked(q *request) {
 	if r.ended == r.total {
 		close(r.allEnded)
 	}
+	r.outcomesInLocked()
+}
+
+// outcomesInLocked closes outcomesIn once every request ended and each
+// completed one had its "dispatched" outcome; r.mu must be held.
+func (r *run) outcomesInLocked() {
+	if r.ended == r.total && r.awaiting == 0 {
+		select {
+		case <-r.outcomesIn:
+		default:
+			close(r.outcomesIn)
+		}
+	}
 }
 
 // completionRecord is the worker's record on <prefix>.done.<worker_id>.
@@ -509,6 +545,10 @@ func (r *run) onCompletion(m *nats.Msg) {
 	}
 	r.completions = append(r.completions, c)
 	r.perClass[q.class].Completed++
+	q.completed = true
+	if !q.dispatched {
+		r.awaiting++
+	}
 	r.endLocked(q)
 }
 
@@ -530,6 +570,13 @@ func (r *run) onOutcome(m *nats.Msg) {
 	switch o.Status {
 	case "dispatched":
 		st.Dispatched++
+		if !q.dispatched {
+			q.dispatched = true
+			if q.completed {
+				r.awaiting--
+				r.outcomesInLocked()
+			}
+		}
 	case "rejected":
 		if q.ended {
 			return
