@@ -67,8 +67,8 @@ type ClassStats struct {
 	Published int `json:"published"`
 	// Dispatched counts "dispatched" outcomes received. Once every request
 	// ended, Run waits up to a second for the outcome of each completed
-	// request still missing one: it travels on another subject than the
-	// worker's record and can come after it.
+	// request still missing one (it travels on another subject than the
+	// worker's record and can come after it), unless no outcome came at all.
 	Dispatched int `json:"dispatched"`
 	// Completed counts requests completed.
 	Completed int `json:"completed"`

@@ -61,7 +61,8 @@ type request struct {
 // outcomeGrace is how long Run waits, once every request ended, for the
 // "dispatched" outcomes of completed requests still missing one: the
 // dispatcher publishes it once the worker accepted, on another subject
-// than the worker's record, which can overtake it.
+// than the worker's record, which can overtake it. A run that received no
+// outcome at all (behind a router that sends none) does not wait.
 const outcomeGrace = time.Second
 
 // run is one Run's mutable state.
@@ -90,6 +91,7 @@ type run struct {
 	// yet; outcomesIn is closed once every request ended and it is 0.
 	awaiting   int
 	outcomesIn chan struct{}
+	outcomes   bool // a "dispatched" outcome came (a router may send none)
 }
 
 // Run publishes the workload of cfg on nc and follows it until every request
@@ -194,7 +196,10 @@ wait:
 		}
 	}
 	elapsed := time.Since(r.start)
-	if end == nil {
+	r.mu.Lock()
+	outcomes := r.outcomes
+	r.mu.Unlock()
+	if end == nil && outcomes {
 		grace := time.NewTimer(outcomeGrace)
 		select {
 		case <-r.outcomesIn:
@@ -570,6 +575,7 @@ func (r *run) onOutcome(m *nats.Msg) {
 	switch o.Status {
 	case "dispatched":
 		st.Dispatched++
+		r.outcomes = true
 		if !q.dispatched {
 			q.dispatched = true
 			if q.completed {
