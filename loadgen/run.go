@@ -91,7 +91,6 @@ type run struct {
 	// yet; outcomesIn is closed once every request ended and it is 0.
 	awaiting   int
 	outcomesIn chan struct{}
-	outcomes   bool // a "dispatched" outcome came (a router may send none)
 }
 
 // Run publishes the workload of cfg on nc and follows it until every request
@@ -196,10 +195,7 @@ wait:
 		}
 	}
 	elapsed := time.Since(r.start)
-	r.mu.Lock()
-	outcomes := r.outcomes
-	r.mu.Unlock()
-	if end == nil && outcomes {
+	if end == nil && r.anyDispatched() {
 		grace := time.NewTimer(outcomeGrace)
 		select {
 		case <-r.outcomesIn:
@@ -504,6 +500,19 @@ func (r *run) endLocked(q *request) {
 	r.outcomesInLocked()
 }
 
+// anyDispatched reports whether a "dispatched" outcome came (a router may
+// send none).
+func (r *run) anyDispatched() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range r.perClass {
+		if st.Dispatched > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // outcomesInLocked closes outcomesIn once every request ended and each
 // completed one had its "dispatched" outcome; r.mu must be held.
 func (r *run) outcomesInLocked() {
@@ -575,7 +584,6 @@ func (r *run) onOutcome(m *nats.Msg) {
 	switch o.Status {
 	case "dispatched":
 		st.Dispatched++
-		r.outcomes = true
 		if !q.dispatched {
 			q.dispatched = true
 			if q.completed {
