@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -61,12 +62,13 @@ type gwOptions struct {
 	worker     mockworker.Config
 	tenants    []gwTenant
 	modelExtra string // more YAML fields of the model
+	maxTokens  int    // the model's max_tokens bound (default 4096)
 	mod        func(*gateway.Options)
 }
 
 func gwConfig(o gwOptions) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "models:\n  - name: %s\n    prefix: dispatch\n    max_tokens: 4096\n%s", gwModel, o.modelExtra)
+	fmt.Fprintf(&b, "models:\n  - name: %s\n    prefix: dispatch\n    max_tokens: %d\n%s", gwModel, cmp.Or(o.maxTokens, 4096), o.modelExtra)
 	b.WriteString("tenants:\n")
 	for _, tn := range o.tenants {
 		fmt.Fprintf(&b, "  - name: %s\n    api_key_sha256: [%s]\n    classes: %s\n", tn.name, gateway.HashKey("sk-"+tn.name), tn.classes)
