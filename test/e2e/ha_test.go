@@ -38,9 +38,7 @@ func TestHALeaderKilledStandbyTakesOver(t *testing.T) {
 	p1 := startDispatcher(t, url, append(args, "--instance-id", "d1")...)
 	p2 := launch(t, url, append(args, "--instance-id", "d2")...)
 	haWaitStandby(t, p2)
-	if g := p1.metric("fairdispatch_leader"); g != 1 {
-		t.Fatalf("leader gauge of the first dispatcher = %v, want 1", g)
-	}
+	waitFor(t, 10*time.Second, "the first dispatcher's leader gauge at 1", func() bool { return p1.metric("fairdispatch_leader") == 1 })
 	for i := 1; i <= 4; i++ {
 		// Slower than the publisher, so that a backlog builds in the leader.
 		haStartMock(t, rec, url, mockworker.Config{ID: fmt.Sprintf("w%d", i), PrefillTokensPerSec: 6000})

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -251,17 +252,25 @@ func TestPoolsTwoPrefixesOneAccount(t *testing.T) {
 				}
 			}
 		}
-		if got := live[p].metric("fairdispatch_rejected_total", `reason="bad_request"`); got != 1 {
-			t.Errorf("%s's leader rejected %v bad requests, want 1 (its own)", p.prefix, got)
+		// The counter and the acknowledgement are not ordered: wait for it.
+		var rejected float64
+		waitFor(t, 10*time.Second, p.prefix+"'s leader to count its own bad request", func() bool {
+			rejected = live[p].metric("fairdispatch_rejected_total", `reason="bad_request"`)
+			return rejected >= 1
+		})
+		if rejected != 1 {
+			t.Errorf("%s's leader rejected %v bad requests, want 1 (its own)", p.prefix, rejected)
 		}
 		v, ok := live[p].queues()
 		if !ok || len(v.Workers) != 1 || v.Workers[0].ID != p.worker {
 			t.Errorf("%s's leader knows workers %+v, want only %s", p.prefix, v.Workers, p.worker)
 		}
 	}
-	if got := qwen.leader.metric("fairdispatch_dispatched_total"); got < 2*perClass+steady {
-		t.Errorf("qwen's leader dispatched %v, want at least %d", got, 2*perClass+steady)
-	}
+	// Counted when the worker's acceptance is handled, which need not come
+	// before the completion records the test has seen: wait for it.
+	waitFor(t, 10*time.Second, fmt.Sprintf("qwen's leader to count at least %d dispatched", 2*perClass+steady), func() bool {
+		return qwen.leader.metric("fairdispatch_dispatched_total") >= float64(2*perClass+steady)
+	})
 
 	// 3c. Leases: each pool's in its own bucket, held by its own dispatcher.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

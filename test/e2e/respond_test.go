@@ -186,8 +186,18 @@ func TestCancelQueuedRequest(t *testing.T) {
 	busy := rsFollow(t, nc, "busy")
 	busy.publish(js, "default", map[string]string{wire.HeaderISLTokens: "100", wire.HeaderFairnessKey: "a"})
 	<-busy.firstChunk
-	deficit := p.metric("fairdispatch_drr_deficit", `class="default"`)
-	keys := p.metric("fairdispatch_fairness_keys", `class="default"`)
+	// The baseline is the first view (rebuilt about once a second, the
+	// gauges with it) that counts the busy request dispatched, so that it
+	// holds the busy request's charge.
+	var before wire.ClassView
+	waitFor(t, 10*time.Second, "a view with the busy request dispatched", func() bool {
+		v, ok := rsQueues(p)
+		if ok && len(v.Classes) == 1 && v.Classes[0].Dispatched == 1 {
+			before = v.Classes[0]
+		}
+		return before.Dispatched == 1
+	})
+	deficit, keys := float64(before.Deficit), float64(before.Keys)
 
 	q := rsFollow(t, nc, "queued")
 	q.publish(js, "default", map[string]string{wire.HeaderISLTokens: "300", wire.HeaderFairnessKey: "b"})
