@@ -28,6 +28,7 @@ func TestGatewayDemo(t *testing.T) {
 		return m != nil
 	})
 	acme, _ := strconv.Atoi(m[1])
+	t.Logf("of the first 1000 completions: acme %s, globex %s", m[1], m[2])
 	if acme < 450 || acme > 550 {
 		t.Errorf("acme got %d of 1000, want 500 +- 50", acme)
 	}
