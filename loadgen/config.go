@@ -32,6 +32,8 @@ const (
 	DefaultPrefix           = naming.DefaultPrefix
 	DefaultWindow           = 256
 	DefaultProgressInterval = 500 * time.Millisecond
+	// DefaultOutcomeWait is Config.OutcomeWait's default.
+	DefaultOutcomeWait = time.Second
 )
 
 // ClassCount is a number of requests to publish to one class.
@@ -131,6 +133,13 @@ type Config struct {
 	// OnProgress, when set, is called every ProgressInterval and once at the
 	// end, from one goroutine.
 	OnProgress func(Progress)
+	// OutcomeWait bounds how long Run waits, once every request ended, for
+	// the "dispatched" outcomes of completed requests still missing one
+	// (the dispatcher publishes it on another subject than the worker's
+	// record, which can overtake it); default DefaultOutcomeWait. Negative:
+	// no wait, for a router that publishes no outcomes. Result.Elapsed does
+	// not include the wait.
+	OutcomeWait time.Duration
 	// Prefixes, when Prefixes.N > 0, makes every request's prompt one of
 	// shared prefixes, with Dispatch-Block-Hashes (prefixes.go).
 	Prefixes Prefixes
@@ -154,6 +163,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.OutcomeWait == 0 {
+		c.OutcomeWait = DefaultOutcomeWait
 	}
 	var errs []error
 	if c.Replay != nil {

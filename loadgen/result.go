@@ -66,9 +66,9 @@ type ClassStats struct {
 	// Published counts requests whose publication JetStream acknowledged.
 	Published int `json:"published"`
 	// Dispatched counts "dispatched" outcomes received. Once every request
-	// ended, Run waits up to a second for the outcome of each completed
-	// request still missing one (it travels on another subject than the
-	// worker's record and can come after it), unless no outcome came at all.
+	// ended, Run waits up to Config.OutcomeWait for the outcome of each
+	// completed request still missing one (it travels on another subject
+	// than the worker's record and can come after it).
 	Dispatched int `json:"dispatched"`
 	// Completed counts requests completed.
 	Completed int `json:"completed"`

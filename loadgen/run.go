@@ -58,13 +58,6 @@ type request struct {
 	dispatched  bool // a "dispatched" outcome came
 }
 
-// outcomeGrace is how long Run waits, once every request ended, for the
-// "dispatched" outcomes of completed requests still missing one: the
-// dispatcher publishes it once the worker accepted, on another subject
-// than the worker's record, which can overtake it. A run that received no
-// outcome at all (behind a router that sends none) does not wait.
-const outcomeGrace = time.Second
-
 // run is one Run's mutable state.
 type run struct {
 	cfg   Config
@@ -195,8 +188,8 @@ wait:
 		}
 	}
 	elapsed := time.Since(r.start)
-	if end == nil && r.anyDispatched() {
-		grace := time.NewTimer(outcomeGrace)
+	if end == nil && cfg.OutcomeWait > 0 {
+		grace := time.NewTimer(cfg.OutcomeWait)
 		select {
 		case <-r.outcomesIn:
 		case <-grace.C:
@@ -498,19 +491,6 @@ func (r *run) endLocked(q *request) {
 		close(r.allEnded)
 	}
 	r.outcomesInLocked()
-}
-
-// anyDispatched reports whether a "dispatched" outcome came (a router may
-// send none).
-func (r *run) anyDispatched() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, st := range r.perClass {
-		if st.Dispatched > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // outcomesInLocked closes outcomesIn once every request ended and each

@@ -2,6 +2,7 @@ package loadgen_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -172,5 +173,54 @@ func TestParseClassCount(t *testing.T) {
 		if _, err := loadgen.ParseClassCount(in); err == nil {
 			t.Errorf("ParseClassCount(%q): got no error", in)
 		}
+	}
+}
+
+// TestRunWaitsForLateDispatchedOutcomes: the dispatcher's "dispatched"
+// outcome and the worker's completion record travel on different subjects,
+// so the record can come first. Here a fake dispatcher and worker in one
+// (the test) answer every request with its record first and its outcome
+// 50 ms later, the order a slow dispatcher produces: Run still counts every
+// request dispatched. Without the wait (Config.OutcomeWait negative, or Run
+// returning on the last record) it counts none: the run is over before the
+// first outcome comes.
+func TestRunWaitsForLateDispatchedOutcomes(t *testing.T) {
+	const n, late = 6, 50 * time.Millisecond
+	_, nc := natstest.StartServer(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := natstest.PullConsumer(t, natstest.RequestStream(t, js, "dispatch"), 30*time.Second)
+	it, err := c.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return // stopped
+			}
+			id, replyTo := m.Headers().Get(jetstream.MsgIDHeader), m.Headers().Get(wire.HeaderReplyTo)
+			now := time.Now()
+			rec, _ := json.Marshal(wire.Completion{RequestID: id, Class: "a", WorkerID: "w1", ReceivedAt: now, StartedAt: now, FinishedAt: now})
+			_ = nc.Publish("dispatch.done.w1", rec)
+			_ = m.Ack()
+			time.AfterFunc(late, func() {
+				out, _ := json.Marshal(map[string]any{"request_id": id, "status": "dispatched", "policy_class": "a", "worker_id": "w1"})
+				_ = nc.Publish(replyTo, out)
+			})
+		}
+	}()
+	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "a", Count: n}}, ISL: 10, Timeout: 30 * time.Second,
+	}, logger(t))
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if got := res.PerClass["a"]; got.Completed != n || got.Dispatched != n {
+		t.Errorf("class a: %d completed, %d dispatched; want %d and %d", got.Completed, got.Dispatched, n, n)
 	}
 }
