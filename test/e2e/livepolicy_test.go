@@ -220,7 +220,7 @@ func TestLivePolicyFlipsTheSplitOnLeaderAndAfterFailover(t *testing.T) {
 	// acknowledged each one. (Not every request has a dispatched outcome: one
 	// the worker accepted just before the leader's SIGKILL may never get one,
 	// since outcomes are core NATS publishes.) What the killed leader held
-	// comes back after the ack wait (30 s), and one worker serves 1,200
+	// comes back after the ack wait (4 s, dispatcherArgs), and one worker serves 1,200
 	// requests: generous on a loaded machine, as only completeness counts here.
 	waitFor(t, 4*time.Minute, "every request finished (DISPATCH_REQ empty)", func() bool { return streamMsgs(t, js, "DISPATCH_REQ") == 0 })
 	if got := outs.distinct(); got < 2*perClass-10 {
