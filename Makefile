@@ -18,7 +18,7 @@ run:
 	exec $(BIN)/dispatcher $(if $(filter keys,$(DEMO)),--policy-config configs/policy-keys.yaml --demo --demo-scenario keys,$(if $(filter gateway,$(DEMO)),--policy-config configs/policy-classes.yaml --demo --demo-scenario gateway,--policy-config configs/policy-classes.yaml --demo=$(DEMO))) $(ARGS)
 
 ## test: vet, gofmt check, every test under the race detector, then each fuzz target briefly.
-## The end-to-end package (test/e2e, the long pole: 9 to 11 minutes on 2 cores, much of it
+## The end-to-end package (test/e2e, the long pole: 9.5 to 11.5 minutes on 2 cores, much of it
 ## waiting on ack waits and lease TTLs) runs beside the others and the fuzz targets, which
 ## use the CPU it leaves; its output, kept in a file, follows theirs. The 30-minute limit:
 ## beside a CPU hog go test's default 10 minutes per package would fail it for time alone.
