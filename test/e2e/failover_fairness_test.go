@@ -82,10 +82,10 @@ func TestFailoverFairness(t *testing.T) {
 	// is still in the stream at the kill. The standby then has a backlog of
 	// every group from its first pull, as the bound assumes ("while keys stay
 	// backlogged"). Holding it all, the old leader's messages would come back
-	// to the standby only as their ack waits ran out, in waves a second or
-	// two apart (each +WPI'd at its own time), and between waves premium/a,
-	// the group served fastest, could run out: regular then took its turns,
-	// and premium's share fell (0.768 in one run on a loaded machine).
+	// to the standby only as their ack waits ran out, over a second or so,
+	// while the standby dispatched from what had come back; premium/a, the
+	// group served fastest, could run out meanwhile and regular take its
+	// turns (premium's share 0.768 in one run on a loaded machine).
 	args := []string{"--policy-config", file, "--max-held", "200"}
 	p1 := startDispatcher(t, url, append(args, "--instance-id", "d1")...)
 	p2 := launch(t, url, append(args, "--instance-id", "d2")...)
