@@ -189,13 +189,13 @@ wait:
 	}
 	elapsed := time.Since(r.start)
 	if end == nil && cfg.OutcomeWait > 0 {
-		grace := time.NewTimer(cfg.OutcomeWait)
+		wait := time.NewTimer(cfg.OutcomeWait)
 		select {
 		case <-r.outcomesIn:
-		case <-grace.C:
+		case <-wait.C:
 		case <-ctx.Done():
 		}
-		grace.Stop()
+		wait.Stop()
 	}
 	<-pubDone // every publication is settled, or ctx is done and it stops promptly
 	if cfg.OnProgress != nil {

@@ -34,9 +34,9 @@ type fleetSystem struct {
 	keys      bool   // requests carry their tenant as Dispatch-Fairness-Key
 }
 
-// noOutcomesFrom is loadgen's OutcomeWait behind sys: a baseline router
+// outcomeWait is loadgen's OutcomeWait behind sys: a baseline router
 // publishes no outcomes, so there is none to wait for.
-func noOutcomesFrom(sys fleetSystem) time.Duration {
+func outcomeWait(sys fleetSystem) time.Duration {
 	if sys.router != "" {
 		return -1
 	}
@@ -284,7 +284,7 @@ func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.
 	r, err := loadgen.Run(context.Background(), conns[0], loadgen.Config{
 		Prefix: b.opt.prefix, Replay: replay,
 		Timeout: o.timeout, Window: 1024, ProgressInterval: time.Second,
-		OutcomeWait: noOutcomesFrom(sys),
+		OutcomeWait: outcomeWait(sys),
 		OnProgress: func(p loadgen.Progress) {
 			if time.Since(lastLine) < 5*time.Second {
 				return
