@@ -76,7 +76,9 @@ type Options struct {
 // Connect connects to NATS. The first connection is retried with exponential
 // backoff until it succeeds or ctx ends; a rejection of the credentials
 // (ErrAuth, wrapping the NATS error) or an unreadable credentials or TLS file is
-// permanent and returned at once. The connection then reconnects forever
+// permanent and returned at once; so is a server that closes
+// tlsClosedAttempts attempts in a row right after the TLS handshake, as one
+// refusing the client certificate may. The connection then reconnects forever
 // (nats.MaxReconnects(-1)) with jittered waits, and every state change is logged
 // on log with component "bus": connected, disconnected (with its error),
 // reconnected, closed, and asynchronous errors such as slow consumers or
@@ -99,7 +101,7 @@ func Connect(ctx context.Context, o Options, log zerolog.Logger) (*nats.Conn, er
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = 0 // bounded by ctx only
 
-	attempt := 0
+	attempt, closedAfterTLS := 0, 0
 	var nc *nats.Conn
 	var last error
 	op := func() error {
@@ -111,6 +113,20 @@ func Connect(ctx context.Context, o Options, log zerolog.Logger) (*nats.Conn, er
 		}
 		if isAuthError(err) {
 			return backoff.Permanent(fmt.Errorf("%w: connect %s: %w", ErrAuth, url, err))
+		}
+		// A refused client certificate does not always reach us as the
+		// server's alert (isCertificateError): under TLS 1.3 the server checks
+		// it after our side of the handshake is done, and its close can beat
+		// its alert. A server restarting closes one attempt that way; one
+		// that refuses us closes them all.
+		if isClosedAfterTLSHandshake(err) {
+			closedAfterTLS++
+		} else {
+			closedAfterTLS = 0
+		}
+		if closedAfterTLS == tlsClosedAttempts {
+			return backoff.Permanent(fmt.Errorf("%w: connect %s: the server closed the connection right after the TLS handshake on %d attempts in a row, "+
+				"as it does when it refuses the client certificate or requires one: %w", ErrAuth, url, closedAfterTLS, err))
 		}
 		if isFileError(err) {
 			return backoff.Permanent(fmt.Errorf("bus: connect %s: %w", url, err))
@@ -255,6 +271,19 @@ func isAuthError(err error) bool {
 		errors.Is(err, nats.ErrAccountAuthExpired) ||
 		errors.Is(err, nats.ErrNkeysNotSupported) ||
 		isCertificateError(err)
+}
+
+// tlsClosedAttempts is how many attempts in a row closed by the server right
+// after the TLS handshake make Connect give up (isClosedAfterTLSHandshake).
+const tlsClosedAttempts = 3
+
+// isClosedAfterTLSHandshake reports whether the server closed the connection
+// just after a completed TLS handshake, before answering CONNECT: what a
+// server that refuses the client's certificate does when its alert is lost
+// in the race with its close. nats.go tells this case apart only by the
+// text of its error (Conn.tlsHandshakeEOF).
+func isClosedAfterTLSHandshake(err error) bool {
+	return errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "connection closed by remote after TLS handshake")
 }
 
 // isCertificateError reports whether a TLS handshake failed on a certificate:
