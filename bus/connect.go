@@ -2,19 +2,15 @@ package bus
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io/fs"
-	"net"
-	neturl "net/url"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"fairdispatch/internal/natsdial"
 )
 
 // Defaults of Options.
@@ -77,7 +73,7 @@ type Options struct {
 // backoff until it succeeds or ctx ends; a rejection of the credentials
 // (ErrAuth, wrapping the NATS error) or an unreadable credentials or TLS file is
 // permanent and returned at once; so is a server that closes
-// tlsClosedAttempts attempts in a row right after the TLS handshake, as one
+// natsdial.ClosedAfterTLSAttempts attempts in a row right after the TLS handshake, as one
 // refusing the client certificate may. The connection then reconnects forever
 // (nats.MaxReconnects(-1)) with jittered waits, and every state change is logged
 // on log with component "bus": connected, disconnected (with its error),
@@ -94,52 +90,21 @@ func Connect(ctx context.Context, o Options, log zerolog.Logger) (*nats.Conn, er
 	if servers == "" {
 		servers = nats.DefaultURL
 	}
-	url := redactURLs(servers) // for logs and errors
+	url := natsdial.Redact(servers) // for logs and errors
 
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = 0 // bounded by ctx only
-
-	attempt, closedAfterTLS := 0, 0
-	var nc *nats.Conn
-	var last error
-	op := func() error {
-		attempt++
-		c, err := nats.Connect(servers, opts...)
-		if err == nil {
-			nc = c
-			return nil
-		}
-		if isAuthError(err) {
-			return backoff.Permanent(fmt.Errorf("%w: connect %s: %w", ErrAuth, url, err))
-		}
-		// A refused client certificate does not always reach us as the
-		// server's alert (isCertificateError): under TLS 1.3 the server checks
-		// it after our side of the handshake is done, and its close can beat
-		// its alert. A server restarting closes one attempt that way; one
-		// that refuses us closes them all.
-		if isClosedAfterTLSHandshake(err) {
-			closedAfterTLS++
-		} else {
-			closedAfterTLS = 0
-		}
-		if closedAfterTLS == tlsClosedAttempts {
-			return backoff.Permanent(fmt.Errorf("%w: connect %s: the server closed the connection right after the TLS handshake on %d attempts in a row, "+
-				"as it does when it refuses the client certificate or requires one: %w", ErrAuth, url, closedAfterTLS, err))
-		}
-		if isFileError(err) {
-			return backoff.Permanent(fmt.Errorf("bus: connect %s: %w", url, err))
-		}
-		last = err
+	nc, attempt, err := natsdial.Dial(ctx, servers, opts, b, func(attempt int, err error) {
 		log.Warn().Err(err).Int("attempt", attempt).Str("url", url).Msg("nats connect failed, retrying")
-		return err
-	}
-	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-			return nil, fmt.Errorf("bus: connect %s: gave up after %d attempts: %w (last error: %v)", url, attempt, cerr, last)
-		}
-		return nil, err // permanent, already wrapped
+	})
+	var refused *natsdial.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return nil, fmt.Errorf("%w: connect %s: %w", ErrAuth, url, err)
+	case err != nil:
+		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
 	}
 	if err := CheckServerVersion(nc.ConnectedServerVersion()); err != nil {
 		nc.Close()
@@ -261,79 +226,4 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 		}
 	}
 	return opts, nil
-}
-
-// isAuthError reports whether err is the server rejecting the credentials.
-func isAuthError(err error) bool {
-	return errors.Is(err, nats.ErrAuthorization) ||
-		errors.Is(err, nats.ErrAuthExpired) ||
-		errors.Is(err, nats.ErrAuthRevoked) ||
-		errors.Is(err, nats.ErrAccountAuthExpired) ||
-		errors.Is(err, nats.ErrNkeysNotSupported) ||
-		isCertificateError(err)
-}
-
-// tlsClosedAttempts is how many attempts in a row closed by the server right
-// after the TLS handshake make Connect give up (isClosedAfterTLSHandshake).
-const tlsClosedAttempts = 3
-
-// isClosedAfterTLSHandshake reports whether the server closed the connection
-// just after a completed TLS handshake, before answering CONNECT: what a
-// server that refuses the client's certificate does when its alert is lost
-// in the race with its close. nats.go tells this case apart only by the
-// text of its error (Conn.tlsHandshakeEOF).
-func isClosedAfterTLSHandshake(err error) bool {
-	return errors.Is(err, nats.ErrTLS) && strings.Contains(err.Error(), "connection closed by remote after TLS handshake")
-}
-
-// isCertificateError reports whether a TLS handshake failed on a certificate:
-// the server's did not verify against our CAs, or the server refused ours.
-// Retrying cannot fix either.
-func isCertificateError(err error) bool {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		invalid   x509.CertificateInvalidError
-		hostname  x509.HostnameError
-		verify    *tls.CertificateVerificationError
-		alert     tls.AlertError
-	)
-	if errors.As(err, &unknownCA) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verify) {
-		return true
-	}
-	if errors.As(err, &alert) {
-		switch alert {
-		case 42, 43, 44, 45, 46, 48, 116: // bad, unsupported, revoked, expired, unknown certificate; unknown CA; certificate required
-			return true
-		}
-	}
-	// Over TCP, crypto/tls reports the server's alert as a *net.OpError
-	// "remote error" around an unexported alert type: match its text.
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "remote error" && op.Err != nil {
-		switch op.Err.Error() {
-		case "tls: bad certificate", "tls: unsupported certificate", "tls: revoked certificate",
-			"tls: expired certificate", "tls: unknown certificate", "tls: unknown certificate authority",
-			"tls: certificate required":
-			return true
-		}
-	}
-	return false
-}
-
-// isFileError reports whether err comes from reading a local file (creds, TLS),
-// which retrying will not fix.
-func isFileError(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe)
-}
-
-// redactURLs hides passwords in a comma-separated URL list.
-func redactURLs(list string) string {
-	parts := strings.Split(list, ",")
-	for i, p := range parts {
-		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }

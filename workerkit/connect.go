@@ -3,10 +3,12 @@ package workerkit
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+
+	"fairdispatch/internal/natsdial"
 )
 
 // Connect delays between connection attempts: doubling from the first to the last.
@@ -15,40 +17,37 @@ const (
 	connectMaxDelay   = 2 * time.Second
 )
 
-// Connect connects to the NATS server at url and waits for the first
-// connection until ctx ends, retrying with backoff (100 ms doubling to 2 s), so
-// that a worker or load generator started before its server (a Compose stack,
-// a pod restart) waits for it instead of exiting. Once connected, the client
-// reconnects forever. opts are applied after the defaults. An error that no
-// retry can fix (a malformed URL) is returned at once.
+// Connect connects to the NATS server at url (a comma-separated list of
+// servers) and waits for the first connection until ctx ends, retrying with
+// backoff (100 ms doubling to 2 s), so that a worker or load generator
+// started before its server (a Compose stack, a pod restart) waits for it
+// instead of exiting. Once connected, the client reconnects forever. opts are
+// applied after the defaults.
+//
+// It gives up at once, with an error that says why, where no retry can help:
+// the server rejects the credentials or a certificate (a *natsdial.RefusedError,
+// wrapping the NATS error, such as nats.ErrAuthorization), a file the options
+// read cannot be read, or url does not parse. When ctx ends first, the error
+// names the last attempt's.
 func Connect(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, error) {
-	up := make(chan struct{})
-	var once sync.Once
-	signal := func(*nats.Conn) { once.Do(func() { close(up) }) }
 	all := append([]nats.Option{
 		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
 			d := connectFirstDelay << min(attempts, 5)
 			return min(d, connectMaxDelay)
 		}),
-		nats.ConnectHandler(signal),
-		nats.ReconnectHandler(signal),
 	}, opts...)
-	nc, err := nats.Connect(url, all...)
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = connectFirstDelay
+	b.MaxInterval = connectMaxDelay
+	b.Multiplier = 2
+	b.RandomizationFactor = 0
+	b.MaxElapsedTime = 0 // bounded by ctx only
+	nc, _, err := natsdial.Dial(ctx, url, all, b, nil)
 	if err != nil {
-		return nil, fmt.Errorf("worker: connect %s: %w", url, err)
+		return nil, fmt.Errorf("worker: connect %s: %w", natsdial.Redact(url), err)
 	}
-	if nc.IsConnected() {
-		return nc, nil
-	}
-	select {
-	case <-up:
-		return nc, nil
-	case <-ctx.Done():
-		nc.Close()
-		return nil, fmt.Errorf("worker: connect %s: %w", url, ctx.Err())
-	}
+	return nc, nil
 }
 
 // ConnectWithin is Connect waiting at most wait (a program's

@@ -2,11 +2,16 @@ package workerkit
 
 import (
 	"context"
+	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"fairdispatch/internal/natstest"
 )
 
 // TestConnectWaitsForTheServer: Connect started before any server listens on
@@ -65,8 +70,28 @@ func TestConnectWaitsForTheServer(t *testing.T) {
 	// A context that ends first: an error, not a hang.
 	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel2()
-	if nc, err := Connect(short, "nats://127.0.0.1:1"); err == nil {
+	nc, err := Connect(short, "nats://127.0.0.1:1")
+	if err == nil {
 		nc.Close()
 		t.Fatal("Connect to nothing succeeded")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "last error") {
+		t.Errorf("Connect to nothing: %v; want the deadline, naming the last attempt's error", err)
+	}
+}
+
+// TestConnectRefusedAtOnce: a server that rejects the credentials ends
+// Connect at once with the server's reason, long before its context would.
+func TestConnectRefusedAtOnce(t *testing.T) {
+	s := natstest.Start(t, func(o *server.Options) { o.Username, o.Password = "u", "right" })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := Connect(ctx, s.URL(), nats.UserInfo("u", "wrong"))
+	if err == nil {
+		nc.Close()
+		t.Fatal("connected with a wrong password")
+	}
+	if !errors.Is(err, nats.ErrAuthorization) || ctx.Err() != nil {
+		t.Fatalf("Connect: %v (context: %v); want nats.ErrAuthorization before the context ends", err, ctx.Err())
 	}
 }

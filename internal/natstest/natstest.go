@@ -1,5 +1,7 @@
 // Package natstest holds test fixtures shared by the module's tests: an
 // embedded nats-server with JetStream (restartable on the same port and store),
+// a test double of a server that closes TLS connections right after the
+// handshake (ClosingTLSServer),
 // a deadline-bounded condition poller, a fake dispatcher that speaks the dispatcher's side of the wire contract (docs/protocol.md, Dispatch handshake)
 // with no scheduling at all, a buffer goroutines may write, and the lookup
 // of a program a test needs (failing under CI without it, skipping
