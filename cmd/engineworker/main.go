@@ -27,6 +27,9 @@ func main() { cli.Exit("engineworker", run()) }
 func run() error {
 	var cfg engineworker.Config
 	url := flag.String("nats-url", nats.DefaultURL, "NATS server URL")
+	var conn cli.NATSClient // --nats-creds, --nats-inbox-prefix and the rest
+	conn.Flags(flag.CommandLine)
+	flag.BoolVar(&cfg.Worker.PlainAcks, "plain-acks", false, "acknowledge with plain publishes, not confirmed ones: for a NATS user that may not subscribe to its inbox; an acknowledgement lost around a server restart lets the request run again (docs/protocol.md, After accepting)")
 	level := flag.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	connWait := flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up")
 	flag.StringVar(&cfg.Engine, "engine", "vllm", "the engine: vllm or sglang")
@@ -61,9 +64,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	opts, err := conn.Options()
+	if err != nil {
+		return err
+	}
 	ctx, stop := cli.StopContext()
 	defer stop()
-	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, nats.Name("engineworker "+cfg.Worker.ID))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, append(opts, nats.Name("engineworker "+cfg.Worker.ID))...)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,8 @@ func run() (int, error) {
 		level   = flag.String("log-level", "warn", "log level: trace, debug, info, warn, error")
 		wait    = flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up, retrying with backoff")
 	)
+	var conn cli.NATSClient // --nats-creds, --nats-inbox-prefix and the rest
+	conn.Flags(flag.CommandLine)
 	flag.Var(&classes, "class", "name:count, repeatable (e.g. --class premium:320 --class regular:320)")
 	flag.StringVar(&cfg.Prefix, "subject-prefix", loadgen.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix; the request stream <Q>_REQ is named after it (created if missing)")
 	flag.StringVar(&cfg.Prefix, "prefix", loadgen.DefaultPrefix, "alias of --subject-prefix")
@@ -142,9 +144,13 @@ func run() (int, error) {
 		}
 	}
 
+	opts, err := conn.Options()
+	if err != nil {
+		return 1, err
+	}
 	ctx, stop := cli.StopContext()
 	defer stop()
-	nc, err := workerkit.ConnectWithin(ctx, *url, *wait, nats.Name("loadgen"))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *wait, append(opts, nats.Name("loadgen"))...)
 	if err != nil {
 		return 1, err
 	}

@@ -36,6 +36,8 @@ func run() error {
 		connWait = flag.Duration("connect-timeout", 2*time.Minute, "how long to wait for the NATS server at start-up, retrying with backoff")
 		probe    = flag.Bool("health-probe", false, "do not run a worker: exit 0 if worker --id publishes a load report within --ttl, else 1 (a container healthcheck without a shell)")
 	)
+	var conn cli.NATSClient // --nats-creds, --nats-inbox-prefix and the rest
+	conn.Flags(flag.CommandLine)
 	flag.StringVar(&cfg.ID, "id", "", "worker id (required): [A-Za-z0-9_-]+")
 	flag.StringVar(&cfg.Prefix, "subject-prefix", workerkit.DefaultPrefix, "subject prefix, the dispatcher's --subject-prefix")
 	flag.StringVar(&cfg.Prefix, "prefix", workerkit.DefaultPrefix, "alias of --subject-prefix")
@@ -80,8 +82,12 @@ func run() error {
 	if cfg.DecodePerToken == 0 {
 		cfg.DecodePerToken = time.Nanosecond // 0 means default in mockworker.Config
 	}
+	opts, err := conn.Options()
+	if err != nil {
+		return err
+	}
 	if *probe {
-		return probeReports(*url, cfg.Prefix, cfg.ID, cfg.TTL)
+		return probeReports(*url, opts, cfg.Prefix, cfg.ID, cfg.TTL)
 	}
 	if *taints != "" {
 		cfg.Taints = strings.Split(*taints, ",")
@@ -104,7 +110,7 @@ func run() error {
 
 	ctx, stop := cli.StopContext()
 	defer stop()
-	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, nats.Name("mockworker "+cfg.ID))
+	nc, err := workerkit.ConnectWithin(ctx, *url, *connWait, append(opts, nats.Name("mockworker "+cfg.ID))...)
 	if err != nil {
 		return err
 	}
@@ -115,8 +121,8 @@ func run() error {
 
 // probeReports is --health-probe: a worker is healthy while it reports its load,
 // which it does at least every TTL/3; the probe waits one TTL for a report.
-func probeReports(url, prefix, id string, ttl time.Duration) error {
-	nc, err := nats.Connect(url, nats.Name("mockworker health probe"), nats.Timeout(ttl))
+func probeReports(url string, opts []nats.Option, prefix, id string, ttl time.Duration) error {
+	nc, err := nats.Connect(url, append(opts, nats.Name("mockworker health probe"), nats.Timeout(ttl))...)
 	if err != nil {
 		return fmt.Errorf("health probe: connect %s: %w", url, err)
 	}

@@ -255,6 +255,33 @@ func (a NATSAuth) Options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// NATSClient is the NATS connection of a program on the worker side (the
+// engine worker, the mock worker, the load generator): NATSAuth's flags and
+// --nats-inbox-prefix, the prefix of its reply subjects, which the example
+// permissions give each user its own of (docs/security.md, Permissions).
+type NATSClient struct {
+	NATSAuth
+	InboxPrefix string
+}
+
+// Flags registers c's flags on fs.
+func (c *NATSClient) Flags(fs *flag.FlagSet) {
+	c.NATSAuth.Flags(fs)
+	fs.StringVar(&c.InboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of this program's reply subjects; under the example permissions the user's own, e.g. _INBOX_worker_<id> (docs/security.md)")
+}
+
+// Options are NATSAuth's options and the inbox prefix.
+func (c NATSClient) Options() ([]nats.Option, error) {
+	opts, err := c.NATSAuth.Options()
+	if err != nil {
+		return nil, err
+	}
+	if c.InboxPrefix != "" && c.InboxPrefix != "_INBOX" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+	}
+	return opts, nil
+}
+
 // Exit ends a program whose run returned err: with status 1 and err on
 // stderr after the program's name; nil returns.
 func Exit(program string, err error) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestConsoleLogsPlainOffTerminal: console logs written to a pipe or file carry
@@ -63,6 +65,36 @@ func TestNATSAuth(t *testing.T) {
 	}
 	if _, err := (NATSAuth{NKey: filepath.Join(t.TempDir(), "missing.nk")}).Options(); err == nil || !strings.Contains(err.Error(), "--nats-nkey") {
 		t.Errorf("missing nkey seed: %v, want an error naming --nats-nkey", err)
+	}
+}
+
+// TestNATSClient: NATSAuth's flags and --nats-inbox-prefix; the default
+// prefix adds no option, another one sets the connection's inbox prefix.
+func TestNATSClient(t *testing.T) {
+	var c NATSClient
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.Flags(fs)
+	if err := fs.Parse([]string{"--nats-user", "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if opts, err := c.Options(); err != nil || len(opts) != 1 || c.InboxPrefix != "_INBOX" {
+		t.Fatalf("defaults: %d options, %v, prefix %q; want the user's only, prefix _INBOX", len(opts), err, c.InboxPrefix)
+	}
+	if err := fs.Parse([]string{"--nats-inbox-prefix", "_INBOX_worker_w1"}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := c.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := nats.GetDefaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.InboxPrefix != "_INBOX_worker_w1" || o.User != "u" {
+		t.Errorf("options set inbox prefix %q, user %q; want _INBOX_worker_w1, u", o.InboxPrefix, o.User)
 	}
 }
 

@@ -54,11 +54,20 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // is told of each failed attempt before the wait that follows it.
 //
 // It gives up at once with a *RefusedError when the server refuses the
-// client, and with the attempt's own error when a file the options read is
+// client; with the option's error, before any attempt, when an option refuses
+// its value; and with the attempt's own error when a file the options read is
 // missing or unreadable (an *fs.PathError) or a server URL does not parse (a
 // *url.Error). When ctx ends first, the error wraps ctx.Err() and names the
 // last attempt's error.
 func Dial(ctx context.Context, servers string, opts []nats.Option, b backoff.BackOff, onRetry func(attempt int, err error)) (*nats.Conn, int, error) {
+	// An option that refuses its value (a TLS file that cannot be read, an
+	// invalid inbox prefix) refuses it on every attempt: try them once.
+	scratch := nats.GetDefaultOptions()
+	for _, opt := range opts {
+		if err := opt(&scratch); err != nil {
+			return nil, 0, err
+		}
+	}
 	b.Reset()
 	attempts, closes := 0, 0
 	var last error

@@ -98,8 +98,8 @@ func TestDialWaitsForTheServer(t *testing.T) {
 	}
 }
 
-// TestDialFilesAndURLs: a credentials file that does not exist and a URL that
-// does not parse end Dial at once; no retry fixes either.
+// TestDialFilesAndURLs: a file that does not exist, a URL that does not parse
+// and an option that refuses its value end Dial at once; no retry fixes them.
 func TestDialFilesAndURLs(t *testing.T) {
 	s := natstest.Start(t, nil)
 	missing := filepath.Join(t.TempDir(), "missing.creds")
@@ -113,12 +113,14 @@ func TestDialFilesAndURLs(t *testing.T) {
 			return errors.As(err, &pe)
 		}},
 		{"malformed url", "nats://[::1", nil, func(err error) bool { return strings.Contains(err.Error(), "parse") }},
+		{"missing CA file", s.URL(), []nats.Option{nats.RootCAs(missing)}, func(err error) bool { return strings.Contains(err.Error(), "missing.creds") }},
+		{"invalid inbox prefix", s.URL(), []nats.Option{nats.CustomInboxPrefix("_INBOX.*")}, func(err error) bool { return strings.Contains(err.Error(), "prefix") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, n, err := Dial(ctxT(t), c.url, c.opts, quick(), func(_ int, err error) {
 				t.Errorf("retried: %v", err)
 			})
-			if err == nil || !c.want(err) || n != 1 {
+			if err == nil || !c.want(err) || n > 1 {
 				t.Fatalf("Dial: %v after %d attempts; want the error at once", err, n)
 			}
 		})

@@ -93,27 +93,12 @@ func TestAuthTLSPrivateCA(t *testing.T) {
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 	t.Run("client certificate of another CA", func(t *testing.T) {
-		secSkipTLSBug(t)
 		p := launch(t, n.URL(), tlsFlags(secNewPKI(t, "rogue CA"))...)
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 	t.Run("server not trusted", func(t *testing.T) {
-		secSkipTLSBug(t)
 		other := secNewPKI(t, "other CA")
 		p := launch(t, n.URL(), "--nats-tls-ca", other.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey)
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
-}
-
-// secTLSFailsFast says whether bus.Connect treats a certificate rejection
-// (ours by the server, or the server's by our CAs) as permanent. It does not
-// yet: it retries forever, so a dispatcher with the wrong certificate hangs
-// at start instead of exiting. Set it to true with the fix in bus/connect.go.
-const secTLSFailsFast = true
-
-func secSkipTLSBug(t *testing.T) {
-	t.Helper()
-	if !secTLSFailsFast {
-		t.Skip("known bug: bus.Connect retries TLS certificate rejections forever (issue #6); enable with the fix")
-	}
 }

@@ -134,9 +134,10 @@ func workerView(p *proc, id string) (wire.WorkerView, bool) {
 // asking for a response and follows each (docs/protocol.md, What the
 // producer answers).
 type respCaller struct {
-	t  *testing.T
-	nc *nats.Conn
-	js jetstream.JetStream
+	t    *testing.T
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	resp string // the response subjects' prefix: a call's subject is this and its id
 
 	mu    sync.Mutex
 	calls map[string]*respCall
@@ -161,7 +162,7 @@ type respCall struct {
 }
 
 func newRespCaller(t *testing.T, nc *nats.Conn) *respCaller {
-	return &respCaller{t: t, nc: nc, js: jsOf(t, nc), calls: map[string]*respCall{}}
+	return &respCaller{t: t, nc: nc, js: jsOf(t, nc), resp: "_RESP.e2e.", calls: map[string]*respCall{}}
 }
 
 // start subscribes to the response subject of id and publishes the
@@ -170,7 +171,7 @@ func newRespCaller(t *testing.T, nc *nats.Conn) *respCaller {
 func (c *respCaller) start(id, class string, h nats.Header, body []byte) *respCall {
 	c.t.Helper()
 	call := &respCall{id: id, execs: map[string]bool{}, done: make(chan struct{}), started: time.Now()}
-	subject := "_RESP.e2e." + id
+	subject := c.resp + id
 	sub, err := c.nc.Subscribe(subject, call.onMsg)
 	if err != nil {
 		c.t.Fatal(err)
