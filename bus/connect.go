@@ -217,13 +217,5 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 	if o.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(o.TLSCert, o.TLSKey))
 	}
-	// Apply the options once to a scratch copy so that unreadable TLS files
-	// fail here, permanently, instead of inside the retry loop.
-	scratch := nats.GetDefaultOptions()
-	for _, opt := range opts {
-		if err := opt(&scratch); err != nil {
-			return nil, fmt.Errorf("bus: connect: %w", err)
-		}
-	}
-	return opts, nil
+	return opts, nil // an option refusing its value (an unreadable TLS file) fails in natsdial.Dial, before any attempt
 }

@@ -17,8 +17,8 @@ import (
 type settings struct {
 	config                                      string
 	listen, adminAddr                           string
-	natsURL, inboxPrefix, responsePrefix        string
-	auth                                        cli.NATSAuth // --nats-creds and the other ways to authenticate
+	natsURL, responsePrefix                     string
+	conn                                        cli.NATSClient // --nats-creds and the other ways to authenticate, --nats-inbox-prefix
 	maxBody                                     int64
 	maxHeaderBytes, maxConns                    int
 	maxDepth, maxMessages                       int
@@ -36,8 +36,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.listen, "listen", "127.0.0.1:8000", "host:port of the OpenAI API")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:8081", "host:port of /healthz, /readyz and /metrics (empty: off)")
 	fs.StringVar(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	s.auth.Flags(fs)
-	fs.StringVar(&s.inboxPrefix, "nats-inbox-prefix", "_INBOX", "prefix of the gateway's own reply subjects (JetStream acknowledgements)")
+	s.conn.Flags(fs)
 	fs.StringVar(&s.responsePrefix, "response-prefix", caller.DefaultResponsePrefix, "prefix of the response subjects <prefix>.<request id>; the same on every gateway, so a retry attaches from any")
 	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body in bytes (over it: 413); keep it at least 4 KiB under the NATS server's max_payload")
 	fs.IntVar(&s.maxHeaderBytes, "max-header-bytes", 16<<10, "largest request header block in bytes (over it: 431)")
@@ -95,8 +94,8 @@ func (s *settings) validate() error {
 	if s.responsePrefix == "" || !naming.ValidSubject(s.responsePrefix) {
 		bad = append(bad, fmt.Sprintf("--response-prefix %q: want a literal subject", s.responsePrefix))
 	}
-	if s.inboxPrefix == "" || !naming.ValidSubject(s.inboxPrefix) {
-		bad = append(bad, fmt.Sprintf("--nats-inbox-prefix %q: want a literal subject", s.inboxPrefix))
+	if s.conn.InboxPrefix == "" || !naming.ValidSubject(s.conn.InboxPrefix) {
+		bad = append(bad, fmt.Sprintf("--nats-inbox-prefix %q: want a literal subject", s.conn.InboxPrefix))
 	}
 	if err := s.log.Check(); err != nil {
 		bad = append(bad, err.Error())

@@ -24,12 +24,11 @@ import (
 // waits (up to 10 s) for the open ones; those still open are closed, which
 // cancels their requests.
 func serve(ctx context.Context, s *settings, cfg *gateway.Config, log zerolog.Logger) error {
-	opts := []nats.Option{nats.Name("fairdispatch-gateway"), nats.CustomInboxPrefix(s.inboxPrefix)}
-	auth, err := s.auth.Options()
+	opts, err := s.conn.Options()
 	if err != nil {
 		return err
 	}
-	opts = append(opts, auth...)
+	opts = append(opts, nats.Name("fairdispatch-gateway"))
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	nc, err := workerkit.Connect(cctx, s.natsURL, opts...)
 	cancel()
