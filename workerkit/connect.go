@@ -28,7 +28,9 @@ const (
 // the server rejects the credentials or a certificate (a *natsdial.RefusedError,
 // wrapping the NATS error, such as nats.ErrAuthorization), a file the options
 // read cannot be read, or url does not parse. When ctx ends first, the error
-// names the last attempt's.
+// names the last attempt's. The error starts with "connect <url>" (the
+// password redacted), without a package prefix: the program that calls it
+// (the gateway, a worker, loadgen) names itself.
 func Connect(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{
 		nats.MaxReconnects(-1),
@@ -45,7 +47,7 @@ func Connect(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, 
 	b.MaxElapsedTime = 0 // bounded by ctx only
 	nc, _, err := natsdial.Dial(ctx, url, all, b, nil)
 	if err != nil {
-		return nil, fmt.Errorf("worker: connect %s: %w", natsdial.Redact(url), err)
+		return nil, fmt.Errorf("connect %s: %w", natsdial.Redact(url), err)
 	}
 	return nc, nil
 }
