@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -219,11 +220,14 @@ func (l *lastSend) Send(worker string, _ nats.Header, _ []byte, token uint64) er
 func BenchmarkAdmitDispatchAccept(b *testing.B) {
 	// The workers ask for the header form (encoded by nats.go, after Send:
 	// not measured here) or the compact one (the frame is built by the actor).
-	b.Run("form=headers", func(b *testing.B) { benchAdmitDispatchAccept(b, 0) })
-	b.Run("form=compact", func(b *testing.B) { benchAdmitDispatchAccept(b, 1) })
+	b.Run("form=headers", func(b *testing.B) { benchAdmitDispatchAccept(b, 0, false) })
+	b.Run("form=compact", func(b *testing.B) { benchAdmitDispatchAccept(b, 1, false) })
+	// Each request its own id, as in a stream: the running memory (for
+	// cancellation) then grows to its bound instead of rewriting one entry.
+	b.Run("form=compact/ids=fresh", func(b *testing.B) { benchAdmitDispatchAccept(b, 1, true) })
 }
 
-func benchAdmitDispatchAccept(b *testing.B, compact uint8) {
+func benchAdmitDispatchAccept(b *testing.B, compact uint8, freshIDs bool) {
 	f := newFixture(b, `default_policy_family: a
 uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
 policy_classes:
@@ -241,9 +245,13 @@ policy_classes:
 	if benchTracer != nil {
 		f.a.d.Trace = benchTracer
 	}
+	ids := hdr["Nats-Msg-Id"]
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		seq := uint64(i + 1)
+		if freshIDs {
+			ids[0] = "req-" + strconv.FormatUint(seq, 10)
+		}
 		d := base
 		d.StreamSeq = seq
 		d.Headers, _ = d.Msg.Decode()
