@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"fairdispatch/internal/natstest"
 )
 
 // The dispatcher connects with each authentication method of docs/config.md, Flags and environment to a
@@ -79,9 +81,9 @@ func TestAuthCredsFile(t *testing.T) {
 }
 
 func TestAuthTLSPrivateCA(t *testing.T) {
-	pki := secNewPKI(t, "fairdispatch e2e CA")
+	pki := natstest.NewPKI(t, "fairdispatch e2e CA")
 	n := startNATS(t, func(o *server.Options) { secTLSServer(t, o, pki) })
-	tlsFlags := func(p secPKI) []string {
+	tlsFlags := func(p natstest.PKI) []string {
 		return []string{"--nats-tls-ca", pki.CA, "--nats-tls-cert", p.ClientCert, "--nats-tls-key", p.ClientKey}
 	}
 
@@ -93,11 +95,11 @@ func TestAuthTLSPrivateCA(t *testing.T) {
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 	t.Run("client certificate of another CA", func(t *testing.T) {
-		p := launch(t, n.URL(), tlsFlags(secNewPKI(t, "rogue CA"))...)
+		p := launch(t, n.URL(), tlsFlags(natstest.NewPKI(t, "rogue CA"))...)
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})
 	t.Run("server not trusted", func(t *testing.T) {
-		other := secNewPKI(t, "other CA")
+		other := natstest.NewPKI(t, "other CA")
 		p := launch(t, n.URL(), "--nats-tls-ca", other.CA, "--nats-tls-cert", pki.ClientCert, "--nats-tls-key", pki.ClientKey)
 		secWaitExit(t, p, authGiveUp, "dispatcher stopped")
 	})

@@ -5,15 +5,8 @@ package e2e
 // the helpers of other e2e files.
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +18,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"fairdispatch/internal/natstest"
 )
 
 // secWriteFile writes data to name in a fresh temp dir and returns the path.
@@ -37,82 +32,9 @@ func secWriteFile(t testing.TB, name string, data []byte) string {
 	return p
 }
 
-// secPKI is a private CA with a server certificate for 127.0.0.1 and a client
-// certificate, all generated in the test; the paths are PEM files.
-type secPKI struct {
-	CA, ServerCert, ServerKey, ClientCert, ClientKey string
-}
-
-// secNewPKI generates a CA (named cn), a server certificate for 127.0.0.1 and
-// a client certificate signed by it.
-func secNewPKI(t testing.TB, cn string) secPKI {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		b, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	serial := int64(1)
-	tmpl := func(name string) *x509.Certificate {
-		serial++
-		return &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: name, Organization: []string{"fairdispatch e2e"}},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(24 * time.Hour),
-		}
-	}
-
-	caKey := newKey()
-	caTmpl := tmpl(cn)
-	caTmpl.IsCA, caTmpl.BasicConstraintsValid = true, true
-	caTmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := func(name string, usage x509.ExtKeyUsage, ips []net.IP) (cert, key string) {
-		k := newKey()
-		c := tmpl(name)
-		c.KeyUsage = x509.KeyUsageDigitalSignature
-		c.ExtKeyUsage = []x509.ExtKeyUsage{usage}
-		c.IPAddresses = ips
-		der, err := x509.CreateCertificate(rand.Reader, c, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return write(name+"-cert.pem", "CERTIFICATE", der), write(name+"-key.pem", "PRIVATE KEY", keyDER(k))
-	}
-	p := secPKI{CA: write("ca.pem", "CERTIFICATE", caDER)}
-	p.ServerCert, p.ServerKey = leaf("server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	p.ClientCert, p.ClientKey = leaf("client", x509.ExtKeyUsageClientAuth, nil)
-	return p
-}
-
 // secTLSServer configures o to require TLS with pki's server certificate, and
 // client certificates signed by pki's CA.
-func secTLSServer(t testing.TB, o *server.Options, pki secPKI) {
+func secTLSServer(t testing.TB, o *server.Options, pki natstest.PKI) {
 	t.Helper()
 	cfg, err := server.GenTLSConfig(&server.TLSConfigOpts{
 		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, CaFile: pki.CA, Verify: true, Timeout: 2,
@@ -331,7 +253,7 @@ func secFreshView(t testing.TB, p *proc, since time.Time) queueView {
 
 // secTLSConfig is a client TLS configuration trusting pki's CA and
 // presenting its client certificate.
-func secTLSConfig(t testing.TB, pki secPKI) *tls.Config {
+func secTLSConfig(t testing.TB, pki natstest.PKI) *tls.Config {
 	t.Helper()
 	pool := x509.NewCertPool()
 	b, err := os.ReadFile(pki.CA)
