@@ -21,6 +21,7 @@ import (
 // the ones the dead dispatcher held come back after the ack wait. The request
 // stream ends empty.
 func TestCrashNothingLost(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const n = 5000
 	f := newFixture(t) // f.nc: the test's own view of completions
 	ns, ncT, js := f.ns, f.nc, f.js

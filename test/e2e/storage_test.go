@@ -104,6 +104,7 @@ func TestStorageRequestStreamFull(t *testing.T) {
 // retried each letter for ever while its request stayed held, and the
 // 20 malformed requests filled the 16 held slots: nothing else was pulled.
 func TestStorageDeadLetterStreamFull(t *testing.T) {
+	t.Parallel() // no timing bound; see doc.go
 	const bad, good = 20, 100
 	const ackWait = 4 * time.Second // dispatcherArgs
 	ns := startNATS(t)
