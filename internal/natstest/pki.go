@@ -22,9 +22,9 @@ type PKI struct {
 	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 }
 
-// NewPKI generates a CA named cn (P-256 keys, valid from an hour ago for a
-// day), a server certificate for 127.0.0.1 and a client certificate signed
-// by it.
+// NewPKI generates a CA named cn, a server certificate for 127.0.0.1 and a
+// client certificate signed by it: P-256 keys, each certificate valid from an
+// hour ago to a day from now.
 func NewPKI(t testing.TB, cn string) PKI {
 	t.Helper()
 	dir := t.TempDir()
