@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"fairdispatch/internal/fifo"
 	"fairdispatch/wire"
 
 	"github.com/nats-io/nats.go"
@@ -120,12 +121,11 @@ type Handshaker struct {
 
 	mu      sync.Mutex
 	closed  bool
-	next    uint64          // last attempt id issued
-	pending map[uint64]call // by attempt id
-	tokens  map[uint64]bool // tokens in flight
-	order   []deadline      // FIFO by deadline; order[head:] is live
-	head    int
-	active  sync.WaitGroup // deliveries of answers in progress
+	next    uint64               // last attempt id issued
+	pending map[uint64]call      // by attempt id
+	tokens  map[uint64]bool      // tokens in flight
+	order   fifo.Queue[deadline] // by deadline
+	active  sync.WaitGroup       // deliveries of answers in progress
 
 	late atomic.Uint64
 
@@ -211,9 +211,9 @@ func (h *Handshaker) Send(worker string, hdr nats.Header, body []byte, token uin
 	id := h.next
 	h.pending[id] = call{token: token, worker: worker}
 	h.tokens[token] = true
-	wasEmpty := h.head == len(h.order)
+	wasEmpty := h.order.Len() == 0
 	// time.Now under the lock keeps the FIFO sorted by deadline.
-	h.order = append(h.order, deadline{id: id, at: time.Now().Add(h.timeout)})
+	h.order.Push(deadline{id: id, at: time.Now().Add(h.timeout)})
 	h.mu.Unlock()
 	if wasEmpty {
 		select {
@@ -277,7 +277,7 @@ func (h *Handshaker) Close() {
 		delete(h.pending, id)
 	}
 	clear(h.tokens)
-	h.order, h.head = nil, 0
+	h.order = fifo.Queue[deadline]{}
 	h.mu.Unlock()
 
 	if err := h.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -366,25 +366,18 @@ func (h *Handshaker) expire(now time.Time) (time.Time, bool) {
 	h.mu.Lock()
 	var next time.Time
 	ok := false
-	for h.head < len(h.order) {
-		d := h.order[h.head]
+	for h.order.Len() > 0 {
+		d := *h.order.Front()
 		c, live := h.pending[d.id]
 		if live && d.at.After(now) {
 			next, ok = d.at, true
 			break
 		}
-		h.order[h.head] = deadline{}
-		h.head++
+		h.order.Pop()
 		if live {
 			h.forget(d.id, c.token)
 			timedOut = append(timedOut, Result{Token: c.token, Worker: c.worker, Outcome: Timeout})
 		}
-	}
-	if h.head == len(h.order) {
-		h.order, h.head = h.order[:0], 0
-	} else if h.head > 1024 && h.head*2 > len(h.order) {
-		n := copy(h.order, h.order[h.head:])
-		h.order, h.head = h.order[:n], 0
 	}
 	if len(timedOut) > 0 {
 		h.active.Add(1)

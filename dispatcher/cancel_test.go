@@ -147,13 +147,13 @@ func TestMemoBounds(t *testing.T) {
 	}
 	m.del("a")
 	m.expire(10_000)
-	if m.len() != 0 || m.head != 0 || len(m.fifo) != 0 {
-		t.Errorf("after expiry: len %d fifo %d head %d, want empty", m.len(), len(m.fifo), m.head)
+	if m.len() != 0 || m.fifo.Len() != 0 {
+		t.Errorf("after expiry: len %d fifo %d, want empty", m.len(), m.fifo.Len())
 	}
 	for i := range 10_000 { // the FIFO stays bounded with one id put over and over
 		m.put(int64(20_000+i), "same", i)
 	}
-	if len(m.fifo)-m.head > 6 {
-		t.Errorf("fifo of %d for one id", len(m.fifo)-m.head)
+	if m.fifo.Len() > 6 {
+		t.Errorf("fifo of %d for one id", m.fifo.Len())
 	}
 }

@@ -1,6 +1,10 @@
 package dispatcher
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+
+	"fairdispatch/internal/fifo"
+)
 
 // memo remembers values by request id for a bounded time and count, oldest
 // forgotten first, in memory independent of the ids' length: an id is kept
@@ -17,8 +21,7 @@ type memo[V any] struct {
 	max  int   // entries
 	age  int64 // ns
 	m    map[uint64]memoEntry[V]
-	fifo []memoSlot // puts in order: fifo[head:]
-	head int
+	fifo fifo.Queue[memoSlot] // puts in order
 	gen  uint64
 }
 
@@ -42,8 +45,8 @@ func (m *memo[V]) put(now int64, id string, v V) {
 	h := m.hash(id)
 	m.gen++
 	m.m[h] = memoEntry[V]{v: v, at: now, gen: m.gen}
-	m.fifo = append(m.fifo, memoSlot{h, m.gen})
-	for len(m.m) > m.max || len(m.fifo)-m.head > 2*m.max {
+	m.fifo.Push(memoSlot{h, m.gen})
+	for len(m.m) > m.max || m.fifo.Len() > 2*m.max {
 		m.pop()
 	}
 }
@@ -62,8 +65,8 @@ func (m *memo[V]) len() int { return len(m.m) }
 
 // expire forgets the entries put at or before now - age.
 func (m *memo[V]) expire(now int64) {
-	for m.head < len(m.fifo) {
-		s := m.fifo[m.head]
+	for m.fifo.Len() > 0 {
+		s := *m.fifo.Front()
 		if e, ok := m.m[s.h]; ok && e.gen == s.gen && now-e.at < m.age {
 			return
 		}
@@ -74,18 +77,8 @@ func (m *memo[V]) expire(now int64) {
 // pop drops the oldest FIFO slot and, unless a later put replaced it or it
 // was deleted, its entry.
 func (m *memo[V]) pop() {
-	s := m.fifo[m.head]
+	s := m.fifo.Pop()
 	if e, ok := m.m[s.h]; ok && e.gen == s.gen {
 		delete(m.m, s.h)
-	}
-	m.fifo[m.head] = memoSlot{}
-	m.head++
-	if m.head > 1024 && m.head*2 > len(m.fifo) {
-		n := copy(m.fifo, m.fifo[m.head:])
-		m.fifo = m.fifo[:n]
-		m.head = 0
-	}
-	if m.head == len(m.fifo) {
-		m.fifo, m.head = m.fifo[:0], 0
 	}
 }

@@ -220,8 +220,8 @@ func (s *Scheduler) describeSettlements(b *strings.Builder, now int64) {
 	for _, id := range ids {
 		l := s.settle.logs[id]
 		n := 0
-		for i := l.head; i < len(l.recs); i++ {
-			rec := &l.recs[i]
+		for i := range l.recs.Len() {
+			rec := l.recs.At(i)
 			if rec.dropped {
 				continue
 			}

@@ -2,7 +2,8 @@ package scheduler
 
 import (
 	"math"
-	"sort"
+
+	"fairdispatch/internal/fifo"
 )
 
 // Completion is a worker's completion record as the core reads it
@@ -130,20 +131,18 @@ func (s *Scheduler) releaseKey(c int, k string) { s.classes[c].Release(k) }
 // a new log, and its earlier dispatches are forgotten, their keys released as
 // at expiry: a completion record could no longer tell them from the new ones.
 type settlements struct {
-	logs    map[string]*seqLog // each worker's current log
-	fifo    []*seqLog          // one entry per record, in dispatch order: fifo[head:]
-	head    int
-	live    int // records neither forgotten nor expired
+	logs    map[string]*seqLog  // each worker's current log
+	fifo    fifo.Queue[*seqLog] // one entry per record, in dispatch order
+	live    int                 // records neither forgotten nor expired
 	window  int64
 	max     int
 	release func(class int, key string) // the key is owed no settlement (Scheduler.releaseKey)
 }
 
-// seqLog is one worker's dispatches, by growing sequence: recs[head:].
+// seqLog is one worker's dispatches, by growing sequence.
 type seqLog struct {
 	worker string
-	recs   []dispatchRec
-	head   int
+	recs   fifo.Queue[dispatchRec]
 }
 
 // dispatchRec is one dispatch remembered for settlement.
@@ -178,32 +177,35 @@ func (st *settlements) find(worker string, seq uint64) *dispatchRec {
 	if l == nil {
 		return nil
 	}
-	recs := l.recs[l.head:]
-	if len(recs) == 0 || seq < recs[0].seq {
+	recs := &l.recs
+	if recs.Len() == 0 || seq < recs.Front().seq {
 		return nil
 	}
 	// A worker's sequence grows by one per dispatch, so the record is
 	// usually at its offset from the first; a jump (the registry moved the
 	// sequence on past a worker's seen_seq) needs the search.
-	i := seq - recs[0].seq
-	if i >= uint64(len(recs)) || recs[i].seq != seq {
-		j := sort.Search(len(recs), func(j int) bool { return recs[j].seq >= seq })
-		if j == len(recs) || recs[j].seq != seq {
+	var rec *dispatchRec
+	if i := seq - recs.Front().seq; i < uint64(recs.Len()) {
+		rec = recs.At(int(i))
+	}
+	if rec == nil || rec.seq != seq {
+		j := recs.Search(func(r *dispatchRec) bool { return r.seq >= seq })
+		if j == recs.Len() || recs.At(j).seq != seq {
 			return nil
 		}
-		i = uint64(j)
+		rec = recs.At(j)
 	}
-	if recs[i].dropped {
+	if rec.dropped {
 		return nil
 	}
-	return &recs[i]
+	return rec
 }
 
 // record remembers dispatch d; charged is what arbitration charged (owes: it
 // went through the class's queue and its key is owed a settlement).
 func (st *settlements) record(now int64, d Decision, charged uint64, owes bool) {
 	l := st.logs[d.Worker]
-	if l != nil && len(l.recs) > l.head && l.recs[len(l.recs)-1].seq >= d.Seq {
+	if l != nil && l.recs.Len() > 0 && l.recs.Back().seq >= d.Seq {
 		st.dropAll(l) // the worker's numbering started over
 		l = nil
 	}
@@ -211,16 +213,16 @@ func (st *settlements) record(now int64, d Decision, charged uint64, owes bool) 
 		l = &seqLog{worker: d.Worker}
 		st.logs[d.Worker] = l
 	}
-	l.recs = append(l.recs, dispatchRec{seq: d.Seq, id: d.Req.ID, key: d.Req.Key, class: d.Req.Class,
+	l.recs.Push(dispatchRec{seq: d.Seq, id: d.Req.ID, key: d.Req.Key, class: d.Req.Class,
 		charged: charged, at: now, owes: owes})
-	st.fifo = append(st.fifo, l)
+	st.fifo.Push(l)
 	st.live++
 }
 
 // dropAll forgets every record of l, releasing the keys still owed.
 func (st *settlements) dropAll(l *seqLog) {
-	for i := l.head; i < len(l.recs); i++ {
-		st.drop(&l.recs[i], true)
+	for i := range l.recs.Len() {
+		st.drop(l.recs.At(i), true)
 	}
 }
 
@@ -242,8 +244,8 @@ func (st *settlements) drop(rec *dispatchRec, release bool) {
 // current hold only forgotten records, which are left as they are.
 func (st *settlements) reclass(to []int) {
 	for _, l := range st.logs {
-		for i := l.head; i < len(l.recs); i++ {
-			rec := &l.recs[i]
+		for i := range l.recs.Len() {
+			rec := l.recs.At(i)
 			if rec.dropped || rec.class < 0 || rec.class >= len(to) {
 				continue
 			}
@@ -278,32 +280,16 @@ func (st *settlements) forget(worker string, seq uint64, release bool) {
 // dispatch's record is always the oldest of its worker's log when its turn
 // comes.
 func (st *settlements) expire(now int64) {
-	for st.head < len(st.fifo) {
-		l := st.fifo[st.head]
-		if now-l.recs[l.head].at < st.window && len(st.fifo)-st.head <= st.max {
+	for st.fifo.Len() > 0 {
+		l := *st.fifo.Front()
+		if now-l.recs.Front().at < st.window && st.fifo.Len() <= st.max {
 			break
 		}
-		st.fifo[st.head] = nil
-		st.head++
-		st.drop(&l.recs[l.head], true)
-		l.recs[l.head] = dispatchRec{} // let its strings go
-		l.head++
-		switch {
-		case l.head == len(l.recs):
-			l.recs, l.head = l.recs[:0], 0
-			if st.logs[l.worker] == l {
-				delete(st.logs, l.worker)
-			}
-		case l.head > 1024 && l.head*2 > len(l.recs):
-			n := copy(l.recs, l.recs[l.head:])
-			clear(l.recs[n:])
-			l.recs, l.head = l.recs[:n], 0
+		st.fifo.Pop()
+		rec := l.recs.Pop()
+		st.drop(&rec, true)
+		if l.recs.Len() == 0 && st.logs[l.worker] == l {
+			delete(st.logs, l.worker)
 		}
-	}
-	if st.head > 1024 && st.head*2 > len(st.fifo) {
-		n := copy(st.fifo, st.fifo[st.head:])
-		clear(st.fifo[n:])
-		st.fifo = st.fifo[:n]
-		st.head = 0
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"time"
 
+	"fairdispatch/internal/fifo"
 	"fairdispatch/wire"
 )
 
@@ -62,8 +63,7 @@ type finishedMemo struct {
 	window time.Duration
 	max    int
 	byKey  map[memoKey]memoEntry
-	order  []memoItem // finishing order; order[head:] is live
-	head   int
+	order  fifo.Queue[memoItem] // finishing order
 }
 
 func newFinishedMemo(window time.Duration, max int) *finishedMemo {
@@ -81,7 +81,7 @@ func (f *finishedMemo) add(id string, now time.Time, e memoEntry) {
 	k := f.key(id)
 	e.at = now.UnixNano()
 	f.byKey[k] = e
-	f.order = append(f.order, memoItem{k, e.at})
+	f.order.Push(memoItem{k, e.at})
 	for len(f.byKey) > f.max {
 		f.pop()
 	}
@@ -106,22 +106,16 @@ func (f *finishedMemo) recorded(id, status string) {
 // expire forgets what finished more than window before now.
 func (f *finishedMemo) expire(now time.Time) {
 	limit := now.Add(-f.window).UnixNano()
-	for f.head < len(f.order) && f.order[f.head].at <= limit {
+	for f.order.Len() > 0 && f.order.Front().at <= limit {
 		f.pop()
 	}
 }
 
 // pop forgets the oldest item (unless its key was added again since).
 func (f *finishedMemo) pop() {
-	it := f.order[f.head]
-	f.order[f.head] = memoItem{}
-	f.head++
+	it := f.order.Pop()
 	if e, ok := f.byKey[it.key]; ok && e.at == it.at {
 		delete(f.byKey, it.key)
-	}
-	if f.head > 1024 && f.head > len(f.order)/2 {
-		f.order = append(f.order[:0], f.order[f.head:]...)
-		f.head = 0
 	}
 }
 
