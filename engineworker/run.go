@@ -168,7 +168,7 @@ func (w *Worker) answered(j *job, res Result) {
 // sent to it: it is not run again, and the record refunds its charge.
 func (w *Worker) refused(j *job, err error) {
 	w.log.Warn().Err(err).Str("request_id", j.r.RequestID).Msg("request refused by the engine")
-	w.fail(j, Result{}, err)
+	w.fail(j, Result{}, err, true)
 }
 
 // engineFailed handles a request the engine could not finish (it hung, its
@@ -185,17 +185,19 @@ func (w *Worker) engineFailed(j *job, res Result, cause error) {
 	}
 	w.log.Warn().Err(cause).Str("request_id", j.r.RequestID).Int("chunks", w.sent(j)).Msg("request failed after its first chunk")
 	w.count(func(s *Stats) { s.Aborted++ })
-	w.fail(j, res, cause)
+	w.fail(j, res, cause, false)
 }
 
 // fail ends j with status failed (+ACK after the end marker; +TERM without
 // a response): the request is not run again; the record settles what it used.
-func (w *Worker) fail(j *job, res Result, cause error) {
+// refused: the engine refused the request as it is (the end marker says so).
+func (w *Worker) fail(j *job, res Result, cause error, refused bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
 	var err error
 	if j.resp != nil {
-		err = j.resp.End(ctx, wire.ResponseEnd{Status: wire.EndFailed, FinishReason: res.FinishReason, Usage: usage(res), Error: errorText(cause)})
+		err = j.resp.End(ctx, wire.ResponseEnd{Status: wire.EndFailed, FinishReason: res.FinishReason, Usage: usage(res),
+			Error: errorText(cause), Refused: refused})
 	} else {
 		err = j.r.Term()
 	}

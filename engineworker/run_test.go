@@ -91,7 +91,8 @@ func TestWithoutResponse(t *testing.T) {
 }
 
 // TestRefusedByTheEngine: a request the engine refuses (4xx) ends failed
-// with the engine's message, is acknowledged (not run again) and refunded.
+// and refused, with the engine's message, is acknowledged (not run again)
+// and refunded.
 func TestRefusedByTheEngine(t *testing.T) {
 	t.Parallel()
 	k := newRig(t, fakeengine.Config{}, Config{})
@@ -102,7 +103,7 @@ func TestRefusedByTheEngine(t *testing.T) {
 	natstest.Eventually(t, wait, func() bool { _, ok := endMarker(p); return ok && len(a.Final()) > 0 }, "the end marker and the acknowledgement")
 	e, _ := endMarker(p)
 	c, _ := k.record("r1")
-	if e.Status != wire.EndFailed || !strings.Contains(e.Error, "does not exist") || c.Status != wire.StatusFailed || c.PrefillTokens != 0 || !slices.Equal(a.Final(), []string{"+ACK"}) {
+	if e.Status != wire.EndFailed || !e.Refused || !strings.Contains(e.Error, "does not exist") || c.Status != wire.StatusFailed || c.PrefillTokens != 0 || !slices.Equal(a.Final(), []string{"+ACK"}) {
 		t.Fatalf("end %+v, record %+v, acks %q", e, c, a.Final())
 	}
 }
@@ -183,7 +184,7 @@ func TestHungEngine(t *testing.T) {
 	k.e.Hang(true)
 	natstest.Eventually(t, wait, func() bool { r, _ := k.lastReport(); return r.Draining }, "the worker reports draining")
 	natstest.Eventually(t, wait, func() bool { return len(a1.Final()) > 0 && len(a2.Final()) > 0 }, "both requests finished")
-	if e, _ := endMarker(p1); e.Status != wire.EndFailed || !slices.Equal(a1.Final(), []string{"+ACK"}) {
+	if e, _ := endMarker(p1); e.Status != wire.EndFailed || e.Refused || !slices.Equal(a1.Final(), []string{"+ACK"}) {
 		t.Fatalf("r1 (past its first chunk): end %+v, acks %q: want failed and +ACK", e, a1.Final())
 	}
 	if !slices.Equal(a2.Final(), []string{"-NAK"}) || len(p2.Of(wire.MsgChunk)) != 0 || len(p2.Of(wire.MsgEnd)) != 0 {

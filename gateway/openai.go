@@ -54,7 +54,8 @@ type request struct {
 	model        string
 	stream       bool
 	includeUsage bool
-	maxTokens    uint64 // 0: not given
+	maxTokens    uint64 // the output bound the engine applies; 0: not given
+	maxField     string // the field maxTokens came from
 	messages     []tokenizer.Message
 	prompt       string   // completions: the prompt text (several prompts: joined)
 	promptIDs    []uint32 // completions: a prompt given as token ids
@@ -132,6 +133,9 @@ func parseRequest(api string, body []byte, lim Limits) (*request, *apiError) {
 		}
 		r.includeUsage = so.IncludeUsage != nil && *so.IncludeUsage
 	}
+	// The engines bound a chat's output by max_completion_tokens when it is
+	// given, else by max_tokens, its deprecated name (vLLM and SGLang read
+	// them in that order); a completion has max_tokens alone.
 	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
 		raw, ok := r.fields[name]
 		if !ok || isNull(raw) {
@@ -141,8 +145,8 @@ func parseRequest(api string, body []byte, lim Limits) (*request, *apiError) {
 		if err != nil || n == 0 {
 			return nil, badRequest("invalid_value", name, "%s: want a positive integer", name)
 		}
-		if r.maxTokens == 0 || n < r.maxTokens {
-			r.maxTokens = n
+		if name == "max_tokens" || api == APIChat {
+			r.maxTokens, r.maxField = n, name
 		}
 	}
 	if raw, ok := r.fields["n"]; ok && !isNull(raw) && string(bytes.TrimSpace(raw)) != "1" {
@@ -280,11 +284,18 @@ func (r *request) normalise(engineModel string, defaultMax uint64) ([]byte, erro
 	}
 	f["model"], _ = json.Marshal(engineModel)
 	if r.stream {
-		f["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+		// The client's other stream options (vLLM's continuous_usage_stats)
+		// go through; parse checked it is an object.
+		so := map[string]json.RawMessage{}
+		if raw, ok := r.fields["stream_options"]; ok && !isNull(raw) {
+			_ = json.Unmarshal(raw, &so)
+		}
+		so["include_usage"] = json.RawMessage("true")
+		f["stream_options"], _ = json.Marshal(so)
 	}
 	if r.maxTokens == 0 && defaultMax > 0 {
 		f["max_tokens"] = json.RawMessage(strconv.FormatUint(defaultMax, 10))
-		r.maxTokens = defaultMax
+		r.maxTokens, r.maxField = defaultMax, "max_tokens"
 	}
 	return json.Marshal(f)
 }

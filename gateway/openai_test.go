@@ -5,6 +5,48 @@ import (
 	"testing"
 )
 
+// TestOutputBoundIsTheEngines: the output bound the gateway checks is the
+// one the engine applies: a chat's max_completion_tokens over its
+// deprecated max_tokens, a completion's max_tokens alone; the limit error
+// names that field.
+func TestOutputBoundIsTheEngines(t *testing.T) {
+	lim := Limits{}.withDefaults()
+	for _, tc := range []struct {
+		api, body string
+		max       uint64
+		field     string
+	}{
+		{APIChat, `{"model":"m","max_tokens":3,"max_completion_tokens":900,"messages":[{"role":"user","content":"x"}]}`, 900, "max_completion_tokens"},
+		{APIChat, `{"model":"m","max_completion_tokens":900,"max_tokens":3,"messages":[{"role":"user","content":"x"}]}`, 900, "max_completion_tokens"},
+		{APIChat, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"x"}]}`, 3, "max_tokens"},
+		{APICompletions, `{"model":"m","max_tokens":4,"max_completion_tokens":900,"prompt":"x"}`, 4, "max_tokens"},
+	} {
+		r, e := parseRequest(tc.api, []byte(tc.body), lim)
+		if e != nil || r.maxTokens != tc.max || r.maxField != tc.field {
+			t.Errorf("%s %s: bound %d from %q, %v; want %d from %q", tc.api, tc.body, r.maxTokens, r.maxField, e, tc.max, tc.field)
+		}
+	}
+}
+
+// TestNormaliseKeepsStreamOptions: the gateway turns include_usage on and
+// leaves the client's other stream options as they were.
+func TestNormaliseKeepsStreamOptions(t *testing.T) {
+	r, e := parseRequest(APIChat, []byte(`{"model":"m","stream":true,"stream_options":{"continuous_usage_stats":true},"messages":[{"role":"user","content":"x"}]}`), Limits{}.withDefaults())
+	if e != nil {
+		t.Fatal(e)
+	}
+	out, err := r.normalise("engine", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		StreamOptions map[string]any `json:"stream_options"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil || m.StreamOptions["include_usage"] != true || m.StreamOptions["continuous_usage_stats"] != true {
+		t.Fatalf("normalised %s (%v): want include_usage and continuous_usage_stats both true", out, err)
+	}
+}
+
 // FuzzParseRequest: any body is refused with an answer or read; a body read
 // is normalised into valid JSON whose model is the engine's.
 func FuzzParseRequest(f *testing.F) {

@@ -147,8 +147,13 @@ func endError(end *wire.ResponseEnd) *apiError {
 	if msg == "" {
 		msg = "the worker ended the response with status " + end.Status
 	}
-	if end.Status == wire.EndCancelled {
+	switch {
+	case end.Status == wire.EndCancelled:
 		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: msg}
+	case end.Refused:
+		// Not run again, and clients do not retry a 400: a request the
+		// engine refuses as it is would be refused each time.
+		return &apiError{status: 400, typ: typeInvalidRequest, code: "engine_refused", msg: msg}
 	}
 	return &apiError{status: 500, typ: typeServer, code: "engine_error", msg: msg}
 }

@@ -22,8 +22,10 @@ import (
 // worker's side of docs/protocol.md, Responses, in the OpenAI shapes of
 // Responses: OpenAI-shaped requests. The last user message (or the prompt)
 // steers it: "reject:<code>" rejects the request with that code, "hold"
-// claims and pings but never ends (until cancelled), anything else streams
-// max_tokens chunks of one token each.
+// claims and pings but never ends (until cancelled), "fail:<error>" and
+// "refuse:<error>" claim and end the response failed (refused, as the
+// engine worker ends a request its engine answered 4xx) before any chunk,
+// anything else streams max_tokens chunks of one token each.
 type responder struct {
 	t    testing.TB
 	nc   *nats.Conn
@@ -120,6 +122,14 @@ func (r *responder) serve(h nats.Header, body []byte) {
 	if ask(wire.MsgClaim, -1) != wire.AnswerGo {
 		return
 	}
+	if why, ok := strings.CutPrefix(steer, "fail:"); ok {
+		endResponse(r.nc, subj, id, exec, 1, wire.ResponseEnd{Status: wire.EndFailed, Error: why})
+		return
+	}
+	if why, ok := strings.CutPrefix(steer, "refuse:"); ok {
+		endResponse(r.nc, subj, id, exec, 1, wire.ResponseEnd{Status: wire.EndFailed, Error: why, Refused: true})
+		return
+	}
 	if steer == "hold" {
 		r.mu.Lock()
 		r.held[id] = true
@@ -160,16 +170,21 @@ func (r *responder) serve(h nats.Header, body []byte) {
 		seq++
 		chunk(r.nc, subj, id, exec, seq, mkWhole(api, req.Model, n))
 	}
-	end, _ := wire.MarshalResponseEnd(wire.ResponseEnd{Status: wire.EndOK, Chunks: uint64(seq), FinishReason: "length",
+	endResponse(r.nc, subj, id, exec, seq+1, wire.ResponseEnd{Status: wire.EndOK, Chunks: uint64(seq), FinishReason: "length",
 		Usage: &wire.Usage{PromptTokens: 7, CompletionTokens: uint64(n)}})
+}
+
+// endResponse sends the end marker e as message number seq and waits for
+// the producer's answer.
+func endResponse(nc *nats.Conn, subj, id, exec string, seq int, e wire.ResponseEnd) {
 	m := nats.NewMsg(subj)
 	m.Header.Set(wire.HeaderResponse, wire.MsgEnd)
 	m.Header.Set(wire.HeaderRequestID, id)
 	m.Header.Set(wire.HeaderExecution, exec)
-	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq+1))
-	m.Header.Set(wire.HeaderResponseStatus, wire.EndOK)
-	m.Data = end
-	_, _ = r.nc.RequestMsg(m, time.Second)
+	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq))
+	m.Header.Set(wire.HeaderResponseStatus, e.Status)
+	m.Data, _ = wire.MarshalResponseEnd(e)
+	_, _ = nc.RequestMsg(m, time.Second)
 }
 
 func chunk(nc *nats.Conn, subj, id, exec string, seq int, data string) {

@@ -271,7 +271,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, api string) (*r
 	}
 	rt.p = p
 	if req.maxTokens > p.model.MaxTokens {
-		return rt, badRequest("max_tokens_too_large", "max_tokens", "max_tokens %d is over this model's limit of %d", req.maxTokens, p.model.MaxTokens)
+		return rt, badRequest("max_tokens_too_large", req.maxField, "%s %d is over this model's limit of %d", req.maxField, req.maxTokens, p.model.MaxTokens)
 	}
 	if c := r.Header.Get(HeaderClass); c != "" {
 		if !t.allows(c) {

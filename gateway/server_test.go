@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -129,6 +130,7 @@ func TestErrorsBeforePublishing(t *testing.T) {
 		{"class not allowed", "sk-b", chatBody("hi", ""), []string{HeaderClass, "premium"}, 403, "class_not_allowed"},
 		{"unknown model", "sk-a", `{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}`, nil, 404, "model_not_found"},
 		{"max_tokens 10^12", "sk-a", `{"model":"m1","max_tokens":1000000000000,"messages":[{"role":"user","content":"x"}]}`, nil, 400, "max_tokens_too_large"},
+		{"max_completion_tokens over the limit, max_tokens within", "sk-a", `{"model":"m1","max_tokens":3,"max_completion_tokens":900000,"messages":[{"role":"user","content":"x"}]}`, nil, 400, "max_tokens_too_large"},
 		{"deep JSON", "sk-a", deep, nil, 400, "json_too_deep"},
 		{"invalid UTF-8", "sk-a", "{\"model\":\"m1\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", nil, 400, "invalid_utf8"},
 		{"not JSON", "sk-a", `{"model":`, nil, 400, "invalid_json"},
@@ -188,6 +190,36 @@ func TestRejectionsMapToStatuses(t *testing.T) {
 				t.Fatalf("Retry-After %q, want %q", got, tc.retryAfter)
 			}
 		})
+	}
+}
+
+// TestFailedEndsMapToStatuses: a response the worker ends failed before its
+// first chunk is a 500 engine_error, which the clients retry, unless the
+// engine refused the request as it is: then a 400 invalid_request_error
+// with the engine's message, which they do not; streaming or not.
+func TestFailedEndsMapToStatuses(t *testing.T) {
+	g := startGateway(t, nil)
+	for _, tc := range []struct {
+		steer, typ, code string
+		status           int
+	}{
+		{"fail:engine died", "server_error", "engine_error", 500},
+		{"refuse:engine answered 400: the prompt is over the context", "invalid_request_error", "engine_refused", 400},
+	} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", tc.code, stream), func(t *testing.T) {
+				extra := ""
+				if stream {
+					extra = `,"stream":true`
+				}
+				resp, body := g.post("/v1/chat/completions", "sk-a", chatBody(tc.steer, extra))
+				e := decodeErr(t, body).Error
+				_, why, _ := strings.Cut(tc.steer, ":")
+				if resp.StatusCode != tc.status || e.Type != tc.typ || e.Code != tc.code || e.Message != why {
+					t.Fatalf("status %d %s, want %d %s %s %q", resp.StatusCode, body, tc.status, tc.typ, tc.code, why)
+				}
+			})
+		}
 	}
 }
 

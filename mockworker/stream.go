@@ -118,7 +118,7 @@ func (m *Worker) openStream(j *job, api *apiRequest) {
 		m.mu.Unlock()
 		m.kick()
 		if bad {
-			if err := resp.End(ctx, wire.ResponseEnd{Status: wire.EndFailed, Error: api.err}); err != nil {
+			if err := resp.End(ctx, wire.ResponseEnd{Status: wire.EndFailed, Error: api.err, Refused: true}); err != nil {
 				m.log.Warn().Err(err).Str("request_id", j.id).Msg("end of a response that cannot be answered")
 			}
 		}
@@ -170,7 +170,7 @@ func (m *Worker) finishStream(j *job, st *stream, c wire.Completion) {
 		return // the helper ended it
 	}
 	if st.api != nil && st.api.err != "" { // finished before openStream could stop it
-		if err := st.resp.End(ctx, wire.ResponseEnd{Status: wire.EndFailed, Error: st.api.err}); err != nil {
+		if err := st.resp.End(ctx, wire.ResponseEnd{Status: wire.EndFailed, Error: st.api.err, Refused: true}); err != nil {
 			m.log.Warn().Err(err).Str("request_id", r.RequestID).Msg("end of a response that cannot be answered")
 		}
 		return

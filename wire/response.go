@@ -111,6 +111,11 @@ type ResponseEnd struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// Error says why the request failed or was cancelled; omitted when ok.
 	Error string `json:"error,omitempty"`
+	// Refused, with EndFailed only: the engine refused the request as it is
+	// (a prompt over the model's context, a parameter out of range: an
+	// OpenAI-compatible engine's 4xx), so running it again cannot help; the
+	// gateway answers 400. Omitted when false.
+	Refused bool `json:"refused,omitempty"`
 }
 
 // MaxEndBytes bounds an end marker's body.
@@ -120,11 +125,14 @@ const MaxEndBytes = 4096
 func validEndStatus(s string) bool { return s == EndOK || s == EndFailed || s == EndCancelled }
 
 // MarshalResponseEnd returns e's JSON, without a trailing newline or HTML
-// escaping. It refuses an unknown status and a body over MaxEndBytes (a long
-// Error is cut to fit).
+// escaping. It refuses an unknown status, Refused with a status but
+// EndFailed, and a body over MaxEndBytes (a long Error is cut to fit).
 func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 	if !validEndStatus(e.Status) {
 		return nil, fmt.Errorf("response end: unknown status %q", e.Status)
+	}
+	if e.Refused && e.Status != EndFailed {
+		return nil, fmt.Errorf("response end: refused with status %q (only %q)", e.Status, EndFailed)
 	}
 	for {
 		b, err := Marshal(e)
@@ -139,7 +147,8 @@ func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 }
 
 // ParseResponseEnd decodes an end marker's body and checks it: at most
-// MaxEndBytes, a JSON object with a known status. Unknown fields are ignored.
+// MaxEndBytes, a JSON object with a known status. Unknown fields are ignored,
+// and so is refused with a status but failed.
 func ParseResponseEnd(b []byte) (ResponseEnd, error) {
 	var e ResponseEnd
 	if err := unmarshalBounded("response end", b, MaxEndBytes, &e); err != nil {
@@ -148,6 +157,7 @@ func ParseResponseEnd(b []byte) (ResponseEnd, error) {
 	if !validEndStatus(e.Status) {
 		return e, fmt.Errorf("response end: unknown status %q", e.Status)
 	}
+	e.Refused = e.Refused && e.Status == EndFailed
 	return e, nil
 }
 

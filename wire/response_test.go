@@ -16,6 +16,7 @@ func TestResponseEndRoundTrip(t *testing.T) {
 	for _, e := range []wire.ResponseEnd{
 		{Status: wire.EndOK, Chunks: 3, FinishReason: "length", Usage: &wire.Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: 8}},
 		{Status: wire.EndFailed, Chunks: 1, Error: "engine <died>"},
+		{Status: wire.EndFailed, Error: "engine answered 400: too long", Refused: true},
 		{Status: wire.EndCancelled},
 	} {
 		b, err := wire.MarshalResponseEnd(e)
@@ -45,6 +46,12 @@ func TestResponseEndRoundTrip(t *testing.T) {
 func TestResponseEndBounds(t *testing.T) {
 	if _, err := wire.MarshalResponseEnd(wire.ResponseEnd{Status: "done"}); err == nil {
 		t.Error("unknown status marshalled")
+	}
+	if _, err := wire.MarshalResponseEnd(wire.ResponseEnd{Status: wire.EndOK, Refused: true}); err == nil {
+		t.Error("refused with status ok marshalled")
+	}
+	if e, err := wire.ParseResponseEnd([]byte(`{"status":"cancelled","refused":true}`)); err != nil || e.Refused {
+		t.Errorf("refused with status cancelled: %+v, %v; want it ignored", e, err)
 	}
 	for _, b := range []string{`{"status":"done"}`, `{"chunks":1}`, `[1]`, `{"status":"ok"` + strings.Repeat(" ", wire.MaxEndBytes) + `}`} {
 		if _, err := wire.ParseResponseEnd([]byte(b)); err == nil {
