@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -80,17 +81,34 @@ func (a *Actor) wait(h *held, seq uint64, now time.Time) {
 // subjects, where an outcome or a worker's response could pose as a load
 // report, a request or a JetStream API call. replyBad says the reply subject
 // itself is refused: no outcome may go there.
+//
+// A reserved reply subject is refused whatever else is malformed: no outcome
+// goes there. The message names the first malformed header in the table's
+// order, the reserved subjects counted as malformed in their header's place.
 func (a *Actor) malformed(dl *ingest.Delivery) (msg string, replyBad bool) {
-	if dl.Err != nil {
-		return dl.Err.Error(), false
-	}
+	var reserved *ingest.HeaderError
 	if r := dl.Headers.ReplyTo; r != "" && a.protocolSubject(r) {
-		return fmt.Sprintf("header %s: %q may not start with \"$\" or %q", wire.HeaderReplyTo, r, a.cfg.Prefix+"."), true
+		reserved, replyBad = a.reservedSubject(wire.HeaderReplyTo, r), true
+	}
+	var he *ingest.HeaderError
+	switch {
+	case dl.Err != nil && reserved != nil && errors.As(dl.Err, &he) && !he.Precedes(wire.HeaderReplyTo):
+		return reserved.Error(), true
+	case dl.Err != nil:
+		return dl.Err.Error(), replyBad
+	case reserved != nil:
+		return reserved.Error(), true
 	}
 	if r := dl.Headers.ResponseTo; r != "" && a.protocolSubject(r) {
-		return fmt.Sprintf("header %s: %q may not start with \"$\" or %q", wire.HeaderResponseTo, r, a.cfg.Prefix+"."), false
+		return a.reservedSubject(wire.HeaderResponseTo, r).Error(), false
 	}
 	return "", false
+}
+
+// reservedSubject is the error for header's subject s, one of the
+// protocol's own.
+func (a *Actor) reservedSubject(header, s string) *ingest.HeaderError {
+	return ingest.NewHeaderError(header, s, fmt.Sprintf("may not start with \"$\" or %q", a.cfg.Prefix+"."))
 }
 
 // protocolSubject reports whether s is a $-subject or one of the prefix's.

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,36 @@ func TestActorCompactUnsendableHeaderIsTheRequestsFault(t *testing.T) {
 	}
 	if f.excluded(t, "w1") || len(f.b.sent) != 1 || f.b.sent[0].token != 2 || !f.b.sent[0].compact {
 		t.Fatalf("excluded %v sent %+v; want w1 not excluded and request 2 sent compact", f.excluded(t, "w1"), f.b.sent)
+	}
+}
+
+// TestActorReservedReplyToWhateverElseIsMalformed: a Dispatch-Reply-To aimed
+// at a $-subject or at the prefix's own subjects gets no outcome, whatever
+// other header is malformed beside it; the message names the first
+// malformed header in the table's order (docs/protocol.md, Malformed
+// headers), the reserved subject counted in Dispatch-Reply-To's place.
+func TestActorReservedReplyToWhateverElseIsMalformed(t *testing.T) {
+	f := newFixture(t, twoClasses)
+	f.now = f.now.Add(time.Second)
+	f.reportCompact("w1", 1)
+	for i, tc := range []struct {
+		hdr   nats.Header
+		named string
+	}{
+		{nats.Header{"Dispatch-Reply-To": {"dispatch.req.premium"}, "Dispatch-ISL-Tokens": {"abc"}}, "Dispatch-ISL-Tokens"},
+		{nats.Header{"Dispatch-Reply-To": {"$JS.API.STREAM.DELETE.X"}, "Dispatch-Fairness-Key": {"a b"}}, "Dispatch-Reply-To"},
+		{nats.Header{"Dispatch-Reply-To": {"dispatch.load.w1"}}, "Dispatch-Reply-To"},
+		{nats.Header{"Dispatch-Response-To": {"a.*"}, "Dispatch-Fairness-Key": {"a b"}}, "Dispatch-Fairness-Key"},
+		{nats.Header{"Dispatch-Reply-To": {"producer.r5"}, "Dispatch-Fairness-Key": {"a b"}}, "Dispatch-Fairness-Key"},
+	} {
+		f.deliver(uint64(i+1), "premium", tc.hdr)
+		f.a.deadLettered(dlqDone{seq: uint64(i + 1)}) // stored: the outcome goes out now, if anywhere
+		l := f.letters()
+		if len(l) != i+1 || l[i].Code != "bad_request" || !strings.HasPrefix(l[i].Message, "header "+tc.named+":") {
+			t.Fatalf("case %d: letters %+v, want the last bad_request naming %s", i, l, tc.named)
+		}
+	}
+	if !slices.Equal(f.subjects, []string{"producer.r5"}) {
+		t.Fatalf("outcomes published to %q, want only the valid reply subject's", f.subjects)
 	}
 }

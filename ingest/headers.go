@@ -79,6 +79,30 @@ func headerErr(slot int, value, reason string) *HeaderError {
 	return &HeaderError{Header: names[slot], Value: cut(value), Reason: reason}
 }
 
+// NewHeaderError returns the error naming header as malformed, for a check
+// Decode cannot make (one that needs the dispatcher's configuration), with
+// value cut as Decode cuts it.
+func NewHeaderError(header, value, reason string) *HeaderError {
+	return &HeaderError{Header: header, Value: cut(value), Reason: reason}
+}
+
+// Precedes reports whether e's header comes before header in the order
+// Decode reports malformed headers in (Nats-Msg-Id, then the docs/protocol.md,
+// Request headers table); a name it does not know comes last.
+func (e *HeaderError) Precedes(header string) bool { return order(e.Header) < order(header) }
+
+func order(header string) int {
+	if header == wire.HeaderMsgID {
+		return -1
+	}
+	for i, n := range names {
+		if n == header {
+			return i
+		}
+	}
+	return numHeaders
+}
+
 func cut(s string) string {
 	if len(s) <= maxErrValue {
 		return s
@@ -302,15 +326,6 @@ func (s *scan) decode() (Headers, error) {
 			d.ReplyTo = v
 		}
 	}
-	big(hResponseTo)
-	if has(hResponseTo) {
-		v := wire.TrimValue(vals[hResponseTo])
-		if r := checkSubject(v); r != "" {
-			note(headerErr(hResponseTo, vals[hResponseTo], r))
-		} else {
-			d.ResponseTo = v
-		}
-	}
 	big(hKey)
 	if has(hKey) {
 		v := wire.TrimValue(vals[hKey])
@@ -327,6 +342,15 @@ func (s *scan) decode() (Headers, error) {
 			note(headerErr(hHashes, vals[hHashes], err.Error()))
 		} else {
 			d.Hashes = hs
+		}
+	}
+	big(hResponseTo)
+	if has(hResponseTo) {
+		v := wire.TrimValue(vals[hResponseTo])
+		if r := checkSubject(v); r != "" {
+			note(headerErr(hResponseTo, vals[hResponseTo], r))
+		} else {
+			d.ResponseTo = v
 		}
 	}
 	if first != nil {

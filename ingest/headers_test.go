@@ -241,6 +241,7 @@ var decodeCases = []decodeCase{
 	{name: "hashes partial hash", h: hdr(wire.HeaderBlockHashes, "wT_9PiW6dX"), wantErr: wire.HeaderBlockHashes},
 	{name: "hashes trailing bits", h: hdr(wire.HeaderBlockHashes, "wT_9PiW6dX5"), wantErr: wire.HeaderBlockHashes},
 	{name: "hashes last in table order", h: hdr(wire.HeaderBlockHashes, "x", wire.HeaderReplyTo, "a..b"), wantErr: wire.HeaderReplyTo},
+	{name: "response-to last in table order", h: hdr(wire.HeaderResponseTo, "a.*", wire.HeaderFairnessKey, "a b", wire.HeaderBlockHashes, "x"), wantErr: wire.HeaderFairnessKey},
 
 	// Several headers; the first malformed one in table order is reported, and
 	// the others still decode.
@@ -256,6 +257,19 @@ var decodeCases = []decodeCase{
 		want: Headers{MsgID: "r1", ReplyTo: "o.r1", Arrival: request.Arrival{ISL: 100, Cached: 40, Overlap: []request.Overlap{ov("w1", 40)},
 			Strict: 1, Jump: 0.5, Pin: request.Target{Worker: "w1", Rank: 1}, Allowed: []string{"w1", "w2"}, Required: []string{"h200"},
 			Preferred: []request.Taint{taint("h200", 2)}, DeadlineMs: 500, HasDeadline: true}}},
+}
+
+// TestPrecedes: the order in which Decode reports malformed headers.
+func TestPrecedes(t *testing.T) {
+	order := []string{wire.HeaderMsgID, wire.HeaderISLTokens, wire.HeaderDeadlineMs, wire.HeaderReplyTo,
+		wire.HeaderFairnessKey, wire.HeaderBlockHashes, wire.HeaderResponseTo, "X-Unknown"}
+	for i, a := range order {
+		for j, b := range order {
+			if got := NewHeaderError(a, "v", "bad").Precedes(b); got != (i < j) {
+				t.Errorf("%s precedes %s: %v, want %v", a, b, got, i < j)
+			}
+		}
+	}
 }
 
 func TestDecode(t *testing.T) {
