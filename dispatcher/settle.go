@@ -71,16 +71,27 @@ var errCompletion = errors.New("invalid completion record")
 
 // parseCompletion decodes and checks a completion record (docs/protocol.md,
 // Completion records): a JSON object at most maxCompletionBytes long, seq > 0,
-// token counts at most 2^40, status ok, failed or cancelled (absent reads as ok). Other
-// fields are not checked: the dispatcher does not use them.
+// token counts at most 2^40, status ok, failed or cancelled (absent reads as
+// ok). Only the fields the dispatcher uses are read: the others are ignored
+// as the protocol says, whatever their type (a worker's finished_at as a
+// number must not cost its dispatch the settlement); the result carries the
+// ones read.
 func parseCompletion(data []byte) (wire.Completion, error) {
 	var c wire.Completion
 	if len(data) > maxCompletionBytes {
 		return c, fmt.Errorf("%w: %d bytes, more than %d", errCompletion, len(data), maxCompletionBytes)
 	}
-	if err := json.Unmarshal(data, &c); err != nil {
+	var r struct {
+		RequestID     string `json:"request_id"`
+		Seq           uint64 `json:"seq"`
+		PrefillTokens uint64 `json:"prefill_tokens"`
+		OutputTokens  uint64 `json:"output_tokens"`
+		Status        string `json:"status"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
 		return c, fmt.Errorf("%w: %v", errCompletion, err)
 	}
+	c.RequestID, c.Seq, c.PrefillTokens, c.OutputTokens, c.Status = r.RequestID, r.Seq, r.PrefillTokens, r.OutputTokens, r.Status
 	switch {
 	case c.Seq == 0:
 		return c, fmt.Errorf("%w: seq missing or 0", errCompletion)

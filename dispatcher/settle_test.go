@@ -11,8 +11,16 @@ func TestParseCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RequestID != "r1" || c.Seq != 7 || c.FairnessKey != "t1" || c.PrefillTokens != 900 || c.OutputTokens != 20 || c.Status != "failed" {
+	if c.RequestID != "r1" || c.Seq != 7 || c.PrefillTokens != 900 || c.OutputTokens != 20 || c.Status != "failed" {
 		t.Fatalf("got %+v", c)
+	}
+	// Fields the dispatcher does not read are ignored whatever their type
+	// (docs/protocol.md, Completion records).
+	for _, other := range []string{`"finished_at":1712345678901`, `"started_at":"2025-01-01 12:00:00"`, `"queued_ms":12.5`,
+		`"dp_rank":"0"`, `"cached_tokens":-1`, `"class":7`, `"fairness_key":null`, `"worker_id":{}`} {
+		if c, err := parseCompletion([]byte(`{"seq":3,"prefill_tokens":5,` + other + `}`)); err != nil || c.Seq != 3 || c.PrefillTokens != 5 {
+			t.Errorf("with %s: got %+v, %v; want it read", other, c, err)
+		}
 	}
 	if c, err := parseCompletion([]byte(`{"seq":1}`)); err != nil || c.Status != "ok" {
 		t.Fatalf("absent status: got %+v, %v; want ok", c, err)
