@@ -146,6 +146,14 @@ function readDispatch(m) {
   return decodeFrame(m.data);
 }
 
+// 5. bookedPrefill is the prefill tokens the dispatcher booked for dispatch
+// d on this rank: Dispatch-Prefill-Tokens when sent (it differs from the
+// cost when the rank caches part of the prompt), else Dispatch-Cost.
+function bookedPrefill(d) {
+  const p = uint(d.header("Dispatch-Prefill-Tokens"));
+  return Number.isSafeInteger(p) ? p : d.cost > 0 ? d.cost : 0;
+}
+
 // decodeFrame decodes a compact dispatch frame (docs/protocol.md, Compact
 // dispatch form): version 1, then varints (unsigned LEB128) and strings
 // (a varint length, then UTF-8 bytes), then the producer's headers (name,
@@ -279,7 +287,7 @@ async function main() {
 
   function prefillTokens() {
     let n = 0;
-    for (const r of running.values()) if (!r.prefilled) n += r.cost;
+    for (const r of running.values()) if (!r.prefilled) n += r.booked;
     return n;
   }
 
@@ -461,11 +469,11 @@ async function main() {
       if (logRequests) log("info", "dispatch", { request_id: requestId, seq, action });
       if (accept && !same && !done) {
         // 5. Count before you report: the request is in the load before
-        // seen_seq covers its Dispatch-Seq.
+        // seen_seq covers its Dispatch-Seq, with what the dispatcher booked.
         active++;
         const ackWait = ackWaitMs > 0 ? ackWaitMs : fallbackAckWaitMs;
         const period = Math.max(1, Math.floor(ackWait / 3));
-        const r = { requestId, seq, seqs: [seq], cls: d.cls, cost: cost > 0 ? cost : 0, acks: [ack],
+        const r = { requestId, seq, seqs: [seq], cls: d.cls, booked: bookedPrefill(d), acks: [ack],
           ackWaitMs: ackWait, prefilled: false };
         r.progress = setInterval(() => keepAlive(r), period);
         running.set(requestId, r);
@@ -548,4 +556,4 @@ async function main() {
 if (require.main === module) {
   main().catch((err) => fail(String(err && err.stack ? err.stack : err)));
 }
-module.exports = { decodeFrame }; // for test/e2e/nodeworker_test.go
+module.exports = { decodeFrame, bookedPrefill }; // for test/e2e/nodeworker_test.go

@@ -58,7 +58,8 @@ func TestEndToEndNodeWorkerHeaderForm(t *testing.T) {
 // wire.DecodeDispatch reads from the dispatcher's frames, and fails where it
 // fails: every prefix of two frames (a cut inside the fields or the headers
 // fails, one inside the body is a shorter body), another version, a dp rank
-// above 65535.
+// above 65535; and it books what the dispatcher booked (Dispatch-Prefill-Tokens
+// when the frame carries it, else the cost).
 func TestNodeWorkerDecodesFrames(t *testing.T) {
 	node := nodeOrSkip(t)
 	frame := func(d wire.Dispatch, hdrs ...[]string) []byte {
@@ -72,7 +73,7 @@ func TestNodeWorkerDecodesFrames(t *testing.T) {
 	// multi-byte varints, a header of two values and one of none.
 	frames := [][]byte{
 		frame(wire.Dispatch{RequestID: "r1", Class: "premium", DPRank: 1, Seq: 300, Cost: 512, QueuedMs: 4, Ack: "$JS.ACK.x", AckWaitMs: 30000},
-			[]string{"Dispatch-Fairness-Key", "acme"}),
+			[]string{"Dispatch-Fairness-Key", "acme"}, []string{"Dispatch-Prefill-Tokens", "200"}),
 		frame(wire.Dispatch{RequestID: "r2", DPRank: 65535, Seq: 1<<40 + 3, Cost: 1 << 33, QueuedMs: 128, Ack: "a", AckWaitMs: 1},
 			[]string{"X-Two", "a", "b"}, []string{"x-none"}, []string{"Dispatch-Response-To", "resp.1"}),
 	}
@@ -86,13 +87,13 @@ func TestNodeWorkerDecodesFrames(t *testing.T) {
 	v2[0] = 2
 	cases = append(cases, v2, frame(wire.Dispatch{RequestID: "r3", DPRank: 65536, Ack: "a"}))
 
-	script := `const { decodeFrame } = require("./worker.js");
+	script := `const { decodeFrame, bookedPrefill } = require("./worker.js");
 for (const hex of process.argv.slice(1)) {
   try {
     const d = decodeFrame(Buffer.from(hex, "hex"));
     console.log(JSON.stringify({ id: d.requestId, class: d.cls, rank: d.dpRank, seq: d.seq, cost: d.cost, queued: d.queuedMs,
       ack: d.ack, wait: d.ackWaitMs, key: d.header("dispatch-fairness-key"), two: d.header("x-two"),
-      resp: d.header("DISPATCH-RESPONSE-TO"), body: Buffer.from(d.body).toString() }));
+      resp: d.header("DISPATCH-RESPONSE-TO"), booked: bookedPrefill(d), body: Buffer.from(d.body).toString() }));
   } catch (err) {
     console.log(JSON.stringify({ error: String(err) }));
   }
@@ -114,7 +115,7 @@ for (const hex of process.argv.slice(1)) {
 	}
 	type decoded struct {
 		ID, Class, Ack, Key, Two, Resp, Body, Error string
-		Rank, Seq, Cost, Queued, Wait               uint64
+		Rank, Seq, Cost, Queued, Wait, Booked       uint64
 	}
 	first := func(h map[string][]string, name string) string {
 		for k, v := range h {
@@ -137,8 +138,15 @@ for (const hex of process.argv.slice(1)) {
 			}
 			continue
 		}
+		// What the dispatcher booked (docs/protocol.md, Which figure each
+		// dispatch field is): Dispatch-Prefill-Tokens when sent, else the cost.
+		booked := d.Cost
+		if v, err := strconv.ParseUint(first(h, "Dispatch-Prefill-Tokens"), 10, 64); err == nil {
+			booked = v
+		}
 		want := decoded{ID: d.RequestID, Class: d.Class, Ack: d.Ack, Key: first(h, "Dispatch-Fairness-Key"), Two: first(h, "X-Two"),
-			Resp: first(h, "Dispatch-Response-To"), Body: string(body), Rank: uint64(d.DPRank), Seq: d.Seq, Cost: d.Cost, Queued: d.QueuedMs, Wait: d.AckWaitMs}
+			Resp: first(h, "Dispatch-Response-To"), Body: string(body), Rank: uint64(d.DPRank), Seq: d.Seq, Cost: d.Cost, Queued: d.QueuedMs, Wait: d.AckWaitMs,
+			Booked: booked}
 		if got != want {
 			t.Errorf("frame %x: node reads %+v, Go %+v", c, got, want)
 		}
