@@ -1,6 +1,7 @@
 // Package gateway is the OpenAI-compatible HTTP API in front of one or more
 // pools (cmd/gateway): POST /v1/chat/completions and POST /v1/completions,
-// streaming by server-sent events or not, and GET /v1/models. Each request
+// streaming by server-sent events or not, GET /v1/models and
+// GET /v1/models/{model}. Each request
 // becomes one fairdispatch request (package caller), its response is relayed
 // to the client as the worker streams it.
 //

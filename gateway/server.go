@@ -161,6 +161,7 @@ func New(opt Options) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, APIChat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, APICompletions) })
 	s.mux.HandleFunc("GET /v1/models", s.listModels)
+	s.mux.HandleFunc("GET /v1/models/{model...}", s.getModel)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { errNotFoundRoute.write(w) })
 	return s, nil
 }
@@ -178,27 +179,54 @@ func (s *Server) authenticate(r *http.Request) *tenant {
 	return s.keys[HashKey(strings.TrimSpace(key))]
 }
 
+// model is a model object of the OpenAI API.
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) model(name string) model {
+	return model{ID: name, Object: "model", Created: s.created, OwnedBy: "fairdispatch"}
+}
+
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	if s.authenticate(r) == nil {
 		s.m.answered("", "", "", 401)
 		errUnauthorized.write(w)
 		return
 	}
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	out := struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
 	for _, name := range s.models {
-		out.Data = append(out.Data, model{ID: name, Object: "model", Created: s.created, OwnedBy: "fairdispatch"})
+		out.Data = append(out.Data, s.model(name))
 	}
+	writeJSON(w, out)
+}
+
+// getModel answers GET /v1/models/{model} (the clients' models.retrieve):
+// the model object, or 404 model_not_found.
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
+	if s.authenticate(r) == nil {
+		s.m.answered("", "", "", 401)
+		errUnauthorized.write(w)
+		return
+	}
+	name := r.PathValue("model")
+	if s.pools[name] == nil {
+		(&apiError{status: 404, typ: typeNotFound, code: "model_not_found", param: "model", noRetry: true,
+			msg: fmt.Sprintf("the model %q does not exist; GET /v1/models lists those served", cut(name, 64))}).write(w)
+		return
+	}
+	writeJSON(w, s.model(name))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // readBody reads the request body within MaxBodyBytes.

@@ -426,6 +426,30 @@ func TestModelsAndRoutes(t *testing.T) {
 	if resp, body := g.post("/v1/embeddings", "sk-a", `{}`); resp.StatusCode != 404 {
 		t.Fatalf("unknown route: %d %s", resp.StatusCode, body)
 	}
+	// Retrieve one model (the clients' models.retrieve).
+	for _, tc := range []struct {
+		path, key string
+		status    int
+		want      string
+	}{
+		{"/v1/models/m1", "sk-b", 200, `{"id":"m1","object":"model"`},
+		{"/v1/models/gpt-9", "sk-b", 404, `"code":"model_not_found"`},
+		{"/v1/models/m1", "", 401, `"code":"invalid_api_key"`},
+	} {
+		req, _ := http.NewRequest("GET", g.url+tc.path, nil)
+		if tc.key != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.want) {
+			t.Errorf("GET %s: %d %s, want %d with %s", tc.path, resp.StatusCode, b, tc.status, tc.want)
+		}
+	}
 }
 
 // NATS unreachable: the request is not accepted (503, Retry-After), and the
