@@ -66,21 +66,21 @@ type letterFilter struct {
 // (ls, replay, purge): the filter flags, plus whatever the subcommand adds.
 type filterFlags struct {
 	*flag.FlagSet
+	g     *globals
 	f     letterFilter
 	since string
 }
 
 // newFilterFlags returns the flag set of subcommand name with the filter flags.
 func newFilterFlags(g *globals, name string) *filterFlags {
-	ff := &filterFlags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
-	ff.SetOutput(g.stderr)
+	ff := &filterFlags{FlagSet: g.flagSet(name), g: g}
 	ff.f.flags(ff.FlagSet, &ff.since)
 	return ff
 }
 
 // parse parses args, which take no positional argument, and resolves the filter.
 func (ff *filterFlags) parse(args []string) (letterFilter, error) {
-	if err := ff.Parse(args); err != nil {
+	if err := ff.g.parse(ff.FlagSet, args); err != nil {
 		return letterFilter{}, err
 	}
 	if ff.NArg() > 0 {
@@ -295,9 +295,8 @@ type shown struct {
 }
 
 func dlqShow(ctx context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("dlq show", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	if err := fs.Parse(args); err != nil {
+	fs := g.flagSet("dlq show")
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

@@ -4,7 +4,7 @@
 //
 //	fairctl [global flags] <command> [subcommand] [flags] [args]
 //
-// Global flags come before the command; each subcommand parses its own flags.
+// Global flags come before the command or among a subcommand's own flags.
 // Every subcommand lives in a file of its own and registers itself in
 // commands from an init function, so commands can be added without touching
 // this file. The exit status is 0 on success, 1 on a failure, 2 on a usage
@@ -90,6 +90,87 @@ func (g *globals) jetstream(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 	return nc, js, nil
 }
 
+// register adds the global flags to fs, bound to g. The command's flag set
+// has them with the values the environment gives (fromEnv); a subcommand's
+// (flagSet) with the values parsed before it, so that a global flag may come
+// before the command or after the subcommand, as with the nats CLI.
+func (g *globals) register(fs *flag.FlagSet, fromEnv bool) {
+	str := func(p *string, name, envName, def, usage string) {
+		switch {
+		case !fromEnv:
+			def = *p
+		case envName != "":
+			if v, ok := os.LookupEnv(envName); ok {
+				def = v
+			}
+			usage += " (env " + envName + ")"
+		}
+		fs.StringVar(p, name, def, usage)
+	}
+	str(&g.server, "server", "NATS_URL", nats.DefaultURL, "NATS server URLs, comma-separated")
+	str(&g.creds, "creds", "NATS_CREDS", "", "user credentials file")
+	str(&g.nkey, "nkey", "NATS_NKEY", "", "nkey seed file")
+	str(&g.user, "user", "NATS_USER", "", "user name")
+	str(&g.password, "password", "NATS_PASSWORD", "", "password")
+	str(&g.tlsCA, "tlsca", "NATS_CA", "", "CA file that verifies the server")
+	str(&g.tlsCert, "tlscert", "NATS_CERT", "", "client certificate file")
+	str(&g.tlsKey, "tlskey", "NATS_KEY", "", "client key file")
+	str(&g.inboxPrefix, "inbox-prefix", "NATS_INBOX_PREFIX", "", "inbox prefix of the connection")
+	str(&g.prefix, "subject-prefix", "DISPATCHER_SUBJECT_PREFIX", naming.DefaultPrefix, "the deployment's subject prefix; every stream and bucket name derives from it")
+	str(&g.admin, "admin", "FAIRCTL_ADMIN", "http://127.0.0.1:8080", "the dispatcher's admin API base URL")
+	str(&g.adminToken, "admin-token", "DISPATCHER_ADMIN_TOKEN", "", "bearer token of the admin API's write routes")
+	asJSON, timeout := false, 5*time.Second
+	if !fromEnv {
+		asJSON, timeout = g.json, g.timeout
+	}
+	fs.BoolVar(&g.json, "json", asJSON, "print reads as JSON")
+	fs.DurationVar(&g.timeout, "timeout", timeout, "how long to wait for NATS or the admin API")
+}
+
+// resolve derives what the global flags imply (the names of the prefix).
+func (g *globals) resolve() error {
+	names, err := naming.New(g.prefix)
+	if err != nil {
+		return fmt.Errorf("--subject-prefix: %w", err)
+	}
+	g.names = names
+	return nil
+}
+
+// flagSet returns the flag set of subcommand name, with the global flags.
+func (g *globals) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(g.stderr)
+	g.register(fs, false)
+	return fs
+}
+
+// parse parses a subcommand's args with fs (from flagSet), flags and
+// arguments in any order (dlq show 7 --json); after "--" everything is an
+// argument. fs.Args() are the arguments then. A bad flag is a usage error.
+func (g *globals) parse(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError("%v", err)
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); len(rest) == 0 || n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	_ = fs.Parse(append([]string{"--"}, pos...)) // only sets fs.Args()
+	if err := g.resolve(); err != nil {
+		return usageError("%v", err)
+	}
+	return nil
+}
+
 func main() {
 	ctx, stop := cli.StopContext()
 	defer stop()
@@ -101,26 +182,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("fairctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv(name); ok {
-			return v
-		}
-		return def
-	}
-	fs.StringVar(&g.server, "server", env("NATS_URL", nats.DefaultURL), "NATS server URLs, comma-separated (env NATS_URL)")
-	fs.StringVar(&g.creds, "creds", env("NATS_CREDS", ""), "user credentials file (env NATS_CREDS)")
-	fs.StringVar(&g.nkey, "nkey", env("NATS_NKEY", ""), "nkey seed file (env NATS_NKEY)")
-	fs.StringVar(&g.user, "user", env("NATS_USER", ""), "user name (env NATS_USER)")
-	fs.StringVar(&g.password, "password", env("NATS_PASSWORD", ""), "password (env NATS_PASSWORD)")
-	fs.StringVar(&g.tlsCA, "tlsca", env("NATS_CA", ""), "CA file that verifies the server (env NATS_CA)")
-	fs.StringVar(&g.tlsCert, "tlscert", env("NATS_CERT", ""), "client certificate file (env NATS_CERT)")
-	fs.StringVar(&g.tlsKey, "tlskey", env("NATS_KEY", ""), "client key file (env NATS_KEY)")
-	fs.StringVar(&g.inboxPrefix, "inbox-prefix", env("NATS_INBOX_PREFIX", ""), "inbox prefix of the connection (env NATS_INBOX_PREFIX)")
-	fs.StringVar(&g.prefix, "subject-prefix", env("DISPATCHER_SUBJECT_PREFIX", naming.DefaultPrefix), "the deployment's subject prefix; every stream and bucket name derives from it")
-	fs.StringVar(&g.admin, "admin", env("FAIRCTL_ADMIN", "http://127.0.0.1:8080"), "the dispatcher's admin API base URL (env FAIRCTL_ADMIN)")
-	fs.StringVar(&g.adminToken, "admin-token", env("DISPATCHER_ADMIN_TOKEN", ""), "bearer token of the admin API's write routes")
-	fs.BoolVar(&g.json, "json", false, "print reads as JSON")
-	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to wait for NATS or the admin API")
+	g.register(fs, true)
 	fs.Usage = func() { usage(fs, stderr) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -128,12 +190,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	names, err := naming.New(g.prefix)
-	if err != nil {
-		fmt.Fprintf(stderr, "fairctl: --subject-prefix: %v\n", err)
+	if err := g.resolve(); err != nil {
+		fmt.Fprintf(stderr, "fairctl: %v\n", err)
 		return 2
 	}
-	g.names = names
 	rest := fs.Args()
 	if len(rest) == 0 {
 		usage(fs, stderr)

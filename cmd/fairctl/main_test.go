@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -29,9 +31,38 @@ func TestRunUsageErrors(t *testing.T) {
 		{nil, 2, "usage: fairctl"},
 		{[]string{"no-such-command"}, 2, `unknown command "no-such-command"`},
 		{[]string{"--subject-prefix", "a/b", "x"}, 2, "--subject-prefix"},
+		{[]string{"queues", "--subject-prefix", "a/b"}, 2, "--subject-prefix"},
+		{[]string{"queues", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		{[]string{"--help"}, 0, "global flags"},
 	}
 	for _, tt := range tests {
 		checkRun(t, tt.args, tt.code, tt.want)
+	}
+}
+
+// TestGlobalsParse: a subcommand takes the global flags as well as its own,
+// flags and arguments in any order, everything after "--" an argument.
+func TestGlobalsParse(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		pos  []string
+		json bool
+		n    int
+	}{
+		{[]string{"7", "--json"}, []string{"7"}, true, 0},
+		{[]string{"--json", "7", "-n", "3", "8"}, []string{"7", "8"}, true, 3},
+		{[]string{"7", "--", "--json", "-n"}, []string{"7", "--json", "-n"}, false, 0},
+		{[]string{"--", "-n"}, []string{"-n"}, false, 0},
+		{nil, nil, false, 0},
+	} {
+		g := &globals{stderr: io.Discard}
+		fs := g.flagSet("x")
+		n := fs.Int("n", 0, "a subcommand's own flag")
+		if err := g.parse(fs, tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if !slices.Equal(fs.Args(), tc.pos) || g.json != tc.json || *n != tc.n {
+			t.Errorf("%q: arguments %q, json %v, n %d; want %q, %v, %d", tc.args, fs.Args(), g.json, *n, tc.pos, tc.json, tc.n)
+		}
 	}
 }

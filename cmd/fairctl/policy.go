@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -40,16 +39,12 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		return usageError("%s", policyUsage)
 	}
 	sub, rest := args[0], args[1:]
-	fs := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	asJSON := fs.Bool("json", g.json, "print JSON")
+	fs := g.flagSet("policy " + sub)
 	fs.Usage = func() { fmt.Fprintln(g.stderr, policyUsage); fs.PrintDefaults() }
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError("%v", err)
+	if err := g.parse(fs, rest); err != nil {
+		return err
 	}
+	asJSON := &g.json
 	want := map[string]int{"get": 0, "put": 1, "diff": 1, "history": 0, "rollback": 1}
 	n, ok := want[sub]
 	if !ok {

@@ -4,7 +4,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +27,7 @@ func init() {
 // simFlags are fairctl sim's flags.
 type simFlags struct {
 	policy, baseline, trace, chart string
-	traceStream, json              bool
+	traceStream                    bool
 	seed                           uint64
 	first                          int
 	// fleet
@@ -58,14 +57,12 @@ type simReport struct {
 
 func runSim(ctx context.Context, g *globals, args []string) error {
 	var f simFlags
-	fs := flag.NewFlagSet("fairctl sim", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
+	fs := g.flagSet("fairctl sim")
 	fs.StringVar(&f.policy, "policy", "", "the proposed policy file (required)")
 	fs.StringVar(&f.trace, "trace", "", "a trace file recorded with the dispatcher's --record (docs/protocol.md, Trace records)")
 	fs.BoolVar(&f.traceStream, "trace-stream", false, "read the trace from the stream <Q>_TRACE (the dispatcher's --record-stream) instead of a file")
 	fs.StringVar(&f.baseline, "baseline", "", "the current policy file to compare with (default: the trace header's policy)")
 	fs.StringVar(&f.chart, "chart", "", "write a PNG chart of cumulative service per class over time to this file")
-	fs.BoolVar(&f.json, "json", false, "print the result as JSON (as the global --json)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the generated workload and of the scheduler's tie-breaking")
 	fs.IntVar(&f.first, "first", 0, "count each class among the first N completions (0: half the arrivals)")
 	fs.IntVar(&f.workers, "workers", 0, "model this many alike workers (0: derive the fleet from the trace)")
@@ -82,11 +79,8 @@ func runSim(ctx context.Context, g *globals, args []string) error {
 	fs.Float64Var(&f.zipf, "zipf", 1, "with --generate: Zipf exponent of the keys' popularity (0: uniform)")
 	fs.Uint64Var(&f.isl, "isl", 512, "with --generate: input tokens per request")
 	fs.Uint64Var(&f.islMax, "isl-max", 0, "with --generate: if above --isl, input tokens are uniform in [--isl, --isl-max]")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return usageError("%v", err)
+	if err := g.parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError("unexpected arguments %q", fs.Args())
@@ -114,7 +108,7 @@ func runSim(ctx context.Context, g *globals, args []string) error {
 			return fmt.Errorf("--chart: %w", err)
 		}
 	}
-	if f.json || g.json {
+	if g.json {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -74,9 +73,8 @@ func (g *globals) fetchQueues(ctx context.Context) (*queuesView, error) {
 }
 
 func noArgs(name string, g *globals, args []string) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	if err := fs.Parse(args); err != nil {
+	fs := g.flagSet(name)
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -257,10 +255,9 @@ const (
 )
 
 func runTop(ctx context.Context, g *globals, args []string) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
+	fs := g.flagSet("top")
 	interval := fs.Duration("interval", time.Second, "how often to redraw")
-	if err := fs.Parse(args); err != nil {
+	if err := g.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

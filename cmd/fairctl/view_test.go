@@ -37,6 +37,9 @@ func TestQueuesAndWorkersTables(t *testing.T) {
 		}},
 		{[]string{"--json", "queues"}, []string{`"name": "premium"`, `"dispatch_rate": 3.5`}},
 		{[]string{"--json", "workers"}, []string{`"worker_id": "w1"`}},
+		// Global flags after the command, as operations.md writes them.
+		{[]string{"queues", "--json"}, []string{`"name": "premium"`}},
+		{[]string{"workers", "--json", "--timeout", "3s"}, []string{`"worker_id": "w1"`}},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
