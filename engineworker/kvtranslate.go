@@ -17,15 +17,18 @@ import (
 
 // TierOf maps an engine's medium to a tier: none or "GPU" is the device
 // (vllm/distributed/kv_events.py MEDIUM_GPU), "CPU" the host (MEDIUM_CPU),
-// "DISK" and "STORAGE" (MEDIUM_STORAGE) the disk. Another medium is an error
-// naming it.
+// and so is SGLang HiCache's "CPU_PINNED" (python/sglang/srt/disaggregation/
+// kv_events.py, StorageMedium.CPU); "DISK" and "STORAGE" (MEDIUM_STORAGE)
+// the disk, and so is HiCache's "EXTERNAL" (its storage backend: counted for
+// the rank that reported it only, even where the backend is shared). Another
+// medium is an error naming it.
 func TierOf(medium string) (wire.Tier, error) {
 	switch strings.ToUpper(medium) {
 	case "", "GPU", "DEVICE":
 		return wire.Device, nil
-	case "CPU", "HOST":
+	case "CPU", "HOST", "CPU_PINNED":
 		return wire.Host, nil
-	case "DISK", "STORAGE", "SSD":
+	case "DISK", "STORAGE", "SSD", "EXTERNAL":
 		return wire.Disk, nil
 	case "SHARED":
 		return wire.Shared, nil

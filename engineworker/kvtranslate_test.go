@@ -3,6 +3,7 @@ package engineworker
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"fairdispatch/wire"
@@ -112,5 +113,19 @@ func TestChainBounded(t *testing.T) {
 	ch := NewChain(4, 0, 1)
 	if _, err := ch.Apply(storedEv("", 4, seq(1, 8), "a", "b"), nil); !errors.Is(err, ErrOverflow) {
 		t.Fatalf("got %v, want ErrOverflow", err)
+	}
+}
+
+// TestTierOf: the media of vLLM and SGLang (HiCache's CPU_PINNED and
+// EXTERNAL among them) map to tiers, any case; another is an error naming it.
+func TestTierOf(t *testing.T) {
+	for medium, want := range map[string]wire.Tier{"": wire.Device, "GPU": wire.Device, "cpu": wire.Host,
+		"CPU_PINNED": wire.Host, "DISK": wire.Disk, "STORAGE": wire.Disk, "EXTERNAL": wire.Disk, "shared": wire.Shared} {
+		if got, err := TierOf(medium); err != nil || got != want {
+			t.Errorf("TierOf(%q) = %v, %v; want %v", medium, got, err, want)
+		}
+	}
+	if _, err := TierOf("TAPE"); !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "TAPE") {
+		t.Errorf("TierOf(TAPE): %v, want ErrLayout naming it", err)
 	}
 }

@@ -206,11 +206,14 @@ func TestHungEngine(t *testing.T) {
 }
 
 // TestStopLetsRequestsFinish: when Run's context ends, a running request
-// finishes within StopGrace; the worker then stops.
+// finishes within StopGrace; the worker then stops, once the request's
+// acknowledgement is confirmed (a Run that returned before it had the
+// confirmation fail on the connection its caller closed).
 func TestStopLetsRequestsFinish(t *testing.T) {
 	t.Parallel()
 	k := newRig(t, fakeengine.Config{DecodePerToken: 20 * time.Millisecond}, Config{StopGrace: 20 * time.Second})
 	p := k.producer("_RESP.t.r1")
+	a := k.acks("r1") // JetStream's side of the confirmed acknowledgement
 	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, streamBody("x", 20))
 	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgChunk)) >= 1 }, "r1 streams")
 	k.stop()
@@ -223,7 +226,9 @@ func TestStopLetsRequestsFinish(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("Run did not return")
 	}
-	if e, ok := endMarker(p); !ok || e.Status != wire.EndOK || e.Chunks != 21 {
-		t.Fatalf("end %+v: want ok after 21 chunks", e)
+	// Run returns after the request's acknowledgement, not before: the
+	// caller may close the connection at once.
+	if e, ok := endMarker(p); !ok || e.Status != wire.EndOK || e.Chunks != 21 || !slices.Equal(a.Final(), []string{"+ACK"}) {
+		t.Fatalf("end %+v, acks %q: want ok after 21 chunks, and +ACK", e, a.Final())
 	}
 }

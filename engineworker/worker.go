@@ -48,7 +48,10 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// HealthInterval, HealthTimeout and HealthFailures: the engine is unhealthy
 	// after HealthFailures checks in a row fail (or take longer than
-	// HealthTimeout), checked every HealthInterval. Defaults 500ms, 1s, 2.
+	// HealthTimeout), checked every HealthInterval. Defaults 500ms, 1s, 2 for
+	// vLLM, whose /health answers at once; 2s, 5s, 2 for SGLang, whose /health
+	// runs a one-token request and answers after a second at the soonest
+	// (python/sglang/srt/entrypoints/http_server.py, health_generate).
 	HealthInterval, HealthTimeout time.Duration
 	HealthFailures                int
 	// StopGrace is how long Run lets running requests finish once its
@@ -76,11 +79,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ScrapeInterval == 0 {
 		c.ScrapeInterval = 250 * time.Millisecond
 	}
+	interval, timeout := 500*time.Millisecond, time.Second
+	if c.Engine == "sglang" {
+		interval, timeout = 2*time.Second, 5*time.Second
+	}
 	if c.HealthInterval == 0 {
-		c.HealthInterval = 500 * time.Millisecond
+		c.HealthInterval = interval
 	}
 	if c.HealthTimeout == 0 {
-		c.HealthTimeout = time.Second
+		c.HealthTimeout = timeout
 	}
 	if c.HealthFailures == 0 {
 		c.HealthFailures = 2
@@ -127,7 +134,8 @@ type Worker struct {
 	// base is every request's parent context, cancelled when Run returns.
 	base     context.Context
 	stopJobs context.CancelCauseFunc
-	ready    chan struct{} // closed once the helper started
+	running  sync.WaitGroup // the requests' goroutines (run): Run returns after them
+	ready    chan struct{}  // closed once the helper started
 
 	mu         sync.Mutex
 	wk         *workerkit.Worker
@@ -295,6 +303,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	err = wk.Stop(sctx)
 	stopLoops()
 	wg.Wait()
+	// What is still running ends now: its end marker or acknowledgement
+	// (each bounded by endTimeout) goes out before Run returns and the
+	// caller closes the connection.
+	w.stopJobs(errShutdown)
+	w.running.Wait()
 	return err
 }
 
@@ -318,8 +331,9 @@ func (w *Worker) Offer(r *workerkit.Request) bool {
 	w.loads[rank].active++
 	w.loads[rank].prefillTokens += uncached
 	w.setLoadLocked(rank)
+	w.running.Add(1)
 	w.mu.Unlock()
-	go w.run(jctx, j)
+	go func() { defer w.running.Done(); w.run(jctx, j) }()
 	return true
 }
 

@@ -49,9 +49,9 @@ func newRig(t *testing.T, ecfg fakeengine.Config, cfg Config) *rig {
 	if cfg.Engine == "vllm" && cfg.MaxNumSeqs == 0 {
 		cfg.MaxNumSeqs = uint64(e.Config().MaxNumSeqs)
 	}
-	if cfg.HealthInterval == 0 {
+	if cfg.HealthInterval == 0 && cfg.Engine == "vllm" {
 		cfg.HealthInterval, cfg.HealthTimeout = 50*time.Millisecond, 200*time.Millisecond
-	}
+	} // SGLang's /health takes a second: its defaults are made for that
 	if cfg.ScrapeInterval == 0 {
 		cfg.ScrapeInterval = 50 * time.Millisecond
 	}
@@ -169,7 +169,8 @@ func (k *rig) acks(id string) *natstest.Acks {
 
 // TestSGLangSettingsFromServerInfo: without --max-num-seqs an SGLang
 // worker reads its capacity, max_num_batched_tokens and KV capacity from
-// /get_server_info.
+// /get_server_info; with the health defaults of SGLang, whose /health takes
+// a second (the fake engine's default for SGLang), it starts.
 func TestSGLangSettingsFromServerInfo(t *testing.T) {
 	t.Parallel()
 	k := newRig(t, fakeengine.Config{Kind: "sglang", MaxNumSeqs: 5, MaxNumBatchedTokens: 4096, NumGPUBlocks: 300, BlockSize: 1}, Config{})

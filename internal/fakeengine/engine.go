@@ -46,6 +46,12 @@ type Config struct {
 	PromptTokensDetails bool
 	// ReplayBuffer is how many batches the replay keeps, default 10000 (buffer_steps).
 	ReplayBuffer int
+	// HealthDelay is how long /health takes to answer: default 0 for vLLM,
+	// whose /health answers at once, and 1s for SGLang, whose /health sends
+	// a one-token request and checks for an answer after asyncio.sleep(1)
+	// (python/sglang/srt/entrypoints/http_server.py, health_generate); a
+	// negative value is 0.
+	HealthDelay time.Duration
 	// ChatTokenizer, when set, gives the token ids of a chat instead of the
 	// toy tokenizer (TokenizeChat): a model's chat template and
 	// tokenizer.json, as vLLM applies them (vllm/entrypoints/chat_utils.py),
@@ -66,6 +72,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Kind != "vllm" && c.Kind != "sglang" {
 		return c, fmt.Errorf("fakeengine: kind %q: want vllm or sglang", c.Kind)
+	}
+	switch {
+	case c.HealthDelay < 0:
+		c.HealthDelay = 0
+	case c.HealthDelay == 0 && c.Kind == "sglang":
+		c.HealthDelay = time.Second
 	}
 	if c.Model == "" {
 		c.Model = "fake-model"

@@ -16,7 +16,7 @@ func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { e.complete(w, r, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { e.complete(w, r, false) })
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /health", e.health)
 	mux.HandleFunc("GET /metrics", e.metrics)
 	mux.HandleFunc("POST /tokenize", e.tokenize)
 	mux.HandleFunc("GET /v1/models", e.models)
@@ -270,4 +270,18 @@ func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
 			e.cfg.BlockSize, e.cfg.DPRank, e.cfg.NumGPUBlocks)
 	}
 	_, _ = w.Write([]byte(b.String()))
+}
+
+// health answers /health after the engine's HealthDelay.
+func (e *Engine) health(w http.ResponseWriter, r *http.Request) {
+	if d := e.cfg.HealthDelay; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	w.WriteHeader(http.StatusOK)
 }
