@@ -105,6 +105,11 @@ func (g *globals) register(fs *flag.FlagSet, fromEnv bool) {
 			}
 			usage += " (env " + envName + ")"
 		}
+		if name == "password" || name == "admin-token" {
+			*p = def
+			fs.Var(secret{p}, name, usage) // --help shows no default
+			return
+		}
 		fs.StringVar(p, name, def, usage)
 	}
 	str(&g.server, "server", "NATS_URL", nats.DefaultURL, "NATS server URLs, comma-separated")
@@ -125,6 +130,17 @@ func (g *globals) register(fs *flag.FlagSet, fromEnv bool) {
 	}
 	fs.BoolVar(&g.json, "json", asJSON, "print reads as JSON")
 	fs.DurationVar(&g.timeout, "timeout", timeout, "how long to wait for NATS or the admin API")
+}
+
+// secret is a string flag whose value --help never prints: a password or a
+// token from the environment or an earlier flag is not a default to show.
+type secret struct{ p *string }
+
+func (s secret) String() string { return "" }
+
+func (s secret) Set(v string) error {
+	*s.p = v
+	return nil
 }
 
 // resolve derives what the global flags imply (the names of the prefix).

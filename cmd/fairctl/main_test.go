@@ -66,3 +66,27 @@ func TestGlobalsParse(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpShowsNoSecret: a password or an admin token, from the environment
+// or from a flag before the command, is not printed as a flag's default.
+func TestHelpShowsNoSecret(t *testing.T) {
+	t.Setenv("NATS_PASSWORD", "hunter2")
+	t.Setenv("DISPATCHER_ADMIN_TOKEN", "tok123")
+	for _, args := range [][]string{{"--help"}, {"--password", "pw-flag", "queues", "--help"}, {"queues", "--help"}} {
+		var out, errb bytes.Buffer
+		run(context.Background(), args, &out, &errb)
+		for _, s := range []string{"hunter2", "tok123", "pw-flag"} {
+			if strings.Contains(out.String()+errb.String(), s) {
+				t.Errorf("fairctl %q printed %q:\n%s", args, s, errb.String())
+			}
+		}
+		if !strings.Contains(errb.String(), "-password") {
+			t.Errorf("fairctl %q: no -password in the help:\n%s", args, errb.String())
+		}
+	}
+	g := &globals{stderr: io.Discard}
+	fs := g.flagSet("x")
+	if err := g.parse(fs, []string{"--password", "p1", "--admin-token", "t1"}); err != nil || g.password != "p1" || g.adminToken != "t1" {
+		t.Fatalf("parse: %v, password %q, token %q; want p1, t1", err, g.password, g.adminToken)
+	}
+}
