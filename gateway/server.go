@@ -191,10 +191,24 @@ func (s *Server) model(name string) model {
 	return model{ID: name, Object: "model", Created: s.created, OwnedBy: "fairdispatch"}
 }
 
-func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+// modelNotFound is the answer for a model the gateway does not serve.
+func modelNotFound(name string) *apiError {
+	return &apiError{status: 404, typ: typeNotFound, code: "model_not_found", param: "model", noRetry: true,
+		msg: fmt.Sprintf("the model %q does not exist; GET /v1/models lists those served", cut(name, 64))}
+}
+
+// authorized reports whether r carries a tenant's key, answering 401 when not.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if s.authenticate(r) == nil {
 		s.m.answered("", "", "", 401)
 		errUnauthorized.write(w)
+		return false
+	}
+	return true
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) {
 		return
 	}
 	out := struct {
@@ -210,15 +224,12 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 // getModel answers GET /v1/models/{model} (the clients' models.retrieve):
 // the model object, or 404 model_not_found.
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
-	if s.authenticate(r) == nil {
-		s.m.answered("", "", "", 401)
-		errUnauthorized.write(w)
+	if !s.authorized(w, r) {
 		return
 	}
 	name := r.PathValue("model")
 	if s.pools[name] == nil {
-		(&apiError{status: 404, typ: typeNotFound, code: "model_not_found", param: "model", noRetry: true,
-			msg: fmt.Sprintf("the model %q does not exist; GET /v1/models lists those served", cut(name, 64))}).write(w)
+		modelNotFound(name).write(w)
 		return
 	}
 	writeJSON(w, s.model(name))
@@ -294,8 +305,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, api string) (*r
 	rt.req = req
 	p := s.pools[req.model]
 	if p == nil {
-		return rt, &apiError{status: 404, typ: typeNotFound, code: "model_not_found", param: "model", noRetry: true,
-			msg: fmt.Sprintf("the model %q does not exist; GET /v1/models lists those served", cut(req.model, 64))}
+		return rt, modelNotFound(req.model)
 	}
 	rt.p = p
 	if req.maxTokens > p.model.MaxTokens {

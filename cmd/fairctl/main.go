@@ -95,35 +95,37 @@ func (g *globals) jetstream(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 // (flagSet) with the values parsed before it, so that a global flag may come
 // before the command or after the subcommand, as with the nats CLI.
 func (g *globals) register(fs *flag.FlagSet, fromEnv bool) {
+	// value is the flag's starting value and usage: the environment's
+	// (or def) for the command, the value parsed so far for a subcommand.
+	value := func(p *string, envName, def, usage string) (string, string) {
+		if !fromEnv {
+			return *p, usage
+		}
+		if v, ok := os.LookupEnv(envName); ok {
+			def = v
+		}
+		return def, usage + " (env " + envName + ")"
+	}
 	str := func(p *string, name, envName, def, usage string) {
-		switch {
-		case !fromEnv:
-			def = *p
-		case envName != "":
-			if v, ok := os.LookupEnv(envName); ok {
-				def = v
-			}
-			usage += " (env " + envName + ")"
-		}
-		if name == "password" || name == "admin-token" {
-			*p = def
-			fs.Var(secret{p}, name, usage) // --help shows no default
-			return
-		}
+		def, usage = value(p, envName, def, usage)
 		fs.StringVar(p, name, def, usage)
+	}
+	sec := func(p *string, name, envName, usage string) {
+		*p, usage = value(p, envName, "", usage)
+		fs.Var(secret{p}, name, usage) // --help shows no default
 	}
 	str(&g.server, "server", "NATS_URL", nats.DefaultURL, "NATS server URLs, comma-separated")
 	str(&g.creds, "creds", "NATS_CREDS", "", "user credentials file")
 	str(&g.nkey, "nkey", "NATS_NKEY", "", "nkey seed file")
 	str(&g.user, "user", "NATS_USER", "", "user name")
-	str(&g.password, "password", "NATS_PASSWORD", "", "password")
+	sec(&g.password, "password", "NATS_PASSWORD", "password")
 	str(&g.tlsCA, "tlsca", "NATS_CA", "", "CA file that verifies the server")
 	str(&g.tlsCert, "tlscert", "NATS_CERT", "", "client certificate file")
 	str(&g.tlsKey, "tlskey", "NATS_KEY", "", "client key file")
 	str(&g.inboxPrefix, "inbox-prefix", "NATS_INBOX_PREFIX", "", "inbox prefix of the connection")
 	str(&g.prefix, "subject-prefix", "DISPATCHER_SUBJECT_PREFIX", naming.DefaultPrefix, "the deployment's subject prefix; every stream and bucket name derives from it")
 	str(&g.admin, "admin", "FAIRCTL_ADMIN", "http://127.0.0.1:8080", "the dispatcher's admin API base URL")
-	str(&g.adminToken, "admin-token", "DISPATCHER_ADMIN_TOKEN", "", "bearer token of the admin API's write routes")
+	sec(&g.adminToken, "admin-token", "DISPATCHER_ADMIN_TOKEN", "bearer token of the admin API's write routes")
 	asJSON, timeout := false, 5*time.Second
 	if !fromEnv {
 		asJSON, timeout = g.json, g.timeout

@@ -44,7 +44,6 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 	if err := g.parse(fs, rest); err != nil {
 		return err
 	}
-	asJSON := &g.json
 	want := map[string]int{"get": 0, "put": 1, "diff": 1, "history": 0, "rollback": 1}
 	n, ok := want[sub]
 	if !ok {
@@ -91,7 +90,7 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if g.json {
 			return writeJSON(w, revisionJSON(cur))
 		}
 		_, err = w.Write(cur.YAML)
@@ -135,7 +134,7 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if g.json {
 			out := make([]revisionOut, len(hist))
 			for i, r := range hist {
 				out[i] = revisionJSON(r)
