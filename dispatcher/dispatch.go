@@ -194,7 +194,7 @@ func (a *Actor) answer(res bus.Result) {
 		a.dropHeld(res.Token, h)
 		h.rel.Release(1)
 		a.running.put(now.UnixNano(), r.ID, runRef{h.worker, h.seq})
-		a.d.Scheduler.Started(now.UnixNano(), r, h.worker, h.seq)
+		a.d.Scheduler.Started(now.UnixNano(), r, h.worker, h.rank, h.seq)
 		a.d.Metrics.Dispatched(r.Class)
 		a.countServed(r.Class, r.Cost)
 		a.d.Metrics.QueueWait(r.Class, float64(max(0, now.UnixNano()-r.Arrival))/1e9)

@@ -131,6 +131,9 @@ func (c *Keyed) SetNow(now int64) { c.now = max(c.now, now) }
 // Budgeted reports whether any key of the class has a budget.
 func (c *Keyed) Budgeted() bool { return c.cfg.budgeted() }
 
+// KeyBudgeted reports whether key name has a budget in the class. O(1).
+func (c *Keyed) KeyBudgeted(name string) bool { return c.cfg.budgeted() && c.budgetOf(name) != nil }
+
 // SetConserve lets Candidate serve work-conserving keys over their budget
 // (the scheduler's second arbitration pass, when nothing else anywhere was
 // dispatchable). Such a dispatch is not charged to the budget.

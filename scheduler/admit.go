@@ -37,7 +37,7 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 		s.enqueue(r)
 		return Decision{Kind: Queued, Req: r}
 	}
-	if !cfg.Queues() || (cls.Empty() && !s.pre.holdsBack(r.Class) && !s.gates.GatedFor(r.Class, r)) {
+	if s.direct(r, cls, cfg) {
 		d := s.place(now, r)
 		if d.Kind == Dispatch {
 			s.settle.record(now, d, 0, false) // not arbitrated: nothing charged to correct
@@ -74,6 +74,20 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 	}
 	s.enqueue(r)
 	return Decision{Kind: Queued, Req: r, Projected: projected}
+}
+
+// direct reports whether r, admitted outside the grace and an outage, goes
+// straight to selection (docs/design.md, Queue or dispatch): its class does
+// not queue, or holds nothing and is not gated for r. Never while a
+// preemption holds r's class back, and never when r's key has a token
+// budget, whose charge is an arbitration's: such a request is queued and
+// the next arbitration, right after, dispatches it if its budget covers it
+// (docs/design.md, Token budgets).
+func (s *Scheduler) direct(r *request.Snapshot, cls *lanes.Keyed, cfg *configs.Class) bool {
+	if s.pre.holdsBack(r.Class) || (len(s.budgeted) > 0 && cls.KeyBudgeted(r.Key)) {
+		return false
+	}
+	return !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r))
 }
 
 // snapshot builds the immutable snapshot of docs/design.md, Snapshot.

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"fairdispatch/configs"
@@ -97,6 +98,41 @@ func TestBudgetSplit(t *testing.T) {
 			}
 			t.Logf("a: %v", served["a"])
 			t.Logf("b: %v", served["b"])
+		})
+	}
+}
+
+// TestBudgetWithoutBacklog: a budget holds a key to its rate when the key is
+// alone and the fleet has room, so that its class never holds a backlog:
+// key a sends 100 requests of 50 tokens a second, open loop, to a fleet of
+// 10,000 tokens/s, and gets its 2,000 tokens/s in every second after the
+// first (which holds the burst), whether its class queues or not. Without
+// the budget it gets the 5,000 it asks.
+func TestBudgetWithoutBacklog(t *testing.T) {
+	const secs = 10
+	noQueue := strings.Replace(budgetClass(2000, ""), " prefill_busy_threshold: 0,", "", 1)
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want float64
+	}{
+		{"class queues", budgetClass(2000, ""), 2000},
+		{"class does not queue", noQueue, 2000},
+		{"control", plainClass, 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t, tc.yaml, 4, 2500)
+			for i := range secs * 100 {
+				f.add(vstart+int64(i)*1e7, request.Arrival{ID: fmt.Sprintf("a/%d", i), Token: "c", ISL: 50, Key: "a"}, 0)
+			}
+			served := servedByKey(f, secs)
+			f.run(secs * 1e9)
+			for s := 1; s < secs; s++ {
+				if a := served["a"][s]; math.Abs(a-tc.want) > 0.05*tc.want {
+					t.Errorf("second %d: a got %.0f tokens, want %.0f +- 5%%", s, a, tc.want)
+				}
+			}
+			t.Logf("a: %v", served["a"])
 		})
 	}
 }

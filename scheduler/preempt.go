@@ -41,6 +41,7 @@ type runEntry struct {
 	seq       uint64
 	id        string
 	class     int
+	rank      int32 // the data-parallel rank it runs on
 	at        int64 // when it was accepted
 	preempted uint8 // how often it was preempted before this dispatch
 	asked     int64 // when it was asked to stop; 0: never
@@ -211,15 +212,15 @@ func (s *Scheduler) refund(worker string, seq uint64) {
 	}
 }
 
-// Started records that worker accepted the dispatch seq of r (docs/protocol.md,
-// Dispatch handshake): a request of a sheddable class is then one the
-// scheduler may preempt. O(1); nothing for other classes.
-func (s *Scheduler) Started(now int64, r *request.Snapshot, worker string, seq uint64) {
+// Started records that worker accepted the dispatch seq of r to its rank
+// (docs/protocol.md, Dispatch handshake): a request of a sheddable class is
+// then one the scheduler may preempt. O(1); nothing for other classes.
+func (s *Scheduler) Started(now int64, r *request.Snapshot, worker string, rank int32, seq uint64) {
 	p := &s.pre
 	if !p.on || r == nil || r.Class < 0 || r.Class >= len(p.sheddable) || !p.sheddable[r.Class] {
 		return
 	}
-	p.running[worker] = append(p.running[worker], runEntry{seq: seq, id: r.ID, class: r.Class, at: now, preempted: r.Preempted})
+	p.running[worker] = append(p.running[worker], runEntry{seq: seq, id: r.ID, class: r.Class, rank: rank, at: now, preempted: r.Preempted})
 }
 
 // dropRunning forgets the running dispatch (worker, seq).
@@ -340,12 +341,14 @@ func (s *Scheduler) victim(now int64, r *request.Snapshot) (Preemption, bool) {
 	var bestW *workers.Worker
 	for _, wk := range s.reg.All() {
 		es := p.running[wk.ID]
-		if len(es) == 0 || !wk.Preempt || wk.Draining || !filters.Eligible(wk, r) {
+		if len(es) == 0 || !wk.Preempt || wk.Draining || !filters.Eligible(wk, r) ||
+			(r.Pin.Pinned() && r.Pin.Worker != wk.ID) {
 			continue
 		}
 		for i := range es {
 			e := &es[i]
-			if e.asked != 0 || e.preempted >= p.max[e.class] {
+			if e.asked != 0 || e.preempted >= p.max[e.class] ||
+				(r.Pin.Pinned() && r.Pin.Rank != request.AnyRank && r.Pin.Rank != e.rank) {
 				continue
 			}
 			if best == nil || e.preempted < best.preempted ||

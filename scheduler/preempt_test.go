@@ -37,7 +37,7 @@ func TestPreemptHoldBackAcrossPolicyChange(t *testing.T) {
 	if d.Kind != Dispatch {
 		t.Fatalf("b1: %v, want a dispatch", d.Kind)
 	}
-	s.Started(now, d.Req, d.Worker, d.Seq)
+	s.Started(now, d.Req, d.Worker, d.Rank, d.Seq)
 	s.Report(now, workers.Report{WorkerID: "w1", DPSize: 1, TTLms: 600000, MaxActive: 1, Preempt: true,
 		SeenSeq: d.Seq, HasSeenSeq: true, Ranks: []workers.RankLoad{{ActiveRequests: 1}}})
 	if d := s.Arrive(now, &request.Arrival{ID: "i1", Token: "interactive", ISL: 10, Published: now}); d.Kind != Queued {
@@ -69,7 +69,7 @@ func TestPreemptOffCostsNothing(t *testing.T) {
 	s := New(Config{Policy: preemptPolicy(t, deadlineClass("fcfs", false)), Scoring: filters.DefaultScoring()}, vstart)
 	s.Report(vstart, workers.Report{WorkerID: "w1", DPSize: 1, TTLms: 600000, Preempt: true})
 	d := s.Arrive(vstart, &request.Arrival{ID: "r1", Token: "c", ISL: 100, Published: vstart})
-	s.Started(vstart, d.Req, d.Worker, d.Seq)
+	s.Started(vstart, d.Req, d.Worker, d.Rank, d.Seq)
 	if s.pre.on || len(s.pre.running) != 0 || len(s.Preempt(vstart+1e9, nil)) != 0 {
 		t.Errorf("preemption state without a preempting class: on %v, running %v", s.pre.on, s.pre.running)
 	}

@@ -344,7 +344,7 @@ func (h *story) answer(a *scenario.Args) string {
 	switch how {
 	case "accept":
 		h.s.Accepted(d.Worker)
-		h.s.Started(h.now, d.Req, d.Worker, d.Seq)
+		h.s.Started(h.now, d.Req, d.Worker, d.Rank, d.Seq)
 	case "refuse", "timeout":
 		h.s.Return(h.now, d.Req, d.Worker, d.Seq)
 	case "unsent":
@@ -417,7 +417,7 @@ func (h *story) serve(a *scenario.Args) string {
 			}
 			delete(h.inFlight, rid)
 			h.s.Accepted(id)
-			h.s.Started(h.now, d.Req, id, d.Seq)
+			h.s.Started(h.now, d.Req, id, d.Rank, d.Seq)
 			running = append(running, d)
 		}
 		slices.SortFunc(running, func(x, y Decision) int { return cmp.Compare(x.Seq, y.Seq) })
