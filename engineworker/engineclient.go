@@ -135,11 +135,11 @@ func finishReason(choices []json.RawMessage, had string) string {
 // Call sends one request to the engine at base and passes its answer to
 // emit: each streaming chunk (the JSON of one SSE data line, [DONE] left
 // out, the usage chunk left out unless the caller asked for it), or the
-// whole answer of a non-streaming request. rank >= 0 adds the
+// whole answer of a non-streaming request (whole true). rank >= 0 adds the
 // X-data-parallel-rank header (vLLM's and SGLang's way to pin a DP rank).
 // An error of emit stops the call. Cancelling ctx (or emit failing) closes
 // the HTTP stream, which aborts the request in the engine.
-func Call(ctx context.Context, c *http.Client, base, api string, body []byte, rank int, emit func([]byte) error) (Result, error) {
+func Call(ctx context.Context, c *http.Client, base, api string, body []byte, rank int, emit func(chunk []byte, whole bool) error) (Result, error) {
 	var res Result
 	path, err := Endpoint(api)
 	if err != nil {
@@ -183,7 +183,7 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 		}
 		res.FinishReason = finishReason(v.Choices, "")
 		res.Chunks = 1
-		return res, emit(b)
+		return res, emit(b, true)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxBody)
@@ -214,7 +214,7 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 			}
 		}
 		res.Chunks++
-		if err := emit(append([]byte(nil), data...)); err != nil {
+		if err := emit(append([]byte(nil), data...), false); err != nil {
 			return res, err
 		}
 	}

@@ -48,7 +48,7 @@ func TestCallStreamAsksForUsageAndStripsIt(t *testing.T) {
 	t.Parallel()
 	_, url := startFake(t, fakeengine.Config{PromptTokensDetails: true})
 	var chunks []string
-	res, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", chatBody(true, ""), -1, func(b []byte) error {
+	res, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", chatBody(true, ""), -1, func(b []byte, _ bool) error {
 		chunks = append(chunks, string(b))
 		return nil
 	})
@@ -81,7 +81,7 @@ func TestCallStreamKeepsUsageWhenAsked(t *testing.T) {
 	body := chatBody(true, `,"stream_options":{"include_usage":true}`)
 	var last string
 	for range 2 { // the second finds the first's blocks cached
-		res, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", body, -1, func(b []byte) error {
+		res, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", body, -1, func(b []byte, _ bool) error {
 			last = string(b)
 			return nil
 		})
@@ -116,7 +116,7 @@ func TestCallWhole(t *testing.T) {
 	_, url := startFake(t, fakeengine.Config{})
 	var got []byte
 	res, err := Call(context.Background(), http.DefaultClient, url, "completions",
-		[]byte(`{"model":"fake-model","prompt":"a b c","max_tokens":2}`), -1, func(b []byte) error { got = b; return nil })
+		[]byte(`{"model":"fake-model","prompt":"a b c","max_tokens":2}`), -1, func(b []byte, _ bool) error { got = b; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestCallWhole(t *testing.T) {
 func TestCallErrors(t *testing.T) {
 	t.Parallel()
 	_, url := startFake(t, fakeengine.Config{})
-	emit := func([]byte) error { return nil }
+	emit := func([]byte, bool) error { return nil }
 	_, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", []byte(`{"model":"other","messages":[{"role":"user","content":"x"}]}`), -1, emit)
 	var ee *EngineError
 	if !errors.As(err, &ee) || ee.Status != http.StatusNotFound {
@@ -153,7 +153,7 @@ func TestCallAbortClosesTheStream(t *testing.T) {
 	body = []byte(strings.Replace(string(body), `"max_tokens":3`, `"max_tokens":100000`, 1))
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	_, err := Call(ctx, http.DefaultClient, url, "chat.completions", body, -1, func([]byte) error {
+	_, err := Call(ctx, http.DefaultClient, url, "chat.completions", body, -1, func([]byte, bool) error {
 		if n++; n == 3 {
 			cancel()
 		}
@@ -163,7 +163,7 @@ func TestCallAbortClosesTheStream(t *testing.T) {
 		t.Fatal("a cancelled call returned no error")
 	}
 	stop := errors.New("stop")
-	if _, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", body, -1, func([]byte) error { return stop }); !errors.Is(err, stop) {
+	if _, err := Call(context.Background(), http.DefaultClient, url, "chat.completions", body, -1, func([]byte, bool) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("emit's error: %v", err)
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool { s := e.Stats(); return s.Aborted == 2 && s.Running == 0 },
@@ -181,7 +181,7 @@ func TestCallPinsTheRank(t *testing.T) {
 	}))
 	defer srv.Close()
 	for _, rank := range []int{3, -1} {
-		if _, err := Call(context.Background(), srv.Client(), srv.URL, "completions", []byte(`{"prompt":"x"}`), rank, func([]byte) error { return nil }); err != nil {
+		if _, err := Call(context.Background(), srv.Client(), srv.URL, "completions", []byte(`{"prompt":"x"}`), rank, func([]byte, bool) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
@@ -49,10 +51,13 @@ func (w *Worker) run(ctx context.Context, j *job) {
 		rank = r.DPRank
 	}
 	api := workerkit.HeaderValue(r.Header, wire.HeaderAPI)
-	res, err := Call(ctx, w.http, w.cfg.EngineURL, api, r.Data, rank, func(chunk []byte) error {
+	res, err := Call(ctx, w.http, w.cfg.EngineURL, api, r.Data, rank, func(chunk []byte, whole bool) error {
 		w.firstChunk(j)
-		if j.resp == nil {
+		switch {
+		case j.resp == nil:
 			return nil // no response asked: the output is not wanted
+		case whole:
+			return j.resp.WriteWhole(chunk) // in pieces when larger than a chunk may be
 		}
 		return j.resp.Write(chunk)
 	})
@@ -67,6 +72,10 @@ func (w *Worker) run(ctx context.Context, j *job) {
 		w.engineFailed(j, res, context.Cause(ctx))
 	case errors.Is(err, ErrBadRequest), errors.As(err, &ee) && ee.Status < 500:
 		w.refused(j, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		// A streaming chunk larger than the server takes: running the
+		// request again would make it again.
+		w.fail(j, res, err, false)
 	default:
 		w.engineFailed(j, res, err)
 	}

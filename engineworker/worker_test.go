@@ -198,7 +198,7 @@ func TestLoadFollowsTheMetrics(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			body := []byte(`{"model":"fake-model","prompt":"` + string(rune('a'+i)) + ` 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16","max_tokens":100000}`)
-			_, _ = Call(ctx, k.w.http, k.w.cfg.EngineURL, "completions", body, -1, func([]byte) error { return nil })
+			_, _ = Call(ctx, k.w.http, k.w.cfg.EngineURL, "completions", body, -1, func([]byte, bool) error { return nil })
 		}()
 	}
 	want := func(active, kv uint64) func() bool {

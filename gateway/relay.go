@@ -102,8 +102,9 @@ func (x *exchange) usage(end *wire.ResponseEnd, u *openai.Usage) {
 	x.s.m.tokens.WithLabelValues(t, c, "completion").Add(float64(completion))
 }
 
-// whole relays a non-streaming response: the chunks (one, by convention:
-// the engine's whole response) as one JSON body once the end says ok.
+// whole relays a non-streaming response: the chunks (the engine's whole
+// response, in one chunk or, when it is larger than a chunk may be, in
+// several) joined as one JSON body once the end says ok.
 func (x *exchange) whole(ctx context.Context) int {
 	var body []byte
 	for {

@@ -186,7 +186,7 @@ func (m *Worker) finishStream(j *job, st *stream, c wire.Completion) {
 	u := wire.Usage{PromptTokens: max(r.ISL, j.uncached+j.cached), CompletionTokens: uint64(j.out), CachedTokens: j.cached}
 	switch {
 	case st.api != nil && !st.api.stream:
-		_ = st.resp.Write(st.api.whole(j.out, st.api.finishReason(), u))
+		_ = st.resp.WriteWhole(st.api.whole(j.out, st.api.finishReason(), u)) // in pieces when larger than a chunk may be
 	case st.api != nil && st.api.includeUsage:
 		_ = st.resp.Write(st.api.usageChunk(u))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,6 +239,43 @@ func (p *Response) Write(chunk []byte) error {
 	}
 	p.chunks++
 	return nil
+}
+
+// WriteWhole sends b, a whole answer (a non-streaming one), as one chunk, or
+// as consecutive chunks of at most MaxChunk bytes when it is larger: the
+// producer concatenates a response's chunks (docs/protocol.md, OpenAI-shaped
+// requests). Each chunk is a Write; an error stops it.
+func (p *Response) WriteWhole(b []byte) error {
+	n := p.MaxChunk()
+	if n <= 0 {
+		return fmt.Errorf("worker: response of %s: the server's max_payload leaves no room for a chunk", p.r.RequestID)
+	}
+	for len(b) > n {
+		if err := p.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return p.Write(b)
+}
+
+// MaxChunk returns the largest chunk Write can send: the server's
+// max_payload less a chunk's headers (docs/protocol.md, Timeouts and bounds).
+func (p *Response) MaxChunk() int {
+	m := p.message(wire.MsgChunk, math.MaxUint64, true) // the widest sequence number
+	return int(p.r.w.nc.MaxPayload()) - headerBytes(m.Header)
+}
+
+// headerBytes is the size of h as NATS sends it: "NATS/1.0\r\n", a line a
+// value, and an empty line.
+func headerBytes(h nats.Header) int {
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
 
 // sendPing sends the next ping: the previous one, if still unanswered, is a

@@ -3,11 +3,14 @@ package workerkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -152,6 +155,57 @@ func TestResponseStreamsInOrder(t *testing.T) {
 	}
 	if got := ack.Final(); len(got) != 1 || got[0] != "+ACK" {
 		t.Errorf("acknowledgements: got %v, want one +ACK", got)
+	}
+}
+
+// TestResponseWriteWhole: a whole answer larger than the server's
+// max_payload goes out as consecutive chunks, each within it, whose bodies
+// concatenated are the answer; one that fits is one chunk.
+func TestResponseWriteWhole(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, func(o *server.Options) { o.MaxPayload = 2048 })
+	nc := natstest.Connect(t, srv.Running())
+	prod := natstest.NewProducer(t, nc, "resp.r1", natstest.GoOK)
+	natstest.WatchAcks(t, nc, "ack.r1")
+	answer := []byte(strings.Repeat("0123456789abcdef", 600)) // 9,600 bytes
+	errs := make(chan error, 1)
+	var limit int
+	startStreamer(t, nc, func(r *workerkit.Request) {
+		p := r.Response()
+		if err := p.Start(context.Background()); err != nil {
+			errs <- err
+			return
+		}
+		if limit = p.MaxChunk(); limit <= 0 || limit >= 2048 {
+			errs <- fmt.Errorf("MaxChunk %d, want within (0, 2048)", limit)
+			return
+		}
+		if err := p.WriteWhole(answer); err != nil {
+			errs <- err
+			return
+		}
+		if err := p.WriteWhole([]byte("tail")); err != nil {
+			errs <- err
+			return
+		}
+		errs <- p.End(context.Background(), wire.ResponseEnd{Status: wire.EndOK})
+	})
+	dispatchResponse(t, nc, "r1", 1, "resp.r1")
+	if err := <-errs; err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	chunks := prod.Of(wire.MsgChunk)
+	var got []byte
+	for i, m := range chunks {
+		if seq := m.Header.Get(wire.HeaderResponseSeq); seq != strconv.Itoa(i+1) {
+			t.Errorf("chunk %d: seq %q", i, seq)
+		}
+		got = append(got, m.Data...)
+	}
+	parts := (len(answer) + limit - 1) / limit
+	if want := string(answer) + "tail"; string(got) != want || len(chunks) != parts+1 || string(chunks[parts].Data) != "tail" {
+		t.Errorf("%d chunks of %d bytes in all, want %d of the 9,600-byte answer (at most %d bytes each) and one of 4, concatenated in order",
+			len(chunks), len(got), parts, limit)
 	}
 }
 

@@ -20,7 +20,7 @@ func engineChat(t *testing.T, fe *fleetEngine, family, id int) {
 	msgs := []fakeengine.Message{{Role: "system", Content: strings.Repeat(fmt.Sprintf("family%d ", family), 60)},
 		{Role: "user", Content: fmt.Sprintf("question %d please", id)}}
 	if _, err := engineworker.Call(t.Context(), http.DefaultClient, "http://"+fe.addr, "chat.completions",
-		chatRequest(msgs, 1, false, false), -1, func([]byte) error { return nil }); err != nil {
+		chatRequest(msgs, 1, false, false), -1, func([]byte, bool) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }

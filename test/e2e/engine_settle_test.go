@@ -65,7 +65,7 @@ func TestEngineSettlement(t *testing.T) {
 		return []fakeengine.Message{{Role: "system", Content: words(398)}, {Role: "user", Content: words(96)}}
 	}
 	if _, err := engineworker.Call(t.Context(), http.DefaultClient, "http://"+fe.addr, "chat.completions",
-		chatRequest(prompt("cached"), 1, false, false), -1, func([]byte) error { return nil }); err != nil {
+		chatRequest(prompt("cached"), 1, false, false), -1, func([]byte, bool) error { return nil }); err != nil {
 		t.Fatal(err) // warms the engine's cache with the document
 	}
 

@@ -216,7 +216,7 @@ func checkLoadView(t *testing.T, p *proc, nc *nats.Conn, fe *fleetEngine) {
 			go func(i int) {
 				defer wg.Done()
 				body := chatRequest([]fakeengine.Message{{Role: "user", Content: fmt.Sprintf("foreign %d", i)}}, 1<<20, true, false)
-				_, _ = engineworker.Call(rctx, http.DefaultClient, "http://"+fe.addr, "chat.completions", body, -1, func([]byte) error { return nil })
+				_, _ = engineworker.Call(rctx, http.DefaultClient, "http://"+fe.addr, "chat.completions", body, -1, func([]byte, bool) error { return nil })
 			}(len(stops))
 		}
 		for len(stops) > k {
@@ -482,7 +482,7 @@ func kvBounds(t *testing.T) (random, partition float64, shares []float64) {
 			for _, u := range users {
 				msgs, family := u.next()
 				if _, err := engineworker.Call(context.Background(), http.DefaultClient, urls[route(family, rr)], "chat.completions",
-					chatRequest(msgs, kvReplyTokens, false, false), -1, func([]byte) error { return nil }); err != nil {
+					chatRequest(msgs, kvReplyTokens, false, false), -1, func([]byte, bool) error { return nil }); err != nil {
 					t.Fatal(err)
 				}
 			}
