@@ -42,6 +42,14 @@ func (w *Worker) run(ctx context.Context, j *job) {
 		// engine before the producer answered go.
 		if err := j.resp.Start(ctx); err != nil {
 			w.leave(j)
+			if r.Cause() == nil && isOwnCause(context.Cause(ctx)) {
+				// The worker stops it (the engine turned unhealthy)
+				// before the producer answered: nothing ran, so it runs
+				// elsewhere. Left alone, the helper would open the
+				// response at the producer's go with nobody to run it.
+				w.handBack(j, context.Cause(ctx))
+				return
+			}
 			w.ended(ctx, j, Result{}, false)
 			return
 		}
@@ -185,16 +193,24 @@ func (w *Worker) refused(j *job, err error) {
 // first chunk reached the producer it is handed back to run elsewhere,
 // invisible to the caller; after, the response ends failed.
 func (w *Worker) engineFailed(j *job, res Result, cause error) {
-	if w.sent(j) == 0 {
-		if err := j.r.Nak(); err == nil || errors.Is(err, workerkit.ErrFinished) {
-			w.log.Info().Err(cause).Str("request_id", j.r.RequestID).Msg("request handed back before its first chunk")
-			w.count(func(s *Stats) { s.HandedBack++; s.Aborted++ })
-			return
-		}
+	if w.sent(j) == 0 && w.handBack(j, cause) {
+		w.count(func(s *Stats) { s.Aborted++ })
+		return
 	}
 	w.log.Warn().Err(cause).Str("request_id", j.r.RequestID).Int("chunks", w.sent(j)).Msg("request failed after its first chunk")
 	w.count(func(s *Stats) { s.Aborted++ })
 	w.fail(j, res, cause, false)
+}
+
+// handBack hands j back (-NAK) before its first chunk, and reports whether
+// it could: after a chunk it cannot.
+func (w *Worker) handBack(j *job, cause error) bool {
+	if err := j.r.Nak(); err != nil && !errors.Is(err, workerkit.ErrFinished) {
+		return false
+	}
+	w.log.Info().Err(cause).Str("request_id", j.r.RequestID).Msg("request handed back before its first chunk")
+	w.count(func(s *Stats) { s.HandedBack++ })
+	return true
 }
 
 // fail ends j with status failed (+ACK after the end marker; +TERM without

@@ -205,6 +205,32 @@ func TestHungEngine(t *testing.T) {
 	natstest.Eventually(t, wait, func() bool { r, _ := k.lastReport(); return !r.Draining }, "the worker takes requests again")
 }
 
+// TestUnhealthyBeforeTheClaimHandsBack: a request whose engine turns
+// unhealthy while its claim waits for the producer's answer is handed back
+// (-NAK: it runs elsewhere), not left held with nobody to run it. The test
+// stops the job as the health loop does, while the producer leaves the
+// claim unanswered.
+func TestUnhealthyBeforeTheClaimHandsBack(t *testing.T) {
+	t.Parallel()
+	k := newRig(t, fakeengine.Config{}, Config{})
+	p := natstest.NewProducer(t, k.nc, "_RESP.t.r1", func(string) string { return "" }) // answers nothing
+	a := k.acks("r1")
+	k.dispatch("r1", 1, "_RESP.t.r1", wire.APIChatCompletions, streamBody("first", 10))
+	natstest.Eventually(t, wait, func() bool { return len(p.Of(wire.MsgClaim)) > 0 }, "the claim")
+	k.w.mu.Lock()
+	for _, j := range k.w.jobs {
+		j.cancel(errUnhealthy)
+	}
+	k.w.mu.Unlock()
+	natstest.Eventually(t, wait, func() bool { return len(a.Final()) > 0 }, "r1 finished")
+	if got := a.Final(); !slices.Equal(got, []string{"-NAK"}) || k.e.Stats().Requests != 0 {
+		t.Fatalf("acks %q, engine requests %d: want -NAK and nothing sent to the engine", got, k.e.Stats().Requests)
+	}
+	if s := k.w.Stats(); s.HandedBack != 1 {
+		t.Errorf("stats %+v: want one handed back", s)
+	}
+}
+
 // TestStopLetsRequestsFinish: when Run's context ends, a running request
 // finishes within StopGrace; the worker then stops, once the request's
 // acknowledgement is confirmed (a Run that returned before it had the
