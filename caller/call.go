@@ -71,6 +71,14 @@ func (c *Call) Subject() string { return c.subject }
 // it (Close only unsubscribes): the first attempt owns the request.
 func (c *Call) Duplicate() bool { return c.duplicate }
 
+// Attached reports whether the call follows an execution: one it answered
+// go, or, for a duplicate, one it took over before its first chunk.
+func (c *Call) Attached() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exec != ""
+}
+
 // Chunks returns how many chunks have arrived in order.
 func (c *Call) Chunks() uint64 {
 	c.mu.Lock()
@@ -122,6 +130,16 @@ func (c *Call) onMsg(m *nats.Msg) {
 		switch {
 		case over:
 			answer(m, wire.AnswerCancel)
+		case c.exec == "":
+			// Another producer of the same request (a retry with its id)
+			// answered the claim. Before the first chunk the call takes
+			// that execution as its own: it attaches. After, the chunks
+			// went elsewhere and it answers nothing, leaving the answer to
+			// whoever has them (docs/protocol.md, What the producer answers).
+			if n, err := wire.ParseResponseSeq(wire.HeaderValue(m.Header, wire.HeaderResponseSeq)); err == nil && n == 0 {
+				c.exec = exec
+				answer(m, wire.AnswerOK)
+			}
 		case exec != c.exec:
 			answer(m, wire.AnswerTaken)
 		default:

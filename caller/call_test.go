@@ -353,6 +353,93 @@ func TestDuplicateAndMaxBuffered(t *testing.T) {
 	}
 }
 
+// pingAll sends e's ping counting seq chunks and returns the answers that
+// came until want of them had (every subscriber's, where want is their
+// number), or until a second passed.
+func (e *fakeExec) pingAll(seq, want int) []string {
+	e.t.Helper()
+	inbox := e.nc.NewInbox()
+	replies, err := e.nc.SubscribeSync(inbox)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer replies.Unsubscribe()
+	m := e.msg(wire.MsgPing)
+	m.Header.Set(wire.HeaderResponseSeq, strconv.Itoa(seq))
+	m.Reply = inbox
+	if err := e.nc.PublishMsg(m); err != nil {
+		e.t.Fatal(err)
+	}
+	var got []string
+	for len(got) < want {
+		r, err := replies.NextMsg(time.Second)
+		if err != nil {
+			break
+		}
+		got = append(got, r.Header.Get(wire.HeaderResponse))
+	}
+	return got
+}
+
+// TestDuplicateAttachesBeforeTheFirstChunk: a retry with the request's id
+// (another process's call, subscribed after the first call answered the
+// claim) attaches to the execution while it has sent no chunk, answering
+// its ping ok, and then follows the response to its end beside the first
+// call. A retry that comes after the first chunk answers nothing: a taken
+// would stop the response the first call reads.
+func TestDuplicateAttachesBeforeTheFirstChunk(t *testing.T) {
+	f := setup(t, caller.Config{})
+	first, h := f.start("r8")
+	w := f.exec(h, "w1-1")
+	if got, _ := w.ask("claim"); got != "go" {
+		t.Fatalf("claim: %q", got)
+	}
+	retry, err := f.c.Start(context.Background(), caller.Request{ID: "r8", Class: "premium"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retry.Close()
+	if !retry.Duplicate() || retry.Attached() {
+		t.Fatalf("retry: duplicate %v, attached %v; want a duplicate following nothing yet", retry.Duplicate(), retry.Attached())
+	}
+	if got := w.pingAll(0, 2); len(got) != 2 || got[0] != "ok" || got[1] != "ok" {
+		t.Fatalf("a ping before the first chunk: answers %q, want ok from both calls", got)
+	}
+	if !retry.Attached() {
+		t.Fatal("the retry did not attach")
+	}
+	w.chunk(1, "x")
+	late, err := f.c.Start(context.Background(), caller.Request{ID: "r8", Class: "premium"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	natstest.Eventually(t, 10*time.Second, func() bool { return first.Chunks() == 1 && retry.Chunks() == 1 }, "both calls have the chunk")
+	if got := w.pingAll(1, 3); len(got) != 2 || got[0] != "ok" || got[1] != "ok" {
+		t.Fatalf("a ping after the first chunk: answers %q, want ok from the two calls that have it and none from the late one", got)
+	}
+	w.end(2, wire.ResponseEnd{Status: wire.EndOK, Chunks: 1})
+	for name, call := range map[string]*caller.Call{"first": first, "retry": retry} {
+		var kinds []caller.EventKind
+		for {
+			ev, err := recv(t, call)
+			if err != nil {
+				t.Fatalf("%s: %v after %v", name, err, kinds)
+			}
+			kinds = append(kinds, ev.Kind)
+			if ev.Kind == caller.EventEnd {
+				break
+			}
+		}
+		if kinds[len(kinds)-1] != caller.EventEnd || kinds[len(kinds)-2] != caller.EventChunk {
+			t.Errorf("%s: events %v, want the chunk and the end", name, kinds)
+		}
+	}
+	if late.Attached() || late.Chunks() != 0 {
+		t.Errorf("late retry: attached %v, %d chunks; want neither", late.Attached(), late.Chunks())
+	}
+}
+
 func TestPublishErrors(t *testing.T) {
 	_, nc := natstest.StartServer(t) // no stream
 	c, err := caller.New(nc, caller.Config{})

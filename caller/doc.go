@@ -36,9 +36,12 @@
 //   - claim: "go" while no chunk has been seen (a redelivered request's new
 //     execution takes over from one that died before its first chunk); after a
 //     chunk, "go" only to the execution that sent it and "taken" to any other;
-//     "taken" once the call ended or was cancelled.
-//   - ping: "ok" from the current execution while the call is open, "cancel"
-//     otherwise.
+//     "cancel" once the call ended or was cancelled.
+//   - ping: "ok" from the current execution while the call is open, "taken"
+//     from another, "cancel" once the call is over. Before any claim (a
+//     duplicate whose first attempt's call answered it), a ping counting no
+//     chunk makes its execution the current one ("ok": the call attaches),
+//     and one counting chunks gets no answer: they went to the other call.
 //   - chunk: kept when it comes from the current execution with the next
 //     Dispatch-Response-Seq (1, 2, ...); a gap breaks the response.
 //   - end: its Dispatch-Response-Seq must be one past the last chunk, or the

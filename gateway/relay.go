@@ -28,7 +28,8 @@ type exchange struct {
 }
 
 // recv is call.Recv, bounded by the attach wait while a deduplicated call
-// has heard nothing.
+// has heard nothing and follows no execution (one that attached to an
+// execution still in its prefill waits for its chunks as any call does).
 func (x *exchange) recv(ctx context.Context) (caller.Event, error) {
 	if x.heard || !x.call.Duplicate() {
 		ev, err := x.call.Recv(ctx)
@@ -39,7 +40,10 @@ func (x *exchange) recv(ctx context.Context) (caller.Event, error) {
 	defer cancel()
 	ev, err := x.call.Recv(actx)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return ev, errDuplicate
+		if !x.call.Attached() {
+			return ev, errDuplicate
+		}
+		ev, err = x.call.Recv(ctx)
 	}
 	x.heard = err == nil
 	return ev, err
@@ -53,7 +57,7 @@ func (x *exchange) failure(ctx context.Context, err error) *apiError {
 	switch {
 	case errors.Is(err, errDuplicate):
 		return &apiError{status: 409, typ: typeConflict, code: "duplicate_request", noRetry: true,
-			msg: "a request with this Idempotency-Key was accepted before and is finished, cancelled or answered elsewhere; it is not run again (send a new key to run it again)"}
+			msg: "a request with this Idempotency-Key was accepted before and is finished, cancelled, answered elsewhere or not started within the attach wait; it is not run again (send a new key to run it again)"}
 	case ctx.Err() != nil && x.clientGone():
 		return nil
 	case errors.Is(err, context.DeadlineExceeded):

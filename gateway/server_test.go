@@ -388,9 +388,9 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 }
 
-// A retry with the same Idempotency-Key is one JetStream message: a retry
-// while the first runs attaches to it; one after it ended hears nothing and
-// gets 409.
+// A retry with the same Idempotency-Key is one JetStream message: one after
+// it ended hears nothing and gets 409. (A retry that attaches to a running
+// response: caller's TestDuplicateAttachesBeforeTheFirstChunk.)
 func TestIdempotencyKey(t *testing.T) {
 	g := startGateway(t, nil)
 	resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("hello", ""), HeaderIdempotency, "k1")

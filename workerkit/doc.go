@@ -167,9 +167,12 @@
 // An application that knows nothing of responses keeps working: Done ends
 // the response with status ok, Term with status failed, and Nak hands the
 // request back before its first chunk (after it, Nak returns
-// ErrResponseStarted). Each accepted dispatch is its own execution: a second
-// dispatch of a running request claims anew, and the newest claim wins until
-// a chunk is seen.
+// ErrResponseStarted). Each execution claims its response, and the newest
+// claim wins until a chunk is seen: a redelivery that runs the request again
+// (its first execution died, or was handed back) claims anew. A second
+// dispatch of a request still running here claims nothing: it joins the
+// running execution (docs/protocol.md, A second dispatch of a request
+// already running).
 //
 // Claims, pings and end markers share one inbox subscription (asker.go), so
 // an open response costs one runtime timer, no goroutine.
