@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"fairdispatch/internal/natstest"
+	"fairdispatch/wire"
 	"fairdispatch/workerkit"
 )
 
@@ -248,5 +249,53 @@ func TestStopWaitsForConfirmations(t *testing.T) {
 	}
 	if s := a.w.Stats(); s.AcksConfirmed != 1 || s.AcksUnconfirmed != 0 {
 		t.Errorf("stats %+v: want the acknowledgement confirmed", s)
+	}
+}
+
+// TestResponseDoneConfirmsThroughTheAcker: Done of a request with a
+// response sends the end marker and then leaves the +ACK to the acker, as
+// without a response: retried while no responder answers (as while
+// JetStream recovers), and waited for by Stop, rather than given up after
+// a fixed time with nothing to show for it.
+func TestResponseDoneConfirmsThroughTheAcker(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	prod := natstest.NewProducer(t, nc, "resp.r1", natstest.GoOK)
+	w, _ := startStreamer(t, nc, func(r *workerkit.Request) {
+		p := r.Response()
+		if p.Start(context.Background()) != nil || p.Write([]byte("tok")) != nil {
+			return
+		}
+		_ = r.Done()
+	})
+	dispatchResponse(t, nc, "r1", 1, "resp.r1")
+	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) == 1 }, "the end marker")
+	natstest.Eventually(t, wait, func() bool { return w.Stats().AckRetries >= 1 }, "the +ACK retried by the acker")
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		stopped <- w.Stop(ctx)
+	}()
+	n := w.Stats().AckRetries
+	natstest.Eventually(t, wait, func() bool { return w.Stats().AckRetries > n }, "a retry while stopping")
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) with the +ACK outstanding", err)
+	default:
+	}
+	tap := tapAcks(t, nc, "ack.r1", always)
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Stop did not return once the acknowledgement was confirmed")
+	}
+	if s := w.Stats(); s.AcksConfirmed != 1 || s.AcksUnconfirmed != 0 {
+		t.Errorf("stats %+v: want the +ACK confirmed", s)
+	}
+	if bodies, _ := tap.got(); len(bodies) == 0 || bodies[len(bodies)-1] != "+ACK" {
+		t.Errorf("the ack subject got %q, want +ACK", bodies)
 	}
 }

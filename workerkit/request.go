@@ -213,8 +213,9 @@ func (r *Request) Cause() error {
 	return r.cause
 }
 
-// endTimeout bounds the end marker and acknowledgement that Done and Term
-// send on their own for a request with a response.
+// endTimeout bounds the wait for the claim and the end marker that Done and
+// Term send on their own for a request with a response; the
+// acknowledgement after it is the acker's, as without a response.
 const endTimeout = 30 * time.Second
 
 // Done sends +ACK: the request is finished and its JetStream message removed.
@@ -266,7 +267,13 @@ func (r *Request) endInBackground(e wire.ResponseEnd, ack []byte, before func(in
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 		defer cancel()
-		if err := r.resp.finish(ctx, e, ack, before); err != nil && !errors.Is(err, ErrFinished) {
+		err := r.resp.end(ctx, e)
+		if err == nil {
+			// Through the acker: retried while connected until the ack
+			// wait, and waited for by Stop.
+			err = r.finish(ack, string(ack), before)
+		}
+		if err != nil && !errors.Is(err, ErrFinished) {
 			about(r.w.log.Warn(), r).Err(err).Msg("end of response")
 		}
 	}()

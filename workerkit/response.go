@@ -397,8 +397,18 @@ func (p *Response) EndAfter(ctx context.Context, e wire.ResponseEnd, before func
 	return p.finish(ctx, e, ack, before)
 }
 
-// finish waits for the claim, sends the end marker and acknowledges with ack.
+// finish waits for the claim, sends the end marker and acknowledges with
+// ack, confirmed within ctx.
 func (p *Response) finish(ctx context.Context, e wire.ResponseEnd, ack []byte, before func(int)) error {
+	if err := p.end(ctx, e); err != nil {
+		return err
+	}
+	return p.r.finishConfirmed(ctx, ack, p.r.w.cfg.PlainAcks, before)
+}
+
+// end waits for the claim and sends the end marker e, the request still
+// held: its acknowledgement is the caller's to send.
+func (p *Response) end(ctx context.Context, e wire.ResponseEnd) error {
 	select {
 	case <-p.claimed:
 	case <-ctx.Done():
@@ -434,7 +444,7 @@ func (p *Response) finish(ctx context.Context, e wire.ResponseEnd, ack []byte, b
 	p.mu.Lock()
 	p.phase = phaseClosed
 	p.mu.Unlock()
-	return p.r.finishConfirmed(ctx, ack, p.r.w.cfg.PlainAcks, before)
+	return nil
 }
 
 // sendEnd sends one attempt of the end marker; p.ended is closed once it is
