@@ -117,6 +117,31 @@ func TestSecondDispatchJoins(t *testing.T) {
 	}
 }
 
+// TestSecondDispatchJoinsPlainAcks: with plain acknowledgements a joined
+// request's +ACK goes to the subject of each of its deliveries, so that one
+// lost does not leave the message.
+func TestSecondDispatchJoinsPlainAcks(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	first := tapAcks(t, nc, "test.ack.first", always)
+	second := tapAcks(t, nc, "test.ack.second", always)
+	a := startWorker(t, nc, workerkit.Config{ID: "w1", PlainAcks: true})
+	accept(t, nc, a, "r1", 1, "test.ack.first")
+	if resp, err := nc.RequestMsg(dispatchMsg("r1", 2, 0, "test.ack.second"), wait); err != nil || resp.Header.Get("Dispatch-Status") != "" {
+		t.Fatalf("second dispatch: %v %v, want accepted", err, resp)
+	}
+	natstest.Eventually(t, wait, func() bool { return a.w.Stats().Joined == 1 }, "the second dispatch joined")
+	a.finish(t, 0, (*workerkit.Request).Done)
+	for name, tap := range map[string]*ackTap{"first": first, "second": second} {
+		natstest.Eventually(t, wait, func() bool { b, _ := tap.got(); return len(b) > 0 }, "an acknowledgement on the %s delivery's subject", name)
+		if b, asked := tap.got(); len(b) != 1 || b[0] != "+ACK" || asked != 0 {
+			t.Errorf("%s delivery's subject got %q (%d as requests), want one plain +ACK", name, b, asked)
+		}
+	}
+	if s := a.w.Stats(); s.AcksPlain != 2 {
+		t.Errorf("stats %+v: want two plain acknowledgements", s)
+	}
+}
+
 // TestFinishedDispatchAcknowledged: a dispatch of a request finished here is
 // accepted and acknowledged at once, as it was finished (+ACK; +TERM for a
 // dropped one), without calling Offer, with a record of 0 tokens when the

@@ -467,7 +467,7 @@ func (r *Request) finishConfirmed(ctx context.Context, body []byte, plain bool, 
 	if !ok {
 		return ErrFinished
 	}
-	if done, err := r.w.ackUnconfirmed(subj, body, plain, before); done {
+	if done, err := r.w.ackUnconfirmed(r, subj, body, plain, before); done {
 		return err
 	}
 	return confirmAck(ctx, r.w.nc, subj, r.RequestID, body, before)
@@ -560,7 +560,7 @@ func finishKindOf(body []byte) finishKind {
 // the acker, or plain with Config.PlainAcks; before, when not nil, runs
 // ahead of every attempt. Nothing is sent when subj is empty.
 func (w *Worker) acknowledge(r *Request, subj string, body []byte, before func(int)) error {
-	if done, err := w.ackUnconfirmed(subj, body, w.ack == nil, before); done {
+	if done, err := w.ackUnconfirmed(r, subj, body, w.ack == nil, before); done {
 		return err
 	}
 	aw := r.AckWait
@@ -570,11 +570,15 @@ func (w *Worker) acknowledge(r *Request, subj string, body []byte, before func(i
 	return w.ack.send(subj, r.RequestID, body, aw, before)
 }
 
-// ackUnconfirmed does what an acknowledgement body to subj needs when it is
-// not to be confirmed: nothing when subj is empty (nothing to acknowledge),
-// one plain publish when plain; before(1), when not nil, runs first. It
-// reports false, doing nothing, when the acknowledgement is to be confirmed.
-func (w *Worker) ackUnconfirmed(subj string, body []byte, plain bool, before func(int)) (done bool, err error) {
+// ackUnconfirmed does what an acknowledgement body to subj, r's latest
+// delivery's, needs when it is not to be confirmed: nothing when subj is
+// empty (nothing to acknowledge), else plain publishes: a -NAK to subj, a
+// +ACK or +TERM to the subject of each of r's deliveries, so that one lost
+// does not leave the message (docs/protocol.md, A second dispatch of a
+// request already running); before(1), when not nil, runs first. It reports
+// false, doing nothing, when the acknowledgement is to be confirmed. r is
+// released: its deliveries no longer change.
+func (w *Worker) ackUnconfirmed(r *Request, subj string, body []byte, plain bool, before func(int)) (done bool, err error) {
 	if subj != "" && !plain {
 		return false, nil
 	}
@@ -584,6 +588,18 @@ func (w *Worker) ackUnconfirmed(subj string, body []byte, plain bool, before fun
 	if subj == "" {
 		return true, nil
 	}
+	if finishKindOf(body) != finishedHandedBack {
+		for _, j := range r.joined {
+			if j.ack != "" && j.ack != subj {
+				w.plainAcks.Add(1)
+				err = errors.Join(err, w.nc.Publish(j.ack, body))
+			}
+		}
+		if r.Ack != "" && r.Ack != subj {
+			w.plainAcks.Add(1)
+			err = errors.Join(err, w.nc.Publish(r.Ack, body))
+		}
+	}
 	w.plainAcks.Add(1)
-	return true, w.nc.Publish(subj, body)
+	return true, errors.Join(err, w.nc.Publish(subj, body))
 }
