@@ -19,6 +19,14 @@ func (s *Scheduler) Next(now int64) Decision {
 	if s.InGrace(now) || s.reg.Len() == 0 {
 		return Decision{}
 	}
+	if len(s.dl) > 0 && s.dl[0].Deadline <= now {
+		// Due since the last tick: it expires, and is never dispatched
+		// after its deadline (docs/design.md, Deadlines).
+		r := s.dl[0]
+		removeDeadline(&s.dl, r)
+		s.classes[r.Class].Remove(r)
+		return s.expire(now, r)
+	}
 	k, ok := s.arbitrate(now)
 	if !ok {
 		return Decision{}
