@@ -26,10 +26,9 @@ func (s *Scheduler) order(r *request.Snapshot) {
 		}
 	}
 	if r.Preempted > 0 {
-		r.Score = math.MaxFloat64
-		if r.Due != 0 {
-			r.Due = math.MinInt64
-		}
+		// The head of its lane, ahead of every strict tier (Due is
+		// compared first, and 0 outside edf classes).
+		r.Score, r.Due = math.MaxFloat64, math.MinInt64
 	}
 }
 
