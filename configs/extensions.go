@@ -248,7 +248,8 @@ func (w *walker) budget(n *yaml.Node, path string, unlimited bool) (*Budget, boo
 }
 
 // minShare reads min_share: a mapping from strict tier (an integer 0 to
-// 2^32-1) to a share in (0, 1); the shares add up to less than 1.
+// 2^31-1, what Dispatch-Strict-Priority can carry) to a share in (0, 1); the
+// shares add up to less than 1.
 func (w *walker) minShare(n *yaml.Node, path string) map[uint32]float64 {
 	line := n.Line
 	n, ok := w.mappingNode(n, path, "from strict tier to share")
@@ -260,9 +261,9 @@ func (w *walker) minShare(n *yaml.Node, path string) map[uint32]float64 {
 	sum := 0.0
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), n.Content[i+1]
-		t, err := strconv.ParseUint(k.Value, 10, 32)
+		t, err := strconv.ParseUint(k.Value, 10, 31)
 		if k.Kind != yaml.ScalarNode || err != nil {
-			w.add(k.Line, path, "keys must be strict tiers (integers 0 to 4294967295), got %s", describe(k))
+			w.add(k.Line, path, "keys must be strict tiers (integers 0 to 2147483647, as Dispatch-Strict-Priority), got %s", describe(k))
 			continue
 		}
 		p := join(path, k.Value)

@@ -48,7 +48,7 @@ policy_classes:
   - {name: c, policy_family: c, cache_bucket: all, quantum: 1, queue_policy: edf,
      deadline_ms: -1, key_deadlines_ms: {"bad key": 5}, shed_unreachable: yes please,
      default_key_budget: {burst: 0}, key_budgets: {a: {tokens_per_second: 0}, b: none},
-     max_preemptions: 2, min_share: {0: 0.6, 1: 0.5, x: 0.1}}
+     max_preemptions: 2, min_share: {0: 0.6, 1: 0.5, x: 0.1, 2147483648: 0.1}}
 `
 	_, err := Parse("p.yaml", []byte(doc))
 	if err == nil {
@@ -63,7 +63,8 @@ policy_classes:
 		"policy_classes[0].key_budgets.a.tokens_per_second: must be in (0, 2^40]",
 		`policy_classes[0].key_budgets.b: must be a budget mapping or "unlimited"`,
 		"policy_classes[0].max_preemptions: only a sheddable class is preempted",
-		"policy_classes[0].min_share: keys must be strict tiers",
+		"policy_classes[0].min_share: keys must be strict tiers (integers 0 to 2147483647, as Dispatch-Strict-Priority), got a string (\"x\")",
+		"policy_classes[0].min_share: keys must be strict tiers (integers 0 to 2147483647, as Dispatch-Strict-Priority), got an integer (2147483648)",
 		"policy_classes[0].min_share: the shares must add up to less than 1",
 	} {
 		if !strings.Contains(err.Error(), want) {
