@@ -461,3 +461,28 @@ func TestPublishErrors(t *testing.T) {
 		t.Fatalf("response subject of an id that is no token: %q, want _RESP.fdgw.<32 hex digits>", got)
 	}
 }
+
+// TestPublishTimeout: JetStream silent (a subscriber takes the publication
+// and never answers, as a stream without quorum does), Start gives up after
+// PublishTimeout even when its context allows longer, as the gateway's
+// request timeout does; its fate is unknown.
+func TestPublishTimeout(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	if _, err := nc.Subscribe("dispatch.req.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := caller.New(nc, caller.Config{PublishTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	_, err = c.Start(ctx, caller.Request{ID: "r9", Class: "premium", KeepUnconfirmed: true})
+	var pe *caller.PublishError
+	if !errors.As(err, &pe) || pe.Stored != caller.StoredUnknown || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("publish to a silent stream: %v (context %v), want a PublishError of unknown fate after the publish timeout", err, ctx.Err())
+	}
+}

@@ -47,7 +47,7 @@ type Config struct {
 	// (>= 1; default 4096); beyond it the response is broken and cancelled.
 	MaxBuffered int
 	// PublishTimeout bounds the wait for JetStream's acknowledgement of a
-	// request when Start's context has no earlier deadline (default 5 s).
+	// request, or Start's context's deadline when that comes first (default 5 s).
 	PublishTimeout time.Duration
 }
 
@@ -157,12 +157,8 @@ func (c *Caller) Start(ctx context.Context, req Request) (*Call, error) {
 	m.Header.Set(wire.HeaderResponseTo, subj)
 	m.Header.Set(wire.HeaderReplyTo, subj)
 	m.Data = req.Body
-	pctx := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, c.cfg.PublishTimeout)
-		defer cancel()
-	}
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.PublishTimeout) // or ctx's earlier deadline
+	defer cancel()
 	ack, err := c.js.PublishMsg(pctx, m, jetstream.WithExpectStream(c.names.ReqStream()))
 	if err != nil {
 		pe := &PublishError{ID: req.ID, Stored: classifyPublish(err), Err: err}
