@@ -48,6 +48,9 @@ type Call struct {
 	seen      uint64 // chunks received in order
 	queue     []Event
 	lastHeard time.Time // last message of exec, once a chunk was seen
+	heardExec time.Time // last claim, ping or chunk of exec
+	reconns   uint64    // the connection's reconnections when last checked
+	lostAt    time.Time // when Recv saw a reconnection, exec chosen and no chunk seen; zero: none
 	end       *wire.ResponseEnd
 	err       error // terminal: rejected, broken, cancelled
 	cancelled bool
@@ -56,7 +59,8 @@ type Call struct {
 }
 
 func newCall(c *Caller, id, subject string) *Call {
-	return &Call{c: c, id: id, subject: subject, notify: make(chan struct{}, 1), started: time.Now()}
+	return &Call{c: c, id: id, subject: subject, notify: make(chan struct{}, 1), started: time.Now(),
+		reconns: c.nc.Stats().Reconnects}
 }
 
 // ID returns the request id.
@@ -124,6 +128,7 @@ func (c *Call) onMsg(m *nats.Msg) {
 			answer(m, wire.AnswerTaken)
 		default:
 			c.exec = exec // the newest claim wins until a chunk is seen
+			c.heardExec = time.Now()
 			answer(m, wire.AnswerGo)
 		}
 	case wire.MsgPing:
@@ -148,8 +153,9 @@ func (c *Call) onMsg(m *nats.Msg) {
 				answer(m, wire.AnswerCancel)
 				return
 			}
+			c.heardExec = time.Now()
 			if c.seen > 0 {
-				c.lastHeard = time.Now()
+				c.lastHeard = c.heardExec
 			}
 			answer(m, wire.AnswerOK)
 		}
@@ -168,6 +174,7 @@ func (c *Call) onMsg(m *nats.Msg) {
 		}
 		c.seen = seq
 		c.lastHeard = time.Now()
+		c.heardExec = c.lastHeard
 		c.queue = append(c.queue, Event{Kind: EventChunk, Seq: seq, Data: m.Data})
 		c.wake()
 	case wire.MsgEnd:
@@ -259,13 +266,22 @@ func (c *Call) Recv(ctx context.Context) (Event, error) {
 			return Event{Kind: EventEnd, End: end}, nil
 		}
 		var wait <-chan time.Time
-		if c.seen > 0 {
-			left := time.Until(c.lastHeard.Add(c.c.cfg.BrokenAfter))
-			if left <= 0 {
+		left := time.Duration(-1) // no bound
+		switch {
+		case c.seen > 0:
+			if left = time.Until(c.lastHeard.Add(c.c.cfg.BrokenAfter)); left <= 0 {
 				c.breakLocked("nothing heard from the worker for " + c.c.cfg.BrokenAfter.String())
 				c.mu.Unlock()
 				continue
 			}
+		case c.exec != "":
+			if left = c.reconnectWatchLocked(); left <= 0 {
+				c.breakLocked("the connection to NATS was lost after the worker's claim, and the worker has not been heard from since: it found nobody listening and stopped")
+				c.mu.Unlock()
+				continue
+			}
+		}
+		if left > 0 {
 			if timer == nil {
 				timer = time.NewTimer(left)
 			} else {
@@ -281,6 +297,30 @@ func (c *Call) Recv(ctx context.Context) (Event, error) {
 			return Event{}, ctx.Err()
 		}
 	}
+}
+
+// reconnectWatchLocked returns how long Recv may wait before it checks
+// again, for a call following an execution that has sent no chunk: silence
+// then only means the prefill, unless the connection was lost meanwhile.
+// A claim or ping that found the call unsubscribed stopped the execution
+// for good (docs/protocol.md, Nobody listening), and nothing more will come.
+// So once a reconnection is seen, the execution has BrokenAfter to be heard
+// from again; it returns 0 when that has passed. c.mu is held.
+func (c *Call) reconnectWatchLocked() time.Duration {
+	bound := c.c.cfg.BrokenAfter
+	now := time.Now()
+	if c.lostAt.IsZero() {
+		n := c.c.nc.Stats().Reconnects
+		if n == c.reconns {
+			return bound // check again then
+		}
+		c.reconns, c.lostAt = n, now
+	}
+	if c.heardExec.After(c.lostAt) { // heard since: it lives
+		c.lostAt = time.Time{}
+		return bound
+	}
+	return c.lostAt.Add(bound).Sub(now)
 }
 
 // Cancel cancels the request (docs/protocol.md, Cancellation) unless it has

@@ -486,3 +486,85 @@ func TestPublishTimeout(t *testing.T) {
 		t.Fatalf("publish to a silent stream: %v (context %v), want a PublishError of unknown fate after the publish timeout", err, ctx.Err())
 	}
 }
+
+// TestReconnectAfterTheClaim: the producer's connection is lost while the
+// execution it answered go is in its prefill. An execution that pinged
+// while the producer was away found nobody listening and stopped, and will
+// never send a thing: once reconnected, the call gives it BrokenAfter to be
+// heard from, then breaks instead of waiting forever. One that pings after
+// the reconnection carries on to its end.
+func TestReconnectAfterTheClaim(t *testing.T) {
+	for _, alive := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stopped", true: "alive"}[alive], func(t *testing.T) {
+			ns := natstest.Start(t, nil)
+			connect := func() *nats.Conn {
+				nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(nc.Close)
+				return nc
+			}
+			nc, wnc := connect(), connect()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			natstest.RequestStream(t, js, "dispatch")
+			// Stopped, the break comes at once after its bound; alive, a
+			// bound 20 pings long keeps the test off the machine's pauses.
+			broken := map[bool]time.Duration{false: 300 * time.Millisecond, true: 2 * time.Second}[alive]
+			c, err := caller.New(nc, caller.Config{BrokenAfter: broken})
+			if err != nil {
+				t.Fatal(err)
+			}
+			call, err := c.Start(context.Background(), caller.Request{ID: "r10", Class: "premium"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer call.Close()
+			w := &fakeExec{t: t, nc: wnc, subj: call.Subject(), id: "r10", exec: "w1-1"}
+			if got, _ := w.ask("claim"); got != "go" {
+				t.Fatalf("claim: %q", got)
+			}
+			ns.Restart()
+			natstest.Eventually(t, 10*time.Second, func() bool {
+				return nc.IsConnected() && wnc.IsConnected() && nc.Stats().Reconnects > 0
+			}, "both connections back")
+			if err := nc.Flush(); err != nil { // the call's subscription is back on the server
+				t.Fatal(err)
+			}
+			if !alive {
+				_, err := recv(t, call)
+				var br *caller.BrokenError
+				if !errors.As(err, &br) || !contains(br.Reason, "connection to NATS was lost") {
+					t.Fatalf("got %v, want a BrokenError for the connection lost after the claim", err)
+				}
+				return
+			}
+			stop := make(chan struct{})
+			go func() { // pings every 100 ms, as a live execution does every second
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+						_, _ = w.ask("ping")
+					}
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), broken+time.Second)
+			defer cancel()
+			_, err = call.Recv(ctx) // nothing comes past the bound: the call keeps waiting
+			close(stop)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("with an execution pinging after the reconnection: %v, want to wait on", err)
+			}
+			w.chunk(1, "x")
+			w.end(2, wire.ResponseEnd{Status: wire.EndOK, Chunks: 1})
+			if ev, err := recv(t, call); err != nil || ev.Kind != caller.EventChunk {
+				t.Fatalf("got %+v, %v, want the chunk", ev, err)
+			}
+		})
+	}
+}
