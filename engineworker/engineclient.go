@@ -112,6 +112,30 @@ func prepare(body []byte) (out []byte, stream, callerUsage bool, err error) {
 type answerJSON struct {
 	Choices []json.RawMessage `json:"choices"`
 	Usage   *openai.Usage     `json:"usage"`
+	// Error is set in the data line vLLM and SGLang send when the request
+	// fails after its stream began (then [DONE]): {"error": {"message",
+	// "type", "code"}}.
+	Error json.RawMessage `json:"error"`
+}
+
+// streamError returns the engine error of a data line carrying one (v has
+// an error and no choices), with the status its code gives (500 when it
+// gives none): the request failed in the engine mid-stream.
+func streamError(v *answerJSON) error {
+	if len(v.Error) == 0 || string(v.Error) == "null" || len(v.Choices) > 0 {
+		return nil
+	}
+	var e struct {
+		Code json.RawMessage `json:"code"`
+	}
+	status := http.StatusInternalServerError
+	if json.Unmarshal(v.Error, &e) == nil {
+		var code int
+		if json.Unmarshal(e.Code, &code) == nil && code >= 400 && code < 600 {
+			status = code
+		}
+	}
+	return &EngineError{Status: status, Body: v.Error}
 }
 
 // usageOf returns what the worker reports of an engine's usage object.
@@ -199,6 +223,9 @@ func Call(ctx context.Context, c *http.Client, base, api string, body []byte, ra
 		var v answerJSON
 		if err := json.Unmarshal(data, &v); err != nil {
 			return res, fmt.Errorf("engineworker: stream chunk: %w", err)
+		}
+		if err := streamError(&v); err != nil {
+			return res, err // not a chunk: the caller must not read it as one
 		}
 		res.FinishReason = finishReason(v.Choices, res.FinishReason)
 		if v.Usage != nil {

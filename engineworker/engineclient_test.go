@@ -189,3 +189,35 @@ func TestCallPinsTheRank(t *testing.T) {
 		t.Fatalf("X-data-parallel-rank %q and %q, want 3 and none", a, b)
 	}
 }
+
+// TestCallStreamError: the error line an engine sends when a request fails
+// after its stream began (vLLM's and SGLang's {"error": {...}}, then
+// [DONE]) ends the call with an EngineError of the line's code, not a
+// chunk; a line without a code reads as 500.
+func TestCallStreamError(t *testing.T) {
+	for _, tc := range []struct {
+		line   string
+		status int
+	}{
+		{`{"error": {"object": "error", "message": "boom", "type": "BadRequestError", "param": null, "code": 400}}`, 400},
+		{`{"error": {"message": "engine dead", "type": "InternalServerError"}}`, 500},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: " + tc.line + "\n\ndata: [DONE]\n\n"))
+		}))
+		var chunks []string
+		_, err := Call(context.Background(), http.DefaultClient, srv.URL, "chat.completions", chatBody(true, ""), -1, func(b []byte, _ bool) error {
+			chunks = append(chunks, string(b))
+			return nil
+		})
+		srv.Close()
+		var ee *EngineError
+		if !errors.As(err, &ee) || ee.Status != tc.status || len(chunks) != 1 {
+			t.Errorf("%s: err %v, chunks %q; want an EngineError %d after the one chunk", tc.line, err, chunks, tc.status)
+		}
+		if ee != nil && !strings.Contains(errorText(ee), "boom") && !strings.Contains(errorText(ee), "engine dead") {
+			t.Errorf("error text %q does not carry the engine's message", errorText(ee))
+		}
+	}
+}
