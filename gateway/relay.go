@@ -189,7 +189,11 @@ func (x *exchange) stream(ctx context.Context) int {
 	}
 	// write writes parts and flushes them unless more events are at hand
 	// (the last chunk, the usage chunk and the end often come together:
-	// one flush, one syscall, for all of them).
+	// one flush, one syscall, for all of them). What it leaves unflushed
+	// is flushed before the loop waits for the next event (an event that
+	// writes nothing, a dispatched outcome or a usage chunk the client did
+	// not ask for, must not hold a chunk back).
+	unflushed := false
 	write := func(parts ...[]byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(x.s.opt.WriteTimeout))
 		for _, p := range parts {
@@ -198,8 +202,10 @@ func (x *exchange) stream(ctx context.Context) int {
 			}
 		}
 		if x.call.Buffered() > 0 {
+			unflushed = true
 			return true
 		}
+		unflushed = false
 		return rc.Flush() == nil
 	}
 	gone := func() int {
@@ -209,6 +215,12 @@ func (x *exchange) stream(ctx context.Context) int {
 	}
 	var lastUsage *openai.Usage
 	for {
+		if unflushed && x.call.Buffered() == 0 {
+			unflushed = false
+			if rc.Flush() != nil {
+				return gone()
+			}
+		}
 		ev, err := x.recv(ctx)
 		if err != nil {
 			e := x.failure(ctx, err)
