@@ -140,6 +140,7 @@ type Actor struct {
 	byID        map[string]uint64 // held requests' stream sequences by request id
 	cancelled   *memo[struct{}]   // ids cancelled lately (cancel.go)
 	running     *memo[runRef]     // where requests were dispatched lately (cancel.go)
+	lettered    *memo[struct{}]   // stream sequences dead-lettered and acknowledged lately (deadletter.go)
 	inFlight    int
 	connected   bool
 	sendPaused  bool // a send failed for the connection's fault: wait for the next tick or connection event
@@ -209,6 +210,7 @@ func New(cfg Config, d Deps) *Actor {
 		byID:        make(map[string]uint64),
 		cancelled:   newMemo[struct{}](maxCancelled, int64(cancelMemoAge)),
 		running:     newMemo[runRef](maxRunning, int64(cancelMemoAge)),
+		lettered:    newMemo[struct{}](maxLettered, int64(cancelMemoAge)),
 		thresholds:  make(chan thresholdReq),
 		policies:    make(chan policyReq),
 		polRev:      cfg.PolicyRevision,
@@ -440,6 +442,7 @@ func (a *Actor) Run(ctx context.Context) {
 			a.kvTick(now)
 			a.cancelled.expire(now.UnixNano())
 			a.running.expire(now.UnixNano())
+			a.lettered.expire(now.UnixNano())
 			if now.Sub(lastView) >= time.Second {
 				a.d.Scheduler.RecheckAll() // the safety net of docs/design.md, When queues are re-checked
 				a.publishView(now)

@@ -28,6 +28,9 @@ func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 		a.cur.rel.Release(1)
 		return
 	}
+	if dl.NumDelivered > 1 && a.letteredBefore(dl) {
+		return
+	}
 	id := dl.Headers.MsgID
 	if id == "" {
 		id = a.cfg.Stream + ":" + strconv.FormatUint(dl.StreamSeq, 10)

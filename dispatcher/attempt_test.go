@@ -57,3 +57,29 @@ func TestActorRejectedOutcomeHasAttempt(t *testing.T) {
 		t.Fatalf("outcomes %+v, want one rejected with attempt 4", f.outcomes)
 	}
 }
+
+// TestActorDeadLetterAckLost: the plain +ACK after a stored dead letter is
+// lost (a server restart, a consumer leader change) and JetStream delivers
+// the message again: it is acknowledged again, not admitted afresh, and
+// neither dead-lettered nor answered a second time (docs/protocol.md, Dead
+// letters). A new message, even with the same id, is admitted as usual.
+func TestActorDeadLetterAckLost(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 0)
+	bad := nats.Header{"Dispatch-ISL-Tokens": {"abc"}, "Dispatch-Reply-To": {"out.3"}, "Nats-Msg-Id": {"r3"}}
+	first := f.deliverAttempt(3, 1, "premium", bad)
+	f.a.deadLettered(dlqDone{seq: 3})
+	if got := first.log(); len(got) != 1 || got[0] != "+ACK" || len(f.b.letters) != 1 || len(f.outcomes) != 1 {
+		t.Fatalf("acks %v, %d letters, %d outcomes: want +ACK after one letter, one outcome", got, len(f.b.letters), len(f.outcomes))
+	}
+	f.now = f.now.Add(30 * time.Second)
+	again := f.deliverAttempt(3, 2, "premium", bad)
+	if got := again.log(); len(got) != 1 || got[0] != "+ACK" || len(f.b.letters) != 1 || len(f.outcomes) != 1 || len(f.a.held) != 0 {
+		t.Fatalf("redelivery: acks %v, %d letters, %d outcomes, %d held: want +ACK again and nothing else", got, len(f.b.letters), len(f.outcomes), len(f.a.held))
+	}
+	f.deliverAttempt(4, 1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}, "Nats-Msg-Id": {"r3"}})
+	if len(f.b.sent) != 1 {
+		t.Fatalf("sent %d: want the new message with the same id dispatched", len(f.b.sent))
+	}
+}

@@ -2,8 +2,10 @@ package dispatcher
 
 import (
 	"errors"
+	"strconv"
 
 	"fairdispatch/bus"
+	"fairdispatch/ingest"
 	"fairdispatch/metrics"
 	"fairdispatch/request"
 	"fairdispatch/scheduler"
@@ -69,6 +71,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	if err := h.msg.Ack(); err != nil {
 		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
 	}
+	a.lettered.put(a.cfg.Now().UnixNano(), letterKey(d.seq), struct{}{})
 	a.dropHeld(d.seq, h)
 	h.rel.Release(1)
 	if h.replyTo != "" {
@@ -88,6 +91,33 @@ func (a *Actor) deadLettered(d dlqDone) {
 		}
 		a.outcome(h.replyTo, o)
 	}
+}
+
+// maxLettered bounds the dead-lettered stream sequences remembered
+// (letteredBefore): at most about 4 MB.
+const maxLettered = 100_000
+
+func letterKey(seq uint64) string { return strconv.FormatUint(seq, 10) }
+
+// letteredBefore acknowledges again, and reports true for, a redelivery of a
+// message whose dead letter was stored and which was acknowledged within the
+// last ten minutes: that plain +ACK was lost (a server restart, a consumer
+// leader change), and the request must not be admitted again, run, or
+// answered a second time (docs/protocol.md, Dead letters).
+func (a *Actor) letteredBefore(dl *ingest.Delivery) bool {
+	if a.lettered.len() == 0 {
+		return false
+	}
+	if _, ok := a.lettered.get(letterKey(dl.StreamSeq)); !ok {
+		return false
+	}
+	if err := dl.Msg.Ack(); err != nil {
+		a.log.Warn().Err(err).Uint64("stream_seq", dl.StreamSeq).Msg("ack again after dead letter")
+	}
+	a.cur.rel.Release(1)
+	a.log.Info().Uint64("stream_seq", dl.StreamSeq).Str("request_id", dl.Headers.MsgID).
+		Msg("redelivered after its dead letter was stored: acknowledged again")
+	return true
 }
 
 // deadLetterFailed handles a dead letter the bus could not store for good
