@@ -1,6 +1,7 @@
 package caller_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -205,15 +206,21 @@ func cancels(t *testing.T, nc *nats.Conn) func() []string {
 	}
 }
 
+// TestBrokenResponses: a gap, a lost last chunk, silence after a chunk and
+// a ping counting more chunks than came each break the response with its
+// reason, cancel the request and stop the worker. Only the silence case
+// waits for BrokenAfter; the others get a BrokenAfter long enough that a
+// slow machine cannot make them break for silence first.
 func TestBrokenResponses(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		run  func(w *fakeExec)
-		want string
+		name        string
+		run         func(w *fakeExec)
+		want        string
+		brokenAfter time.Duration // 0: 30 s
 	}{
-		{"gap", func(w *fakeExec) { w.chunk(1, "a"); w.chunk(3, "c") }, `chunk "3" where 2 was due`},
-		{"lost last chunk", func(w *fakeExec) { w.chunk(1, "a"); w.end(3, wire.ResponseEnd{Status: "ok", Chunks: 2}) }, "a chunk was lost"},
-		{"silence", func(w *fakeExec) { w.chunk(1, "a") }, "nothing heard from the worker"},
+		{"gap", func(w *fakeExec) { w.chunk(1, "a"); w.chunk(3, "c") }, `chunk "3" where 2 was due`, 0},
+		{"lost last chunk", func(w *fakeExec) { w.chunk(1, "a"); w.end(3, wire.ResponseEnd{Status: "ok", Chunks: 2}) }, "a chunk was lost", 0},
+		{"silence", func(w *fakeExec) { w.chunk(1, "a") }, "nothing heard from the worker", 300 * time.Millisecond},
 		{"ping counts more chunks", func(w *fakeExec) {
 			w.chunk(1, "a")
 			m := w.msg("ping")
@@ -221,10 +228,10 @@ func TestBrokenResponses(t *testing.T) {
 			if r, err := w.nc.RequestMsg(m, 2*time.Second); err != nil || r.Header.Get(wire.HeaderResponse) != "cancel" {
 				w.t.Errorf("ping with a lost chunk answered %v, %v; want cancel", r, err)
 			}
-		}, "2 chunks, 1 arrived"},
+		}, "2 chunks, 1 arrived", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := setup(t, caller.Config{BrokenAfter: 300 * time.Millisecond})
+			f := setup(t, caller.Config{BrokenAfter: cmp.Or(tc.brokenAfter, 30*time.Second)})
 			seen := cancels(t, f.wnc)
 			call, h := f.start("r3")
 			w := f.exec(h, "w1-1")

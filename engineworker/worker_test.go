@@ -49,8 +49,11 @@ func newRig(t *testing.T, ecfg fakeengine.Config, cfg Config) *rig {
 	if cfg.Engine == "vllm" && cfg.MaxNumSeqs == 0 {
 		cfg.MaxNumSeqs = uint64(e.Config().MaxNumSeqs)
 	}
+	// A short interval so that a hang is noticed soon, and a timeout long
+	// enough that only a hung engine fails two checks in a row (a loaded
+	// machine does not): a hang is then reported within HealthPeriod, ~4 s.
 	if cfg.HealthInterval == 0 && cfg.Engine == "vllm" {
-		cfg.HealthInterval, cfg.HealthTimeout = 50*time.Millisecond, 200*time.Millisecond
+		cfg.HealthInterval, cfg.HealthTimeout = 50*time.Millisecond, 2*time.Second
 	} // SGLang's /health takes a second: its defaults are made for that
 	if cfg.ScrapeInterval == 0 {
 		cfg.ScrapeInterval = 50 * time.Millisecond

@@ -52,7 +52,8 @@ func TestRunCompletesAndRejects(t *testing.T) {
 	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
 		Classes: []loadgen.ClassCount{{Class: "premium", Count: 12}, {Class: "regular", Count: 12}, {Class: "bad", Count: 3}},
 		ISL:     512, Timeout: 30 * time.Second, Window: 4, ProgressInterval: 10 * time.Millisecond,
-		OnProgress: func(p loadgen.Progress) { mu.Lock(); progress = append(progress, p); mu.Unlock() },
+		OutcomeWait: 30 * time.Second, // Run returns once every outcome is in
+		OnProgress:  func(p loadgen.Progress) { mu.Lock(); progress = append(progress, p); mu.Unlock() },
 	}, logger(t))
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -140,7 +141,7 @@ func TestRunCreatesStreamAndTimesOut(t *testing.T) {
 	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
 		Prefix:  "px",
 		Classes: []loadgen.ClassCount{{Class: "a", Count: 3}},
-		ISL:     10, Rate: 1000, Timeout: 300 * time.Millisecond,
+		ISL:     10, Rate: 1000, Timeout: 3 * time.Second, // nothing completes: only the run time depends on it
 	}, logger(t))
 	if !errors.Is(err, loadgen.ErrIncomplete) {
 		t.Fatalf("run without a dispatcher: got %v, want ErrIncomplete", err)
@@ -216,6 +217,7 @@ func TestRunWaitsForLateDispatchedOutcomes(t *testing.T) {
 	}()
 	res, err := loadgen.Run(context.Background(), nc, loadgen.Config{
 		Classes: []loadgen.ClassCount{{Class: "a", Count: n}}, ISL: 10, Timeout: 30 * time.Second,
+		OutcomeWait: 30 * time.Second, // Run returns once every outcome is in
 	}, logger(t))
 	if err != nil {
 		t.Fatalf("run: %v", err)

@@ -98,20 +98,18 @@ func TestDoneConfirmsInBackground(t *testing.T) {
 // TestDoneRetriesUntilAnswered: the first attempts find no responders (as
 // while JetStream recovers its consumers), then one goes unanswered; the
 // helper sends +ACK again each time, calling DoneAfter's function ahead of
-// every attempt, until an attempt is answered.
+// every attempt, until an attempt is answered. The only responder
+// subscribes after DoneAfter returned: a DoneAfter that waited for the
+// answer would never get one, and the +ACK would not be confirmed.
 func TestDoneRetriesUntilAnswered(t *testing.T) {
 	_, nc := natstest.StartServer(t)
 	a := startWorker(t, nc, workerkit.Config{ID: "w1"})
 	i := accept(t, nc, a, "r0", 1, "test.ack.r0")
 	var mu sync.Mutex
 	var before []int
-	start := time.Now()
 	a.finish(t, i, func(r *workerkit.Request) error {
 		return r.DoneAfter(func(attempt int) { mu.Lock(); before = append(before, attempt); mu.Unlock() })
 	})
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("DoneAfter took %v: it must not wait for the answer", took)
-	}
 	natstest.Eventually(t, wait, func() bool { return a.w.Stats().AckRetries >= 2 }, "two attempts finding no responders")
 	tap := tapAcks(t, nc, "test.ack.r0", func(n int) bool { return n > 1 }) // the first it hears goes unanswered
 	natstest.Eventually(t, wait, func() bool { return a.w.Stats().AcksConfirmed == 1 }, "the +ACK confirmed")

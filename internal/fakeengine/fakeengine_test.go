@@ -110,13 +110,21 @@ func TestMetricsNames(t *testing.T) {
 func TestHangAcceptsButNeverAnswers(t *testing.T) {
 	e, srv := start(t, fakeengine.Config{})
 	e.Hang(true)
-	c := http.Client{Timeout: 200 * time.Millisecond}
-	if _, err := c.Get(srv.URL + "/health"); err == nil {
+	// A short timeout for the hung engine: a slow machine only makes this
+	// check pass without testing; a long one for the answer after the hang.
+	short := http.Client{Timeout: 200 * time.Millisecond}
+	if _, err := short.Get(srv.URL + "/health"); err == nil {
 		t.Fatal("a hung engine answered /health")
 	}
 	e.Hang(false)
-	if resp, err := c.Get(srv.URL + "/health"); err != nil || resp.StatusCode != 200 {
+	long := http.Client{Timeout: 20 * time.Second}
+	resp, err := long.Get(srv.URL + "/health")
+	if err != nil {
 		t.Fatalf("after the hang: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the hang: status %d", resp.StatusCode)
 	}
 }
 
@@ -127,14 +135,14 @@ func TestEventsEveryLayoutAndReplay(t *testing.T) {
 		pub, rep := freePort(t), freePort(t)
 		e, srv := start(t, fakeengine.Config{BlockSize: 4, Layout: layout, DPRank: 1, IntHashes: i%2 == 1, ReplayWithTopic: i%2 == 0,
 			KVEndpoint: "tcp://127.0.0.1:" + strconv.Itoa(pub), ReplayEndpoint: "tcp://127.0.0.1:" + strconv.Itoa(rep), Topic: "kv"})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // beyond the 20 s for a message
 		sub := zmq4.NewSub(ctx)
 		if err := sub.Dial("tcp://127.0.0.1:" + strconv.Itoa(pub)); err != nil {
 			t.Fatal(err)
 		}
 		_ = sub.SetOption(zmq4.OptionSubscribe, "kv")
 		var got []engineworker.Batch
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(20 * time.Second)
 		done := make(chan zmq4.Msg, 1)
 		go func() {
 			m, err := sub.Recv()

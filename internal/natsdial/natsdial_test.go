@@ -20,6 +20,21 @@ import (
 // quick is the backoff of these tests: 10 ms between attempts.
 func quick() backoff.BackOff { return backoff.NewConstantBackOff(10 * time.Millisecond) }
 
+// steps is a backoff that waits waits[0], waits[1], ... in turn, then its
+// last wait forever.
+type steps struct {
+	waits []time.Duration
+	n     int
+}
+
+func (s *steps) NextBackOff() time.Duration {
+	w := s.waits[min(s.n, len(s.waits)-1)]
+	s.n++
+	return w
+}
+
+func (s *steps) Reset() { s.n = 0 }
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -78,7 +93,8 @@ func TestDialRefusedCredentials(t *testing.T) {
 
 // TestDialWaitsForTheServer: attempts against an address nothing listens on
 // are retried until the context ends, and the error then names the last
-// attempt's.
+// attempt's. The wait after the third attempt, when the context is
+// cancelled, is an hour: only the context's end can stop it.
 func TestDialWaitsForTheServer(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -88,7 +104,8 @@ func TestDialWaitsForTheServer(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, n, err := Dial(ctx, url, nil, quick(), func(attempt int, _ error) {
+	b := &steps{waits: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, time.Hour}}
+	_, n, err := Dial(ctx, url, nil, b, func(attempt int, _ error) {
 		if attempt == 3 {
 			cancel()
 		}
