@@ -77,11 +77,11 @@ func NewSelector(s Scoring, t Thresholds, src *rand.Rand) *Selector {
 // docs/design.md, Worker selection index. Any other request scans, and so
 // does every request while fewer than 16 workers are live.
 func (s *Selector) Select(reg *workers.Registry, r *request.Snapshot) (Choice, request.Code) {
+	s.useKV = s.KV != nil && r.Route != nil && r.Route.Hashes != nil // KVOverlap answers for this request, whichever path
 	if !s.Scan && reg.Len() >= s.scanBelow && s.unconstrained(r) {
 		return s.selectIndexed(reg, r)
 	}
 	s.cands = s.cands[:0]
-	s.useKV = s.KV != nil && r.Route != nil && r.Route.Hashes != nil
 	if s.useKV {
 		s.KV.Overlap(r.Route.Hashes, &s.kv)
 	}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -126,5 +127,28 @@ func TestKVNegativeControl(t *testing.T) {
 	f.report("w2", 16)
 	if got := f.s.Next(f.now); got.Kind != Dispatch || got.Worker != "w1" {
 		t.Fatalf("got %+v, want a dispatch to w1", got)
+	}
+}
+
+// TestKVPlainAfterHashedOnTheIndex: with 16 live workers a request without
+// block hashes is placed from the selection index; one with hashes, just
+// before it, was scored by a scan with the KV index. The plain one must not
+// be taken for KV-scored (it has no blocks: reading them crashed the actor).
+func TestKVPlainAfterHashedOnTheIndex(t *testing.T) {
+	f, x := kvFixture(t)
+	for i := range 16 {
+		f.report(fmt.Sprintf("w%02d", i), 0)
+	}
+	prompt := []uint64{1, 2, 3}
+	kvApply(t, x, "w03", 1, prompt, nil)
+	d := f.arrive("premium", 400, func(a *request.Arrival) { a.Hashes = prompt })
+	f.wantKind(d, Dispatch)
+	if d.Worker != "w03" || d.KVPrompt != 3 || d.KVOverlap != 3 {
+		t.Fatalf("hashed request: %s, overlap %d of %d blocks; want w03, 3 of 3", d.Worker, d.KVOverlap, d.KVPrompt)
+	}
+	d = f.arrive("premium", 400)
+	f.wantKind(d, Dispatch)
+	if d.KVPrompt != 0 || d.KVOverlap != 0 || d.Prefill != 400 {
+		t.Fatalf("plain request: overlap %d of %d blocks, prefill %d; want none and 400", d.KVOverlap, d.KVPrompt, d.Prefill)
 	}
 }
