@@ -113,38 +113,27 @@ func (s *Scheduler) SetPolicy(now int64, p *configs.Policy) PolicyChange {
 		s.gates.Update(w)
 	}
 
-	// Kept classes: the new index, and the new order if queue_policy changed.
-	var reorder []*request.Snapshot
+	// Kept classes: the new index, and the new order if queue_policy or
+	// min_share changed (keeping every key's standing: lanes.Reorder).
+	reordered := 0
 	for k, f := range from {
 		if f < 0 {
 			continue
 		}
 		c := classes[k]
 		changed := old.Classes[f].Queue != p.Classes[k].Queue || !maps.Equal(old.Classes[f].MinShare, p.Classes[k].MinShare)
-		if f == k && !changed {
-			continue
+		switch {
+		case changed:
+			reordered += c.Reorder(func(r *request.Snapshot) { r.Class = k; s.order(r) })
+		case f != k:
+			c.Each(func(r *request.Snapshot) bool { r.Class = k; return true })
 		}
-		start := len(reorder)
-		c.Each(func(r *request.Snapshot) bool {
-			r.Class = k
-			if changed {
-				reorder = append(reorder, r)
-			}
-			return true
-		})
-		for _, r := range reorder[start:] {
-			c.Remove(r)
-		}
-	}
-	for _, r := range reorder {
-		s.order(r)
-		classes[r.Class].Push(r)
 	}
 	for _, r := range moved {
 		s.reclass(r, ch)
 		classes[r.Class].Push(r)
 	}
-	ch.Moved, ch.Reordered = len(moved), len(reorder)+len(moved)
+	ch.Moved, ch.Reordered = len(moved), reordered+len(moved)
 	for k, st := range s.shed {
 		if st != nil { // count what the class holds now
 			*st.tally = *newDueTally(now)

@@ -101,3 +101,81 @@ uncached_isl_buckets:
 policy_classes:
   - {name: c, policy_family: c, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1000000000%s}
 `
+
+// reorderPolicy is one class whose queue_policy and min_share the tests
+// below change live (%s: extra fields of the class).
+const reorderPolicy = `default_policy_family: regular
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: small}
+policy_classes:
+  - {name: premium, policy_family: regular, cache_bucket: small, quantum: 512, prefill_busy_threshold: 1000%s}
+`
+
+// TestPolicyReorderKeepsStanding: a live change of queue_policy orders the
+// queued requests again and keeps every key's standing (docs/design.md,
+// Live policy: a class kept keeps its queue; Fairness keys: blocked keys
+// keep their standing). Key A waits pinned to a busy worker while B is
+// served four times: A keeps the credit of its wait.
+func TestPolicyReorderKeepsStanding(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(reorderPolicy, ""), filters.Thresholds{})
+	f.report("w1", 2000)
+	f.report("w2", 2000)
+	pin := func(key, w string) func(*request.Arrival) {
+		return func(a *request.Arrival) { a.Key, a.Pin = key, request.Target{Worker: w, Rank: request.AnyRank} }
+	}
+	for range 3 {
+		f.wantKind(f.arrive("premium", 400, pin("A", "w2")), Queued)
+	}
+	for range 6 {
+		f.wantKind(f.arrive("premium", 100, pin("B", "w1")), Queued)
+	}
+	f.report("w1", 0)
+	for range 4 {
+		d := f.s.Next(f.now)
+		f.wantKind(d, Dispatch)
+		f.s.Settle(d.Worker, Completion{Seq: d.Seq, RequestID: d.Req.ID, PrefillTokens: 100})
+		f.report("w1", 0)
+	}
+	c := f.s.Class(0)
+	va, _ := c.Service("A")
+	vb, _ := c.Service("B")
+	f.s.SetPolicy(f.now, mustPolicy(t, fmt.Sprintf(reorderPolicy, ", queue_policy: wspt")))
+	c = f.s.Class(0)
+	va2, _ := c.Service("A")
+	vb2, _ := c.Service("B")
+	if va2 != va || vb2 != vb || c.Len() != 5 {
+		t.Fatalf("after the change: A %v, B %v, %d queued; want A %v, B %v kept and 5 queued", va2, vb2, c.Len(), va, vb)
+	}
+}
+
+// TestPolicyFloorShareChangeApplies: a live change of a tier's min_share
+// applies to a key that stays tracked (here it is owed a settlement): with
+// tier 0's share raised from 0.1 to 0.5 while key K has both tiers
+// backlogged, tier 0 gets half of the next dispatches (docs/design.md, Tier
+// floors).
+func TestPolicyFloorShareChangeApplies(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(reorderPolicy, ", min_share: {0: 0.1}"), filters.Thresholds{})
+	tier := func(n uint32) func(*request.Arrival) { return func(a *request.Arrival) { a.Key, a.Strict = "K", n } }
+	f.report("w1", 2000)
+	f.wantKind(f.arrive("premium", 100, tier(1)), Queued)
+	f.report("w1", 0)
+	f.wantKind(f.s.Next(f.now), Dispatch) // arbitrated and charged, owed its record: K stays tracked
+	f.report("w1", 2000)
+	for range 40 {
+		f.wantKind(f.arrive("premium", 100, tier(1)), Queued)
+		f.wantKind(f.arrive("premium", 100, tier(0)), Queued)
+	}
+	f.s.SetPolicy(f.now, mustPolicy(t, fmt.Sprintf(reorderPolicy, ", min_share: {0: 0.5}")))
+	tier0 := 0
+	for range 20 {
+		f.report("w1", 0)
+		d := f.s.Next(f.now)
+		f.wantKind(d, Dispatch)
+		if d.Req.Strict == 0 {
+			tier0++
+		}
+	}
+	if tier0 < 9 || tier0 > 11 {
+		t.Fatalf("tier 0 got %d of 20 dispatches after its share went to 0.5, want 10 +- 1", tier0)
+	}
+}
