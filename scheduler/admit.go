@@ -37,7 +37,8 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 		s.enqueue(r)
 		return Decision{Kind: Queued, Req: r}
 	}
-	if s.direct(r, cls, cfg) {
+	direct, open := s.route(r, cls, cfg)
+	if direct {
 		d := s.place(now, r)
 		if d.Kind == Dispatch {
 			s.settle.record(now, d, 0, false) // not arbitrated: nothing charged to correct
@@ -54,8 +55,10 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 		s.enqueue(r)
 		return Decision{Kind: Queued, Req: r, Projected: -1}
 	}
-	if err := s.checkLimits(r.Class); err != nil {
-		return Decision{Kind: Reject, Req: r, Err: err}
+	if !open { // the limits bound a backlog: a request queued only for its budget or a hold-back makes none
+		if err := s.checkLimits(r.Class); err != nil {
+			return Decision{Kind: Reject, Req: r, Err: err}
+		}
 	}
 	if r.Deadline != 0 && r.Deadline <= now {
 		return s.expire(now, r)
@@ -76,18 +79,18 @@ func (s *Scheduler) Arrive(now int64, a *request.Arrival) Decision {
 	return Decision{Kind: Queued, Req: r, Projected: projected}
 }
 
-// direct reports whether r, admitted outside the grace and an outage, goes
-// straight to selection (docs/design.md, Queue or dispatch): its class does
-// not queue, or holds nothing and is not gated for r. Never while a
-// preemption holds r's class back, and never when r's key has a token
-// budget, whose charge is an arbitration's: such a request is queued and
-// the next arbitration, right after, dispatches it if its budget covers it
-// (docs/design.md, Token budgets).
-func (s *Scheduler) direct(r *request.Snapshot, cls *lanes.Keyed, cfg *configs.Class) bool {
-	if s.pre.holdsBack(r.Class) || (len(s.budgeted) > 0 && cls.KeyBudgeted(r.Key)) {
-		return false
-	}
-	return !cfg.Queues() || (cls.Empty() && !s.gates.GatedFor(r.Class, r))
+// route decides how r, admitted outside the grace and an outage, goes on
+// (docs/design.md, Queue or dispatch). open: its class does not queue, or
+// holds nothing and is neither held back by a preemption nor gated for r,
+// so r makes no backlog. direct: open and r goes straight to selection;
+// not while a preemption holds r's class back, nor when r's key has a
+// token budget, whose charge is an arbitration's: such a request is queued
+// and the next arbitration, right after, dispatches it if its budget covers
+// it (docs/design.md, Token budgets).
+func (s *Scheduler) route(r *request.Snapshot, cls *lanes.Keyed, cfg *configs.Class) (direct, open bool) {
+	held := s.pre.holdsBack(r.Class)
+	open = !cfg.Queues() || (cls.Empty() && !held && !s.gates.GatedFor(r.Class, r))
+	return open && !held && !(len(s.budgeted) > 0 && cls.KeyBudgeted(r.Key)), open
 }
 
 // snapshot builds the immutable snapshot of docs/design.md, Snapshot.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"fairdispatch/configs"
+	"fairdispatch/filters"
 	"fairdispatch/request"
 )
 
@@ -189,4 +190,44 @@ func TestBudgetLiveChange(t *testing.T) {
 		}
 	}
 	t.Logf("a: %v", served["a"])
+}
+
+// TestBudgetQueuedWithoutALimit: a request of a budgeted key queued only so
+// that an arbitration charges its budget makes no backlog, so the class's
+// queue limits do not apply to it: with request_queue_limit_per_worker 0
+// ("reject rather than queue") and an idle worker it is dispatched, not
+// rejected as queue_full.
+func TestBudgetQueuedWithoutALimit(t *testing.T) {
+	f := newFixture(t, `default_policy_family: c
+uncached_isl_buckets:
+  - {min_tokens: 0, bucket: all}
+policy_classes:
+  - {name: c, policy_family: c, cache_bucket: all, quantum: 1000, prefill_busy_threshold: 0,
+     request_queue_limit_per_worker: 0, default_key_budget: {tokens_per_second: 100000}}
+`, filters.Thresholds{})
+	f.report("w1", 0)
+	d := f.arrive("c", 100, func(a *request.Arrival) { a.Key = "a" })
+	f.wantKind(d, Queued)
+	f.wantKind(f.s.Next(f.now), Dispatch)
+}
+
+// TestBudgetRefundedWhenSelectionRejects: a request its key's budget paid
+// for at arbitration and that selection then rejects (every worker
+// overloaded) ran nowhere: its budget gets the cost back.
+func TestBudgetRefundedWhenSelectionRejects(t *testing.T) {
+	// The class's gate (100,000 tokens) is open where the worker is
+	// overloaded (over 1,000): the arbitration picks the request and
+	// selection finds no worker.
+	f := newFixture(t, strings.Replace(budgetClass(1000, ""), "prefill_busy_threshold: 0", "prefill_busy_threshold: 100000", 1),
+		filters.Thresholds{PrefillTokens: new(uint64(1000))})
+	f.report("w1", 5000)
+	d := f.arrive("c", 100, func(a *request.Arrival) { a.Key = "a" })
+	f.wantKind(d, Queued)
+	d = f.s.Next(f.now)
+	if d.Kind != Reject || d.Err.Code != request.AllWorkersOverloaded {
+		t.Fatalf("got %+v, want a rejection: every worker overloaded", d)
+	}
+	if level, _, _, _, _ := f.s.Class(0).BudgetLevel(f.now, "a"); level != 500 {
+		t.Fatalf("budget level %v after the rejection, want the full burst of 500 back", level)
+	}
 }

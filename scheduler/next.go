@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 
 	"fairdispatch/request"
 )
@@ -62,6 +63,9 @@ func (s *Scheduler) Next(now int64) Decision {
 		}
 	case Reject:
 		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
+		if s.budgeted != nil && c.Budgeted() && cost > 0 && !c.LastFree() {
+			c.ChargeBudget(now, r.Key, -int64(min(cost, math.MaxInt64/4))) // nothing ran: the budget gets back what Pop took
+		}
 	}
 	return d
 }
