@@ -207,10 +207,3 @@ func TestModel(t *testing.T) {
 		})
 	})
 }
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}

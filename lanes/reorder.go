@@ -1,6 +1,11 @@
 package lanes
 
-import "fairdispatch/request"
+import (
+	"cmp"
+	"slices"
+
+	"fairdispatch/request"
+)
 
 // Reorder takes every queued request out, lets order set its place again
 // (its Score, Due, class: a live change of queue_policy or min_share,
@@ -41,6 +46,11 @@ func (c *Keyed) Reorder(order func(*request.Snapshot)) int {
 			k.x.floors = nil // empty now: made again at the new shares
 		}
 	}
+	// The overflow key's requests last: pushed first, it could take the slot
+	// of a key it never replaced, which would then overflow (MaxKeys).
+	slices.SortStableFunc(rs, func(a, b *request.Snapshot) int {
+		return cmp.Compare(btoi(a.Key == OverflowKey), btoi(b.Key == OverflowKey))
+	})
 	for _, r := range rs {
 		order(r)
 		c.Push(r)
@@ -64,4 +74,11 @@ func (c *Keyed) Reorder(order func(*request.Snapshot)) int {
 		}
 	}
 	return len(rs)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -40,3 +40,24 @@ func TestReorderKeepsStanding(t *testing.T) {
 		t.Fatalf("order after Reorder: %v, want all four with b2 before b1 (newest first)", got)
 	}
 }
+
+// TestReorderKeepsKeysPastMaxKeys: at MaxKeys, the keys a class tracks stay
+// themselves through Reorder, and the overflow key keeps the newcomers,
+// whatever order the requests come back in.
+func TestReorderKeepsKeysPastMaxKeys(t *testing.T) {
+	for range 20 { // the requests come back in map order: try several
+		c := NewKeyed(always{}, KeyConfig{MaxKeys: 2})
+		for i, key := range []string{"a", "b", "c", "d"} {
+			c.Push(kr(key+"1", key, uint64(i+1), 100))
+		}
+		c.Reorder(func(*request.Snapshot) {})
+		for _, key := range []string{"a", "b", OverflowKey} {
+			if _, ok := c.Service(key); !ok {
+				t.Fatalf("key %s not tracked after Reorder", key)
+			}
+		}
+		if got := len(popAll(t, c)); got != 4 {
+			t.Fatalf("%d requests after Reorder, want 4", got)
+		}
+	}
+}
