@@ -210,7 +210,7 @@ func New(cfg Config, d Deps) *Actor {
 		byID:        make(map[string]uint64),
 		cancelled:   newMemo[struct{}](maxCancelled, int64(cancelMemoAge)),
 		running:     newMemo[runRef](maxRunning, int64(cancelMemoAge)),
-		lettered:    newMemo[struct{}](maxLettered, int64(cancelMemoAge)),
+		lettered:    newMemo[struct{}](maxLettered, int64(max(cancelMemoAge, 3*cfg.AckWait))), // a redelivery comes an ack wait later
 		thresholds:  make(chan thresholdReq),
 		policies:    make(chan policyReq),
 		polRev:      cfg.PolicyRevision,

@@ -73,13 +73,26 @@ func TestActorDeadLetterAckLost(t *testing.T) {
 	if got := first.log(); len(got) != 1 || got[0] != "+ACK" || len(f.b.letters) != 1 || len(f.outcomes) != 1 {
 		t.Fatalf("acks %v, %d letters, %d outcomes: want +ACK after one letter, one outcome", got, len(f.b.letters), len(f.outcomes))
 	}
+	published := f.now
 	f.now = f.now.Add(30 * time.Second)
-	again := f.deliverAttempt(3, 2, "premium", bad)
+	again := &fakeMsg{hdr: bad, data: []byte("body"), stream: 3, nd: 2}
+	d := again.delivery("premium", published) // the same message: stored at the same time
+	f.a.admit(f.now, &d)
+	f.a.drain()
 	if got := again.log(); len(got) != 1 || got[0] != "+ACK" || len(f.b.letters) != 1 || len(f.outcomes) != 1 || len(f.a.held) != 0 {
 		t.Fatalf("redelivery: acks %v, %d letters, %d outcomes, %d held: want +ACK again and nothing else", got, len(f.b.letters), len(f.outcomes), len(f.a.held))
 	}
 	f.deliverAttempt(4, 1, "premium", nats.Header{"Dispatch-ISL-Tokens": {"100"}, "Nats-Msg-Id": {"r3"}})
 	if len(f.b.sent) != 1 {
 		t.Fatalf("sent %d: want the new message with the same id dispatched", len(f.b.sent))
+	}
+	// The stream made again numbers from 1 anew: a message with the old
+	// sequence but stored later is another message.
+	other := &fakeMsg{hdr: nats.Header{"Dispatch-ISL-Tokens": {"100"}, "Nats-Msg-Id": {"r9"}}, data: []byte("body"), stream: 3, nd: 2}
+	d = other.delivery("premium", f.now)
+	f.a.admit(f.now, &d)
+	f.a.drain()
+	if len(f.b.sent) != 2 || len(other.log()) != 0 {
+		t.Fatalf("sent %d, acks %v: want the other message with the old sequence dispatched, not acknowledged", len(f.b.sent), other.log())
 	}
 }

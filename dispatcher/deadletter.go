@@ -71,7 +71,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	if err := h.msg.Ack(); err != nil {
 		a.log.Warn().Err(err).Str("request_id", h.snap.ID).Msg("ack after dead letter")
 	}
-	a.lettered.put(a.cfg.Now().UnixNano(), letterKey(d.seq), struct{}{})
+	a.lettered.put(a.cfg.Now().UnixNano(), letterKey(d.seq, h.snap.Arrival), struct{}{})
 	a.dropHeld(d.seq, h)
 	h.rel.Release(1)
 	if h.replyTo != "" {
@@ -97,18 +97,23 @@ func (a *Actor) deadLettered(d dlqDone) {
 // (letteredBefore): at most about 4 MB.
 const maxLettered = 100_000
 
-func letterKey(seq uint64) string { return strconv.FormatUint(seq, 10) }
+// letterKey names a message by its stream sequence and its publication
+// time (Unix ns): a stream deleted and made again numbers its messages from
+// 1 anew, and one of those must not be taken for a letter of the old.
+func letterKey(seq uint64, published int64) string {
+	return strconv.FormatUint(seq, 10) + "@" + strconv.FormatInt(published, 10)
+}
 
 // letteredBefore acknowledges again, and reports true for, a redelivery of a
 // message whose dead letter was stored and which was acknowledged within the
-// last ten minutes: that plain +ACK was lost (a server restart, a consumer
+// last ten minutes (or three ack waits, if longer): that plain +ACK was lost (a server restart, a consumer
 // leader change), and the request must not be admitted again, run, or
 // answered a second time (docs/protocol.md, Dead letters).
 func (a *Actor) letteredBefore(dl *ingest.Delivery) bool {
 	if a.lettered.len() == 0 {
 		return false
 	}
-	if _, ok := a.lettered.get(letterKey(dl.StreamSeq)); !ok {
+	if _, ok := a.lettered.get(letterKey(dl.StreamSeq, dl.Published.UnixNano())); !ok {
 		return false
 	}
 	if err := dl.Msg.Ack(); err != nil {
