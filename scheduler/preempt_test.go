@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"fairdispatch/configs"
@@ -72,5 +73,41 @@ func TestPreemptOffCostsNothing(t *testing.T) {
 	s.Started(vstart, d.Req, d.Worker, d.Rank, d.Seq)
 	if s.pre.on || len(s.pre.running) != 0 || len(s.Preempt(vstart+1e9, nil)) != 0 {
 		t.Errorf("preemption state without a preempting class: on %v, running %v", s.pre.on, s.pre.running)
+	}
+}
+
+// TestPreemptHonoursThePinnedRank: a request pinned to rank 1 of w1 is not
+// helped by stopping what runs on rank 0: only the batch request on rank 1
+// is asked to stop.
+func TestPreemptHonoursThePinnedRank(t *testing.T) {
+	now := vstart
+	s := New(Config{Policy: preemptPolicy(t, preemptYAML), Scoring: filters.DefaultScoring(), Rand: rand.New(rand.NewPCG(1, 2))}, now)
+	rep := func(reqs ...uint64) workers.Report {
+		r := workers.Report{WorkerID: "w1", DPSize: 2, TTLms: 600000, MaxActive: 1, Preempt: true}
+		for i, n := range reqs {
+			r.Ranks = append(r.Ranks, workers.RankLoad{Rank: uint32(i), ActiveRequests: n})
+		}
+		return r
+	}
+	s.Report(now, rep(0, 0))
+	var onRank [2]string
+	for _, id := range []string{"b0", "b1"} {
+		d := s.Arrive(now, &request.Arrival{ID: id, Token: "batch", ISL: 100, Published: now})
+		if d.Kind != Dispatch {
+			t.Fatalf("%s: %v, want a dispatch", id, d.Kind)
+		}
+		s.Started(now, d.Req, d.Worker, d.Rank, d.Seq)
+		onRank[d.Rank] = id
+	}
+	r := rep(1, 1)
+	r.SeenSeq, r.HasSeenSeq = 2, true
+	s.Report(now, r)
+	if d := s.Arrive(now, &request.Arrival{ID: "i1", Token: "interactive", ISL: 10, Published: now,
+		Pin: request.Target{Worker: "w1", Rank: 1}}); d.Kind != Queued {
+		t.Fatalf("i1: %v, want queued", d.Kind)
+	}
+	now += 150e6
+	if got := s.Preempt(now, nil); len(got) != 1 || got[0].RequestID != onRank[1] {
+		t.Fatalf("Preempt = %+v, want one ask, for %s on rank 1", got, onRank[1])
 	}
 }
