@@ -23,12 +23,7 @@ func startServer(t *testing.T, mod func(*server.Options)) *natstest.Server {
 // connect opens a plain test connection that reconnects quickly forever.
 func connect(t *testing.T, ts *natstest.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ts.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return ts.Connect(t)
 }
 
 // withStreams starts a server (mod as for startServer), creates the

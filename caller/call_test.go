@@ -504,15 +504,7 @@ func TestReconnectAfterTheClaim(t *testing.T) {
 	for _, alive := range []bool{false, true} {
 		t.Run(map[bool]string{false: "stopped", true: "alive"}[alive], func(t *testing.T) {
 			ns := natstest.Start(t, nil)
-			connect := func() *nats.Conn {
-				nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(nc.Close)
-				return nc
-			}
-			nc, wnc := connect(), connect()
+			nc, wnc := ns.Connect(t), ns.Connect(t)
 			js, err := jetstream.New(nc)
 			if err != nil {
 				t.Fatal(err)

@@ -395,12 +395,7 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 		return !ledAt.IsZero() && ledAt.Before(created)
 	}
 	start := func(id string) *candidate {
-		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return campaignOn(t, nc, Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
+		return campaignOn(t, ns.Connect(t), Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
 			ledMu.Lock()
 			if lead && ledAt.IsZero() {
 				ledAt = time.Now()

@@ -270,11 +270,7 @@ func TestUnansweredAck(t *testing.T) {
 // flushes what it buffered while disconnected.
 func TestConfirmedAcksAcrossServerRestart(t *testing.T) {
 	ns := natstest.Start(t, nil) // restartable on the same port and storage
-	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := ns.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -231,12 +231,24 @@ func TestStopWaitsForConfirmations(t *testing.T) {
 		stopped <- a.w.Stop(ctx)
 	}()
 	natstest.Eventually(t, wait, func() bool { return a.w.Stats().AckRetries >= 1 }, "a retry")
+	stopWaits(t, stopped, func() { tapAcks(t, nc, "test.ack.slow", always) })
+	if s := a.w.Stats(); s.AcksConfirmed != 1 || s.AcksUnconfirmed != 0 {
+		t.Errorf("stats %+v: want the acknowledgement confirmed", s)
+	}
+}
+
+// stopWaits checks that Stop, running in the background and reporting on
+// stopped, has not returned while an acknowledgement is outstanding; then
+// calls confirm, which lets it be confirmed, and checks that Stop returns
+// without an error.
+func stopWaits(t *testing.T, stopped <-chan error, confirm func()) {
+	t.Helper()
 	select {
 	case err := <-stopped:
 		t.Fatalf("Stop returned (%v) with an acknowledgement outstanding", err)
 	default:
 	}
-	tapAcks(t, nc, "test.ack.slow", always)
+	confirm()
 	select {
 	case err := <-stopped:
 		if err != nil {
@@ -244,9 +256,6 @@ func TestStopWaitsForConfirmations(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("Stop did not return once the acknowledgement was confirmed")
-	}
-	if s := a.w.Stats(); s.AcksConfirmed != 1 || s.AcksUnconfirmed != 0 {
-		t.Errorf("stats %+v: want the acknowledgement confirmed", s)
 	}
 }
 
@@ -276,20 +285,8 @@ func TestResponseDoneConfirmsThroughTheAcker(t *testing.T) {
 	}()
 	n := w.Stats().AckRetries
 	natstest.Eventually(t, wait, func() bool { return w.Stats().AckRetries > n }, "a retry while stopping")
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) with the +ACK outstanding", err)
-	default:
-	}
-	tap := tapAcks(t, nc, "ack.r1", always)
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("Stop did not return once the acknowledgement was confirmed")
-	}
+	var tap *ackTap
+	stopWaits(t, stopped, func() { tap = tapAcks(t, nc, "ack.r1", always) })
 	if s := w.Stats(); s.AcksConfirmed != 1 || s.AcksUnconfirmed != 0 {
 		t.Errorf("stats %+v: want the +ACK confirmed", s)
 	}

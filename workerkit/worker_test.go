@@ -199,15 +199,7 @@ type restartFixture struct {
 func newRestartFixture(t *testing.T, ackWait time.Duration) *restartFixture {
 	t.Helper()
 	ns := natstest.Start(t, nil)
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	nc, wnc := connect(), connect()
+	nc, wnc := ns.Connect(t), ns.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

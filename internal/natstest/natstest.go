@@ -97,6 +97,18 @@ func (s *Server) Restart() {
 	s.start()
 }
 
+// Connect opens a connection to s that reconnects every 20 ms, forever
+// (across Stop and Restart), closed at the end of the test.
+func (s *Server) Connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatalf("natstest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // Running returns the running server, or nil while it is stopped.
 func (s *Server) Running() *server.Server {
 	s.mu.Lock()
