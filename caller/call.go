@@ -142,7 +142,7 @@ func (c *Call) onMsg(m *nats.Msg) {
 			// went elsewhere and it answers nothing, leaving the answer to
 			// whoever has them (docs/protocol.md, What the producer answers).
 			if n, err := wire.ParseResponseSeq(wire.HeaderValue(m.Header, wire.HeaderResponseSeq)); err == nil && n == 0 {
-				c.exec = exec
+				c.exec, c.heardExec = exec, time.Now()
 				answer(m, wire.AnswerOK)
 			}
 		case exec != c.exec:
@@ -276,7 +276,7 @@ func (c *Call) Recv(ctx context.Context) (Event, error) {
 			}
 		case c.exec != "":
 			if left = c.reconnectWatchLocked(); left <= 0 {
-				c.breakLocked("the connection to NATS was lost after the worker's claim, and the worker has not been heard from since: it found nobody listening and stopped")
+				c.breakLocked("the connection to NATS was lost after the worker's claim, and the worker has not been heard from since (a claim or ping that finds nobody listening stops it)")
 				c.mu.Unlock()
 				continue
 			}

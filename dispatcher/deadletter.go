@@ -93,7 +93,7 @@ func (a *Actor) deadLettered(d dlqDone) {
 	}
 }
 
-// maxLettered bounds the dead-lettered stream sequences remembered
+// maxLettered bounds the dead-lettered messages remembered
 // (letteredBefore): at most about 4 MB.
 const maxLettered = 100_000
 
@@ -106,9 +106,10 @@ func letterKey(seq uint64, published int64) string {
 
 // letteredBefore acknowledges again, and reports true for, a redelivery of a
 // message whose dead letter was stored and which was acknowledged within the
-// last ten minutes (or three ack waits, if longer): that plain +ACK was lost (a server restart, a consumer
-// leader change), and the request must not be admitted again, run, or
-// answered a second time (docs/protocol.md, Dead letters).
+// last ten minutes (or three ack waits, if longer): that plain +ACK was lost
+// (a server restart, a consumer leader change), and the request must not be
+// admitted again, run, or answered a second time (docs/protocol.md, Dead
+// letters).
 func (a *Actor) letteredBefore(dl *ingest.Delivery) bool {
 	if a.lettered.len() == 0 {
 		return false

@@ -588,18 +588,20 @@ func (w *Worker) ackUnconfirmed(r *Request, subj string, body []byte, plain bool
 	if subj == "" {
 		return true, nil
 	}
+	send := func(to string) {
+		w.plainAcks.Add(1)
+		err = errors.Join(err, w.nc.Publish(to, body))
+	}
 	if finishKindOf(body) != finishedHandedBack {
 		for _, j := range r.joined {
 			if j.ack != "" && j.ack != subj {
-				w.plainAcks.Add(1)
-				err = errors.Join(err, w.nc.Publish(j.ack, body))
+				send(j.ack)
 			}
 		}
 		if r.Ack != "" && r.Ack != subj {
-			w.plainAcks.Add(1)
-			err = errors.Join(err, w.nc.Publish(r.Ack, body))
+			send(r.Ack)
 		}
 	}
-	w.plainAcks.Add(1)
-	return true, errors.Join(err, w.nc.Publish(subj, body))
+	send(subj)
+	return true, err
 }
