@@ -369,15 +369,17 @@ func (c *Keyed) maybeForget(k *key) {
 }
 
 // Remove takes r out of the class wherever it waits (an expired deadline, a
-// hand-back). A request already charged (handed back after a refused dispatch)
-// releases its key's debt. O(log n + log L + log K).
+// hand-back). A request that paid its cost at arbitration (Paid: handed back
+// after a refused dispatch) releases its key's debt for that dispatch; one
+// charged without paying (dispatched at arrival, then refused) owes none.
+// O(log n + log L + log K).
 func (c *Keyed) Remove(r *request.Snapshot) {
 	if r.Index < 0 {
 		return
 	}
 	k := c.byName[keyName(r)]
 	c.remove(k, r)
-	if r.Charged && k.owed > 0 {
+	if r.Paid && k.owed > 0 {
 		k.owed--
 	}
 	c.reexamine(k) // its candidate may have gone

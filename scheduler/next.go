@@ -62,7 +62,9 @@ func (s *Scheduler) Next(now int64) Decision {
 			}
 		}
 	case Reject:
-		s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
+		if r.Paid {
+			s.classes[k].Release(r.Key) // nothing will complete: the key owes no settlement
+		}
 		if s.budgeted != nil && c.Budgeted() && cost > 0 && !c.LastFree() {
 			c.ChargeBudget(now, r.Key, -int64(min(cost, math.MaxInt64/4))) // nothing ran: the budget gets back what Pop took
 		}
