@@ -89,10 +89,39 @@ type chainState struct {
 }
 
 // engineBlock is what the chain knows of one engine block.
+//
+// An engine may hold several copies of one block in a tier: vLLM does not
+// de-duplicate its cache (vllm/v1/core/block_pool.py: two requests that fill
+// the same block each keep theirs, and each copy is stored, and removed, with
+// an event of its own). The block stays in a tier until its last copy there
+// is removed. A copy stored before we listened is not counted, so its removal
+// may take the block out while the engine still holds it: the index then
+// under-reports, which costs a cache hit, never a wrong route.
 type engineBlock struct {
-	after chainState
-	ours  []uint64 // our blocks this engine block completed
-	tiers wire.Tiers
+	after  chainState
+	ours   []uint64 // our blocks this engine block completed
+	tiers  wire.Tiers
+	copies [wire.NumTiers]uint32 // copies stored in each tier of tiers
+}
+
+// store counts one more copy of b in tier t.
+func (b *engineBlock) store(t wire.Tier) {
+	b.tiers |= wire.Tiers(1) << t
+	b.copies[t]++
+}
+
+// remove counts one copy of b in tier t gone, and reports whether it was the
+// last there; a tier b is not known in is left alone (false).
+func (b *engineBlock) remove(t wire.Tier) bool {
+	if b.copies[t] == 0 {
+		return false // never stored here, or stored before we listened
+	}
+	b.copies[t]--
+	if b.copies[t] > 0 {
+		return false
+	}
+	b.tiers &^= wire.Tiers(1) << t
+	return true
 }
 
 // Chain translates one rank's engine events. It is not safe for concurrent use.
@@ -155,14 +184,12 @@ func (c *Chain) Apply(ev Event, out []Change) ([]Change, error) {
 		if err != nil {
 			return out, err
 		}
-		bit := wire.Tiers(1) << tier
 		var gone []uint64
 		for _, h := range ev.Hashes {
 			b := c.blocks[h]
-			if b == nil || b.tiers&bit == 0 {
-				continue // never stored here, or stored before we listened
+			if b == nil || !b.remove(tier) {
+				continue // another copy stays, or never stored here
 			}
-			b.tiers &^= bit
 			gone = append(gone, b.ours...)
 			if b.tiers == 0 {
 				delete(c.blocks, h)
@@ -183,7 +210,6 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 	if err != nil {
 		return out, err
 	}
-	bit := wire.Tiers(1) << tier
 	if len(ev.Tokens) != len(ev.Hashes)*ev.BlockSize {
 		// An offloading medium may store known blocks without their tokens.
 		if len(ev.Tokens) != 0 {
@@ -204,8 +230,9 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 	var failure error
 	for i, h := range ev.Hashes {
 		if b := c.blocks[h]; b != nil {
-			// Known (stored in another tier, or again): same tokens, same hashes.
-			b.tiers |= bit
+			// Known (stored in another tier, or another copy): same tokens,
+			// same hashes.
+			b.store(tier)
 			stored = append(stored, b.ours...)
 			state = b.after
 			continue
@@ -219,7 +246,8 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 			failure = ErrOverflow
 			break
 		}
-		b := &engineBlock{tiers: bit}
+		b := &engineBlock{}
+		b.store(tier)
 		toks := ev.Tokens[i*ev.BlockSize : (i+1)*ev.BlockSize]
 		b.after = c.advance(state, toks, ev.Unhashable, &b.ours)
 		if b.after.unhashable {

@@ -109,6 +109,48 @@ func TestChainChanges(t *testing.T) {
 	}
 }
 
+// TestChainCopies: vLLM keeps a copy of a block per request that filled it
+// (vllm/v1/core/block_pool.py does not de-duplicate), stores and removes each
+// copy with an event of its own, and a block leaves a tier with its last copy
+// there. Removing one of two copies keeps the block, so a request that then
+// extends it from the surviving copy finds its parent.
+func TestChainCopies(t *testing.T) {
+	ch := NewChain(4, 0, 100)
+	apply := func(ev Event) []Change {
+		t.Helper()
+		out, err := ch.Apply(ev, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", ev, err)
+		}
+		return out
+	}
+	apply(storedEv("", 4, seq(1, 8), "a", "b"))
+	apply(storedEv("", 4, seq(1, 8), "a", "b")) // a second request's copy
+	if got := apply(Event{Kind: BlockRemoved, Hashes: []string{"b", "a"}, Group: -1}); got != nil {
+		t.Errorf("one copy of two removed: got %v, want no change", got)
+	}
+	got := apply(storedEv("b", 4, seq(9, 12), "c"))
+	if want := wire.ChainHashes(nil, seq(1, 12), 4)[2:]; len(got) != 1 || !reflect.DeepEqual(got[0].Hashes, want) {
+		t.Errorf("extended from the surviving copy: got %v, want stored %x", got, want)
+	}
+	got = apply(Event{Kind: BlockRemoved, Hashes: []string{"c", "b", "a"}, Group: -1})
+	h := wire.ChainHashes(nil, seq(1, 12), 4)
+	if want := []Change{{Op: OpRemoved, Tier: wire.Device, Hashes: []uint64{h[2], h[1], h[0]}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("the last copies removed: got %v, want %v", got, want)
+	}
+	if ch.Len() != 0 {
+		t.Errorf("held %d engine blocks after every copy was removed", ch.Len())
+	}
+	// A copy in another tier is counted apart: offloaded, then dropped from
+	// the device, the block stays in the host tier.
+	apply(storedEv("", 4, seq(1, 4), "a"))
+	apply(Event{Kind: BlockStored, Hashes: []string{"a"}, BlockSize: 4, Medium: "CPU", Group: -1})
+	apply(Event{Kind: BlockRemoved, Hashes: []string{"a"}, Group: -1})
+	if held := ch.Held(); len(held[wire.Device]) != 0 || len(held[wire.Host]) != 1 {
+		t.Errorf("after offload and device eviction: held %v, want the block in the host tier only", held)
+	}
+}
+
 func TestChainBounded(t *testing.T) {
 	ch := NewChain(4, 0, 1)
 	if _, err := ch.Apply(storedEv("", 4, seq(1, 8), "a", "b"), nil); !errors.Is(err, ErrOverflow) {
