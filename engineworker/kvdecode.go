@@ -333,9 +333,10 @@ func extraKeysSet(v any) bool {
 }
 
 // engineHash turns an engine block hash into a map key. vLLM's
-// ExternalBlockHash is bytes (a sha256 digest) or, with
-// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1 and before vLLM 0.10, an int (its low
-// 64 bits, sent as int64 or uint64 by msgpack): an int keeps its 64 bits.
+// ExternalBlockHash is an int, the low 64 bits of a sha256 digest, sent as
+// int64 or uint64 by msgpack (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1, the
+// default, vllm/envs.py), or the digest's bytes (with 0): an int keeps its
+// 64 bits.
 func engineHash(v any) (string, error) {
 	switch t := v.(type) {
 	case int64:

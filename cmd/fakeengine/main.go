@@ -35,7 +35,7 @@ func run() error {
 	flag.StringVar(&cfg.ReplayEndpoint, "kv-replay-endpoint", "", "ZMQ ROUTER endpoint for replays")
 	flag.StringVar(&cfg.Topic, "kv-topic", "", "KV event topic")
 	flag.StringVar(&cfg.Layout, "kv-event-format", cfg.Layout, fmt.Sprintf("the msgpack layout of the batches, one of %v", fakeengine.Layouts))
-	flag.BoolVar(&cfg.IntHashes, "int-block-hashes", false, "block hashes as 64-bit ints (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1)")
+	flag.BoolVar(&cfg.ByteHashes, "byte-block-hashes", false, "block hashes as sha256 bytes, not their low 64 bits as ints (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0; vLLM's default is 1)")
 	flag.BoolVar(&cfg.PromptTokensDetails, "enable-prompt-tokens-details", true, "report cached tokens in usage")
 	flag.Parse()
 	if *probe != "" {

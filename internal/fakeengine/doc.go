@@ -11,8 +11,8 @@
 // with the markers of a chat template. Its full blocks of Config.BlockSize
 // tokens are hashed as vLLM hashes them (sha256 of the parent hash and the
 // block's tokens, vllm/v1/core/kv_cache_utils.py hash_block_tokens; the
-// bytes, or their low 64 bits with Config.IntHashes as
-// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES does) and looked up in a prefix
+// low 64 bits as ints, vLLM's default, or the bytes with Config.ByteHashes
+// as VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 does) and looked up in a prefix
 // cache of Config.NumGPUBlocks blocks with LRU eviction (a finished
 // request's blocks are freed last block first, as vLLM's free queue does, so
 // children are evicted before their parents). The longest cached prefix is

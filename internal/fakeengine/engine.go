@@ -39,8 +39,10 @@ type Config struct {
 	Layout string
 	// ReplayWithTopic answers replays with the topic frame first (newer vLLM).
 	ReplayWithTopic bool
-	// IntHashes sends block hashes as 64-bit ints instead of sha256 bytes.
-	IntHashes bool
+	// ByteHashes sends block hashes as sha256 bytes instead of their low 64
+	// bits as ints, vLLM's default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1,
+	// vllm/envs.py; 0 sends the bytes).
+	ByteHashes bool
 	// PromptTokensDetails reports cached tokens in usage (vLLM's
 	// --enable-prompt-tokens-details, SGLang's --enable-cache-report).
 	PromptTokensDetails bool
@@ -242,7 +244,7 @@ func (e *Engine) publish(evs []kvEvent) {
 	if e.pub == nil || len(evs) == 0 {
 		return
 	}
-	b := encodeBatch(e.cfg.Layout, float64(time.Now().UnixNano())/1e9, e.cfg.DPRank, evs, e.cfg.IntHashes)
+	b := encodeBatch(e.cfg.Layout, float64(time.Now().UnixNano())/1e9, e.cfg.DPRank, evs, !e.cfg.ByteHashes)
 	e.pub.publish(b)
 	e.mu.Lock()
 	e.stats.BatchesPublic++

@@ -133,7 +133,7 @@ func TestHangAcceptsButNeverAnswers(t *testing.T) {
 func TestEventsEveryLayoutAndReplay(t *testing.T) {
 	for i, layout := range fakeengine.Layouts {
 		pub, rep := freePort(t), freePort(t)
-		e, srv := start(t, fakeengine.Config{BlockSize: 4, Layout: layout, DPRank: 1, IntHashes: i%2 == 1, ReplayWithTopic: i%2 == 0,
+		e, srv := start(t, fakeengine.Config{BlockSize: 4, Layout: layout, DPRank: 1, ByteHashes: i%2 == 1, ReplayWithTopic: i%2 == 0,
 			KVEndpoint: "tcp://127.0.0.1:" + strconv.Itoa(pub), ReplayEndpoint: "tcp://127.0.0.1:" + strconv.Itoa(rep), Topic: "kv"})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // beyond the 20 s for a message
 		sub := zmq4.NewSub(ctx)
