@@ -46,8 +46,11 @@ func (a *Actor) storeDead(h *held) {
 	class := h.msg.Token() // the subject token when no class could be resolved
 	if r.Class >= 0 {
 		class = a.className(r.Class)
-	} else if !bus.ValidToken(class) {
-		class = bus.UnresolvedClass // the letter must have a subject to be stored
+	} else if !bus.ValidToken(class) || len(class) > wire.MaxTokenLen {
+		// The letter must have a subject to be stored, and one the server
+		// takes: a token of thousands of bytes makes the publish line too
+		// long, and the server closes the connection.
+		class = bus.UnresolvedClass
 	}
 	err := a.d.DeadLetters.Publish(bus.DeadLetter{
 		Class: class, RequestID: r.ID, Code: string(h.err.Code), Message: h.err.Message,

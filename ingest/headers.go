@@ -495,27 +495,32 @@ func checkToken(s string, valid func(string) bool, what string) string {
 	return ""
 }
 
-// checkSubject returns "" when s is a literal NATS subject to publish to: non-empty
-// tokens separated by dots, no whitespace or control characters, and no wildcard
-// token (`*` or `>`), as nats-server's IsValidLiteralSubject; else the reason.
+// checkSubject returns "" when s is a literal NATS subject to publish to: at
+// most wire.MaxSubjectLen bytes of non-empty tokens separated by dots, no
+// whitespace or control characters, and no `*` or `>` (stricter than
+// nats-server's IsValidLiteralSubject, which allows them inside a longer
+// token: the dispatcher and the workers publish to no such subject); else the
+// reason.
 func checkSubject(s string) string {
-	if s == "" {
+	switch {
+	case s == "":
 		return "is not a subject (empty)"
+	case len(s) > wire.MaxSubjectLen:
+		return "is not a subject (longer than " + strconv.Itoa(wire.MaxSubjectLen) + " bytes)"
 	}
 	start := 0
 	for i := 0; i <= len(s); i++ {
 		if i < len(s) && s[i] != '.' {
-			if s[i] <= ' ' || s[i] == 0x7f {
+			switch {
+			case s[i] <= ' ' || s[i] == 0x7f:
 				return "is not a subject (whitespace or control character)"
+			case s[i] == '*' || s[i] == '>':
+				return "is not a literal subject (wildcard)"
 			}
 			continue
 		}
-		tok := s[start:i]
-		switch tok {
-		case "":
+		if i == start {
 			return "is not a subject (empty token)"
-		case "*", ">":
-			return "is not a literal subject (wildcard)"
 		}
 		start = i + 1
 	}

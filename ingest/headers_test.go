@@ -211,7 +211,15 @@ var decodeCases = []decodeCase{
 	// Dispatch-Reply-To.
 	{name: "reply", h: hdr(wire.HeaderReplyTo, "_INBOX.abc.1"), want: with(func(d *Headers) { d.ReplyTo = "_INBOX.abc.1" })},
 	{name: "reply one token", h: hdr(wire.HeaderReplyTo, "out"), want: with(func(d *Headers) { d.ReplyTo = "out" })},
-	{name: "reply star inside token", h: hdr(wire.HeaderReplyTo, "a.b*c"), want: with(func(d *Headers) { d.ReplyTo = "a.b*c" })},
+	// A * or > inside a token: nats-server takes the subject as literal, but
+	// no publisher here sends to it (docs/protocol.md, Request headers).
+	{name: "reply star inside token", h: hdr(wire.HeaderReplyTo, "a.b*c"), wantErr: wire.HeaderReplyTo},
+	{name: "reply gt inside token", h: hdr(wire.HeaderReplyTo, "a.>x"), wantErr: wire.HeaderReplyTo},
+	// A subject over wire.MaxSubjectLen would make the dispatcher's own
+	// publish line too long for the server, which closes the connection.
+	{name: "reply at max length", h: hdr(wire.HeaderReplyTo, strings.Repeat("a", wire.MaxSubjectLen)), want: with(func(d *Headers) { d.ReplyTo = strings.Repeat("a", wire.MaxSubjectLen) })},
+	{name: "reply past max length", h: hdr(wire.HeaderReplyTo, strings.Repeat("a", wire.MaxSubjectLen+1)), wantErr: wire.HeaderReplyTo},
+	{name: "response past max length", h: hdr(wire.HeaderResponseTo, strings.Repeat("a.", wire.MaxSubjectLen/2)+"b"), wantErr: wire.HeaderResponseTo},
 	{name: "reply star", h: hdr(wire.HeaderReplyTo, "a.*.c"), wantErr: wire.HeaderReplyTo},
 	{name: "reply gt", h: hdr(wire.HeaderReplyTo, "a.>"), wantErr: wire.HeaderReplyTo},
 	{name: "reply empty token", h: hdr(wire.HeaderReplyTo, "a..b"), wantErr: wire.HeaderReplyTo},
