@@ -67,6 +67,12 @@ type Options struct {
 	// OnReconnect is called when the connection is back. It runs on the NATS
 	// client's callback goroutine and must not block.
 	OnReconnect func()
+	// OnClosed is called when the connection is closed for good: by Close,
+	// or by the client after an error it does not reconnect from (a server
+	// that refused a protocol line as too long, for one), with that error
+	// (nil after Close). It runs on the NATS client's callback goroutine and
+	// must not block.
+	OnClosed func(err error)
 }
 
 // Connect connects to NATS. The first connection is retried with exponential
@@ -179,11 +185,15 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 			log.Debug().Err(err).Msg("nats reconnect attempt failed")
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
+			err := nc.LastError()
 			ev := log.Info()
-			if err := nc.LastError(); err != nil {
-				ev = log.Warn().Err(err)
+			if err != nil {
+				ev = log.Error().Err(err)
 			}
 			ev.Msg("nats connection closed")
+			if o.OnClosed != nil {
+				o.OnClosed(err)
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			ev := log.Error().Err(err)

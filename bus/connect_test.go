@@ -110,3 +110,31 @@ func TestConnectRejectsBadOptions(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestConnectClosedForGood: a protocol line longer than the server's
+// max_control_line (a publish to a subject of 5,000 bytes) makes the server
+// close the connection, and nats.go does not reconnect from that: OnClosed
+// tells the owner, with the error, so that it can stop rather than run on
+// without a connection.
+func TestConnectClosedForGood(t *testing.T) {
+	ts := startServer(t, nil)
+	closed := make(chan error, 1)
+	log, _ := testLogger()
+	nc, err := Connect(ctxT(t), Options{URL: ts.URL(), OnClosed: func(err error) { closed <- err }}, log)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	defer nc.Close()
+	if err := nc.Publish(strings.Repeat("a", 5000), nil); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "control line") {
+			t.Errorf("OnClosed(%v), want the server's maximum control line error", err)
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("OnClosed was not called")
+	}
+}

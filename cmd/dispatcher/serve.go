@@ -73,6 +73,7 @@ type process struct {
 	names   naming.Names
 	act     atomic.Pointer[dispatcher.Actor]
 	nc      *nats.Conn
+	closed  chan error // the connection closed for good (bus.Options.OnClosed)
 	js      jetstream.JetStream
 	storage jetstream.StorageType
 
@@ -141,6 +142,7 @@ func (p *process) connect(ctx context.Context) error {
 	if p.names, err = naming.New(s.prefix); err != nil { // validated with the flags
 		return err
 	}
+	p.closed = make(chan error, 1)
 	p.nc, err = bus.Connect(ctx, bus.Options{
 		URL: p.url, Name: "fairdispatch-dispatcher",
 		CredsFile: s.auth.Creds, NKeyFile: s.auth.NKey, User: s.auth.User, Password: s.auth.Password, InboxPrefix: s.inboxPrefix,
@@ -153,6 +155,12 @@ func (p *process) connect(ctx context.Context) error {
 		OnReconnect: func() {
 			if a := p.act.Load(); a != nil {
 				a.Connected(true)
+			}
+		},
+		OnClosed: func(err error) {
+			select {
+			case p.closed <- err:
+			default:
 			}
 		},
 	}, p.log)
@@ -376,6 +384,11 @@ func (p *process) run(ctx context.Context) error {
 		case <-runCtx.Done():
 		case fatal = <-pull.fatal:
 			log.Error().Err(fatal).Msg("cannot pull requests as leader; exiting so that another dispatcher leads")
+		case err := <-p.closed:
+			// nats.go does not reconnect after some server errors: a
+			// dispatcher without a connection would only look alive.
+			fatal = errors.Join(errors.New("nats connection closed for good"), err)
+			log.Error().Err(fatal).Msg("exiting so that a supervisor restarts the dispatcher")
 		}
 		pull.close()
 		stopActor()
