@@ -136,13 +136,13 @@ const (
 	MaxRank       = 65535      // Dispatch-DP-Rank, and every data-parallel rank
 	MaxDeadlineMs = 86_400_000 // Dispatch-Deadline-Ms (one day)
 	MaxTokenLen   = 128        // bytes in a worker id or a taint
+	MaxKeyLen     = 64         // bytes in a Dispatch-Fairness-Key
 	// MaxSubjectLen bounds Dispatch-Reply-To and Dispatch-Response-To. A
 	// NATS client's protocol line (PUB <subject> <reply> <size>) is at most
 	// 4,096 bytes by default (nats-server's max_control_line), and a server
 	// closes a connection that sends a longer one for good: nats.go does not
 	// reconnect after that error.
 	MaxSubjectLen = 1024
-	MaxKeyLen     = 64 // bytes in a Dispatch-Fairness-Key
 	// MaxListItems bounds the items of each list header: Dispatch-Worker-Overlap,
 	// Dispatch-Allowed-Workers, Dispatch-Required-Taints and
 	// Dispatch-Preferred-Taints.
