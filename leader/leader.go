@@ -115,10 +115,16 @@ type Elector struct {
 	kv     jetstream.KeyValue // replaced by Run's goroutine when the bucket is created again
 	log    zerolog.Logger
 	leader atomic.Bool
+	// validUntil is the lease's validity, in Unix nanoseconds of cfg.Now
+	// (Valid); written by Run's goroutine.
+	validUntil atomic.Int64
 }
 
 // New binds to the lease bucket, creating it in memory storage when missing
-// (see Storage in the package doc), and updates its TTL and replicas to cfg's.
+// (see Storage in the package doc), and updates its replicas to cfg's and its
+// TTL to cfg's when that is longer: a shorter TTL would let the server drop
+// the key of a running leader with a longer one before that leader's lease
+// ran out.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Elector, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = DefaultBucket
@@ -187,6 +193,15 @@ func bind(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.L
 			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 				want.Storage = bs.StreamInfo().Config.Storage
 			}
+			if ttl := st.TTL(); ttl > want.TTL {
+				// Never lower it: a leader counts its lease valid for 3/4
+				// of its own TTL, and a shorter one would make the server
+				// drop its key while it still leads.
+				log.Warn().Str("bucket", cfg.Bucket).Dur("bucket_ttl", ttl).Dur("lease_ttl", cfg.TTL).
+					Msg("the lease bucket's TTL is longer than this dispatcher's --lease-ttl: kept, so a standby takes over within about the bucket's TTL " +
+						"(to lower it, stop every dispatcher of this pool, delete the bucket and start them again; docs/config.md, --lease-ttl)")
+				want.TTL = ttl
+			}
 			if want.Storage == jetstream.FileStorage {
 				log.Warn().Str("bucket", cfg.Bucket).
 					Msg("the lease bucket is file-backed (made by an older dispatcher, or where memory storage was refused): when the JetStream " +
@@ -247,12 +262,15 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 			if !start.Before(validUntil) {
 				e.stepDown("lease ran out before a renewal succeeded", onChange)
 			} else {
-				r, err := e.call(ctx, func(c context.Context) (uint64, error) {
+				// An unanswered renewal waits no longer than the lease is
+				// valid, so that the step-down below comes at its end.
+				r, err := e.call(ctx, min(e.cfg.TTL/2, validUntil.Sub(start)), func(c context.Context) (uint64, error) {
 					return e.kv.Update(c, e.cfg.Key, []byte(e.cfg.ID), rev)
 				})
 				switch {
 				case err == nil:
 					rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
+					e.validUntil.Store(validUntil.UnixNano())
 				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
 					e.stepDown("lease taken: "+err.Error(), onChange)
 				case errors.Is(err, jetstream.ErrNoStreamResponse) && ctx.Err() == nil && e.bucketGone(ctx):
@@ -265,23 +283,50 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 					if e.cfg.RenewalFailed != nil {
 						e.cfg.RenewalFailed(err)
 					}
+					if !e.cfg.Now().Before(validUntil) {
+						e.stepDown("lease ran out before a renewal succeeded", onChange)
+					}
 				}
 			}
 		} else if e.mayCampaign(ctx) {
-			r, err := e.call(ctx, func(c context.Context) (uint64, error) {
+			r, err := e.call(ctx, e.cfg.TTL/2, func(c context.Context) (uint64, error) {
 				return e.kv.Create(c, e.cfg.Key, []byte(e.cfg.ID))
 			})
 			if err == nil {
 				rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
+				e.validUntil.Store(validUntil.UnixNano())
 				e.leader.Store(true)
 				e.log.Info().Dur("ttl", e.cfg.TTL).Msg("lease acquired: leading")
 				onChange(true)
+				// Taking the lead (the dispatcher creates its consumer) renews
+				// nothing meanwhile: a lease that ran out during it ends now.
+				if !e.cfg.Now().Before(validUntil) {
+					e.stepDown("lease ran out while taking the lead", onChange)
+				}
 			} else if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				e.log.Debug().Err(err).Msg("campaign failed")
 			}
 		}
-		t.Reset(every)
+		t.Reset(e.untilNext(start, every, validUntil))
 	}
+}
+
+// untilNext returns the wait before Run's next round: the next renewal, a
+// period after this round's start, or a leader's validity's end when that
+// comes first, so that a leader steps down when its lease ends.
+func (e *Elector) untilNext(start time.Time, every time.Duration, validUntil time.Time) time.Duration {
+	next := start.Add(every)
+	if e.leader.Load() && validUntil.Before(next) {
+		next = validUntil
+	}
+	return max(0, next.Sub(e.cfg.Now()))
+}
+
+// Valid reports whether this process holds the lease and counts it valid now
+// (3/4 TTL after its last successful renewal started): the fence a leader's
+// work checks before it starts something only a leader may do.
+func (e *Elector) Valid() bool {
+	return e.leader.Load() && e.cfg.Now().UnixNano() < e.validUntil.Load()
 }
 
 // mayCampaign reports whether a campaign may try to create the key now: the
@@ -365,8 +410,8 @@ func (e *Elector) release(rev uint64) {
 	e.log.Info().Msg("lease released")
 }
 
-func (e *Elector) call(ctx context.Context, f func(context.Context) (uint64, error)) (uint64, error) {
-	c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2) // a slow call is retried at the next round; validity still bounds the lead
+func (e *Elector) call(ctx context.Context, timeout time.Duration, f func(context.Context) (uint64, error)) (uint64, error) {
+	c, cancel := context.WithTimeout(ctx, timeout) // a slow call is retried at the next round; validity still bounds the lead
 	defer cancel()
 	return f(c)
 }

@@ -22,6 +22,9 @@ type puller struct {
 	a     *dispatcher.Actor
 	log   zerolog.Logger
 	fatal chan error // a term that could not start pulling
+	// valid reports whether the lease is still valid (leader.Elector.Valid);
+	// nil without leader election.
+	valid func() bool
 
 	mu     sync.Mutex
 	cons   *ingest.Consumer
@@ -39,6 +42,13 @@ func (p *puller) lead(lead bool) {
 	if lead {
 		if err := p.start(); err != nil {
 			p.fatal <- err
+			return
+		}
+		if p.valid != nil && !p.valid() {
+			// The lease ran out while the consumer was being created (the
+			// elector renews nothing meanwhile): another dispatcher may lead
+			// already. The elector steps down next.
+			p.log.Warn().Msg("the lease ran out while taking the lead: not dispatching")
 			return
 		}
 		p.a.SetLeader(true)

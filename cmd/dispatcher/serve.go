@@ -373,6 +373,7 @@ func (p *process) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		pull.valid = el.Valid
 		go func() { defer close(electDone); el.Run(electCtx, pull.lead) }()
 	} else {
 		close(electDone)

@@ -1,0 +1,173 @@
+package leader
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// TestShorterTTLKeepsTheBucketsTTL: a dispatcher started with a shorter
+// --lease-ttl beside a leader with a longer one leaves the bucket's TTL as it
+// is. Lowering it would make the server drop the leader's key while the
+// leader still counts its lease valid (3/4 of its own TTL), and let the
+// newcomer lead beside it. A longer TTL is taken.
+func TestShorterTTLKeepsTheBucketsTTL(t *testing.T) {
+	s := startServer(t)
+	a := campaign(t, s.ClientURL(), "a", 8*time.Second)
+	waitFor(t, 20*time.Second, "a to lead", a.e.Leader)
+	ttl := func() time.Duration {
+		t.Helper()
+		js, _ := jetstream.New(a.nc)
+		kv, err := js.KeyValue(context.Background(), DefaultBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := kv.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.TTL()
+	}
+	campaign(t, s.ClientURL(), "b", 400*time.Millisecond)
+	if got := ttl(); got != 8*time.Second {
+		t.Errorf("after a standby with a 400ms lease: the bucket's TTL is %v, want 8s kept", got)
+	}
+	campaign(t, s.ClientURL(), "c", 12*time.Second)
+	if got := ttl(); got != 12*time.Second {
+		t.Errorf("after a standby with a 12s lease: the bucket's TTL is %v, want 12s", got)
+	}
+}
+
+// stallingKV is a lease bucket whose Create succeeds and whose Update is
+// never answered: it returns when its context ends, after telling updates
+// how long it was given.
+type stallingKV struct {
+	jetstream.KeyValue
+	updates chan time.Duration
+}
+
+func (k *stallingKV) Create(context.Context, string, []byte, ...jetstream.KVCreateOpt) (uint64, error) {
+	return 1, nil
+}
+
+func (k *stallingKV) Update(ctx context.Context, _ string, _ []byte, _ uint64) (uint64, error) {
+	dl, _ := ctx.Deadline()
+	k.updates <- time.Until(dl)
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (k *stallingKV) Delete(context.Context, string, ...jetstream.KVDeleteOpt) error { return nil }
+
+// clock is time.Now moved ahead by a settable offset.
+type clock struct{ ahead atomic.Int64 }
+
+func (c *clock) now() time.Time       { return time.Now().Add(time.Duration(c.ahead.Load())) }
+func (c *clock) skip(d time.Duration) { c.ahead.Add(int64(d)) }
+
+// leaseOn returns an Elector of ttl on kv, which campaigns without asking
+// the stream (mayCampaign needs a real one: js answers it), and its clock.
+func leaseOn(t *testing.T, kv jetstream.KeyValue, ttl time.Duration) (*Elector, *clock) {
+	t.Helper()
+	nc, err := nats.Connect(startServer(t).ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	c := &clock{}
+	e, err := New(context.Background(), js, Config{ID: "a", TTL: ttl, MayHaveLed: never, Now: c.now}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kv = kv
+	return e, c
+}
+
+// TestUnansweredRenewalEndsWithTheLease: a renewal that gets no answer is
+// given no longer than the lease is still valid, and the leader steps down
+// when it fails at the lease's end, rather than waiting half a TTL for the
+// answer and a quarter more for the next round, past the time the server
+// lets another process take the key.
+func TestUnansweredRenewalEndsWithTheLease(t *testing.T) {
+	const ttl = time.Hour // rounds every 15 minutes: only the validity can end this test in time
+	const left = 200 * time.Millisecond
+	kv := &stallingKV{updates: make(chan time.Duration, 4)}
+	e, c := leaseOn(t, kv, ttl)
+	var changes atomic.Int32
+	down := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Run(ctx, func(lead bool) {
+			if changes.Add(1) == 1 {
+				// Taking the lead took all but 200 ms of the lease's 45
+				// valid minutes: the first renewal is due at once.
+				c.skip(45*time.Minute - left)
+				return
+			}
+			if !lead {
+				close(down)
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case given := <-kv.updates:
+		if given > left {
+			t.Errorf("the renewal was given %v; the lease was valid for at most %v more", given, left)
+		}
+	case <-down: // the round came after the lease's end (a loaded machine): no renewal to bound
+		return
+	case <-time.After(time.Minute):
+		t.Fatal("neither a renewal nor a step-down within a minute")
+	}
+	select {
+	case <-down:
+	case <-time.After(time.Minute):
+		// Unfixed, the renewal waits its 30 minutes (half the TTL).
+		t.Fatalf("still leading a minute after the lease ran out (valid: %v)", e.Valid())
+	}
+	if e.Valid() || e.Leader() {
+		t.Error("stepped down, but still reports a valid lease")
+	}
+}
+
+// TestLeaseRunsOutWhileTakingTheLead: a leader whose taking of the lead
+// (onChange(true): the dispatcher creates its consumer, with retries) outlasts
+// its lease steps down as soon as it returns, not a round later, and Valid
+// already says no while it is still inside.
+func TestLeaseRunsOutWhileTakingTheLead(t *testing.T) {
+	const ttl = time.Hour
+	e, c := leaseOn(t, &stallingKV{updates: make(chan time.Duration, 4)}, ttl)
+	var validInside atomic.Bool
+	down := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Run(ctx, func(lead bool) {
+			if lead {
+				c.skip(50 * time.Minute) // past the 45 valid minutes
+				validInside.Store(e.Valid())
+				return
+			}
+			close(down)
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-down:
+	case <-time.After(time.Minute):
+		t.Fatal("still leading a minute after taking the lead outlasted the lease")
+	}
+	if validInside.Load() {
+		t.Error("Valid was true inside onChange(true) after the lease had run out")
+	}
+}
