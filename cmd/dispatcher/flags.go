@@ -237,6 +237,11 @@ func (s *settings) validate() error {
 	}
 	if s.inFlight < 0 || s.maxWorkers < 1 {
 		bad = append(bad, "--max-in-worker must be >= 0 and --max-workers >= 1")
+	} else if s.maxHeld >= 1 && int64(s.maxHeld)+int64(s.inFlightRoom()) > math.MaxInt32 {
+		// The consumer's MaxAckPending; checked here, not when this
+		// dispatcher first leads and creates its consumer.
+		bad = append(bad, fmt.Sprintf("--max-held %d + --max-in-worker %d (0: 4 x --max-held): want at most 2^31-1 together",
+			s.maxHeld, s.inFlight))
 	}
 	if s.maxKeysPerClass < 1 {
 		bad = append(bad, "--max-keys-per-class must be >= 1")

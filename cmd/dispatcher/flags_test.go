@@ -64,6 +64,9 @@ func TestSettingsErrorsNameTheInput(t *testing.T) {
 		{[]string{"--record-buffer", "0"}, nil, "--record-buffer 0"},
 		{nil, map[string]string{"DISPATCHER_RECORD_STREAM_MAX_BYTES": "-1"}, "--record-stream-max-bytes -1"},
 		{[]string{"--nats-inbox-prefix", "_INBOX.*"}, nil, "--nats-inbox-prefix"},
+		// The consumer's MaxAckPending is their sum: refused at start, not at the first lead.
+		{[]string{"--max-held", "600000000"}, nil, "--max-held 600000000 + --max-in-worker 0"},
+		{[]string{"--max-held", "1000", "--max-in-worker", "2147483000"}, nil, "--max-held 1000 + --max-in-worker 2147483000"},
 		// A prefix that would make an invalid stream or bucket name is refused, naming both.
 		{[]string{"--subject-prefix", "a.*"}, nil, `--subject-prefix: naming: invalid subject prefix "a.*"`},
 		{[]string{"--subject-prefix", "team/llama"}, nil, `prefix "team/llama": stream name "TEAM/LLAMA_REQ"`},

@@ -425,11 +425,14 @@ func (p *process) mayHaveLed(ctx context.Context, created time.Time) bool {
 }
 
 // inFlight is --max-in-worker, by default four times --max-held.
-func (p *process) inFlight() int {
-	if p.s.inFlight == 0 {
-		return 4 * p.s.maxHeld
+func (p *process) inFlight() int { return p.s.inFlightRoom() }
+
+// inFlightRoom is --max-in-worker, or its default of 4 x --max-held.
+func (s *settings) inFlightRoom() int {
+	if s.inFlight == 0 {
+		return 4 * s.maxHeld
 	}
-	return p.s.inFlight
+	return s.inFlight
 }
 
 // demo runs the demo of --demo-scenario.
