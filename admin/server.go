@@ -139,11 +139,19 @@ func New(c Config, ctl Control, log zerolog.Logger) *Server {
 	mux.Handle("/debug/queues", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.debugQueues}))
 	mux.Handle("/ui", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.ui})) // read-only, like every GET (ui.go)
 	if c.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// The token guards pprof as it guards writes: its command line
+		// carries --admin-token (and --nats-password) when they were given
+		// as flags, and a profile costs the running dispatcher CPU.
+		for path, h := range map[string]http.HandlerFunc{
+			"/debug/pprof/": pprof.Index, "/debug/pprof/cmdline": pprof.Cmdline, "/debug/pprof/profile": pprof.Profile,
+			"/debug/pprof/symbol": pprof.Symbol, "/debug/pprof/trace": pprof.Trace,
+		} {
+			mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+				if s.authorized(w, r) {
+					h(w, r)
+				}
+			})
+		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s", r.URL.Path))

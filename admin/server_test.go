@@ -232,3 +232,23 @@ func TestDefaultAddr(t *testing.T) {
 		t.Errorf("server timeouts not all set: %+v", s.srv)
 	}
 }
+
+// TestPprofTakesTheToken: with a token set, /debug/pprof/ needs it like a
+// write: the command line it serves holds --admin-token when that was a
+// flag. Without a token it is open, as every route is.
+func TestPprofTakesTheToken(t *testing.T) {
+	f := &fakeControl{}
+	s := New(Config{Addr: "127.0.0.1:0", Token: "s3cret", Pprof: true}, f, zerolog.Nop())
+	for _, path := range []string{"/debug/pprof/cmdline", "/debug/pprof/", "/debug/pprof/symbol"} {
+		if rec := do(s.Handler(), req{method: http.MethodGet, path: path}); rec.Code != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", path, rec.Code)
+		}
+		if rec := do(s.Handler(), req{method: http.MethodGet, path: path, auth: "Bearer s3cret"}); rec.Code != http.StatusOK {
+			t.Errorf("GET %s with the token: %d, want 200", path, rec.Code)
+		}
+	}
+	open := New(Config{Addr: "127.0.0.1:0", Pprof: true}, f, zerolog.Nop())
+	if rec := do(open.Handler(), req{method: http.MethodGet, path: "/debug/pprof/cmdline"}); rec.Code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/cmdline with no token configured: %d, want 200", rec.Code)
+	}
+}
