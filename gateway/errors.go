@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
+
 	"fairdispatch/caller"
 )
 
@@ -103,6 +105,10 @@ func fromCall(err error) *apiError {
 			e.status, e.typ = 500, typeServer
 		}
 		return e
+	case errors.As(err, &pe) && errors.Is(pe.Err, nats.ErrMaxPayload):
+		// Retrying cannot help: the same body makes the same message.
+		return &apiError{status: 413, typ: typeInvalidRequest, code: "body_too_large", noRetry: true,
+			msg: "the request, with the headers the gateway adds (its block hashes), is over the NATS server's max_payload: send a smaller body"}
 	case errors.As(err, &pe):
 		msg := "the request was not accepted (JetStream did not store it); retrying it is safe"
 		if pe.Stored == caller.StoredUnknown {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -80,4 +81,22 @@ func FuzzParseRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestNormaliseKeepsMarkup: a prompt of code or markup is published as the
+// client sent it, not with each <, > and & grown to a six-byte escape.
+func TestNormaliseKeepsMarkup(t *testing.T) {
+	content := strings.Repeat("<a href='x'>&amp;</a>", 50)
+	body := `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
+	r, e := parseRequest(APIChat, []byte(body), Limits{}.withDefaults())
+	if e != nil {
+		t.Fatal(e)
+	}
+	out, err := r.normalise("m", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), content) || len(out) > len(body)+16 {
+		t.Fatalf("normalised %d bytes from %d, content kept: %v", len(out), len(body), strings.Contains(string(out), content))
+	}
 }

@@ -293,7 +293,7 @@ func (p *pool) rewriteModel(data []byte) []byte {
 		return data
 	}
 	f["model"], _ = json.Marshal(p.model.Name)
-	out, err := json.Marshal(f)
+	out, err := marshalPlain(f)
 	if err != nil {
 		return data
 	}

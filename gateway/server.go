@@ -48,7 +48,8 @@ type Options struct {
 	Tokenizers map[string]Tokenizer
 	// Limits bounds request bodies.
 	Limits Limits
-	// MaxBodyBytes bounds a request body (default 1 MiB); over it: 413.
+	// MaxBodyBytes bounds a request body (default 896 KiB, 128 KiB under
+	// nats-server's default max_payload for the headers); over it: 413.
 	MaxBodyBytes int64
 	// RequestTimeout bounds a request from arrival to its end (default 10m).
 	RequestTimeout time.Duration
@@ -117,7 +118,7 @@ func New(opt Options) (*Server, error) {
 	}
 	opt.Limits = opt.Limits.withDefaults()
 	if opt.MaxBodyBytes <= 0 {
-		opt.MaxBodyBytes = 1 << 20
+		opt.MaxBodyBytes = 896 << 10
 	}
 	if opt.RequestTimeout <= 0 {
 		opt.RequestTimeout = 10 * time.Minute

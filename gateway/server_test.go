@@ -484,3 +484,14 @@ func TestNATSUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestMessageOverMaxPayload: a body under --max-body-bytes whose message is
+// over the NATS server's max_payload (1 MiB here) is a 413 the clients do not
+// retry, not a 503 that every retry meets again.
+func TestMessageOverMaxPayload(t *testing.T) {
+	g := startGateway(t, func(o *Options) { o.MaxBodyBytes = 2 << 20 })
+	resp, body := g.post("/v1/completions", "sk-a", `{"model":"m1","prompt":"`+strings.Repeat("x", 1100<<10)+`"}`)
+	if resp.StatusCode != 413 || decodeErr(t, body).Error.Code != "body_too_large" || resp.Header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("status %d, X-Should-Retry %q, %s; want 413 body_too_large, not to be retried", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
+	}
+}

@@ -38,7 +38,7 @@ func newFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	s.conn.Flags(fs)
 	fs.StringVar(&s.responsePrefix, "response-prefix", caller.DefaultResponsePrefix, "prefix of the response subjects <prefix>.<request id>; the same on every gateway, so a retry attaches from any")
-	fs.Int64Var(&s.maxBody, "max-body-bytes", 1<<20, "largest request body in bytes (over it: 413); keep it at least 4 KiB under the NATS server's max_payload")
+	fs.Int64Var(&s.maxBody, "max-body-bytes", 896<<10, "largest request body in bytes (over it: 413); keep it at least 128 KiB under the NATS server's max_payload (block hashes take up to 96 KiB of headers)")
 	fs.IntVar(&s.maxHeaderBytes, "max-header-bytes", 16<<10, "largest request header block in bytes (over it: 431)")
 	fs.IntVar(&s.maxConns, "max-connections", 4096, "most client connections open at once; further ones wait in the listen backlog")
 	fs.IntVar(&s.maxDepth, "max-json-depth", 32, "deepest nesting of JSON arrays and objects in a body (over it: 400)")
