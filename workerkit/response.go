@@ -403,11 +403,23 @@ func (p *Response) finish(ctx context.Context, e wire.ResponseEnd, ack []byte, b
 	if err := p.end(ctx, e); err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		// The end marker's answer outlasted ctx: the producer has its end,
+		// so the message must still be acknowledged, through the acker as
+		// Done does, rather than left held.
+		if err := p.r.finish(ack, string(ack), before); err != nil {
+			return err
+		}
+		return fmt.Errorf("worker: request %s: end marker sent, acknowledgement not confirmed within ctx: %w", p.r.RequestID, ctx.Err())
+	}
 	return p.r.finishConfirmed(ctx, ack, p.r.w.cfg.PlainAcks, before)
 }
 
-// end waits for the claim and sends the end marker e, the request still
-// held: its acknowledgement is the caller's to send.
+// end waits for the claim (within ctx) and sends the end marker e, the
+// request still held: its acknowledgement is the caller's to send. Once the
+// marker is on its way, end waits for its answer whatever ctx does (at most
+// wire.EndAttempts attempts of the answer timeout): the response is ending
+// then, and nothing else would finish the request.
 func (p *Response) end(ctx context.Context, e wire.ResponseEnd) error {
 	select {
 	case <-p.claimed:
@@ -436,11 +448,7 @@ func (p *Response) end(ctx context.Context, e wire.ResponseEnd) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	p.sendEnd(e.Status, body)
-	select {
-	case <-p.ended:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	<-p.ended
 	p.mu.Lock()
 	p.phase = phaseClosed
 	p.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -533,5 +534,47 @@ func TestBadResponseSubject(t *testing.T) {
 	case id := <-offered:
 		t.Errorf("%s was offered", id)
 	default:
+	}
+}
+
+// TestEndOutlivesItsContext: an End whose ctx ends while the end marker
+// waits for the producer's answer (a slow producer: every attempt goes
+// unanswered) still finishes the request: the marker's attempts run out, the
+// message is acknowledged through the acker, and End says the
+// acknowledgement was not confirmed within ctx. Before, End returned at once
+// and the request stayed held, kept alive and never acknowledged.
+func TestEndOutlivesItsContext(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	prod := natstest.NewProducer(t, nc, "resp.e1", func(kind string) string {
+		if kind == wire.MsgEnd {
+			return "" // never answered
+		}
+		return natstest.GoOK(kind)
+	})
+	acks := natstest.WatchAcks(t, nc, "ack.e1")
+	ended := make(chan error, 1)
+	w, _ := startStreamer(t, nc, func(r *workerkit.Request) {
+		p := r.Response()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := p.Start(ctx); err != nil {
+			ended <- err
+			return
+		}
+		_ = p.Write([]byte("tok"))
+		go func() {
+			natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) > 0 }, "the end marker sent")
+			cancel() // ctx ends while the marker waits for its answer
+		}()
+		ended <- p.End(ctx, wire.ResponseEnd{Status: wire.EndOK})
+	})
+	dispatchResponse(t, nc, "e1", 1, "resp.e1")
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("End: %v, want an error wrapping context.Canceled", err)
+	}
+	natstest.Eventually(t, wait, func() bool { return w.Held() == 0 && slices.Contains(acks.Final(), "+ACK") },
+		"the request acknowledged and released")
+	if n := len(prod.Of(wire.MsgEnd)); n != wire.EndAttempts {
+		t.Errorf("%d end marker attempts, want %d", n, wire.EndAttempts)
 	}
 }
