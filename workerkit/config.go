@@ -94,7 +94,9 @@ type Config struct {
 	// request; Request holds the same fields either way, except that in the
 	// compact form Request.Header holds the producer's headers only, not the
 	// eight Dispatch-* headers the dispatcher sets. Set it for a handler
-	// that reads those from Request.Header.
+	// that reads those from Request.Header. A compact frame is decoded
+	// either way: a dispatch sent before the dispatcher read this process's
+	// first report uses the form asked for by the process before it.
 	HeaderForm bool
 	// Preempt declares in the load reports that the worker hands back a
 	// request the dispatcher preempts (docs/protocol.md, Preemption): on a

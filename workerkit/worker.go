@@ -216,7 +216,11 @@ func (w *Worker) Held() int {
 // onMsg handles one dispatch; it runs on the subscription's goroutine.
 func (w *Worker) onMsg(m *nats.Msg) {
 	var r *Request
-	if len(m.Header) == 0 && !w.cfg.HeaderForm {
+	// A dispatch without headers is a compact frame, whatever this worker
+	// asked for: one sent just before the dispatcher read this process's
+	// first report uses the form its predecessor of the same id asked for
+	// (docs/protocol.md, Compact dispatch form).
+	if len(m.Header) == 0 {
 		var err error
 		if r, err = parseCompact(m, time.Now()); err != nil {
 			w.refuseMalformed(m, err)
