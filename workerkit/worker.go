@@ -629,9 +629,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 	sub := w.sub
 	w.mu.Unlock()
 	w.kickReport()
-	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		w.log.Warn().Err(err).Msg("unsubscribe")
-	}
 
 	var result error
 	select {
@@ -652,6 +649,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 			w.log.Warn().Int("requests", len(left)).Msg("stopped with requests held; handed them back")
 			result = fmt.Errorf("worker: stop: handed back %d requests: %w", len(left), ctx.Err())
 		}
+	}
+	// Only now: until the dispatcher reads the draining report, a second
+	// dispatch of a request held here must be joined, not met by no
+	// responders, which would send it to another worker to run again.
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		w.log.Warn().Err(err).Msg("unsubscribe")
 	}
 	close(w.quit)
 	w.wg.Wait()

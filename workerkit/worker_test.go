@@ -499,14 +499,26 @@ func TestStopHandsBackHeldRequests(t *testing.T) {
 	}
 }
 
+// TestStopWaitsForHeldRequests: Stop waits for the requests held, and keeps
+// answering while it drains: a second dispatch of a request it runs joins it
+// (refusing would send it to another worker to run twice) and a new one is
+// refused busy, until the dispatcher reads the draining report.
 func TestStopWaitsForHeldRequests(t *testing.T) {
 	_, nc := natstest.StartServer(t)
+	rs := subscribeReports(t, nc, "dispatch.load.w1")
 	a := startWorker(t, nc, workerkit.Config{ID: "w1"})
 	if _, err := nc.RequestMsg(dispatchMsg("r0", 1, 0, ""), wait); err != nil {
 		t.Fatal(err)
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- a.w.Stop(context.Background()) }()
+	natstest.Eventually(t, wait, func() bool { r, _, _ := rs.last(); return r.Draining }, "draining reported")
+	if resp, err := nc.RequestMsg(dispatchMsg("r0", 2, 0, ""), wait); err != nil || resp.Header.Get("Dispatch-Status") != "" {
+		t.Errorf("a second dispatch of running r0 while draining: %v %v, want it accepted (joined)", err, resp)
+	}
+	if resp, err := nc.RequestMsg(dispatchMsg("r1", 3, 0, ""), wait); err != nil || resp.Header.Get("Dispatch-Status") != "busy" {
+		t.Errorf("a new dispatch while draining: %v %v, want it refused busy", err, resp)
+	}
 	a.finish(t, 0, (*workerkit.Request).Done)
 	select {
 	case err := <-stopped:
