@@ -5,6 +5,9 @@ import (
 	"strconv"
 )
 
+// MaxTaints bounds a load report's taints: a report with more is dropped.
+const MaxTaints = 64
+
 // LoadReport is the JSON load report a worker publishes on
 // <prefix>.load.<worker_id> (docs/protocol.md, Load report). Fields a reader
 // must tell absent from zero, because absence means a default, are pointers;

@@ -65,7 +65,8 @@ type Config struct {
 	// not yet counted reach it receives nothing until one finishes, so the
 	// worker need not refuse for capacity (docs/protocol.md, Load report).
 	MaxActiveRequests uint64
-	// Taints are the worker's taints, each [A-Za-z0-9_.:/-]+ and at most 128 bytes.
+	// Taints are the worker's taints, at most wire.MaxTaints of them, each
+	// [A-Za-z0-9_.:/-]+ and at most 128 bytes.
 	Taints []string
 	// TTL is the report TTL, 100ms to 600s, default 3s. Reports go out at least every TTL/3.
 	TTL time.Duration
@@ -141,6 +142,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxActiveRequests > maxActiveRequests {
 		errs = append(errs, fmt.Errorf("max active requests %d: want 0 to %d", c.MaxActiveRequests, maxActiveRequests))
+	}
+	if len(c.Taints) > wire.MaxTaints {
+		// The dispatcher would drop every report: the worker would never be live.
+		errs = append(errs, fmt.Errorf("%d taints: want at most %d", len(c.Taints), wire.MaxTaints))
 	}
 	for _, t := range c.Taints {
 		if !wire.ValidTaint(t) {

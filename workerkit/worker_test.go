@@ -157,7 +157,12 @@ func TestHeaderValueCaseInsensitive(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	many := make([]string, wire.MaxTaints+1) // the dispatcher would drop every report
+	for i := range many {
+		many[i] = "t" + strconv.Itoa(i)
+	}
 	for _, cfg := range []workerkit.Config{
+		{ID: "w", Taints: many},
 		{ID: ""}, {ID: "a.b"}, {ID: "w", Prefix: "x.*"}, {ID: "w", Prefix: "x/y"}, {ID: "w", Prefix: "x+y"}, {ID: "w", DPStart: -1},
 		{ID: "w", DPStart: 65535, DPSize: 2}, {ID: "w", Taints: []string{"a b"}},
 		{ID: "w", TTL: time.Millisecond},

@@ -15,7 +15,7 @@ const (
 	// MaxRanks bounds data_parallel_start_rank + data_parallel_size: ranks are at most 65535.
 	MaxRanks = 65536
 	// MaxTaints bounds the taints a worker may carry.
-	MaxTaints = 64
+	MaxTaints = wire.MaxTaints
 	// MaxActiveRequests bounds max_active_requests, the per-rank capacity.
 	MaxActiveRequests = 1_000_000
 	maxID             = 128
