@@ -332,10 +332,10 @@ func classify(m *nats.Msg) Outcome {
 		}
 		return Refused // a NATS status message is never an acceptance
 	}
-	if wire.HeaderValue(m.Header, wire.HeaderStatus) == "" {
-		return Accepted
+	if _, refused := wire.LookupHeader(m.Header, wire.HeaderStatus); refused {
+		return Refused // any value, an empty one too (docs/protocol.md, Accepting and refusing)
 	}
-	return Refused
+	return Accepted
 }
 
 // run is the timer goroutine: it resolves expired requests as Timeout.

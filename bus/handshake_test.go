@@ -103,6 +103,11 @@ func TestHandshakeClassifies(t *testing.T) {
 	worker(t, wnc, "dispatch.work.shouty", func(*nats.Msg) *nats.Msg {
 		return &nats.Msg{Header: nats.Header{"dispatch-status": []string{"BUSY"}}}
 	})
+	// A Dispatch-Status with no value is still a refusal: only a reply
+	// without the header accepts (docs/protocol.md, Accepting and refusing).
+	worker(t, wnc, "dispatch.work.blank", func(*nats.Msg) *nats.Msg {
+		return &nats.Msg{Header: nats.Header{"Dispatch-Status": []string{""}}}
+	})
 	worker(t, wnc, "dispatch.work.mute", nil)
 
 	// 5 s: the answering workers must answer within it even on a loaded
@@ -116,6 +121,7 @@ func TestHandshakeClassifies(t *testing.T) {
 		{"ok", Accepted},
 		{"busy", Refused},
 		{"shouty", Refused},
+		{"blank", Refused},
 		{"nobody", NoResponders},
 		{"mute", Timeout},
 	}

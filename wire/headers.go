@@ -8,19 +8,30 @@ import "strings"
 // in this casing.
 
 // HeaderValue returns the first value of header name in h (a nats.Header),
-// matching the name exactly first and then case-insensitively, as a reader
-// matches Dispatch-* names. It returns "" when absent. Cost: O(1) for an
-// exact match, else O(len(h)).
+// or "" when absent; see LookupHeader.
 func HeaderValue(h map[string][]string, name string) string {
+	v, _ := LookupHeader(h, name)
+	return v
+}
+
+// LookupHeader returns the first value of header name in h (a nats.Header)
+// and whether h has it, matching the name exactly first and then
+// case-insensitively, as a reader matches Dispatch-* names; of several other
+// casings, the one that sorts first byte-wise counts, as the dispatcher
+// reads them, never one picked at random. Cost: O(1) for an exact match,
+// else O(len(h)).
+func LookupHeader(h map[string][]string, name string) (string, bool) {
 	if v, ok := h[name]; ok && len(v) > 0 {
-		return v[0]
+		return v[0], true
 	}
+	var key, val string
+	found := false
 	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, name) {
-			return v[0]
+		if len(v) > 0 && strings.EqualFold(k, name) && (!found || k < key) {
+			key, val, found = k, v[0], true
 		}
 	}
-	return ""
+	return val, found
 }
 
 // HeaderPrefix begins every header name of the protocol but Nats-Msg-Id:
