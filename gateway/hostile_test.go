@@ -343,3 +343,60 @@ func TestKeepAliveAfterWriteDeadline(t *testing.T) {
 		t.Fatalf("second, on the same connection: %d", st)
 	}
 }
+
+// tinyBuffers is a listener whose connections have a send buffer of 4 KiB,
+// so that a client that does not read blocks the server's writes at once.
+type tinyBuffers struct{ net.Listener }
+
+func (l tinyBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		_ = c.(*net.TCPConn).SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+// TestHostileClientStopsReading: a client that sends its request and never
+// reads the answer is dropped after the write timeout, whether the answer is
+// streamed or whole (a large one, past the sockets' buffers): its handler,
+// its connection and its tenant's concurrency slot are freed while the
+// client still holds the connection open.
+func TestHostileClientStopsReading(t *testing.T) {
+	g := startGatewayWith(t, strings.Replace(testConfig, "max_tokens: 1000", "max_tokens: 200000", 1),
+		func(o *Options) { o.WriteTimeout = time.Second })
+	srv := NewHTTPServer(g.srv, HTTPLimits{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(tinyBuffers{ln}) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	dial := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	inFlight := func() (n int64) {
+		for _, tn := range g.srv.keys {
+			n += tn.inflight.Load()
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name, body string
+	}{
+		{"whole", `{"model":"m1","max_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`},
+		{"streamed", `{"model":"m1","max_tokens":20000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		conn, err := dial.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-a\r\n"+
+			"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(c.body), c.body)
+		natstest.Eventually(t, 20*time.Second, func() bool { return inFlight() == 1 }, "%s: the request in flight", c.name)
+		// Unfixed, a whole answer's write blocked for as long as the client
+		// kept the connection open.
+		natstest.Eventually(t, 20*time.Second, func() bool { return inFlight() == 0 },
+			"%s: the request freed while its client, not reading, keeps the connection", c.name)
+		conn.Close()
+	}
+}

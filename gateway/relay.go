@@ -139,6 +139,9 @@ func (x *exchange) whole(ctx context.Context) int {
 			x.usage(ev.End, u.Usage)
 			body = x.rt.p.rewriteModel(body)
 			x.w.Header().Set("Content-Type", "application/json")
+			// As each write of a stream: a client that stops reading a large
+			// answer is dropped, not held with its tenant's slot for ever.
+			_ = http.NewResponseController(x.w).SetWriteDeadline(time.Now().Add(x.s.opt.WriteTimeout))
 			x.w.WriteHeader(http.StatusOK)
 			_, _ = x.w.Write(body)
 			return http.StatusOK

@@ -47,8 +47,14 @@ type gw struct {
 }
 
 func startGateway(t *testing.T, mod func(*Options)) *gw {
+	return startGatewayWith(t, testConfig, mod)
+}
+
+// startGatewayWith is startGateway with the gateway file config (testConfig
+// with other values).
+func startGatewayWith(t *testing.T, config string, mod func(*Options)) *gw {
 	srv, nc := natstest.StartServer(t)
-	cfgText := strings.NewReplacer("%A%", HashKey("sk-a"), "%B%", HashKey("sk-b")).Replace(testConfig)
+	cfgText := strings.NewReplacer("%A%", HashKey("sk-a"), "%B%", HashKey("sk-b")).Replace(config)
 	cfg, err := ParseConfig("test.yaml", []byte(cfgText))
 	if err != nil {
 		t.Fatal(err)
