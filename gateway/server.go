@@ -262,11 +262,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	return body, nil
 }
 
-// requestID is the request id: from the tenant and its Idempotency-Key (so
-// that a retry, from any gateway, is the same JetStream message), else random.
-func requestID(tenant, idem string) string {
+// requestID is the request id: from the tenant, its Idempotency-Key and
+// what it asks (the API, the model and the body published), so that a retry,
+// from any gateway, is the same JetStream message, and a key used again for
+// another request is another request (not the first one's answer, nor, on
+// another model's pool, a response subject shared with it); else random.
+func requestID(tenant, idem, api, model string, body []byte) string {
 	if idem != "" {
-		sum := sha256.Sum256([]byte(tenant + "\n" + idem))
+		asked := sha256.Sum256(body)
+		sum := sha256.Sum256([]byte(tenant + "\n" + idem + "\n" + api + "\n" + model + "\n" + string(asked[:])))
 		return "k" + hex.EncodeToString(sum[:16])
 	}
 	var b [16]byte
@@ -431,7 +435,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, rt *route, arrived 
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.opt.RequestTimeout)
 	defer cancel()
-	id := requestID(rt.t.Name, rt.idem)
+	id := requestID(rt.t.Name, rt.idem, rt.req.api, p.model.Name, body)
 	log := s.log.With().Str("request_id", id).Str("tenant", rt.t.Name).Str("class", rt.class).Logger()
 	call, err := p.caller.Start(ctx, caller.Request{ID: id, Class: rt.class, Header: h, Body: body, KeepUnconfirmed: rt.idem != ""})
 	if err != nil {

@@ -414,6 +414,16 @@ func TestIdempotencyKey(t *testing.T) {
 	if resp, body := g.post("/v1/chat/completions", "sk-b", chatBody("hello", ""), HeaderIdempotency, "k1"); resp.StatusCode != 200 {
 		t.Fatalf("tenant-b with the same key: %d %s", resp.StatusCode, body)
 	}
+	// So is the same key on another body: it gets its own answer, not the
+	// first request's or a 409.
+	other := `{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"hello"}]}`
+	resp, body = g.post("/v1/chat/completions", "sk-a", other, HeaderIdempotency, "k1")
+	if resp.StatusCode != 200 || !strings.Contains(body, `"completion_tokens":5`) {
+		t.Fatalf("the same key on another body: %d %s, want its own answer of 5 tokens", resp.StatusCode, body)
+	}
+	if n := len(g.resp.headers()); n != 3 {
+		t.Fatalf("%d requests ran, want 3 (tenant-a's twice, tenant-b's once)", n)
+	}
 }
 
 func TestModelsAndRoutes(t *testing.T) {
