@@ -61,13 +61,27 @@ func (x *exchange) failure(ctx context.Context, err error) *apiError {
 	case ctx.Err() != nil && x.clientGone():
 		return nil
 	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{status: 504, typ: typeTimeout, code: "request_timeout", msg: "no answer within the gateway's request timeout"}
+		return x.spent(&apiError{status: 504, typ: typeTimeout, code: "request_timeout", msg: "no answer within the gateway's request timeout"})
 	}
 	var br *caller.BrokenError
 	if errors.As(err, &br) {
 		x.s.m.broken.Inc()
 	}
-	return fromCall(err)
+	return x.spent(fromCall(err))
+}
+
+// spent marks an answer the clients would retry (429, 5xx) as not to be
+// retried when the request carries an Idempotency-Key: it is stored under
+// its id for the stream's duplicate window, so a retry with the same key
+// would only wait out --attach-wait for a 409. The client learns the real
+// failure at once instead, and that a new key runs the request again.
+func (x *exchange) spent(e *apiError) *apiError {
+	if x.rt.idem == "" || e.noRetry || (e.status != 429 && e.status < 500) {
+		return e
+	}
+	e.noRetry, e.retryAfter = true, 0
+	e.msg += "; the request was stored under this Idempotency-Key, so a retry with the same key does not run it: retry with a new key"
+	return e
 }
 
 func (x *exchange) clientGone() bool {
@@ -128,7 +142,7 @@ func (x *exchange) whole(ctx context.Context) int {
 			body = append(body, ev.Data...)
 		case caller.EventEnd:
 			if ev.End.Status != wire.EndOK {
-				e := endError(ev.End)
+				e := x.spent(endError(ev.End))
 				e.write(x.w)
 				return e.status
 			}
@@ -266,7 +280,7 @@ func (x *exchange) stream(ctx context.Context) int {
 		case caller.EventEnd:
 			x.usage(ev.End, lastUsage)
 			if ev.End.Status != wire.EndOK {
-				e := endError(ev.End)
+				e := x.spent(endError(ev.End))
 				if !started {
 					e.write(x.w)
 					return e.status

@@ -511,3 +511,28 @@ func TestMessageOverMaxPayload(t *testing.T) {
 		t.Fatalf("status %d, X-Should-Retry %q, %s; want 413 body_too_large, not to be retried", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
 	}
 }
+
+// TestKeyedRejectionIsNotRetried: a request with an Idempotency-Key that was
+// stored and then rejected (queue_full) or failed is answered with its own
+// status and X-Should-Retry: false, not Retry-After: the clients' retry with
+// the same key would wait out the attach wait for a 409. Without a key the
+// same rejection keeps its Retry-After.
+func TestKeyedRejectionIsNotRetried(t *testing.T) {
+	g := startGateway(t, nil)
+	for _, c := range []struct {
+		content string
+		status  int
+	}{{"reject:queue_full", 429}, {"fail:engine down", 500}} {
+		resp, body := g.post("/v1/chat/completions", "sk-a", chatBody(c.content, ""), HeaderIdempotency, "key-"+c.content)
+		if resp.StatusCode != c.status || resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Retry-After") != "" ||
+			!strings.Contains(body, "retry with a new key") {
+			t.Errorf("%s with a key: %d, X-Should-Retry %q, Retry-After %q, %s; want %d, not to be retried, naming a new key",
+				c.content, resp.StatusCode, resp.Header.Get("X-Should-Retry"), resp.Header.Get("Retry-After"), body, c.status)
+		}
+	}
+	resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("reject:queue_full", ""))
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("X-Should-Retry") != "" {
+		t.Errorf("without a key: %d, Retry-After %q, X-Should-Retry %q, %s; want 429 with Retry-After 1",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"), body)
+	}
+}
