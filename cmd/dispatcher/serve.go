@@ -203,12 +203,14 @@ func (p *process) startPolicy(ctx context.Context) error {
 			return err
 		}
 	}
-	if p.pol, p.cur, p.refused, err = livepolicy.Start(ctx, p.store, seed, p.pol, p.log); err != nil {
+	st, err := livepolicy.Start(ctx, p.store, seed, p.pol, p.log)
+	if err != nil {
 		return err
 	}
-	p.polRev, p.polSrc = p.cur.Revision, "bucket"
-	if p.refused != nil || p.cur.Revision == 0 {
-		p.polRev, p.polSrc = 0, "file"
+	p.pol, p.cur, p.refused = st.Policy, st.Current, st.Refused
+	p.polRev, p.polSrc = st.Running, "bucket"
+	if st.Running == 0 {
+		p.polSrc = "file"
 		if s.policy == "" {
 			p.polSrc = "flags"
 		}
@@ -302,8 +304,15 @@ func (p *process) buildActor(ctx context.Context) error {
 func (p *process) startAdapters(ctx context.Context) error {
 	s, a, log := p.s, p.a, p.log
 	if p.refused != nil {
+		msg := "policy revision refused: the last good revision of the bucket runs"
+		switch p.polSrc {
+		case "file":
+			msg = "policy revision refused, and the bucket's history keeps no valid one: --policy-config runs"
+		case "flags":
+			msg = "policy revision refused, and the bucket's history keeps no valid one: the flags' default class runs"
+		}
 		log.Error().Str("component", "policy").Str("bucket", p.store.Bucket()).Uint64("revision", p.cur.Revision).Str("error", p.refused.Error()).
-			Str("running", p.polSrc).Msg("policy revision refused: the last good policy stays")
+			Str("running", p.polSrc).Uint64("running_revision", p.polRev).Msg(msg)
 		a.RefusePolicy(p.cur.Revision, p.cur.Created, p.refused)
 	}
 	follower := &livepolicy.Follower{Store: p.store, Applier: a, Log: log, Running: p.cur.Revision}

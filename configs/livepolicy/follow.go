@@ -34,15 +34,32 @@ type Follower struct {
 	Running uint64
 }
 
+// Started is the policy a dispatcher starts with (Start).
+type Started struct {
+	Policy *configs.Policy
+	// Current is the bucket's current revision (zero when the key has none).
+	Current Revision
+	// Running is the revision whose policy runs: Current's when it is valid,
+	// else the newest valid one the bucket's history keeps (the last good
+	// policy, which the dispatchers already running keep); 0 when the
+	// fallback runs.
+	Running uint64
+	// Refused says why Current does not run (invalid, or the key deleted).
+	Refused error
+}
+
 // Start reads the policy a dispatcher starts with: the bucket's current
 // revision when it is valid; else seed (the --policy-config file, nil when
 // none) is put as the first revision when the key has none, and fallback runs
-// (the policy of --policy-config or the flags). rev is 0 when the policy is
-// not one of the bucket's. An invalid current revision is logged and
-// reported in refused (its revision, and why), and the fallback runs. A seed
-// JetStream refuses for want of room (the store full) is logged and the
-// fallback runs: a dispatcher must start, and lead, to drain a full store.
-func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy, log zerolog.Logger) (p *configs.Policy, cur Revision, refused error, err error) {
+// (the policy of --policy-config or the flags). An invalid current revision
+// (or a deleted key) is reported in Refused, and the newest valid revision of
+// the bucket's history runs in its place, as it does on the dispatchers that
+// refused the revision live: a dispatcher restarted after a bad put runs the
+// same classes as the others, not its file's. Only when the history holds no
+// valid revision does the fallback run. A seed JetStream refuses for want of
+// room (the store full) is logged and the fallback runs: a dispatcher must
+// start, and lead, to drain a full store.
+func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy, log zerolog.Logger) (Started, error) {
 	if seed != nil {
 		rev, created, err := s.Seed(ctx, seed)
 		if reason, full := jsstorage.Refused(err); full {
@@ -51,31 +68,64 @@ func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy,
 			err, created = nil, false
 		}
 		if err != nil {
-			return nil, Revision{}, nil, err
+			return Started{}, err
 		}
 		if created {
 			log.Info().Str("bucket", s.Bucket()).Uint64("revision", rev).Msg("policy bucket seeded from --policy-config")
 		}
 	}
-	cur, err = s.Get(ctx)
+	cur, err := s.Get(ctx)
 	if errors.Is(err, ErrNoPolicy) {
-		return fallback, Revision{}, nil, nil
+		// None ever, or deleted (Get does not tell): a delete the history
+		// still shows is refused like one seen live.
+		hist, _ := s.History(ctx)
+		if len(hist) == 0 || !hist[len(hist)-1].Deleted {
+			return Started{Policy: fallback}, nil
+		}
+		cur, err = hist[len(hist)-1], nil
 	}
 	if err != nil {
-		return nil, Revision{}, nil, err
+		return Started{}, err
 	}
+	st := Started{Current: cur}
 	if cur.Deleted {
-		return fallback, cur, errors.New("the key is deleted"), nil
+		st.Refused = errors.New("the key is deleted")
+	} else if st.Policy, err = configs.Parse(s.Name(cur.Revision), cur.YAML); err != nil {
+		st.Policy, st.Refused = nil, err
 	}
-	p, err = configs.Parse(s.Name(cur.Revision), cur.YAML)
-	if err != nil {
-		return fallback, cur, err, nil
+	if st.Refused != nil {
+		st.Policy, st.Running = lastGood(ctx, s, cur.Revision)
+		if st.Policy == nil {
+			st.Policy = fallback
+		}
+		return st, nil
 	}
+	st.Running = cur.Revision
 	if seed != nil && string(seed) != string(cur.YAML) {
 		log.Warn().Str("bucket", s.Bucket()).Uint64("revision", cur.Revision).
 			Msg("--policy-config differs from the policy bucket: the bucket's revision runs (fairctl policy put changes it)")
 	}
-	return p, cur, nil, nil
+	return st, nil
+}
+
+// lastGood returns the newest valid revision older than before that the
+// bucket's history keeps, and its number; nil when there is none (or the
+// history cannot be read).
+func lastGood(ctx context.Context, s *Store, before uint64) (*configs.Policy, uint64) {
+	hist, err := s.History(ctx)
+	if err != nil {
+		return nil, 0
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		r := hist[i]
+		if r.Revision >= before || r.Deleted {
+			continue
+		}
+		if p, err := configs.Parse(s.Name(r.Revision), r.YAML); err == nil {
+			return p, r.Revision
+		}
+	}
+	return nil, 0
 }
 
 // Run follows the key until ctx ends, restarting the watch (after a pause)

@@ -77,23 +77,47 @@ func TestStartRunsTheBucketsValidRevisionElseTheFallback(t *testing.T) {
 	s, kv := openStore(t)
 	ctx := context.Background()
 	fallback, _ := configs.Parse("file", []byte(goodA))
-	p, cur, refused, err := Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
-	if err != nil || refused != nil || cur.Revision != 1 || p.Classes[0].Name != "a" {
-		t.Fatalf("Start on an empty bucket: rev %d, refused %v, err %v; want the seed as revision 1", cur.Revision, refused, err)
+	st, err := Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if err != nil || st.Refused != nil || st.Current.Revision != 1 || st.Running != 1 || st.Policy.Classes[0].Name != "a" {
+		t.Fatalf("Start on an empty bucket: %+v, err %v; want the seed as revision 1", st, err)
 	}
 	if _, err := kv.Put(ctx, Key, []byte(goodB)); err != nil {
 		t.Fatal(err)
 	}
-	p, cur, _, _ = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
-	if cur.Revision != 2 || p.Classes[0].Name != "b" {
-		t.Fatalf("Start with revision 2 in the bucket: rev %d class %s, want the bucket's b", cur.Revision, p.Classes[0].Name)
+	st, _ = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if st.Current.Revision != 2 || st.Running != 2 || st.Policy.Classes[0].Name != "b" {
+		t.Fatalf("Start with revision 2 in the bucket: %+v, want the bucket's b", st)
 	}
+	// An invalid revision 3: the last good one (2) runs, as on the
+	// dispatchers that refused 3 live, not the file's a.
 	if _, err := kv.Put(ctx, Key, []byte(bad)); err != nil {
 		t.Fatal(err)
 	}
-	p, cur, refused, err = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
-	if err != nil || refused == nil || cur.Revision != 3 || p != fallback {
-		t.Fatalf("Start with an invalid revision 3: rev %d refused %v err %v, want 3 refused and the fallback", cur.Revision, refused, err)
+	st, err = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if err != nil || st.Refused == nil || st.Current.Revision != 3 || st.Running != 2 || st.Policy.Classes[0].Name != "b" {
+		t.Fatalf("Start with an invalid revision 3: %+v err %v, want 3 refused and revision 2's b running", st, err)
+	}
+	// So after a delete of the key.
+	if err := kv.Delete(ctx, Key); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = Start(ctx, s, nil, fallback, zerolog.Nop()); st.Refused == nil || st.Running != 2 || st.Policy.Classes[0].Name != "b" {
+		t.Fatalf("Start after a delete: %+v, want it refused and revision 2's b running", st)
+	}
+}
+
+// TestStartWithNoValidRevisionRunsTheFallback: when the history keeps no
+// valid revision, the fallback runs.
+func TestStartWithNoValidRevisionRunsTheFallback(t *testing.T) {
+	s, kv := openStore(t)
+	ctx := context.Background()
+	fallback, _ := configs.Parse("file", []byte(goodA))
+	if _, err := kv.Put(ctx, Key, []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Start(ctx, s, nil, fallback, zerolog.Nop())
+	if err != nil || st.Refused == nil || st.Running != 0 || st.Policy != fallback {
+		t.Fatalf("Start with only an invalid revision: %+v err %v, want it refused and the fallback", st, err)
 	}
 }
 
@@ -195,9 +219,9 @@ func TestFullStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, cur, refused, err := Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
-	if err != nil || p != fallback || cur.Revision != 0 || refused != nil {
-		t.Fatalf("Start with a seed into a full store: %v, revision %d, refused %v; want the fallback", err, cur.Revision, refused)
+	st, err := Start(ctx, s, []byte(goodA), fallback, zerolog.Nop())
+	if err != nil || st.Policy != fallback || st.Current.Revision != 0 || st.Running != 0 || st.Refused != nil {
+		t.Fatalf("Start with a seed into a full store: %v, %+v; want the fallback", err, st)
 	}
 	if err := fill.Purge(ctx); err != nil {
 		t.Fatal(err)
@@ -237,9 +261,9 @@ func (k *leaderlessKV) Create(ctx context.Context, key string, value []byte, opt
 func TestStartWaitsForTheBucketsLeader(t *testing.T) {
 	s, kv := openStore(t)
 	s.kv = &leaderlessKV{KeyValue: kv, n: 5}
-	p, cur, refused, err := Start(context.Background(), s, []byte(goodA), nil, zerolog.Nop())
-	if err != nil || refused != nil || p == nil || cur.Revision == 0 {
-		t.Fatalf("Start: policy %v, revision %d, refused %v, err %v; want the seeded revision", p != nil, cur.Revision, refused, err)
+	st, err := Start(context.Background(), s, []byte(goodA), nil, zerolog.Nop())
+	if err != nil || st.Refused != nil || st.Policy == nil || st.Current.Revision == 0 {
+		t.Fatalf("Start: %+v, err %v; want the seeded revision", st, err)
 	}
 	s.kv, s.leaderWait = &leaderlessKV{KeyValue: kv, n: 1 << 30}, 300*time.Millisecond
 	if _, err := s.Get(context.Background()); !errors.Is(err, nats.ErrNoResponders) {
