@@ -79,7 +79,7 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	store, err := livepolicy.Open(ctx, js, g.names.PolicyBucket(), livepolicy.BucketConfig{})
+	store, err := livepolicy.Bind(ctx, js, g.names.PolicyBucket())
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"fairdispatch/configs/livepolicy"
 	"fairdispatch/internal/natstest"
 )
 
@@ -30,7 +35,8 @@ func normalise(s string) string {
 // requires the output pasted there (times aside). "$ echo $?" prints the
 // last exit status. File names are those of testdata/.
 func TestPolicyCommandsAsDocumented(t *testing.T) {
-	srv, _ := natstest.StartServer(t)
+	srv, nc := natstest.StartServer(t)
+	openPolicyBucket(t, nc, "fairdispatch_policy") // as a dispatcher of the pool does at start
 	doc := strings.Join(consoleBlocks(opsSection(t, "Live policy")), "")
 	if !strings.Contains(doc, "$ fairctl policy") {
 		t.Fatal("no fairctl policy command in docs/operations.md, Live policy")
@@ -77,6 +83,44 @@ func TestPolicyCommandsAsDocumented(t *testing.T) {
 			}
 		}
 		t.Logf("the transcript of this run:\n%s", got.String())
+	}
+}
+
+// openPolicyBucket creates the policy bucket as a dispatcher does at start.
+func openPolicyBucket(t *testing.T, nc *nats.Conn, bucket string) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := livepolicy.Open(context.Background(), js, bucket, livepolicy.BucketConfig{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPolicyNeedsTheDispatchersBucket: fairctl policy creates no bucket (it
+// would have neither the pool's replicas nor its storage, and a mistyped
+// prefix would leave one behind): without one it says whose it is and who
+// makes it.
+func TestPolicyNeedsTheDispatchersBucket(t *testing.T) {
+	srv, nc := natstest.StartServer(t)
+	for _, args := range [][]string{{"policy", "get"}, {"policy", "put", "testdata/policy-weighted.yaml"}} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"--server", srv.ClientURL(), "--subject-prefix", "qwenn"}, args...), &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "policy bucket fairdispatch_qwenn_policy: not found") ||
+			!strings.Contains(errb.String(), "check --subject-prefix") {
+			t.Errorf("%v without the bucket: exit %d, %q; want 1 naming the bucket and who creates it", args, code, errb.String())
+		}
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.KeyValue(context.Background(), "fairdispatch_qwenn_policy"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("after fairctl policy: the bucket lookup gave %v, want it still not found", err)
+	}
+	openPolicyBucket(t, nc, "fairdispatch_qwenn_policy")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"--server", srv.ClientURL(), "--subject-prefix", "qwenn", "policy", "get"}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "policy bucket fairdispatch_qwenn_policy: no policy in the bucket") {
+		t.Errorf("get on an empty bucket: exit %d, %q; want 1 naming the bucket", code, errb.String())
 	}
 }
 

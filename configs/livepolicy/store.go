@@ -91,6 +91,24 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, cfg Bucket
 	return &Store{kv: kv, bucket: bucket, leaderWait: LeaderWait}, nil
 }
 
+// ErrNoBucket is returned by Bind for a bucket that does not exist.
+var ErrNoBucket = errors.New("not found: a dispatcher of the pool creates it when it starts (with the pool's --stream-replicas and --stream-storage); start one first, or check --subject-prefix")
+
+// Bind returns the store of an existing bucket, or an error wrapping
+// ErrNoBucket: a tool (fairctl) must not create the bucket, which would
+// have neither the pool's replicas nor its storage, nor leave one behind
+// for a mistyped prefix.
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		err = ErrNoBucket
+	}
+	if err != nil {
+		return nil, fmt.Errorf("policy bucket %s: %w", bucket, err)
+	}
+	return &Store{kv: kv, bucket: bucket, leaderWait: LeaderWait}, nil
+}
+
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
 
@@ -113,12 +131,13 @@ func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool
 	return rev, true, nil
 }
 
-// Get returns the current revision, or ErrNoPolicy.
+// Get returns the current revision, or an error wrapping ErrNoPolicy that
+// names the bucket.
 func (s *Store) Get(ctx context.Context) (Revision, error) {
 	var e jetstream.KeyValueEntry
 	err := s.whileLeaderless(ctx, func() (err error) { e, err = s.kv.Get(ctx, Key); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Revision{}, ErrNoPolicy
+		return Revision{}, fmt.Errorf("policy bucket %s: %w", s.bucket, ErrNoPolicy)
 	}
 	if err != nil {
 		return Revision{}, fmt.Errorf("policy bucket %s: get: %w", s.bucket, err)
