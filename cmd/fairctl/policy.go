@@ -90,6 +90,18 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		if err != nil {
 			return err
 		}
+		if _, perr := configs.Parse(store.Name(cur.Revision), cur.YAML); perr != nil {
+			// The dispatchers refuse it and run the last good revision:
+			// that is what runs, so that is what get prints.
+			if _, good := store.LastGood(ctx, cur.Revision); good.Revision != 0 {
+				fmt.Fprintf(g.stderr, "fairctl policy: revision %d, the bucket's current, is invalid and refused by every dispatcher (%v); revision %d runs:\n",
+					cur.Revision, perr, good.Revision)
+				cur = good
+			} else {
+				fmt.Fprintf(g.stderr, "fairctl policy: revision %d is invalid and refused (%v), and no earlier one is valid: the dispatchers run their --policy-config or the default class\n",
+					cur.Revision, perr)
+			}
+		}
 		if g.json {
 			return writeJSON(w, revisionJSON(cur))
 		}

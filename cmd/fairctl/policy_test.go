@@ -139,3 +139,29 @@ func TestPolicyUsageErrors(t *testing.T) {
 		checkRun(t, append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...), tt.code, tt.want)
 	}
 }
+
+// TestPolicyGetPrintsWhatRuns: after a revision put by a client that does
+// not validate, get prints the revision the dispatchers run (the last good
+// one), and says on stderr which one they refuse.
+func TestPolicyGetPrintsWhatRuns(t *testing.T) {
+	srv, nc := natstest.StartServer(t)
+	openPolicyBucket(t, nc, "fairdispatch_policy")
+	fairctl := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"--server", srv.ClientURL()}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, errs := fairctl("policy", "put", "testdata/policy-weighted.yaml"); code != 0 {
+		t.Fatalf("put: %d %s", code, errs)
+	}
+	js, _ := jetstream.New(nc)
+	kv, _ := js.KeyValue(context.Background(), "fairdispatch_policy")
+	if _, err := kv.Put(context.Background(), livepolicy.Key, []byte("default_policy_family: nope\n")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := fairctl("policy", "get")
+	if code != 0 || !strings.Contains(out, "name: premium") || strings.Contains(out, "nope") ||
+		!strings.Contains(errs, "revision 2, the bucket's current, is invalid and refused by every dispatcher") || !strings.Contains(errs, "revision 1 runs") {
+		t.Fatalf("get after an invalid revision: exit %d\nstdout %s\nstderr %s\nwant revision 1's YAML, and revision 2 named as refused", code, out, errs)
+	}
+}

@@ -94,7 +94,9 @@ func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy,
 		st.Policy, st.Refused = nil, err
 	}
 	if st.Refused != nil {
-		st.Policy, st.Running = lastGood(ctx, s, cur.Revision)
+		var good Revision
+		st.Policy, good = s.LastGood(ctx, cur.Revision)
+		st.Running = good.Revision
 		if st.Policy == nil {
 			st.Policy = fallback
 		}
@@ -108,13 +110,14 @@ func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy,
 	return st, nil
 }
 
-// lastGood returns the newest valid revision older than before that the
-// bucket's history keeps, and its number; nil when there is none (or the
-// history cannot be read).
-func lastGood(ctx context.Context, s *Store, before uint64) (*configs.Policy, uint64) {
+// LastGood returns the newest valid revision older than before that the
+// bucket's history keeps, parsed; nil when there is none (or the history
+// cannot be read). It is the policy the dispatchers run while the revisions
+// after it are refused.
+func (s *Store) LastGood(ctx context.Context, before uint64) (*configs.Policy, Revision) {
 	hist, err := s.History(ctx)
 	if err != nil {
-		return nil, 0
+		return nil, Revision{}
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		r := hist[i]
@@ -122,10 +125,10 @@ func lastGood(ctx context.Context, s *Store, before uint64) (*configs.Policy, ui
 			continue
 		}
 		if p, err := configs.Parse(s.Name(r.Revision), r.YAML); err == nil {
-			return p, r.Revision
+			return p, r
 		}
 	}
-	return nil, 0
+	return nil, Revision{}
 }
 
 // Run follows the key until ctx ends, restarting the watch (after a pause)
