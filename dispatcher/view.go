@@ -39,7 +39,7 @@ func (a *Actor) View() *wire.QueueView { return a.view.Load() }
 // publishView builds a new View and updates the gauges from it.
 func (a *Actor) publishView(now time.Time) {
 	s := a.d.Scheduler
-	v := &wire.QueueView{At: now, Connected: a.connected, Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
+	v := &wire.QueueView{At: now, Connected: a.connected, Standby: !a.leading.Load(), Grace: s.InGrace(now.UnixNano()), Held: len(a.held), InFlight: a.inFlight}
 	if a.out {
 		since := time.Unix(0, a.outSince)
 		v.NoLiveWorkers, v.OutageSince = true, &since

@@ -48,3 +48,18 @@ func TestViewOldestWaitAndDispatchRate(t *testing.T) {
 		t.Fatalf("a second later: dispatched %d, rate %v; want 2, 0", c.Dispatched, c.DispatchRate)
 	}
 }
+
+// TestViewSaysStandby: a dispatcher that does not hold the lease says so in
+// its view, so that its empty queues are not read as an idle leader's.
+func TestViewSaysStandby(t *testing.T) {
+	f := newFixture(t, policy)
+	f.a.publishView(f.now)
+	if f.a.View().Standby {
+		t.Fatal("the leader's view says standby")
+	}
+	f.a.SetLeader(false)
+	f.a.publishView(f.now)
+	if !f.a.View().Standby {
+		t.Fatal("a standby's view does not say so")
+	}
+}

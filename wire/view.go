@@ -12,14 +12,17 @@ import "time"
 // QueueView is the immutable snapshot of a dispatcher's state that the admin
 // API serves at /debug/queues.
 type QueueView struct {
-	At        time.Time    `json:"at"`
-	Connected bool         `json:"connected"`
-	Grace     bool         `json:"startup_grace"`
-	Held      int          `json:"held"`
-	InFlight  int          `json:"in_flight"`
-	Classes   []ClassView  `json:"classes"`
-	Workers   []WorkerView `json:"workers"`
-	Policy    PolicyView   `json:"policy"`
+	At        time.Time `json:"at"`
+	Connected bool      `json:"connected"`
+	// Standby is true while the dispatcher does not hold the leader lease
+	// (--leader-election): its queues are its own, empty, not the leader's.
+	Standby  bool         `json:"standby,omitempty"`
+	Grace    bool         `json:"startup_grace"`
+	Held     int          `json:"held"`
+	InFlight int          `json:"in_flight"`
+	Classes  []ClassView  `json:"classes"`
+	Workers  []WorkerView `json:"workers"`
+	Policy   PolicyView   `json:"policy"`
 
 	// NoLiveWorkers is true during a fleet outage (docs/design.md, Fleet
 	// outage), which began at OutageSince.

@@ -317,6 +317,9 @@ func renderTop(ctx context.Context, g *globals, w io.Writer) {
 		return
 	}
 	var state []string
+	if v.Standby {
+		state = append(state, "standby (not the leader: these are not the pool's queues)")
+	}
 	if !v.Connected {
 		state = append(state, "NATS DISCONNECTED")
 	}
