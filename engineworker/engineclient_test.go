@@ -221,3 +221,17 @@ func TestCallStreamError(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorTextReadsEitherShape: the end marker carries the engine's own
+// message whether its error body has it at the top level or in an OpenAI
+// error object, as newer vLLM answers.
+func TestErrorTextReadsEitherShape(t *testing.T) {
+	for _, body := range []string{
+		`{"object":"error","message":"too long","type":"BadRequestError","code":400}`,
+		`{"error":{"message":"too long","type":"BadRequestError","param":null,"code":400}}`,
+	} {
+		if got := errorText(&EngineError{Status: 400, Body: []byte(body)}); got != "engine answered 400: too long" {
+			t.Errorf("%s: %q", body, got)
+		}
+	}
+}

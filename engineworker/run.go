@@ -8,6 +8,7 @@ package engineworker
 // HTTP stream, which aborts the request in the engine.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -235,16 +236,22 @@ func (w *Worker) fail(j *job, res Result, cause error, refused bool) {
 	w.count(func(s *Stats) { s.Failed++ })
 }
 
-// errorText is the end marker's error for cause, within its bound.
+// errorText is the end marker's error for cause, within its bound: an
+// engine's answer gives its message, at the top level (older vLLM, SGLang)
+// or in an OpenAI error object ({"error": {"message": ...}}, newer vLLM).
 func errorText(cause error) string {
 	var ee *EngineError
 	s := cause.Error()
 	if errors.As(cause, &ee) {
 		var v struct {
 			Message string `json:"message"`
+			Error   struct {
+				Message string `json:"message"`
+			} `json:"error"`
 		}
-		if json.Unmarshal(ee.Body, &v) == nil && v.Message != "" {
-			s = fmt.Sprintf("engine answered %d: %s", ee.Status, v.Message)
+		_ = json.Unmarshal(ee.Body, &v) // a field of another type leaves the rest decoded
+		if m := cmp.Or(v.Message, v.Error.Message); m != "" {
+			s = fmt.Sprintf("engine answered %d: %s", ee.Status, m)
 		}
 	}
 	if len(s) > 1024 {
