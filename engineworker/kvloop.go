@@ -191,6 +191,13 @@ func (w *Worker) apply(rs *kvRank, m zmqMsg) {
 			if rs.complete {
 				resetNeeded = true // events were lost without a gap in seq
 			}
+		case errors.Is(err, ErrCollision):
+			var first bool
+			w.count(func(s *Stats) { s.Collisions++; first = s.Collisions == 1 })
+			if first {
+				w.log.Warn().Err(err).Int("dp_rank", rs.rank).
+					Msg("the engine's block hashes do not chain its prefix: such blocks are left out of the index (docs/deployment.md, SGLang)")
+			}
 		default:
 			w.log.Warn().Err(err).Int("dp_rank", rs.rank).Msg("kv event")
 			resetNeeded = true

@@ -57,6 +57,14 @@ type Change struct {
 // parent the chain does not hold: events were missed.
 var ErrUnknownParent = errors.New("kv events: parent block unknown")
 
+// ErrCollision is returned by [Chain.Apply] for a BlockStored of a block it
+// holds under another parent: the engine's hashes do not chain the blocks
+// before (SGLang before its position-aware hashes named a page by its own
+// tokens). The block and the rest of the event are skipped, as the index
+// must not claim what the engine may not hold; the rank is not reset, which
+// would not help.
+var ErrCollision = errors.New("kv events: a block stored again under another parent (the engine's block hashes do not chain its prefix)")
+
 // FNV-1a 64 (docs/protocol.md, Block hashes).
 const (
 	fnvOffset = 14695981039346656037
@@ -99,6 +107,7 @@ type chainState struct {
 // under-reports, which costs a cache hit, never a wrong route.
 type engineBlock struct {
 	after  chainState
+	parent string   // the engine hash of the block before it in its chain; "" for a first block
 	ours   []uint64 // our blocks this engine block completed
 	tiers  wire.Tiers
 	copies [wire.NumTiers]uint32 // copies stored in each tier of tiers
@@ -228,13 +237,22 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 	}
 	var stored []uint64
 	var failure error
+	parent := ev.Parent
 	for i, h := range ev.Hashes {
 		if b := c.blocks[h]; b != nil {
+			if len(ev.Tokens) > 0 && b.parent != parent {
+				// A store of computed blocks lists a chain; an offload
+				// without tokens may list any blocks, so only the first
+				// kind is checked.
+				c.Skipped += uint64(len(ev.Hashes) - i)
+				failure = ErrCollision
+				break
+			}
 			// Known (stored in another tier, or another copy): same tokens,
 			// same hashes.
 			b.store(tier)
 			stored = append(stored, b.ours...)
-			state = b.after
+			state, parent = b.after, h
 			continue
 		}
 		if len(ev.Tokens) == 0 {
@@ -246,7 +264,7 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 			failure = ErrOverflow
 			break
 		}
-		b := &engineBlock{}
+		b := &engineBlock{parent: parent}
 		b.store(tier)
 		toks := ev.Tokens[i*ev.BlockSize : (i+1)*ev.BlockSize]
 		b.after = c.advance(state, toks, ev.Unhashable, &b.ours)
@@ -255,7 +273,7 @@ func (c *Chain) stored(ev Event, out []Change) ([]Change, error) {
 		}
 		c.blocks[h] = b
 		stored = append(stored, b.ours...)
-		state = b.after
+		state, parent = b.after, h
 	}
 	if len(stored) > 0 {
 		out = append(out, Change{Op: OpStored, Tier: tier, Hashes: stored})

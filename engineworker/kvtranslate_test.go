@@ -151,6 +151,35 @@ func TestChainCopies(t *testing.T) {
 	}
 }
 
+// TestChainCollision: an engine whose block hashes name a block by its own
+// tokens, not its prefix (SGLang before its position-aware hashes), gives
+// one hash to the same page after different prefixes. The chain holds it
+// under its first parent; stored again under another, it and the rest of
+// the event are left out (ErrCollision) rather than reported as the first
+// prefix's blocks, which the engine may not hold after this one.
+func TestChainCollision(t *testing.T) {
+	ch := NewChain(4, 0, 100)
+	if _, err := ch.Apply(storedEv("", 4, seq(1, 8), "A", "B"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// [C B]: the page B after C, under B's hash.
+	got, err := ch.Apply(storedEv("", 4, append(seq(20, 23), seq(5, 8)...), "C", "B"), nil)
+	if !errors.Is(err, ErrCollision) {
+		t.Fatalf("B under another parent: err %v, want ErrCollision", err)
+	}
+	if want := []Change{{Op: OpStored, Tier: wire.Device, Hashes: wire.ChainHashes(nil, seq(20, 23), 4)}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("stored %v, want C's block only", got)
+	}
+	// The same block stored again under its own parent, and an offload
+	// without tokens listing blocks of any chain, are no collision.
+	if _, err := ch.Apply(storedEv("A", 4, seq(5, 8), "B"), nil); err != nil {
+		t.Errorf("B again after A: %v", err)
+	}
+	if _, err := ch.Apply(Event{Kind: BlockStored, Hashes: []string{"C", "B"}, BlockSize: 4, Medium: "CPU", Group: -1}, nil); err != nil {
+		t.Errorf("an offload of C and B: %v", err)
+	}
+}
+
 func TestChainBounded(t *testing.T) {
 	ch := NewChain(4, 0, 1)
 	if _, err := ch.Apply(storedEv("", 4, seq(1, 8), "a", "b"), nil); !errors.Is(err, ErrOverflow) {

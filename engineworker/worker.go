@@ -166,6 +166,9 @@ type Stats struct {
 	Unhealthy                      uint64
 	Batches, Replays, Resets, Gaps uint64
 	LayoutErrors, UnknownParents   uint64
+	// Collisions counts stored blocks the chain held under another parent
+	// (ErrCollision): an engine whose hashes do not chain its prefix.
+	Collisions uint64
 	// Scrapes counts the metrics read.
 	Scrapes uint64
 }
