@@ -36,7 +36,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	var hit []*Request
 	w.mu.Lock()
 	for r := range w.held {
-		if r.RequestID == c.RequestID && r.state != stateFinished && (!preempt || c.Seq == 0 || r.Seq == c.Seq) {
+		if r.RequestID == c.RequestID && r.state != stateFinished && (!preempt || c.Seq == 0 || r.dispatchedAs(c.Seq)) {
 			hit = append(hit, r)
 		}
 	}
@@ -49,6 +49,22 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		w.abort(r, fmt.Errorf("%w by the dispatcher", ErrCancelled))
 	}
 	w.log.Debug().Str("request_id", c.RequestID).Uint64("seq", c.Seq).Int("held", len(hit)).Msg("cancellation")
+}
+
+// dispatchedAs reports whether seq is the dispatch sequence of r's first
+// dispatch or of one joined to it since (a redelivery to this worker: the
+// dispatcher's current dispatch of the request is then the joined one); w.mu
+// is held.
+func (r *Request) dispatchedAs(seq uint64) bool {
+	if r.Seq == seq {
+		return true
+	}
+	for _, j := range r.joined {
+		if j.seq == seq {
+			return true
+		}
+	}
+	return false
 }
 
 // preempt hands r back for a preemption (docs/protocol.md, Preemption) if

@@ -77,7 +77,7 @@ func TestPreemptFromDispatcher(t *testing.T) {
 	prodA := natstest.NewProducer(t, nc, "resp.fresh", natstest.GoOK)
 	prodB := natstest.NewProducer(t, nc, "resp.chunked", natstest.GoOK)
 	acks := map[string]*natstest.Acks{}
-	for _, id := range []string{"fresh", "chunked", "plain", "otherseq"} {
+	for _, id := range []string{"fresh", "chunked", "plain", "otherseq", "joined2"} {
 		acks[id] = natstest.WatchAcks(t, nc, "ack."+id)
 	}
 	dispatchResponse(t, nc, "fresh", 1, "resp.fresh")
@@ -87,13 +87,21 @@ func TestPreemptFromDispatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// joined: delivered again to this worker while it runs (seq 6 joins seq
+	// 5); the dispatcher preempts its current dispatch, seq 6.
+	for i, ack := range []string{"ack.joined", "ack.joined2"} {
+		if _, err := nc.RequestMsg(dispatchMsg("joined", uint64(5+i), 0, ack), wait); err != nil {
+			t.Fatal(err)
+		}
+	}
 	natstest.Eventually(t, wait, func() bool { return len(prodB.Of(wire.MsgChunk)) == 1 }, "the chunk")
 	natstest.Eventually(t, wait, func() bool { return len(prodA.Of(wire.MsgClaim)) == 1 }, "the claim")
 	sendPreempt(t, nc, "w1", "fresh", 1)
 	sendPreempt(t, nc, "w1", "chunked", 2)
 	sendPreempt(t, nc, "w1", "plain", 3)
 	sendPreempt(t, nc, "w1", "otherseq", 99)
-	for _, id := range []string{"fresh", "plain"} {
+	sendPreempt(t, nc, "w1", "joined", 6)
+	for _, id := range []string{"fresh", "plain", "joined2"} {
 		natstest.Eventually(t, wait, func() bool { return acks[id].Has("-NAK") }, "%s handed back", id)
 	}
 	flush(t, nc)
