@@ -88,6 +88,13 @@ func (w *Worker) preempt(r *Request) {
 // r's context is cancelled with cause and the handler's Cancelled runs. A
 // request already finished is left alone.
 func (w *Worker) abort(r *Request, cause error) {
+	if errors.Is(cause, ErrCancelled) && r.resp != nil && r.resp.ending() {
+		// Its end marker is on its way with the application's status: the
+		// producer is told how it ended, and its acknowledgement follows.
+		// Cancelling now would contradict both.
+		about(w.log.Debug(), r).Msg("cancellation of a request whose response is ending: ignored")
+		return
+	}
 	w.mu.Lock()
 	if r.state == stateFinished {
 		w.mu.Unlock()

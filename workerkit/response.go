@@ -455,6 +455,14 @@ func (p *Response) end(ctx context.Context, e wire.ResponseEnd) error {
 	return nil
 }
 
+// ending reports whether the end marker is being sent (End, or Done in the
+// background): the response is finishing with the application's status.
+func (p *Response) ending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.phase == phaseEnding
+}
+
 // sendEnd sends one attempt of the end marker; p.ended is closed once it is
 // answered, nobody listens, or the attempts are spent.
 func (p *Response) sendEnd(status string, body []byte) {

@@ -578,3 +578,61 @@ func TestEndOutlivesItsContext(t *testing.T) {
 		t.Errorf("%d end marker attempts, want %d", n, wire.EndAttempts)
 	}
 }
+
+// TestCancelWhileEnding: a cancellation that arrives while the end marker is
+// on its way (its answer slow) leaves the request to finish: the producer was
+// told ok, so the message is acknowledged +ACK, not +TERM cancelled, and End
+// returns nil.
+func TestCancelWhileEnding(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	endSeen, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	prod := natstest.NewProducer(t, nc, "resp.e2", func(kind string) string {
+		if kind == wire.MsgEnd {
+			once.Do(func() { close(endSeen) })
+			<-answer
+		}
+		return natstest.GoOK(kind)
+	})
+	acks := natstest.WatchAcks(t, nc, "ack.e2")
+	logs := &natstest.Buffer{}
+	ended := make(chan error, 1)
+	s := &streamer{run: func(r *workerkit.Request) {
+		p := r.Response()
+		if err := p.Start(context.Background()); err != nil {
+			ended <- err
+			return
+		}
+		_ = p.Write([]byte("tok"))
+		ended <- p.End(context.Background(), wire.ResponseEnd{Status: wire.EndOK})
+	}}
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, s, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	dispatchResponse(t, nc, "e2", 1, "resp.e2")
+	<-endSeen
+	b, _ := wire.MarshalCancel(wire.Cancel{RequestID: "e2", Seq: 1, Reason: wire.CancelReasonCancel})
+	if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
+		t.Fatal(err)
+	}
+	// The helper has handled the cancellation one way or the other.
+	natstest.Eventually(t, wait, func() bool {
+		return strings.Contains(logs.String(), "response is ending: ignored") || strings.Contains(logs.String(), "request ended by the helper")
+	}, "the cancellation handled")
+	close(answer)
+	if err := <-ended; err != nil {
+		t.Errorf("End: %v, want nil", err)
+	}
+	natstest.Eventually(t, wait, func() bool { return len(acks.Final()) > 0 }, "the acknowledgement")
+	if got := acks.Final(); len(got) != 1 || got[0] != "+ACK" {
+		t.Errorf("acknowledged %v, want +ACK alone: the producer was told ok", got)
+	}
+	if got := prod.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndOK {
+		t.Errorf("end status %q, want ok", got)
+	}
+}
