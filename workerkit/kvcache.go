@@ -231,10 +231,13 @@ func (w *Worker) CacheResync(rank int, held *[wire.NumTiers][]uint64) error {
 		if held == nil {
 			return
 		}
+		// The snapshot is not counted against kvMaxRankOps: it is as large
+		// as the rank's cache, whatever the bound, and counting it would
+		// drop it and ask for another, for ever. The bound is for the
+		// changes that pile up after it.
 		for t := range wire.NumTiers {
 			for _, h := range held[t] {
 				p.open(r, t, false).store(t, h)
-				r.ops++
 			}
 		}
 		p.stats.Resyncs++

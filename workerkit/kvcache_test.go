@@ -298,6 +298,24 @@ func TestKVResyncOnRequest(t *testing.T) {
 	}
 }
 
+// TestKVResyncOfALargeRank: a rank holding more blocks than the helper keeps
+// unpublished (524,288: 64 events of 8192) is still resynchronised: its
+// snapshot is not counted against that bound, which would drop it and ask
+// for another for ever, and an index built from the stream matches it.
+func TestKVResyncOfALargeRank(t *testing.T) {
+	nc, js := kvServer(t)
+	rd := readKV(t, js)
+	_, e := startKVWorker(t, nc, workerkit.Config{ID: "w1"}, workerkit.KVConfig{})
+	many := make([]uint64, 64*wire.MaxHashes+1000)
+	for i := range many {
+		many[i] = uint64(i + 1)
+	}
+	e.store(t, 0, wire.Host, many...) // over the bound at once: dropped, resynchronised
+	// Unfixed, the snapshot was dropped as it was made, and nothing of the
+	// rank was ever published.
+	natstest.Eventually(t, 30*time.Second, func() bool { return rd.matches(e, []int{0}) }, "the index matches the engine")
+}
+
 // TestKVPublishRecovers: without a KV stream every publish fails; the
 // helper keeps resynchronising the rank (with a back-off), and once the
 // stream exists the resynchronisation reaches it and an index built from the
