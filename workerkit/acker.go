@@ -90,7 +90,8 @@ type ackCounters struct {
 type ackCall struct {
 	subj, reqID string
 	body        []byte
-	nak         bool      // -NAK: not retried after an unanswered attempt
+	nak         bool      // -NAK: not retried after an unanswered attempt made while connected
+	offline     bool      // the outstanding attempt was made while disconnected (into the reconnect buffer)
 	first       time.Time // the first attempt
 	deadline    time.Time // first + ack wait
 	attempt     int       // attempts made
@@ -155,6 +156,7 @@ func (a *acker) attemptLocked(c *ackCall, now time.Time) (id uint64, attempt int
 	a.next++
 	c.id = a.next
 	c.attempt++
+	c.offline = !a.nc.IsConnected()
 	if c.attempt > 1 {
 		a.stats.retries++
 	}
@@ -227,7 +229,9 @@ func (a *acker) onReply(m *nats.Msg) {
 // no responders; a.mu is held.
 func (a *acker) failedLocked(c *ackCall, now time.Time, timedOut bool) {
 	switch {
-	case c.nak && timedOut:
+	case c.nak && timedOut && !c.offline:
+		// One made while disconnected waits for the connection like any
+		// other (docs/protocol.md, the rules: the connection is down, wait).
 		a.giveUpLocked(c, "a -NAK whose answer was lost may have taken effect: not sent again", true)
 		return
 	case a.nc.IsConnected() && now.After(c.deadline):

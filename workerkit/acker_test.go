@@ -200,6 +200,34 @@ func TestDoneAcrossServerRestart(t *testing.T) {
 	t.Logf("stats %+v", a.w.Stats())
 }
 
+// TestNakWhileDisconnectedWaitsForTheConnection: a -NAK made while the
+// connection is down goes into the reconnect buffer, and its attempt times
+// out unanswered; it is not given up as one whose answer was lost (it could
+// not have been sent), but waits for the connection and is confirmed once
+// the server and its JetStream are back.
+func TestNakWhileDisconnectedWaitsForTheConnection(t *testing.T) {
+	f := newRestartFixture(t, 30*time.Second)
+	f.publish(t, 1)
+	m := f.fetch(t, 1)[0]
+	a := startWorker(t, f.wnc, workerkit.Config{ID: "w1"})
+	if err := f.wnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	accept(t, f.nc, a, "r0", 1, m.Reply())
+	f.ns.Stop()
+	natstest.Eventually(t, wait, func() bool { return !f.wnc.IsConnected() }, "the worker disconnected")
+	a.finish(t, 0, (*workerkit.Request).Nak)
+	// Its attempt timed out: waiting for another (fixed), or given up.
+	natstest.Eventually(t, wait, func() bool {
+		return workerkit.AckRetriesPending(a.w) == 1 || a.w.Stats().AcksUnconfirmed > 0
+	}, "the first attempt timed out")
+	if n := a.w.Stats().AcksUnconfirmed; n != 0 {
+		t.Fatalf("the -NAK made while disconnected was given up (%d unconfirmed)", n)
+	}
+	f.ns.Restart()
+	natstest.Eventually(t, wait, func() bool { return a.w.Stats().AcksConfirmed == 1 }, "the -NAK confirmed after the restart")
+}
+
 // TestPlainAcks: with Config.PlainAcks the acknowledgement is a plain
 // publish, as before confirmed acknowledgements: no reply subject.
 func TestPlainAcks(t *testing.T) {

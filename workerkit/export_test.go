@@ -33,3 +33,15 @@ func AwaitingFirstProgress(w *Worker) int {
 	defer w.mu.Unlock()
 	return len(w.fresh)
 }
+
+// AckRetriesPending returns the acknowledgements waiting in w's acker for
+// their next attempt (a.retry): after a timeout, until they are due and the
+// connection is up.
+func AckRetriesPending(w *Worker) int {
+	w.mu.Lock()
+	a := w.ack
+	w.mu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.retry)
+}
