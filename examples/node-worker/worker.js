@@ -8,6 +8,13 @@
 //
 // Environment:
 //   NATS_URL            NATS server, default nats://127.0.0.1:4222
+//   NATS_USER, NATS_PASSWORD
+//                       the worker's NATS user, when the server has permissions
+//                       (docs/security.md; configs/nats-accounts.conf)
+//   NATS_INBOX_PREFIX   the inbox prefix its permissions grant, e.g. _INBOX_worker_w1
+//                       (docs/protocol.md, Permissions a worker needs): the
+//                       answers to confirmed acknowledgements and on the
+//                       response path come there; default _INBOX
 //   WORKER_ID           the worker id, [A-Za-z0-9_-]{1,128}; required
 //   SUBJECT_PREFIX      the dispatcher's --subject-prefix, default "dispatch"
 //   MAX_ACTIVE          requests per rank at once, reported as max_active_requests; default 4
@@ -198,7 +205,10 @@ function decodeFrame(b) {
 
 async function main() {
   // Reconnect forever: the embedded server stops with the dispatcher and is back when it restarts.
-  const nc = await connect({ servers: env.NATS_URL || "nats://127.0.0.1:4222", name: `node-worker-${id}`, maxReconnectAttempts: -1 });
+  const opts = { servers: env.NATS_URL || "nats://127.0.0.1:4222", name: `node-worker-${id}`, maxReconnectAttempts: -1 };
+  if (env.NATS_USER) Object.assign(opts, { user: env.NATS_USER, pass: env.NATS_PASSWORD || "" });
+  if (env.NATS_INBOX_PREFIX) opts.inboxPrefix = env.NATS_INBOX_PREFIX;
+  const nc = await connect(opts);
   const enc = new TextEncoder();
   (async () => {
     for await (const st of nc.status()) {

@@ -73,3 +73,35 @@ func TestPermissionsEngineWorkerProgram(t *testing.T) {
 		t.Errorf("the producer got asynchronous errors:\n%s", s)
 	}
 }
+
+// TestPermissionsNodeWorker: the Node example, given the example's worker
+// user, password and inbox prefix in its environment (NATS_USER,
+// NATS_PASSWORD, NATS_INBOX_PREFIX), streams a response under the example
+// permissions, and its confirmed acknowledgements, answered on its own
+// inbox, leave nothing in the request stream.
+func TestPermissionsNodeWorker(t *testing.T) {
+	node := nodeOrSkip(t)
+	n, p := permStart(t)
+	startNodeWorker(t, node, n.URL(), "w1", "NATS_USER=worker_w1", "NATS_PASSWORD="+permW1Secret,
+		"NATS_INBOX_PREFIX=_INBOX_worker_w1", "CHUNKS=3", "CHUNK_MS=1")
+	waitFor(t, 30*time.Second, "w1 live", func() bool { return p.metric("fairdispatch_live_workers") == 1 })
+
+	premium, errs := secConnect(t, n.URL(), "producer_premium", permPremiumSecret, "_INBOX_producer_premium")
+	c := newRespCaller(t, premium)
+	c.resp = "_RESP.producer_premium."
+	call := c.start("perm-node-1", "premium", nil, []byte("hello"))
+	if err := call.wait(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	end, chunks, broken := call.result()
+	if broken != "" || end == nil || end.Status != "ok" || len(chunks) != 3 {
+		t.Fatalf("response: end %+v, broken %q, %d chunks; want ok and 3 chunks", end, broken, len(chunks))
+	}
+	js := jsOf(t, secConnectAs(t, n.URL(), "dispatcher", permDispatcherSecret))
+	waitFor(t, 20*time.Second, "the request acknowledged by its worker", func() bool {
+		return streamMsgs(t, js, "DISPATCH_REQ") == 0
+	})
+	if s := errs.String(); s != "" {
+		t.Errorf("the producer got asynchronous errors:\n%s", s)
+	}
+}
