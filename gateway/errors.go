@@ -118,7 +118,7 @@ func fromCall(err error) *apiError {
 	case errors.As(err, &br):
 		return &apiError{status: 502, typ: typeServer, code: "response_broken", msg: br.Error(), noRetry: true}
 	case errors.Is(err, caller.ErrCancelled):
-		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: "the request was cancelled"}
+		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: "the request was cancelled", noRetry: true}
 	}
 	return &apiError{status: 500, typ: typeServer, code: "internal_error", msg: err.Error()}
 }

@@ -171,7 +171,9 @@ func endError(end *wire.ResponseEnd) *apiError {
 	}
 	switch {
 	case end.Status == wire.EndCancelled:
-		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: msg}
+		// Not retried: a client's retry would run again what an operator or
+		// another producer cancelled.
+		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: msg, noRetry: true}
 	case end.Refused:
 		// Not run again, and clients do not retry a 400: a request the
 		// engine refuses as it is would be refused each time.

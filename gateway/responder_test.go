@@ -22,7 +22,8 @@ import (
 // worker's side of docs/protocol.md, Responses, in the OpenAI shapes of
 // Responses: OpenAI-shaped requests. The last user message (or the prompt)
 // steers it: "reject:<code>" rejects the request with that code, "hold"
-// claims and pings but never ends (until cancelled), "fail:<error>" and
+// claims and pings but never ends (until cancelled), "cancelled" ends it
+// cancelled before any chunk, "fail:<error>" and
 // "refuse:<error>" claim and end the response failed (refused, as the
 // engine worker ends a request its engine answered 4xx) before any chunk,
 // anything else streams max_tokens chunks of one token each.
@@ -124,6 +125,10 @@ func (r *responder) serve(h nats.Header, body []byte) {
 	}
 	if why, ok := strings.CutPrefix(steer, "fail:"); ok {
 		endResponse(r.nc, subj, id, exec, 1, wire.ResponseEnd{Status: wire.EndFailed, Error: why})
+		return
+	}
+	if steer == "cancelled" {
+		endResponse(r.nc, subj, id, exec, 1, wire.ResponseEnd{Status: wire.EndCancelled})
 		return
 	}
 	if why, ok := strings.CutPrefix(steer, "refuse:"); ok {

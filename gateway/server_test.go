@@ -536,3 +536,14 @@ func TestKeyedRejectionIsNotRetried(t *testing.T) {
 			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"), body)
 	}
 }
+
+// TestCancelledIsNotRetried: a request cancelled before its first chunk (by
+// an operator, another producer) is a 500 the clients do not retry: a retry
+// would run again what was cancelled.
+func TestCancelledIsNotRetried(t *testing.T) {
+	g := startGateway(t, nil)
+	resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("cancelled", ""))
+	if resp.StatusCode != 500 || decodeErr(t, body).Error.Code != "cancelled" || resp.Header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("%d, X-Should-Retry %q, %s; want 500 cancelled, not to be retried", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
+	}
+}
