@@ -57,8 +57,9 @@ func TestGatewayErrorsWithTheClients(t *testing.T) {
 			}
 		}()
 	}
-	// A request that ran, for the duplicate below.
-	if resp, body := r.post("/v1/completions", "sk-acme", `{"model":"`+gwModel+`","prompt":"x","max_tokens":1}`, gateway.HeaderIdempotency, "once"); resp.StatusCode != 200 {
+	// A request that ran, for the duplicate below: the same key and the same
+	// request (the body the Node client sends for the plan's "duplicate").
+	if resp, body := r.post("/v1/completions", "sk-acme", `{"model":"`+gwModel+`","prompt":"x","max_tokens":2}`, gateway.HeaderIdempotency, "once"); resp.StatusCode != 200 {
 		t.Fatalf("the request to repeat: %d %s", resp.StatusCode, body)
 	}
 	hold("sk-one", "deep")
