@@ -43,8 +43,19 @@ func Generate(w Workload) ([]Arrival, error) {
 	if w.Kind != "poisson" && w.Kind != "bursty" {
 		return nil, fmt.Errorf("sim: workload %q: want poisson or bursty", w.Kind)
 	}
-	if !(w.Rate > 0) || w.Duration <= 0 || len(w.Mix) == 0 || w.ISL == 0 || w.Keys < 0 || w.Zipf < 0 {
-		return nil, fmt.Errorf("sim: workload: want a rate > 0, a duration > 0, at least one class, isl > 0, keys >= 0, zipf >= 0")
+	switch {
+	case !(w.Rate > 0) || math.IsInf(w.Rate, 0):
+		return nil, fmt.Errorf("sim: workload: rate %v: want a finite number > 0", w.Rate)
+	case w.Duration <= 0:
+		return nil, fmt.Errorf("sim: workload: duration %v: want > 0", w.Duration)
+	case len(w.Mix) == 0:
+		return nil, fmt.Errorf("sim: workload: no class in the mix")
+	case w.ISL == 0:
+		return nil, fmt.Errorf("sim: workload: isl 0: want > 0")
+	case w.Keys < 0:
+		return nil, fmt.Errorf("sim: workload: keys %d: want >= 0", w.Keys)
+	case !(w.Zipf >= 0) || math.IsInf(w.Zipf, 0):
+		return nil, fmt.Errorf("sim: workload: zipf %v: want a finite number >= 0", w.Zipf)
 	}
 	for _, m := range w.Mix {
 		if !(m.Weight > 0) || m.Token == "" {

@@ -250,9 +250,32 @@ func parseMix(s string, pol *configs.Policy) ([]sim.Mix, error) {
 		if !ok || err != nil || !(wt > 0) || tok == "" {
 			return nil, usageError("--mix %q: want token:part,... with parts > 0", s)
 		}
+		if !pol.Known(tok) {
+			// The dispatcher would send it to the default family: most
+			// likely a typo, which would make the whole simulation wrong.
+			return nil, usageError("--mix %q: %q names no class or family of the policy (%s); the default family's is %q",
+				s, tok, strings.Join(knownTokens(pol), ", "), pol.DefaultFamily)
+		}
 		mix = append(mix, sim.Mix{Token: tok, Weight: wt})
 	}
 	return mix, nil
+}
+
+// knownTokens returns the subject tokens pol resolves by name: its
+// families and its explicit classes, sorted.
+func knownTokens(pol *configs.Policy) []string {
+	var out []string
+	for _, c := range pol.Classes {
+		tok := c.Family
+		if tok == "" {
+			tok = c.Name
+		}
+		if !slices.Contains(out, tok) {
+			out = append(out, tok)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // maxKeyRows is how many keys of a class the table shows, the busiest first.

@@ -79,6 +79,13 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson"}, "--generate needs --workers"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "steady", "--workers", "1"}, "want poisson or bursty"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--mix", "premium"}, "--mix"},
+		// A token no class takes would go to the default family unseen.
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--mix", "premum:1"},
+			`"premum" names no class or family of the policy (premium, regular)`},
+		// Each bad workload value is named.
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--rate", "-1"}, "rate -1: want a finite number > 0"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--zipf", "-1"}, "zipf -1: want a finite number >= 0"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--keys", "-2"}, "keys -2: want >= 0"},
 	} {
 		checkRun(t, c.args, 2, c.want)
 	}
