@@ -61,7 +61,11 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 			return err
 		}
 		if filePol, err = configs.Parse(fs.Arg(0), file); err != nil {
-			return invalid(g.stderr, fs.Arg(0), err)
+			after := "nothing stored"
+			if sub == "diff" {
+				after = "nothing to compare"
+			}
+			return invalid(g.stderr, fs.Arg(0), err, after)
 		}
 	}
 	var rev uint64
@@ -171,7 +175,7 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		name := store.Name(rev)
 		p, err := configs.Parse(name, old.YAML)
 		if err != nil {
-			return invalid(g.stderr, name, err)
+			return invalid(g.stderr, name, err, "nothing stored")
 		}
 		fmt.Fprint(w, p.Matrix())
 		n, _, err := store.Put(ctx, name, old.YAML)
@@ -184,14 +188,15 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 }
 
 // invalid prints a policy's problems, one a line as --check-config prints
-// them, and returns the error that makes the exit status 1.
-func invalid(w io.Writer, name string, err error) error {
+// them, and returns the error that makes the exit status 1; after is what
+// the command did not do ("nothing stored").
+func invalid(w io.Writer, name string, err error, after string) error {
 	var ve *configs.ValidationError
 	if !errors.As(err, &ve) {
 		return err
 	}
 	fmt.Fprintln(w, ve.Error())
-	return fmt.Errorf("%s is invalid (%d problem(s)); nothing stored", name, len(ve.Problems))
+	return fmt.Errorf("%s is invalid (%d problem(s)); %s", name, len(ve.Problems), after)
 }
 
 // validity says whether a revision is a valid policy, and its classes.
