@@ -63,6 +63,8 @@ func TestSettingsErrorsNameTheInput(t *testing.T) {
 		{[]string{"extra"}, nil, "unexpected argument"},
 		{[]string{"--record-buffer", "0"}, nil, "--record-buffer 0"},
 		{nil, map[string]string{"DISPATCHER_RECORD_STREAM_MAX_BYTES": "-1"}, "--record-stream-max-bytes -1"},
+		// A value that parses but is out of bounds names its variable too.
+		{nil, map[string]string{"DISPATCHER_LEASE_TTL": "2m"}, "--lease-ttl 2m0s: want 200ms to 1m (--lease-ttl from DISPATCHER_LEASE_TTL)"},
 		{[]string{"--nats-inbox-prefix", "_INBOX.*"}, nil, "--nats-inbox-prefix"},
 		// The consumer's MaxAckPending is their sum: refused at start, not at the first lead.
 		{[]string{"--max-held", "600000000"}, nil, "--max-held 600000000 + --max-in-worker 0"},
@@ -106,5 +108,15 @@ func TestCheckConfig(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"--check-config", "../../configs/testdata/invalid.yaml"}, &out, &errb); code != 1 {
 		t.Fatalf("invalid policy: exit %d, want 1", code)
+	}
+}
+
+// TestSettingsErrorNamesOnlyTheVariableThatSetIt: a bad value from the
+// command line is not blamed on an environment variable that the flag
+// overrode.
+func TestSettingsErrorNamesOnlyTheVariableThatSetIt(t *testing.T) {
+	_, err := parseSettings([]string{"--lease-ttl", "2m"}, env(map[string]string{"DISPATCHER_LEASE_TTL": "1s"}), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--lease-ttl 2m0s") || strings.Contains(err.Error(), "DISPATCHER_LEASE_TTL") {
+		t.Fatalf("error %v, want --lease-ttl named without the variable", err)
 	}
 }

@@ -86,7 +86,9 @@ func Parse(fs *flag.FlagSet, args []string, prefix string, env func(string) (str
 // struct (the dispatcher, the gateway): flags makes the flag set of a new S,
 // whose messages go to stderr; args and then the environment are parsed into
 // it (Parse), and validate judges the result, which comes back with its
-// verdict.
+// verdict. validate names flags (--lease-ttl); where one it names was set by
+// its environment variable, the verdict says so, so that the reader knows
+// what to change.
 func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error, args []string, prefix string, env func(string) (string, bool), skip map[string]bool, stderr io.Writer) (*S, error) {
 	s := new(S)
 	fs := flags(s)
@@ -94,8 +96,39 @@ func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error,
 	if err := Parse(fs, args, prefix, env, skip); err != nil {
 		return nil, err
 	}
-	return s, validate(s)
+	err := validate(s)
+	if err == nil {
+		return s, nil
+	}
+	onLine := map[string]bool{}
+	probe := flag.NewFlagSet("", flag.ContinueOnError)
+	probe.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		probe.Var(inert{ok && b.IsBoolFlag()}, f.Name, "")
+	})
+	_ = probe.Parse(args) // parsed before: only to see which the arguments set
+	probe.Visit(func(f *flag.Flag) { onLine[f.Name] = true })
+	var from []string
+	fs.VisitAll(func(f *flag.Flag) {
+		name := EnvName(prefix, f.Name)
+		if _, ok := env(name); ok && !onLine[f.Name] && !skip[f.Name] && strings.Contains(err.Error(), "--"+f.Name+" ") {
+			from = append(from, "--"+f.Name+" from "+name)
+		}
+	})
+	if len(from) > 0 {
+		err = fmt.Errorf("%w (%s)", err, strings.Join(from, ", "))
+	}
+	return s, err
 }
+
+// inert is a flag value that takes anything and keeps nothing: it tells which
+// flags arguments set without setting them twice.
+type inert struct{ boolean bool }
+
+func (inert) String() string     { return "" }
+func (inert) Set(string) error   { return nil }
+func (v inert) IsBoolFlag() bool { return v.boolean }
 
 // ParseCommandLine parses the command line into the flag package's flags,
 // with --version added, for a program that takes no positional arguments.
