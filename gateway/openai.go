@@ -297,19 +297,8 @@ func (r *request) normalise(engineModel string, defaultMax uint64) ([]byte, erro
 		f["max_tokens"] = json.RawMessage(strconv.FormatUint(defaultMax, 10))
 		r.maxTokens, r.maxField = defaultMax, "max_tokens"
 	}
-	return marshalPlain(f)
-}
-
-// marshalPlain is json.Marshal without its HTML escaping: Marshal writes each
-// <, > and & of a json.RawMessage as a six-byte \u escape, so a prompt of
-// code or markup would grow up to six times on its way through, past the
-// NATS server's max_payload.
-func marshalPlain(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	// Without HTML escaping: json.Marshal writes each <, > and & of a
+	// json.RawMessage as a six-byte escape, and a prompt of code or markup
+	// would grow up to six times, past the NATS server's max_payload.
+	return wire.Marshal(f)
 }

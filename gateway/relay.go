@@ -312,7 +312,7 @@ func (p *pool) rewriteModel(data []byte) []byte {
 		return data
 	}
 	f["model"], _ = json.Marshal(p.model.Name)
-	out, err := marshalPlain(f)
+	out, err := wire.Marshal(f)
 	if err != nil {
 		return data
 	}

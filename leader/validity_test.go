@@ -89,6 +89,14 @@ func leaseOn(t *testing.T, kv jetstream.KeyValue, ttl time.Duration) (*Elector, 
 	return e, c
 }
 
+// run runs e with onChange until the end of the test.
+func run(t *testing.T, e *Elector, onChange func(lead bool)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, onChange) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // TestUnansweredRenewalEndsWithTheLease: a renewal that gets no answer is
 // given no longer than the lease is still valid, and the leader steps down
 // when it fails at the lease's end, rather than waiting half a TTL for the
@@ -101,23 +109,17 @@ func TestUnansweredRenewalEndsWithTheLease(t *testing.T) {
 	e, c := leaseOn(t, kv, ttl)
 	var changes atomic.Int32
 	down := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.Run(ctx, func(lead bool) {
-			if changes.Add(1) == 1 {
-				// Taking the lead took all but 200 ms of the lease's 45
-				// valid minutes: the first renewal is due at once.
-				c.skip(45*time.Minute - left)
-				return
-			}
-			if !lead {
-				close(down)
-			}
-		})
-	}()
-	defer func() { cancel(); <-done }()
+	run(t, e, func(lead bool) {
+		if changes.Add(1) == 1 {
+			// Taking the lead took all but 200 ms of the lease's 45
+			// valid minutes: the first renewal is due at once.
+			c.skip(45*time.Minute - left)
+			return
+		}
+		if !lead {
+			close(down)
+		}
+	})
 	select {
 	case given := <-kv.updates:
 		if given > left {
@@ -148,20 +150,14 @@ func TestLeaseRunsOutWhileTakingTheLead(t *testing.T) {
 	e, c := leaseOn(t, &stallingKV{updates: make(chan time.Duration, 4)}, ttl)
 	var validInside atomic.Bool
 	down := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.Run(ctx, func(lead bool) {
-			if lead {
-				c.skip(50 * time.Minute) // past the 45 valid minutes
-				validInside.Store(e.Valid())
-				return
-			}
-			close(down)
-		})
-	}()
-	defer func() { cancel(); <-done }()
+	run(t, e, func(lead bool) {
+		if lead {
+			c.skip(50 * time.Minute) // past the 45 valid minutes
+			validInside.Store(e.Valid())
+			return
+		}
+		close(down)
+	})
 	select {
 	case <-down:
 	case <-time.After(time.Minute):
