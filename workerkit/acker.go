@@ -90,8 +90,7 @@ type ackCounters struct {
 type ackCall struct {
 	subj, reqID string
 	body        []byte
-	nak         bool      // -NAK: not retried after an unanswered attempt made while connected
-	offline     bool      // the outstanding attempt was made while disconnected (into the reconnect buffer)
+	nak         bool      // -NAK: not retried after an unanswered attempt
 	first       time.Time // the first attempt
 	deadline    time.Time // first + ack wait
 	attempt     int       // attempts made
@@ -146,6 +145,16 @@ func (a *acker) send(subj, reqID string, body []byte, ackWait time.Duration, bef
 		}
 		return a.nc.Publish(subj, body) // after Stop: the best that can be done
 	}
+	if c.nak && !a.nc.IsConnected() {
+		// Not into the reconnect buffer: nats.go would send that copy on
+		// reconnection, and an unanswered one could not be told from one
+		// that took effect. It waits for the connection, as the rules say
+		// (docs/protocol.md: the connection is down, wait), and goes once.
+		c.due = now
+		a.retry = append(a.retry, c)
+		a.mu.Unlock()
+		return nil
+	}
 	id, attempt := a.attemptLocked(c, now)
 	a.mu.Unlock()
 	return a.publish(c, id, attempt)
@@ -156,7 +165,6 @@ func (a *acker) attemptLocked(c *ackCall, now time.Time) (id uint64, attempt int
 	a.next++
 	c.id = a.next
 	c.attempt++
-	c.offline = !a.nc.IsConnected()
 	if c.attempt > 1 {
 		a.stats.retries++
 	}
@@ -229,9 +237,7 @@ func (a *acker) onReply(m *nats.Msg) {
 // no responders; a.mu is held.
 func (a *acker) failedLocked(c *ackCall, now time.Time, timedOut bool) {
 	switch {
-	case c.nak && timedOut && !c.offline:
-		// One made while disconnected waits for the connection like any
-		// other (docs/protocol.md, the rules: the connection is down, wait).
+	case c.nak && timedOut:
 		a.giveUpLocked(c, "a -NAK whose answer was lost may have taken effect: not sent again", true)
 		return
 	case a.nc.IsConnected() && now.After(c.deadline):
