@@ -115,9 +115,15 @@ type Elector struct {
 	kv     jetstream.KeyValue // replaced by Run's goroutine when the bucket is created again
 	log    zerolog.Logger
 	leader atomic.Bool
-	// validUntil is the lease's validity, in Unix nanoseconds of cfg.Now
-	// (Valid); written by Run's goroutine.
+	// base is when the Elector was made, and validUntil the lease's validity
+	// in nanoseconds since base (Valid): durations of cfg.Now's clock, which
+	// for time.Now is the monotonic one, as Run's; written by Run's goroutine.
+	base       time.Time
 	validUntil atomic.Int64
+	// lease is the lease time: cfg.TTL, or the bucket's TTL (its MaxAge) when
+	// that is shorter (a bucket created again by a dispatcher with a shorter
+	// --lease-ttl: the key lives no longer than that); Run's goroutine only.
+	lease time.Duration
 }
 
 // New binds to the lease bucket, creating it in memory storage when missing
@@ -149,7 +155,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log zerolog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("leader: lease bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Elector{cfg: cfg, js: js, kv: kv, log: log}, nil
+	return &Elector{cfg: cfg, js: js, kv: kv, log: log, base: cfg.Now(), lease: cfg.TTL}, nil
 }
 
 // jsErrMemoryResources is nats-server's JSMemoryResourcesExceededErr:
@@ -242,7 +248,6 @@ func (e *Elector) TTL() time.Duration { return e.cfg.TTL }
 // deletes the key, so that a standby takes over at once; Run then returns
 // without calling onChange.
 func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
-	every := e.cfg.TTL / 4
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var rev uint64
@@ -258,19 +263,20 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 		case <-t.C:
 		}
 		start := e.cfg.Now()
+		lease := e.lease // the term's: mayCampaign reads the bucket's before a campaign
 		if e.leader.Load() {
 			if !start.Before(validUntil) {
 				e.stepDown("lease ran out before a renewal succeeded", onChange)
 			} else {
 				// An unanswered renewal waits no longer than the lease is
 				// valid, so that the step-down below comes at its end.
-				r, err := e.call(ctx, min(e.cfg.TTL/2, validUntil.Sub(start)), func(c context.Context) (uint64, error) {
+				r, err := e.call(ctx, min(lease/2, validUntil.Sub(start)), func(c context.Context) (uint64, error) {
 					return e.kv.Update(c, e.cfg.Key, []byte(e.cfg.ID), rev)
 				})
 				switch {
 				case err == nil:
-					rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
-					e.validUntil.Store(validUntil.UnixNano())
+					rev, validUntil = r, start.Add(lease*3/4)
+					e.validUntil.Store(int64(validUntil.Sub(e.base)))
 				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
 					e.stepDown("lease taken: "+err.Error(), onChange)
 				case errors.Is(err, jetstream.ErrNoStreamResponse) && ctx.Err() == nil && e.bucketGone(ctx):
@@ -289,12 +295,13 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 				}
 			}
 		} else if e.mayCampaign(ctx) {
-			r, err := e.call(ctx, e.cfg.TTL/2, func(c context.Context) (uint64, error) {
+			lease = e.lease
+			r, err := e.call(ctx, lease/2, func(c context.Context) (uint64, error) {
 				return e.kv.Create(c, e.cfg.Key, []byte(e.cfg.ID))
 			})
 			if err == nil {
-				rev, validUntil = r, start.Add(e.cfg.TTL*3/4)
-				e.validUntil.Store(validUntil.UnixNano())
+				rev, validUntil = r, start.Add(lease*3/4)
+				e.validUntil.Store(int64(validUntil.Sub(e.base)))
 				e.leader.Store(true)
 				e.log.Info().Dur("ttl", e.cfg.TTL).Msg("lease acquired: leading")
 				onChange(true)
@@ -307,7 +314,7 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 				e.log.Debug().Err(err).Msg("campaign failed")
 			}
 		}
-		t.Reset(e.untilNext(start, every, validUntil))
+		t.Reset(e.untilNext(start, lease/4, validUntil))
 	}
 }
 
@@ -326,7 +333,7 @@ func (e *Elector) untilNext(start time.Time, every time.Duration, validUntil tim
 // (3/4 TTL after its last successful renewal started): the fence a leader's
 // work checks before it starts something only a leader may do.
 func (e *Elector) Valid() bool {
-	return e.leader.Load() && e.cfg.Now().UnixNano() < e.validUntil.Load()
+	return e.leader.Load() && int64(e.cfg.Now().Sub(e.base)) < e.validUntil.Load()
 }
 
 // mayCampaign reports whether a campaign may try to create the key now: the
@@ -344,6 +351,18 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 		e.log.Debug().Err(err).Msg("campaign deferred: lease bucket not readable")
 		return false
 	}
+	lease := e.cfg.TTL
+	if ttl := info.Config.MaxAge; ttl > 0 && ttl < lease {
+		// Made again by a dispatcher with a shorter --lease-ttl (rebind):
+		// the server keeps the key no longer than that, so neither does our
+		// lease. The bucket is not raised here: another may lead under it.
+		lease = ttl
+	}
+	if lease != e.lease && lease < e.cfg.TTL {
+		e.log.Warn().Dur("bucket_ttl", lease).Dur("lease_ttl", e.cfg.TTL).
+			Msg("the lease bucket's TTL is shorter than this dispatcher's --lease-ttl (made again by another dispatcher): leading on the bucket's")
+	}
+	e.lease = lease
 	now := info.TimeStamp // the server's clock, like Created (absent from servers before 2.10: then ours)
 	if now.IsZero() {
 		now = e.cfg.Now()

@@ -167,3 +167,50 @@ func TestLeaseRunsOutWhileTakingTheLead(t *testing.T) {
 		t.Error("Valid was true inside onChange(true) after the lease had run out")
 	}
 }
+
+// stalledUpdates is a lease bucket whose renewals are never answered.
+type stalledUpdates struct{ jetstream.KeyValue }
+
+func (k stalledUpdates) Update(ctx context.Context, _ string, _ []byte, _ uint64) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestLeaseNoLongerThanTheBucketsTTL: a lease bucket lost with its server and
+// made again by a standby with a shorter --lease-ttl keeps keys only that
+// long; a dispatcher with a longer one that then wins the key counts its
+// lease valid for 3/4 of the bucket's TTL, not of its own, or the server
+// would let another take the key while it leads.
+func TestLeaseNoLongerThanTheBucketsTTL(t *testing.T) {
+	s := startServer(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	e, err := New(ctx, js, Config{ID: "a", TTL: 8 * time.Second, MayHaveLed: never}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bind(ctx, js, Config{Bucket: DefaultBucket, TTL: 400 * time.Millisecond}, zerolog.Nop()) // the standby's rebind
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.kv = stalledUpdates{kv} // and a's renewals go unanswered: only its validity ends its lead
+	var left atomic.Int64 // the validity a counts on when it takes the lead
+	run(t, e, func(lead bool) {
+		if lead {
+			left.Store(e.validUntil.Load() - int64(e.cfg.Now().Sub(e.base)))
+		}
+	})
+	waitFor(t, 20*time.Second, "a to lead", func() bool { return left.Load() != 0 })
+	if valid := time.Duration(left.Load()); valid > 300*time.Millisecond {
+		t.Fatalf("a leads for %v on a bucket that keeps its key 400 ms: want at most 3/4 of that", valid)
+	}
+	waitFor(t, 20*time.Second, "a to step down", func() bool { return !e.Leader() })
+}
