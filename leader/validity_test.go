@@ -202,7 +202,7 @@ func TestLeaseNoLongerThanTheBucketsTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.kv = stalledUpdates{kv} // and a's renewals go unanswered: only its validity ends its lead
-	var left atomic.Int64 // the validity a counts on when it takes the lead
+	var left atomic.Int64     // the validity a counts on when it takes the lead
 	run(t, e, func(lead bool) {
 		if lead {
 			left.Store(e.validUntil.Load() - int64(e.cfg.Now().Sub(e.base)))
