@@ -1,6 +1,11 @@
 package workerkit
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"fairdispatch/wire"
+)
 
 // HoldForTest makes w hold a request with id and Dispatch-Ack ack, as if
 // dispatched and accepted, without a dispatch (benchmarks of the
@@ -44,4 +49,16 @@ func AckRetriesPending(w *Worker) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.retry)
+}
+
+// EndMarkerForTest runs the first half of Response.End: the end marker, up
+// to its answer, the request still held.
+func EndMarkerForTest(p *Response, ctx context.Context, e wire.ResponseEnd) error {
+	return p.end(ctx, e)
+}
+
+// AckAfterEndForTest runs the second half of Response.End: the confirmed
+// +ACK that releases the request.
+func AckAfterEndForTest(p *Response, ctx context.Context) error {
+	return p.r.finishConfirmed(ctx, ackAck, false, nil)
 }

@@ -83,6 +83,11 @@ type Response struct {
 	pingCall uint64        // the outstanding ping's call id, 0 when none
 	misses   int           // pings unanswered in a row
 	ended    chan struct{} // closed once the end marker is answered or given up
+	// finishing is set once the application's end marker is out, and stays:
+	// the producer has been told how the request ended, and the request is
+	// being acknowledged so (a cancellation or a preemption must not
+	// contradict it, before the marker's answer or after).
+	finishing bool
 }
 
 // Subject returns the response subject (Dispatch-Response-To).
@@ -439,7 +444,7 @@ func (p *Response) end(ctx context.Context, e wire.ResponseEnd) error {
 		p.mu.Unlock()
 		return err
 	}
-	p.phase = phaseEnding
+	p.phase, p.finishing = phaseEnding, true
 	p.stopPings()
 	e.Chunks = p.chunks
 	p.mu.Unlock()
@@ -455,12 +460,13 @@ func (p *Response) end(ctx context.Context, e wire.ResponseEnd) error {
 	return nil
 }
 
-// ending reports whether the end marker is being sent (End, or Done in the
-// background): the response is finishing with the application's status.
+// ending reports whether the application's end marker is out (End, or Done
+// in the background): the response is finishing with its status, until the
+// request is released.
 func (p *Response) ending() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.phase == phaseEnding
+	return p.finishing
 }
 
 // sendEnd sends one attempt of the end marker; p.ended is closed once it is
@@ -496,7 +502,7 @@ func (p *Response) onEnd(status string, body []byte, err error) {
 func (p *Response) yieldTo(cause error) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.chunks > 0 || p.phase == phaseEnding {
+	if p.chunks > 0 || p.finishing {
 		return false
 	}
 	p.closeLocked(cause)

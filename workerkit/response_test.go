@@ -553,22 +553,20 @@ func TestEndOutlivesItsContext(t *testing.T) {
 	})
 	acks := natstest.WatchAcks(t, nc, "ack.e1")
 	ended := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	w, _ := startStreamer(t, nc, func(r *workerkit.Request) {
 		p := r.Response()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
 		if err := p.Start(ctx); err != nil {
 			ended <- err
 			return
 		}
 		_ = p.Write([]byte("tok"))
-		go func() {
-			natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) > 0 }, "the end marker sent")
-			cancel() // ctx ends while the marker waits for its answer
-		}()
 		ended <- p.End(ctx, wire.ResponseEnd{Status: wire.EndOK})
 	})
 	dispatchResponse(t, nc, "e1", 1, "resp.e1")
+	natstest.Eventually(t, wait, func() bool { return len(prod.Of(wire.MsgEnd)) > 0 }, "the end marker sent")
+	cancel() // ctx ends while the marker waits for its answer
 	if err := <-ended; !errors.Is(err, context.Canceled) {
 		t.Fatalf("End: %v, want an error wrapping context.Canceled", err)
 	}
@@ -634,5 +632,56 @@ func TestCancelWhileEnding(t *testing.T) {
 	}
 	if got := prod.Of(wire.MsgEnd)[0].Header.Get(wire.HeaderResponseStatus); got != wire.EndOK {
 		t.Errorf("end status %q, want ok", got)
+	}
+}
+
+// TestCancelAfterTheEndMarkersAnswer: between the end marker's answer and
+// the acknowledgement that releases the request, a cancellation is ignored
+// too: the producer was told ok, so the message is acknowledged +ACK.
+func TestCancelAfterTheEndMarkersAnswer(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	natstest.NewProducer(t, nc, "resp.e3", natstest.GoOK)
+	acks := natstest.WatchAcks(t, nc, "ack.e3")
+	logs := &natstest.Buffer{}
+	marked, proceed, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	s := &streamer{run: func(r *workerkit.Request) {
+		p := r.Response()
+		if err := p.Start(context.Background()); err != nil {
+			done <- err
+			return
+		}
+		_ = p.Write([]byte("tok"))
+		if err := workerkit.EndMarkerForTest(p, context.Background(), wire.ResponseEnd{Status: wire.EndOK}); err != nil {
+			done <- err
+			return
+		}
+		close(marked)
+		<-proceed
+		done <- workerkit.AckAfterEndForTest(p, context.Background())
+	}}
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, s, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	dispatchResponse(t, nc, "e3", 1, "resp.e3")
+	<-marked
+	b, _ := wire.MarshalCancel(wire.Cancel{RequestID: "e3", Seq: 1, Reason: wire.CancelReasonCancel})
+	if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, wait, func() bool {
+		return strings.Contains(logs.String(), "response is ending: ignored") || strings.Contains(logs.String(), "request ended by the helper")
+	}, "the cancellation handled")
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Errorf("the acknowledgement after the end marker: %v", err)
+	}
+	natstest.Eventually(t, wait, func() bool { return len(acks.Final()) > 0 }, "the acknowledgement")
+	if got := acks.Final(); len(got) != 1 || got[0] != "+ACK" {
+		t.Errorf("acknowledged %v, want +ACK alone: the producer was told ok", got)
 	}
 }
