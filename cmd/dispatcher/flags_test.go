@@ -65,6 +65,7 @@ func TestSettingsErrorsNameTheInput(t *testing.T) {
 		{nil, map[string]string{"DISPATCHER_RECORD_STREAM_MAX_BYTES": "-1"}, "--record-stream-max-bytes -1"},
 		// A value that parses but is out of bounds names its variable too.
 		{nil, map[string]string{"DISPATCHER_LEASE_TTL": "2m"}, "--lease-ttl 2m0s: want 200ms to 1m (--lease-ttl from DISPATCHER_LEASE_TTL)"},
+		{nil, map[string]string{"DISPATCHER_SUBJECT_PREFIX": "a.*"}, "(--subject-prefix from DISPATCHER_SUBJECT_PREFIX)"},
 		{[]string{"--nats-inbox-prefix", "_INBOX.*"}, nil, "--nats-inbox-prefix"},
 		// The consumer's MaxAckPending is their sum: refused at start, not at the first lead.
 		{[]string{"--max-held", "600000000"}, nil, "--max-held 600000000 + --max-in-worker 0"},

@@ -112,7 +112,7 @@ func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error,
 	var from []string
 	fs.VisitAll(func(f *flag.Flag) {
 		name := EnvName(prefix, f.Name)
-		if _, ok := env(name); ok && !onLine[f.Name] && !skip[f.Name] && strings.Contains(err.Error(), "--"+f.Name+" ") {
+		if _, ok := env(name); ok && !onLine[f.Name] && !skip[f.Name] && namesFlag(err.Error(), f.Name) {
 			from = append(from, "--"+f.Name+" from "+name)
 		}
 	})
@@ -120,6 +120,24 @@ func ParseSettings[S any](flags func(*S) *flag.FlagSet, validate func(*S) error,
 		err = fmt.Errorf("%w (%s)", err, strings.Join(from, ", "))
 	}
 	return s, err
+}
+
+// namesFlag reports whether msg names --flag: the name followed by anything
+// but another character of a flag name (--max-held, not --max-held-x).
+func namesFlag(msg, flag string) bool {
+	for rest := msg; ; {
+		i := strings.Index(rest, "--"+flag)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+2+len(flag):]
+		if rest == "" {
+			return true
+		}
+		if c := rest[0]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return true
+		}
+	}
 }
 
 // inert is a flag value that takes anything and keeps nothing: it tells which
