@@ -91,6 +91,17 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 	switch sub {
 	case "get":
 		cur, err := store.Get(ctx)
+		if errors.Is(err, livepolicy.ErrNoPolicy) {
+			// Deleted (Get cannot tell it from never put): the dispatchers
+			// refuse the delete and run the last good revision.
+			if hist, _ := store.History(ctx); len(hist) > 0 && hist[len(hist)-1].Deleted {
+				if _, good := store.LastGood(ctx, hist[len(hist)-1].Revision); good.Revision != 0 {
+					fmt.Fprintf(g.stderr, "fairctl policy: revision %d deletes the policy, which every dispatcher refuses; revision %d runs:\n",
+						hist[len(hist)-1].Revision, good.Revision)
+					cur, err = good, nil
+				}
+			}
+		}
 		if err != nil {
 			return err
 		}

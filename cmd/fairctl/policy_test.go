@@ -164,4 +164,12 @@ func TestPolicyGetPrintsWhatRuns(t *testing.T) {
 		!strings.Contains(errs, "revision 2, the bucket's current, is invalid and refused by every dispatcher") || !strings.Contains(errs, "revision 1 runs") {
 		t.Fatalf("get after an invalid revision: exit %d\nstdout %s\nstderr %s\nwant revision 1's YAML, and revision 2 named as refused", code, out, errs)
 	}
+	// A delete of the key is refused the same way.
+	if err := kv.Delete(context.Background(), livepolicy.Key); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = fairctl("policy", "get")
+	if code != 0 || !strings.Contains(out, "name: premium") || !strings.Contains(errs, "revision 3 deletes the policy") || !strings.Contains(errs, "revision 1 runs") {
+		t.Fatalf("get after a delete: exit %d\nstdout %s\nstderr %s\nwant revision 1's YAML, and the delete named as refused", code, out, errs)
+	}
 }
