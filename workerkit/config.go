@@ -97,7 +97,9 @@ type Config struct {
 	// eight Dispatch-* headers the dispatcher sets. Set it for a handler
 	// that reads those from Request.Header. A compact frame is decoded
 	// either way: a dispatch sent before the dispatcher read this process's
-	// first report uses the form asked for by the process before it.
+	// first report uses the form asked for by the process before it. Such a
+	// request's Request.Header lacks the dispatcher's headers (Request.Compact
+	// is set); its fields hold them as always.
 	HeaderForm bool
 	// Preempt declares in the load reports that the worker hands back a
 	// request the dispatcher preempts (docs/protocol.md, Preemption): on a
