@@ -13,14 +13,53 @@ import (
 	"fairdispatch/wire"
 )
 
+// mergeDelivery keeps one copy of a request held and delivered again: the new
+// handle, whose acknowledgement JetStream now waits on.
+func (a *Actor) mergeDelivery(h *held, m ingest.Msg, attempt uint32, rel Releaser) {
+	h.msg, h.attempt = m, attempt
+	h.msg.OwnBody() // rare: not worth knowing whether it waits
+	rel.Release(1)
+}
+
+// takeRedelivery settles the delivery that came during h's handshake, now
+// answered: after an acceptance (accepted) it is admitted anew, since the
+// worker may have handed the request back at once (this delivery would
+// otherwise wait out the ack wait), and a worker that runs it joins it
+// (docs/protocol.md, A second dispatch of a request already running); after
+// anything else it replaces h's handle, as a redelivery of a queued request.
+func (a *Actor) takeRedelivery(now time.Time, h *held, accepted bool) {
+	r := h.redo
+	if r == nil {
+		return
+	}
+	h.redo = nil
+	if !accepted {
+		a.mergeDelivery(h, r.dl.Msg, deliveryCount(&r.dl), r.rel)
+		return
+	}
+	if !a.active() || r.rel != a.cur.rel {
+		_ = r.dl.Msg.Nak() // another term's, or not leading: back to the stream
+		r.rel.Release(1)
+		return
+	}
+	a.admit(now, &r.dl)
+}
+
 // admit takes in one delivery of the current term (a.cur).
 func (a *Actor) admit(now time.Time, dl *ingest.Delivery) {
 	if h := a.held[dl.StreamSeq]; h != nil {
-		// A redelivery of a request we hold: keep one copy, with the new handle.
-		h.msg, h.attempt = dl.Msg, deliveryCount(dl)
-		h.msg.OwnBody() // rare: not worth knowing whether it waits
-		a.cur.rel.Release(1)
 		a.d.Metrics.Redelivered()
+		if h.inFlight {
+			// Its dispatch is being answered: which copy to keep depends on
+			// the answer (answer, takeRedelivery).
+			if h.redo != nil {
+				h.redo.rel.Release(1) // a newer delivery supersedes it
+			}
+			h.redo = &redelivery{dl: *dl, rel: a.cur.rel}
+			h.redo.dl.Msg.OwnBody()
+			return
+		}
+		a.mergeDelivery(h, dl.Msg, deliveryCount(dl), a.cur.rel)
 		return
 	}
 	if !a.active() {

@@ -193,6 +193,7 @@ func (a *Actor) answer(res bus.Result) {
 		r := h.snap
 		a.dropHeld(res.Token, h)
 		h.rel.Release(1)
+		defer a.takeRedelivery(now, h, true)
 		a.running.put(now.UnixNano(), r.ID, runRef{h.worker, h.seq})
 		a.d.Scheduler.Started(now.UnixNano(), r, h.worker, h.rank, h.seq)
 		a.d.Metrics.Dispatched(r.Class)
@@ -209,6 +210,7 @@ func (a *Actor) answer(res bus.Result) {
 		}
 		return
 	}
+	a.takeRedelivery(now, h, false)
 	if res.Outcome == bus.Timeout {
 		a.log.Debug().Str("request_id", h.snap.ID).Str("worker_id", h.worker).Msg("dispatch timed out; the request keeps its place")
 	}
