@@ -220,6 +220,11 @@ func (s *Scheduler) Started(now int64, r *request.Snapshot, worker string, rank 
 	if !p.on || r == nil || r.Class < 0 || r.Class >= len(p.sheddable) || !p.sheddable[r.Class] {
 		return
 	}
+	if rec := s.settle.find(worker, seq); rec != nil && rec.settled {
+		// Its completion record came first (the two arrive apart): it ran
+		// already, and must not wait for a preemption as running.
+		return
+	}
 	p.running[worker] = append(p.running[worker], runEntry{seq: seq, id: r.ID, class: r.Class, rank: rank, at: now, preempted: r.Preempted})
 }
 
