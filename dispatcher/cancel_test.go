@@ -110,6 +110,20 @@ func TestCancelRunningAndSending(t *testing.T) {
 	if o := f.outcomes[len(f.outcomes)-1]; o.RequestID != "ref" || o.Status != wire.StatusCancelled {
 		t.Fatalf("last outcome %+v, want ref cancelled", o)
 	}
+
+	// The same refusal after the lead was lost (or at shutdown): dropped as
+	// cancelled, not handed back, where the next leader, or this dispatcher
+	// restarted, might no longer remember the cancellation and run it.
+	m = f.deliver(4, "premium", nats.Header{"Nats-Msg-Id": {"lost"}, "Dispatch-ISL-Tokens": {"10"}, "Dispatch-Reply-To": {"out.l"}})
+	f.cancelNow("lost")
+	f.a.SetLeader(false)
+	f.a.answer(bus.Result{Token: 4, Worker: "w1", Outcome: bus.Refused})
+	if got := m.log(); len(got) != 1 || got[0] != "+TERM cancelled" || len(f.a.held) != 0 {
+		t.Fatalf("refused after a cancel, not leading: acks %v held %d, want +TERM cancelled, nothing held", got, len(f.a.held))
+	}
+	if o := f.outcomes[len(f.outcomes)-1]; o.RequestID != "lost" || o.Status != wire.StatusCancelled {
+		t.Fatalf("last outcome %+v, want lost cancelled", o)
+	}
 }
 
 // TestCancelInvalidDropped: a cancellation that does not parse changes nothing.

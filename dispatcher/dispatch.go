@@ -216,6 +216,13 @@ func (a *Actor) answer(res bus.Result) {
 	}
 	if !a.active() {
 		a.d.Scheduler.Refused(now.UnixNano(), h.worker, h.seq)
+		if h.cancel {
+			// Cancelled during the handshake: dropped, not handed back,
+			// where the next leader (or this one restarted) may not
+			// remember the cancellation and would run it.
+			a.cancelQueued(now, res.Token, h)
+			return
+		}
 		a.handBack(res.Token, h)
 		return
 	}
