@@ -110,14 +110,23 @@ func TestCancelRunningAndSending(t *testing.T) {
 	if o := f.outcomes[len(f.outcomes)-1]; o.RequestID != "ref" || o.Status != wire.StatusCancelled {
 		t.Fatalf("last outcome %+v, want ref cancelled", o)
 	}
+}
 
-	// The same refusal after the lead was lost (or at shutdown): dropped as
-	// cancelled, not handed back, where the next leader, or this dispatcher
-	// restarted, might no longer remember the cancellation and run it.
-	m = f.deliver(4, "premium", nats.Header{"Nats-Msg-Id": {"lost"}, "Dispatch-ISL-Tokens": {"10"}, "Dispatch-Reply-To": {"out.l"}})
+// TestCancelInHandshakeRefusedAfterTheLeadIsLost: a request cancelled during
+// its handshake and refused after the lead was lost (or at shutdown) is
+// dropped as cancelled, not handed back, where the next leader, or this
+// dispatcher restarted, might no longer remember the cancellation and run it.
+func TestCancelInHandshakeRefusedAfterTheLeadIsLost(t *testing.T) {
+	f := newFixture(t, policy)
+	f.now = f.now.Add(time.Second)
+	f.report("w1", 0)
+	m := f.deliver(1, "premium", nats.Header{"Nats-Msg-Id": {"lost"}, "Dispatch-ISL-Tokens": {"10"}, "Dispatch-Reply-To": {"out.l"}})
+	if h := f.a.held[1]; h == nil || !h.inFlight {
+		t.Fatal("the request is not in its handshake")
+	}
 	f.cancelNow("lost")
 	f.a.SetLeader(false)
-	f.a.answer(bus.Result{Token: 4, Worker: "w1", Outcome: bus.Refused})
+	f.a.answer(bus.Result{Token: 1, Worker: "w1", Outcome: bus.Refused})
 	if got := m.log(); len(got) != 1 || got[0] != "+TERM cancelled" || len(f.a.held) != 0 {
 		t.Fatalf("refused after a cancel, not leading: acks %v held %d, want +TERM cancelled, nothing held", got, len(f.a.held))
 	}
