@@ -74,7 +74,7 @@ bench-quick:
 
 ## bench-fleet: the Mooncake trace against 8 simulated Llama-3.3-70B engines behind round robin, least loaded,
 ## a queueless cache-aware router and four fairdispatch variants, at 50%, 80% and 110% of the fleet's measured
-## capacity; prints the table and writes it with fleet.json and a PNG per metric into bench-out/ (about 7 minutes;
+## capacity; prints the table and writes it with fleet.json and a PNG per metric into bench-out/ (about 6.5 minutes;
 ## docs/bench.md, What it buys a fleet). The trace is read from shared/traces/ beside the repository.
 bench-fleet:
 	$(GO) run ./cmd/bench --fleet $(ARGS)

@@ -122,7 +122,7 @@ func TestDashboardShape(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Backlog per class", "Dispatch rate per class", "Queue wait p50 and p99 per class",
-		"Dead letters by reason", "Handshakes by outcome", "Live workers", "Leader", "Load reports dropped and coalesced", "Policy revision"} {
+		"Dead letters by reason", "Handshakes by outcome", "Live workers", "Live workers (over time)", "Leader", "Load reports dropped and coalesced", "Policy revision"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("no panel %q (panels: %q)", want, titles)
 		}
