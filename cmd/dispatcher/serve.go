@@ -97,6 +97,8 @@ type process struct {
 	a         *dispatcher.Actor
 	adm       *admin.Server
 	handBacks *ingest.HandBacks
+
+	stopFollow context.CancelFunc // ends the policy follower (shutdown)
 }
 
 // onCleanup registers f to run at cleanup, after everything registered later.
@@ -316,7 +318,9 @@ func (p *process) startAdapters(ctx context.Context) error {
 		a.RefusePolicy(p.cur.Revision, p.cur.Created, p.refused)
 	}
 	follower := &livepolicy.Follower{Store: p.store, Applier: a, Log: log, Running: p.cur.Revision}
-	go follower.Run(ctx)
+	fctx, stopFollow := context.WithCancel(ctx)
+	p.stopFollow = stopFollow // before the connection drains: its watch ending then is no fault
+	go follower.Run(fctx)
 
 	ctl := &control{a: a, nc: p.nc, names: p.names, storage: p.storM, srv: p.srv, replicas: s.replicas}
 	ctl.streamsOK.Store(true) // ensured by connect
@@ -462,6 +466,7 @@ func (p *process) demo(ctx context.Context) error {
 // still buffered (outcomes) flushed.
 func (p *process) shutdown(stopElect context.CancelFunc, electDone <-chan struct{}) {
 	log := p.log
+	p.stopFollow()
 	if err := p.rec.Close(); err != nil {
 		log.Warn().Err(err).Msg("trace file not closed cleanly")
 	}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -312,6 +313,10 @@ func TestKeysDemo(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, p.out.String())
 	}
 	out := p.out.String()
+	// A demo that ends on its own stops as cleanly as one told to.
+	if strings.Contains(out, "policy watch failed") {
+		t.Errorf("the demo's shutdown warned of the policy watch:\n%s", out)
+	}
 	want := map[string]float64{"flood": 20, "vip": 60, "quiet": 20}
 	for key, due := range want {
 		re := regexp.MustCompile(`(?m)^  ` + key + `\s+\d+ \(\s*([0-9.]+)%\)`)
