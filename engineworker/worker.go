@@ -125,11 +125,15 @@ type rankLoad struct {
 
 // Worker is an engine worker. Build it with [New], run it with [Worker.Run].
 type Worker struct {
-	cfg  Config
-	log  zerolog.Logger
-	nc   *nats.Conn
-	http *http.Client
-	done string // <prefix>.done.<id>
+	cfg Config
+	log zerolog.Logger
+	// helperLog is the logger handed to the helper, which adds its own
+	// component and worker_id: the same keys twice make a JSON line some
+	// parsers refuse.
+	helperLog zerolog.Logger
+	nc        *nats.Conn
+	http      *http.Client
+	done      string // <prefix>.done.<id>
 
 	// base is every request's parent context, cancelled when Run returns.
 	base     context.Context
@@ -199,7 +203,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, log: log.With().Str("component", "engineworker").Str("worker_id", cfg.Worker.ID).Logger(),
+	w := &Worker{cfg: cfg, log: log.With().Str("component", "engineworker").Str("worker_id", cfg.Worker.ID).Logger(), helperLog: log,
 		nc: nc, done: names.Done(cfg.Worker.ID), ready: make(chan struct{}),
 		http: &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second,
@@ -270,7 +274,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	cfg := w.cfg
 	w.mu.Unlock()
-	wk, err := workerkit.New(w.nc, cfg.Worker, w, w.log)
+	wk, err := workerkit.New(w.nc, cfg.Worker, w, w.helperLog)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,12 @@ type rig struct {
 }
 
 func newRig(t *testing.T, ecfg fakeengine.Config, cfg Config) *rig {
+	t.Helper()
+	return newRigLogging(t, ecfg, cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+}
+
+// newRigLogging is newRig with the worker's logger.
+func newRigLogging(t *testing.T, ecfg fakeengine.Config, cfg Config, log zerolog.Logger) *rig {
 	t.Helper()
 	_, nc := natstest.StartServer(t)
 	e, url := startFake(t, ecfg)
@@ -79,7 +86,7 @@ func newRig(t *testing.T, ecfg fakeengine.Config, cfg Config) *rig {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(nc, cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	w, err := New(nc, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,4 +222,34 @@ func TestLoadFollowsTheMetrics(t *testing.T) {
 	cancel()
 	wg.Wait()
 	natstest.Eventually(t, wait, want(0, 0), "the load back to zero (the blocks are free: kv_cache_usage_perc counts running requests' blocks)")
+}
+
+// TestLogLinesHaveEachKeyOnce: the worker's JSON log lines, its helper's
+// included, carry each key once (a line with "component" twice is one some
+// parsers refuse, and jq reads only the last).
+func TestLogLinesHaveEachKeyOnce(t *testing.T) {
+	logs := &natstest.Buffer{}
+	newRigLogging(t, fakeengine.Config{}, Config{}, zerolog.New(logs))
+	natstest.Eventually(t, wait, func() bool { return strings.Contains(logs.String(), "worker started") }, "the helper's start logged")
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		dec := json.NewDecoder(strings.NewReader(line))
+		seen := map[string]bool{}
+		if _, err := dec.Token(); err != nil { // {
+			t.Fatalf("%q: %v", line, err)
+		}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			if seen[k.(string)] {
+				t.Errorf("key %q twice in %s", k, line)
+			}
+			seen[k.(string)] = true
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+		}
+	}
 }
