@@ -132,6 +132,9 @@ type Actor struct {
 	cfg Config
 	d   Deps
 	log zerolog.Logger
+	// loggedLead is the role last logged and given to the metrics (the
+	// actor's goroutine only).
+	loggedLead bool
 
 	results     *mailbox[bus.Result]
 	loads       *reportBox
@@ -441,8 +444,12 @@ func (a *Actor) Run(ctx context.Context) {
 			a.sendPaused = false
 			a.connection(a.connState.Load())
 		case <-a.role:
-			a.d.Metrics.SetLeader(a.leading.Load())
-			a.log.Info().Bool("leader", a.leading.Load()).Msg("role changed")
+			// A new term (SetConsumer) signals too: log only a change of role.
+			if lead := a.leading.Load(); lead != a.loggedLead {
+				a.loggedLead = lead
+				a.d.Metrics.SetLeader(lead)
+				a.log.Info().Bool("leader", lead).Msg("role changed")
+			}
 		case reply := <-a.handBackReq:
 			a.syncTerm()
 			reply <- a.handBackQueued() + a.retire(a.cur)
