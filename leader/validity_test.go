@@ -70,9 +70,8 @@ type clock struct{ ahead atomic.Int64 }
 func (c *clock) now() time.Time       { return time.Now().Add(time.Duration(c.ahead.Load())) }
 func (c *clock) skip(d time.Duration) { c.ahead.Add(int64(d)) }
 
-// leaseOn returns an Elector of ttl on kv, which campaigns without asking
-// the stream (mayCampaign needs a real one: js answers it), and its clock.
-func leaseOn(t *testing.T, kv jetstream.KeyValue, ttl time.Duration) (*Elector, *clock) {
+// serverJS starts a server and returns a JetStream client of it.
+func serverJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(startServer(t).ClientURL())
 	if err != nil {
@@ -80,6 +79,14 @@ func leaseOn(t *testing.T, kv jetstream.KeyValue, ttl time.Duration) (*Elector, 
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
+	return js
+}
+
+// leaseOn returns an Elector of ttl on kv, which campaigns without asking
+// the stream (mayCampaign needs a real one: js answers it), and its clock.
+func leaseOn(t *testing.T, kv jetstream.KeyValue, ttl time.Duration) (*Elector, *clock) {
+	t.Helper()
+	js := serverJS(t)
 	c := &clock{}
 	e, err := New(context.Background(), js, Config{ID: "a", TTL: ttl, MayHaveLed: never, Now: c.now}, zerolog.Nop())
 	if err != nil {
@@ -186,13 +193,7 @@ func (k stalledUpdates) Update(ctx context.Context, _ string, _ []byte, _ uint64
 // lease valid for 3/4 of the bucket's TTL, not of its own, or the server
 // would let another take the key while it leads.
 func TestLeaseNoLongerThanTheBucketsTTL(t *testing.T) {
-	s := startServer(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js := serverJS(t)
 	ctx := context.Background()
 	e, err := New(ctx, js, Config{ID: "a", TTL: 8 * time.Second, MayHaveLed: never}, zerolog.Nop())
 	if err != nil {

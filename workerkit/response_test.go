@@ -577,6 +577,33 @@ func TestEndOutlivesItsContext(t *testing.T) {
 	}
 }
 
+// startLogged starts worker w1 with handler s, logging at debug level to logs.
+func startLogged(t *testing.T, nc *nats.Conn, s *streamer, logs *natstest.Buffer) {
+	t.Helper()
+	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, s, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+}
+
+// cancelHandled sends the dispatcher's cancellation of request id (seq 1) to
+// w1 and waits until the helper has handled it, one way or the other, as its
+// debug log says.
+func cancelHandled(t *testing.T, nc *nats.Conn, logs *natstest.Buffer, id string) {
+	t.Helper()
+	b, _ := wire.MarshalCancel(wire.Cancel{RequestID: id, Seq: 1, Reason: wire.CancelReasonCancel})
+	if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, wait, func() bool {
+		return strings.Contains(logs.String(), "response is ending: ignored") || strings.Contains(logs.String(), "request ended by the helper")
+	}, "the cancellation handled")
+}
+
 // TestCancelWhileEnding: a cancellation that arrives while the end marker is
 // on its way (its answer slow) leaves the request to finish: the producer was
 // told ok, so the message is acknowledged +ACK, not +TERM cancelled, and End
@@ -604,24 +631,10 @@ func TestCancelWhileEnding(t *testing.T) {
 		_ = p.Write([]byte("tok"))
 		ended <- p.End(context.Background(), wire.ResponseEnd{Status: wire.EndOK})
 	}}
-	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, s, zerolog.New(logs).Level(zerolog.DebugLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	startLogged(t, nc, s, logs)
 	dispatchResponse(t, nc, "e2", 1, "resp.e2")
 	<-endSeen
-	b, _ := wire.MarshalCancel(wire.Cancel{RequestID: "e2", Seq: 1, Reason: wire.CancelReasonCancel})
-	if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
-		t.Fatal(err)
-	}
-	// The helper has handled the cancellation one way or the other.
-	natstest.Eventually(t, wait, func() bool {
-		return strings.Contains(logs.String(), "response is ending: ignored") || strings.Contains(logs.String(), "request ended by the helper")
-	}, "the cancellation handled")
+	cancelHandled(t, nc, logs, "e2")
 	close(answer)
 	if err := <-ended; err != nil {
 		t.Errorf("End: %v, want nil", err)
@@ -659,23 +672,10 @@ func TestCancelAfterTheEndMarkersAnswer(t *testing.T) {
 		<-proceed
 		done <- workerkit.AckAfterEndForTest(p, context.Background())
 	}}
-	w, err := workerkit.New(nc, workerkit.Config{ID: "w1"}, s, zerolog.New(logs).Level(zerolog.DebugLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	startLogged(t, nc, s, logs)
 	dispatchResponse(t, nc, "e3", 1, "resp.e3")
 	<-marked
-	b, _ := wire.MarshalCancel(wire.Cancel{RequestID: "e3", Seq: 1, Reason: wire.CancelReasonCancel})
-	if err := nc.Publish("dispatch.cancel.w1", b); err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, wait, func() bool {
-		return strings.Contains(logs.String(), "response is ending: ignored") || strings.Contains(logs.String(), "request ended by the helper")
-	}, "the cancellation handled")
+	cancelHandled(t, nc, logs, "e3")
 	close(proceed)
 	if err := <-done; err != nil {
 		t.Errorf("the acknowledgement after the end marker: %v", err)

@@ -90,32 +90,27 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 	w := g.stdout
 	switch sub {
 	case "get":
-		cur, err := store.Get(ctx)
-		if errors.Is(err, livepolicy.ErrNoPolicy) {
-			// Deleted (Get cannot tell it from never put): the dispatchers
-			// refuse the delete and run the last good revision.
-			if hist, _ := store.History(ctx); len(hist) > 0 && hist[len(hist)-1].Deleted {
-				if _, good := store.LastGood(ctx, hist[len(hist)-1].Revision); good.Revision != 0 {
-					fmt.Fprintf(g.stderr, "fairctl policy: revision %d deletes the policy, which every dispatcher refuses; revision %d runs:\n",
-						hist[len(hist)-1].Revision, good.Revision)
-					cur, err = good, nil
-				}
-			}
-		}
+		// What runs, as the dispatchers resolve the key: the last good
+		// revision while the current one is refused.
+		res, err := store.Resolve(ctx)
 		if err != nil {
 			return err
 		}
-		if _, perr := configs.Parse(store.Name(cur.Revision), cur.YAML); perr != nil {
-			// The dispatchers refuse it and run the last good revision:
-			// that is what runs, so that is what get prints.
-			if _, good := store.LastGood(ctx, cur.Revision); good.Revision != 0 {
-				fmt.Fprintf(g.stderr, "fairctl policy: revision %d, the bucket's current, is invalid and refused by every dispatcher (%v); revision %d runs:\n",
-					cur.Revision, perr, good.Revision)
-				cur = good
-			} else {
-				fmt.Fprintf(g.stderr, "fairctl policy: revision %d is invalid and refused (%v), and no earlier one is valid: the dispatchers run their --policy-config or the default class\n",
-					cur.Revision, perr)
-			}
+		cur := res.Running
+		switch {
+		case res.Refused == nil:
+		case res.Running.Revision == 0 && res.Current.Deleted:
+			return fmt.Errorf("policy bucket %s: %w", store.Bucket(), livepolicy.ErrNoPolicy)
+		case res.Running.Revision == 0:
+			cur = res.Current
+			fmt.Fprintf(g.stderr, "fairctl policy: revision %d is invalid and refused (%v), and no earlier one is valid: the dispatchers run their --policy-config or the default class\n",
+				res.Current.Revision, res.Refused)
+		case res.Current.Deleted:
+			fmt.Fprintf(g.stderr, "fairctl policy: revision %d deletes the policy, which every dispatcher refuses; revision %d runs:\n",
+				res.Current.Revision, cur.Revision)
+		default:
+			fmt.Fprintf(g.stderr, "fairctl policy: revision %d, the bucket's current, is invalid and refused by every dispatcher (%v); revision %d runs:\n",
+				res.Current.Revision, res.Refused, cur.Revision)
 		}
 		if g.json {
 			return writeJSON(w, revisionJSON(cur))

@@ -74,40 +74,67 @@ func Start(ctx context.Context, s *Store, seed []byte, fallback *configs.Policy,
 			log.Info().Str("bucket", s.Bucket()).Uint64("revision", rev).Msg("policy bucket seeded from --policy-config")
 		}
 	}
+	res, err := s.Resolve(ctx)
+	if errors.Is(err, ErrNoPolicy) {
+		return Started{Policy: fallback}, nil
+	}
+	if err != nil {
+		return Started{}, err
+	}
+	st := Started{Policy: res.Policy, Current: res.Current, Running: res.Running.Revision, Refused: res.Refused}
+	if st.Policy == nil {
+		st.Policy = fallback
+	}
+	if res.Refused == nil && seed != nil && string(seed) != string(res.Current.YAML) {
+		log.Warn().Str("bucket", s.Bucket()).Uint64("revision", res.Current.Revision).
+			Msg("--policy-config differs from the policy bucket: the bucket's revision runs (fairctl policy put changes it)")
+	}
+	return st, nil
+}
+
+// Resolved is what the bucket's key holds and what runs of it (Resolve).
+type Resolved struct {
+	// Current is the key's current revision, a delete included.
+	Current Revision
+	// Running is the revision whose policy runs, parsed in Policy: Current
+	// when it is valid, else the newest valid one the history keeps; zero,
+	// with Policy nil, when none is valid.
+	Running Revision
+	Policy  *configs.Policy
+	// Refused says why Current does not run (invalid, or the key deleted).
+	Refused error
+}
+
+// Resolve reads the key as the dispatchers run it: its current revision,
+// or, when that one is refused (invalid, or a delete the history still
+// shows), the last good one (LastGood). It returns an error wrapping
+// ErrNoPolicy when the key never had a revision, or no history is left.
+func (s *Store) Resolve(ctx context.Context) (Resolved, error) {
 	cur, err := s.Get(ctx)
 	if errors.Is(err, ErrNoPolicy) {
 		// None ever, or deleted (Get does not tell): a delete the history
 		// still shows is refused like one seen live.
 		hist, _ := s.History(ctx)
 		if len(hist) == 0 || !hist[len(hist)-1].Deleted {
-			return Started{Policy: fallback}, nil
+			return Resolved{}, err
 		}
 		cur, err = hist[len(hist)-1], nil
 	}
 	if err != nil {
-		return Started{}, err
+		return Resolved{}, err
 	}
-	st := Started{Current: cur}
+	res := Resolved{Current: cur}
 	if cur.Deleted {
-		st.Refused = errors.New("the key is deleted")
-	} else if st.Policy, err = configs.Parse(s.Name(cur.Revision), cur.YAML); err != nil {
-		st.Policy, st.Refused = nil, err
+		res.Refused = errors.New("the key is deleted")
+	} else if res.Policy, err = configs.Parse(s.Name(cur.Revision), cur.YAML); err != nil {
+		res.Policy, res.Refused = nil, err
 	}
-	if st.Refused != nil {
-		var good Revision
-		st.Policy, good = s.LastGood(ctx, cur.Revision)
-		st.Running = good.Revision
-		if st.Policy == nil {
-			st.Policy = fallback
-		}
-		return st, nil
+	if res.Refused != nil {
+		res.Policy, res.Running = s.LastGood(ctx, cur.Revision)
+		return res, nil
 	}
-	st.Running = cur.Revision
-	if seed != nil && string(seed) != string(cur.YAML) {
-		log.Warn().Str("bucket", s.Bucket()).Uint64("revision", cur.Revision).
-			Msg("--policy-config differs from the policy bucket: the bucket's revision runs (fairctl policy put changes it)")
-	}
-	return st, nil
+	res.Running = cur
+	return res, nil
 }
 
 // LastGood returns the newest valid revision older than before that the
