@@ -2,6 +2,7 @@ package workerkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -58,4 +59,38 @@ func ConnectWithin(ctx context.Context, url string, wait time.Duration, opts ...
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	return Connect(ctx, url, opts...)
+}
+
+// ErrClosed is the cause of a context from UntilClosed whose connection was
+// closed for good.
+var ErrClosed = errors.New("nats connection closed for good")
+
+// UntilClosed returns a context that ends with ctx or when the server closes
+// nc for good, and a function that returns, once the context has ended, an
+// error wrapping ErrClosed and the connection's last error if that close
+// ended it (nil if ctx did). nats.go reconnects after a lost connection, but
+// closes the connection for good when the server refuses the client's
+// credentials twice in a row on reconnecting (revoked or rotated) or ends it
+// for a protocol violation: a program that runs on the context stops and
+// exits non-zero with that error, so that its supervisor restarts it, instead
+// of staying up with a connection that can never carry a request again. A
+// close without an error (the program's own Close or Drain) does not end the
+// context. It sets nc's closed handler, replacing one set by an option.
+func UntilClosed(ctx context.Context, nc *nats.Conn) (context.Context, func() error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	closedBy := func(c *nats.Conn) {
+		if err := c.LastError(); err != nil {
+			cancel(fmt.Errorf("%w: %w", ErrClosed, err))
+		}
+	}
+	nc.SetClosedHandler(closedBy)
+	if nc.IsClosed() { // closed before the handler was set
+		closedBy(nc)
+	}
+	return cctx, func() error {
+		if err := context.Cause(cctx); errors.Is(err, ErrClosed) {
+			return err
+		}
+		return nil
+	}
 }

@@ -95,3 +95,66 @@ func TestConnectRefusedAtOnce(t *testing.T) {
 		t.Fatalf("Connect: %v (context: %v); want nats.ErrAuthorization before the context ends", err, ctx.Err())
 	}
 }
+
+// TestUntilClosed: the context ends when the server stops taking the
+// connection's credentials (a password rotated by a configuration reload), as
+// nats.go then closes it for good, and the error names why; a context that
+// its parent ended reports no close, even once the program closes the
+// connection on its way out.
+func TestUntilClosed(t *testing.T) {
+	opts := func(password string, port int) *server.Options {
+		return &server.Options{Host: "127.0.0.1", Port: port, Username: "w", Password: password, NoLog: true, NoSigs: true}
+	}
+	srv, err := server.NewServer(opts("first", -1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	url := srv.ClientURL()
+	dial := func() *nats.Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		nc, err := Connect(ctx, url, nats.UserInfo("w", "first"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+
+	parent, cancelParent := context.WithCancel(context.Background())
+	nc := dial()
+	ctx, closed := UntilClosed(parent, nc)
+	kept := dial()
+	defer kept.Close()
+	cancelParent()
+	<-ctx.Done()
+	nc.Close()
+	if err := closed(); err != nil {
+		t.Errorf("after the parent ended and the program closed the connection: %v, want nil", err)
+	}
+	// The program's own close does not end the context (checked on a
+	// connection closed already, as the handler runs asynchronously).
+	own := dial()
+	own.Close()
+	ownCtx, ownClosed := UntilClosed(context.Background(), own)
+	if ownCtx.Err() != nil || ownClosed() != nil {
+		t.Errorf("the program's own Close ended the context: %v", context.Cause(ownCtx))
+	}
+
+	ctx, closed = UntilClosed(context.Background(), kept)
+	if err := srv.ReloadOptions(opts("second", srv.Addr().(*net.TCPAddr).Port)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the context did not end after the server refused the connection's password")
+	}
+	if err := closed(); !errors.Is(err, ErrClosed) || !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("closed() = %v, want ErrClosed wrapping nats.ErrAuthorization", err)
+	}
+}

@@ -10,8 +10,8 @@
 package main
 
 import (
+	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"time"
 
@@ -53,12 +53,11 @@ func run() error {
 	flag.DurationVar(&cfg.HealthTimeout, "health-timeout", 0, "a /health check slower than this fails (0: 1s for vLLM, 5s for SGLang, whose /health takes a second at the soonest)")
 	flag.IntVar(&cfg.HealthFailures, "health-failures", 2, "failed checks in a row that make the engine unhealthy")
 	flag.DurationVar(&cfg.StopGrace, "stop-grace", 8*time.Second, "on SIGTERM, how long running requests may finish before they are handed back (or end failed)")
-	flag.Parse()
-	if err := cli.FromEnv(flag.CommandLine, "ENGINEWORKER", os.LookupEnv, nil); err != nil {
+	if versioned, err := cli.ParseCommandLine("engineworker"); versioned || err != nil {
 		return err
 	}
-	if flag.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	if err := cli.FromEnv(flag.CommandLine, "ENGINEWORKER", os.LookupEnv, map[string]bool{"version": true}); err != nil {
+		return err
 	}
 	log, err := cli.NewLogger(os.Stderr, *level, "json")
 	if err != nil {
@@ -75,10 +74,12 @@ func run() error {
 		return err
 	}
 	defer nc.Close()
+	ctx, closed := workerkit.UntilClosed(ctx, nc)
 	w, err := engineworker.New(nc, cfg, log)
 	if err != nil {
 		return err
 	}
 	log.Info().Str("worker_id", cfg.Worker.ID).Str("engine", cfg.Engine).Str("engine_url", cfg.EngineURL).Msg("engineworker starting")
-	return w.Run(ctx)
+	err = w.Run(ctx)
+	return errors.Join(closed(), err)
 }

@@ -36,6 +36,7 @@ func serve(ctx context.Context, s *settings, cfg *gateway.Config, log zerolog.Lo
 		return err
 	}
 	defer nc.Close()
+	ctx, closed := workerkit.UntilClosed(ctx, nc)
 
 	callers := map[string]*caller.Caller{}
 	var prefixes []string
@@ -107,6 +108,9 @@ func serve(ctx context.Context, s *settings, cfg *gateway.Config, log zerolog.Lo
 	select {
 	case <-ctx.Done():
 	case runErr = <-errc:
+	}
+	if err := closed(); err != nil {
+		runErr = err
 	}
 	sctx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelStop()

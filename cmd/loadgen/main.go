@@ -155,8 +155,10 @@ func run() (int, error) {
 		return 1, err
 	}
 	defer nc.Close()
+	ctx, closed := workerkit.UntilClosed(ctx, nc)
 
 	res, err := loadgen.Run(ctx, nc, cfg, log)
+	err = errors.Join(closed(), err)
 	if !*quiet {
 		fmt.Fprintln(os.Stderr)
 	}

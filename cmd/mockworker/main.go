@@ -8,6 +8,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -115,8 +116,10 @@ func run() error {
 		return err
 	}
 	defer nc.Close()
+	ctx, closed := workerkit.UntilClosed(ctx, nc)
 	log.Info().Str("worker_id", cfg.ID).Str("nats_url", *url).Msg("mockworker starting")
-	return mockworker.Run(ctx, nc, cfg, *grace, log)
+	err = mockworker.Run(ctx, nc, cfg, *grace, log)
+	return errors.Join(closed(), err)
 }
 
 // probeReports is --health-probe: a worker is healthy while it reports its load,

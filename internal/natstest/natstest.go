@@ -55,13 +55,18 @@ func Start(t testing.TB, mod func(*server.Options)) *Server {
 	return s
 }
 
-func (s *Server) start() {
-	s.t.Helper()
+// options are the server's options: the defaults, then s.mod.
+func (s *Server) options() *server.Options {
 	o := &server.Options{Host: "127.0.0.1", Port: int(s.port.Load()), JetStream: true, StoreDir: s.dir, NoLog: true, NoSigs: true}
 	if s.mod != nil {
 		s.mod(o)
 	}
-	srv, err := server.NewServer(o)
+	return o
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	srv, err := server.NewServer(s.options())
 	if err != nil {
 		s.t.Fatalf("natstest: new server: %v", err)
 	}
@@ -87,6 +92,23 @@ func (s *Server) Stop() {
 	if srv != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
+	}
+}
+
+// Reload makes mod adjust the options from now on (in place of Start's) and
+// reloads the running server's configuration with them, as a SIGHUP reloads
+// a server's file: changed credentials close the connections they no longer
+// admit.
+func (s *Server) Reload(mod func(*server.Options)) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mod = mod
+	if s.srv == nil {
+		s.t.Fatalf("natstest: reload of a stopped server")
+	}
+	if err := s.srv.ReloadOptions(s.options()); err != nil {
+		s.t.Fatalf("natstest: reload: %v", err)
 	}
 }
 
