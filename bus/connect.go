@@ -73,6 +73,11 @@ type Options struct {
 	// (nil after Close). It runs on the NATS client's callback goroutine and
 	// must not block.
 	OnClosed func(err error)
+	// OnAsyncError is called with each error the server reports
+	// asynchronously (a permissions violation, a slow consumer), after it is
+	// logged. It runs on the NATS client's callback goroutine and must not
+	// block.
+	OnAsyncError func(err error)
 }
 
 // Connect connects to NATS. The first connection is retried with exponential
@@ -201,6 +206,9 @@ func (o Options) natsOptions(log zerolog.Logger) ([]nats.Option, error) {
 				ev = ev.Str("subject", sub.Subject)
 			}
 			ev.Msg("nats async error")
+			if o.OnAsyncError != nil {
+				o.OnAsyncError(err)
+			}
 		}),
 		nats.LameDuckModeHandler(func(nc *nats.Conn) {
 			log.Warn().Str("server_id", nc.ConnectedServerId()).Msg("nats server entering lame duck mode")

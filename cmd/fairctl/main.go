@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,8 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"fairdispatch/internal/cli"
@@ -63,6 +66,10 @@ type globals struct {
 	names  naming.Names
 	stdout io.Writer
 	stderr io.Writer
+
+	// refused is the first permissions violation the server reported on
+	// the connection: what a command that then timed out waited for.
+	refused atomic.Pointer[error]
 }
 
 // connect connects to NATS with the global flags.
@@ -72,7 +79,30 @@ func (g *globals) connect(ctx context.Context) (*nats.Conn, error) {
 	return bus.Connect(ctx, bus.Options{
 		URL: g.server, Name: "fairctl", CredsFile: g.creds, NKeyFile: g.nkey, User: g.user, Password: g.password,
 		TLSCA: g.tlsCA, TLSCert: g.tlsCert, TLSKey: g.tlsKey, InboxPrefix: g.inboxPrefix,
+		OnAsyncError: func(err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				g.refused.CompareAndSwap(nil, &err)
+			}
+		},
 	}, zerolog.Nop())
+}
+
+// refusal says what the server refused on the connection, if anything, for a
+// command that failed (most often by waiting for an answer that could not
+// come): with a hint when it is the subscription to fairctl's own inbox,
+// which under per-user inbox permissions (docs/security.md) needs
+// --inbox-prefix.
+func (g *globals) refusal() string {
+	p := g.refused.Load()
+	if p == nil {
+		return ""
+	}
+	s := fmt.Sprintf(" (the server refused: %v", *p)
+	inbox := cmp.Or(g.inboxPrefix, nats.InboxPrefix[:len(nats.InboxPrefix)-1])
+	if strings.Contains(strings.ToLower((*p).Error()), strings.ToLower("subscription to \""+inbox+".")) {
+		s += "; a user that may read only its own inbox needs --inbox-prefix, e.g. _INBOX_<user>, as docs/security.md says"
+	}
+	return s + ")"
 }
 
 // jetstream connects (connect) and returns the connection with its JetStream
@@ -226,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "fairctl %s: %v\n", rest[0], err)
+		fmt.Fprintf(stderr, "fairctl %s: %v%s\n", rest[0], err, g.refusal())
 		if errors.Is(err, errUsage) {
 			return 2
 		}

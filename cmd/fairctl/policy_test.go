@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -171,5 +172,25 @@ func TestPolicyGetPrintsWhatRuns(t *testing.T) {
 	code, out, errs = fairctl("policy", "get")
 	if code != 0 || !strings.Contains(out, "name: premium") || !strings.Contains(errs, "revision 3 deletes the policy") || !strings.Contains(errs, "revision 1 runs") {
 		t.Fatalf("get after a delete: exit %d\nstdout %s\nstderr %s\nwant revision 1's YAML, and the delete named as refused", code, out, errs)
+	}
+}
+
+// TestPolicyNamesARefusedInbox: a user whose permissions admit only its own
+// inbox prefix, running fairctl without --inbox-prefix, is told what the
+// server refused and which flag to give, not only that the deadline passed
+// (JetStream's answers go to the default inbox, which it may not read).
+func TestPolicyNamesARefusedInbox(t *testing.T) {
+	s := natstest.Start(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "policy_admin", Password: "pw", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{">"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_policy_admin.>"}},
+		}}}
+	})
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--server", s.URL(), "--user", "policy_admin", "--password", "pw",
+		"--timeout", "2s", "policy", "get"}, &out, &errb)
+	if code != 1 || !strings.Contains(strings.ToLower(errb.String()), "permissions violation for subscription to \"_inbox.") ||
+		!strings.Contains(errb.String(), "--inbox-prefix") {
+		t.Errorf("exit %d, %q; want 1 naming the refused subscription and --inbox-prefix", code, errb.String())
 	}
 }
