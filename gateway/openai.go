@@ -158,8 +158,10 @@ func parseRequest(api string, body []byte, lim Limits) (*request, *apiError) {
 			return nil, badRequest("field_too_large", "stop", "stop: at most %d sequences", lim.MaxStop)
 		}
 	}
-	if raw, ok := r.fields["tools"]; ok && !isNull(raw) {
-		r.multimodal = true // the template renders the tools too
+	for _, name := range promptFields {
+		if raw, ok := r.fields[name]; ok && !isNull(raw) {
+			r.multimodal = true // the engine's prompt is not the one the gateway would render
+		}
 	}
 	if api == APIChat {
 		if e := r.readMessages(lim); e != nil {
@@ -170,6 +172,13 @@ func parseRequest(api string, body []byte, lim Limits) (*request, *apiError) {
 	}
 	return r, nil
 }
+
+// promptFields are the request fields that change the prompt the engine
+// makes of a request (vLLM's and SGLang's chat and completion protocols):
+// the template renders the tools and documents, the others change what is
+// rendered or how it is encoded. A request with any of them is estimated.
+var promptFields = []string{"tools", "documents", "chat_template", "chat_template_kwargs",
+	"add_generation_prompt", "continue_final_message", "add_special_tokens"}
 
 func errText(err error) string {
 	if err == nil {

@@ -140,6 +140,12 @@ func New(opt Options) (*Server, error) {
 	}
 	s := &Server{opt: opt, pools: map[string]*pool{}, keys: map[string]*tenant{},
 		log: opt.Log.With().Str("component", "gateway").Logger(), created: time.Now().Unix()}
+	for name, tok := range opt.Tokenizers {
+		if t, ok := tok.(interface{ HasChatTemplate() bool }); ok && !t.HasChatTemplate() {
+			s.log.Warn().Str("model", name).Msg("the model's tokenizer has no chat template (chat_template.jinja, or tokenizer_config.json's chat_template): " +
+				"chat requests are estimated and carry no block hashes; completions are exact")
+		}
+	}
 	for _, m := range opt.Config.Models {
 		c := opt.Callers[m.Prefix]
 		if c == nil {

@@ -71,3 +71,27 @@ func TestBlockHashesAgreeWithTheEngine(t *testing.T) {
 		t.Fatalf("estimate: %d %s, hashes %q", resp.StatusCode, out, g2.resp.headers()[0].Get(wire.HeaderBlockHashes))
 	}
 }
+
+// TestFieldsThatChangeThePromptAreEstimated: with a tokenizer, a chat that
+// carries a field the engine renders or encodes differently by (vLLM's
+// chat_template_kwargs, add_generation_prompt, ...) is estimated and sends
+// no block hashes, as one with tools is: the gateway's rendering would not
+// be the engine's prompt. Without any, the count is exact.
+func TestFieldsThatChangeThePromptAreEstimated(t *testing.T) {
+	g := startGateway(t, func(o *Options) {
+		o.Config.Models[0].Tokenizer = "../tokenizer/testdata"
+		o.Config.Models[0].BlockSize = 16
+	})
+	extras := []string{"", `,"chat_template_kwargs":{"enable_thinking":false}`, `,"add_generation_prompt":false`,
+		`,"continue_final_message":true`, `,"add_special_tokens":true`, `,"chat_template":"{{ messages }}"`,
+		`,"documents":[{"text":"d"}]`, `,"tools":[{"type":"function","function":{"name":"f"}}]`}
+	for i, extra := range extras {
+		if resp, out := g.post("/v1/chat/completions", "sk-a", chatBody("hello there", extra)); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", extra, resp.StatusCode, out)
+		}
+		hashes := g.resp.headers()[i].Get(wire.HeaderBlockHashes)
+		if exact := hashes != ""; exact != (extra == "") {
+			t.Errorf("with %q: block hashes %q; want them only without such a field", extra, hashes)
+		}
+	}
+}

@@ -8,14 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nikolalohinski/gonja/v2"
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
 )
 
 // ErrNoChatTemplate says that the tokenizer has no chat template.
-var ErrNoChatTemplate = errors.New("tokenizer: no chat template (tokenizer_config.json's chat_template)")
+var ErrNoChatTemplate = errors.New("tokenizer: no chat template (chat_template.jinja, or tokenizer_config.json's chat_template)")
 
 // Message is one chat message as the template sees it.
 type Message struct {
@@ -46,20 +45,27 @@ func tokenText(raw json.RawMessage) string {
 	return o.Content
 }
 
-func parseChatTemplate(data []byte) (*chatTemplate, error) {
+// parseChatTemplate reads the chat template: jinja (chat_template.jinja's
+// text) when not nil, else data's (tokenizer_config.json's) chat_template;
+// nil when there is none.
+func parseChatTemplate(data, jinja []byte) (*chatTemplate, error) {
 	var cfg struct {
 		ChatTemplate json.RawMessage `json:"chat_template"`
 		BOS          json.RawMessage `json:"bos_token"`
 		EOS          json.RawMessage `json:"eos_token"`
 	}
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
-	}
-	if len(cfg.ChatTemplate) == 0 || string(cfg.ChatTemplate) == "null" {
-		return nil, nil
+	if data != nil {
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		}
 	}
 	var src string
-	if json.Unmarshal(cfg.ChatTemplate, &src) != nil {
+	switch {
+	case jinja != nil:
+		src = string(jinja)
+	case len(cfg.ChatTemplate) == 0 || string(cfg.ChatTemplate) == "null":
+		return nil, nil
+	case json.Unmarshal(cfg.ChatTemplate, &src) != nil:
 		// A list of named templates: the one named "default".
 		var named []struct {
 			Name     string `json:"name"`
@@ -87,7 +93,7 @@ func parseChatTemplate(data []byte) (*chatTemplate, error) {
 	if err != nil {
 		return nil, err
 	}
-	tpl, err := exec.NewTemplate("chat_template", c, sl, gonja.DefaultEnvironment)
+	tpl, err := exec.NewTemplate("chat_template", c, sl, environment)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: chat_template: %w", err)
 	}
@@ -100,11 +106,18 @@ type errRaised struct{ msg string }
 func (e errRaised) Error() string { return "tokenizer: the chat template refused the chat: " + e.msg }
 
 // Render returns the chat prompt of messages with the generation prompt
-// (add_generation_prompt=True).
-func (t *Tokenizer) Render(messages []Message) (string, error) {
+// (add_generation_prompt=True). A template that makes the Jinja engine panic
+// (gonja has such corners, '%' formatting among them) is an error, not a
+// crash.
+func (t *Tokenizer) Render(messages []Message) (text string, err error) {
 	if t.chat == nil {
 		return "", ErrNoChatTemplate
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			text, err = "", fmt.Errorf("tokenizer: chat template: the template engine failed: %v", r)
+		}
+	}()
 	msgs := make([]any, len(messages))
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}

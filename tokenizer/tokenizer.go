@@ -20,17 +20,20 @@ var ErrUnsupported = errors.New("tokenizer: unsupported")
 
 // Tokenizer is a loaded tokenizer.json: safe for concurrent use.
 type Tokenizer struct {
-	vocab    map[string]uint32
-	ranks    map[[2]string]int
-	added    []addedToken // longest content first
-	nfc      bool
-	split    *splitter // nil: ByteLevel alone, no split
-	prefixSp bool      // ByteLevel add_prefix_space
-	prepend  []uint32  // TemplateProcessing: special ids before the sequence
-	append_  []uint32  // and after it
-	chat     *chatTemplate
-	cache    sync.Map     // pre-token -> ids
-	cached   atomic.Int64 // entries stored in cache
+	vocab        map[string]uint32
+	merges       map[[2]uint32]merge // a pair of ids -> its rank and the id it makes
+	byteID       [256]uint32         // each byte's ByteLevel character's id
+	ignoreMerges bool                // a pre-token in the vocabulary whole is one id (Llama 3)
+	added        []addedToken        // longest content first
+	addedTrie    *trieNode           // added contents, for nextAdded
+	nfc          bool
+	split        *splitter // nil: ByteLevel alone, no split
+	prefixSp     bool      // ByteLevel add_prefix_space
+	prepend      []uint32  // TemplateProcessing: special ids before the sequence
+	append_      []uint32  // and after it
+	chat         *chatTemplate
+	cache        sync.Map     // pre-token -> ids
+	cached       atomic.Int64 // entries stored in cache
 }
 
 type addedToken struct {
@@ -58,6 +61,7 @@ type file struct {
 type component struct {
 	Type          string      `json:"type"`
 	Pretokenizers []component `json:"pretokenizers"`
+	Processors    []component `json:"processors"`
 	Pattern       *struct {
 		Regex  *string `json:"Regex"`
 		String *string `json:"String"`
@@ -95,8 +99,11 @@ func unsupported(f string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(f, a...))
 }
 
-// Load reads dir/tokenizer.json and, when present, the chat template of
-// dir/tokenizer_config.json.
+// Load reads dir/tokenizer.json and, when present, the chat template: that
+// of dir/chat_template.jinja, else that of dir/tokenizer_config.json, as
+// transformers loads them (it saves the template to chat_template.jinja
+// since 2025, and the file wins over the config's). The config's bos_token
+// and eos_token are read in either case.
 func Load(dir string) (*Tokenizer, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -106,16 +113,33 @@ func Load(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err == nil {
-		if t.chat, err = parseChatTemplate(cfg); err != nil {
-			return nil, err
+	optional := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		return b, nil
+	}
+	cfg, err := optional("tokenizer_config.json")
+	if err != nil {
+		return nil, err
+	}
+	jinja, err := optional("chat_template.jinja")
+	if err != nil {
+		return nil, err
+	}
+	if t.chat, err = parseChatTemplate(cfg, jinja); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
+
+// HasChatTemplate reports whether the tokenizer has a chat template; without
+// one, Chat and Render return ErrNoChatTemplate.
+func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil }
 
 // Parse reads a tokenizer.json: a byte-level BPE model (GPT-2's, Qwen2's,
 // Llama 3's layout), with its added tokens, an NFC normalizer or none, a
@@ -135,10 +159,10 @@ func Parse(data []byte) (*Tokenizer, error) {
 	case m.Type != "BPE":
 		return nil, unsupported("model type %q (only BPE)", m.Type)
 	case m.Dropout != nil && *m.Dropout != 0, m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
-		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "", m.ByteFallback, m.IgnoreMerges:
-		return nil, unsupported("BPE with dropout, subword affixes, byte fallback or ignore_merges")
+		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "", m.ByteFallback:
+		return nil, unsupported("BPE with dropout, subword affixes or byte fallback")
 	}
-	t := &Tokenizer{vocab: m.Vocab, ranks: map[[2]string]int{}}
+	t := &Tokenizer{vocab: m.Vocab, merges: map[[2]uint32]merge{}, ignoreMerges: m.IgnoreMerges}
 	var pairs [][2]string
 	var asLists [][]string
 	if err := json.Unmarshal(m.Merges, &asLists); err == nil {
@@ -161,9 +185,17 @@ func Parse(data []byte) (*Tokenizer, error) {
 			pairs = append(pairs, [2]string{a, b})
 		}
 	}
+	// As the Hugging Face library's BPE builder, every part and result of a
+	// merge must be in the vocabulary.
 	for i, p := range pairs {
-		if _, dup := t.ranks[p]; !dup {
-			t.ranks[p] = i
+		a, okA := t.vocab[p[0]]
+		b, okB := t.vocab[p[1]]
+		id, ok := t.vocab[p[0]+p[1]]
+		if !okA || !okB || !ok {
+			return nil, fmt.Errorf("tokenizer: merge %d (%q %q): a part or its result is not in the vocabulary", i, p[0], p[1])
+		}
+		if _, dup := t.merges[[2]uint32{a, b}]; !dup {
+			t.merges[[2]uint32{a, b}] = merge{rank: int32(i), id: id}
 		}
 	}
 	for _, a := range f.AddedTokens {
@@ -173,6 +205,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		t.added = append(t.added, addedToken{content: a.Content, id: a.ID})
 	}
 	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
+	t.addedTrie = newTrie(t.added)
 	if n := f.Normalizer; n != nil {
 		if n.Type != "NFC" {
 			return nil, unsupported("normalizer %q (only NFC or none)", n.Type)
@@ -187,9 +220,11 @@ func Parse(data []byte) (*Tokenizer, error) {
 	}
 	// Every byte must be a token: byte-level BPE can encode any text.
 	for b := range 256 {
-		if _, ok := t.vocab[string(byteChar[b])]; !ok {
+		id, ok := t.vocab[string(byteChar[b])]
+		if !ok {
 			return nil, unsupported("the vocabulary lacks byte 0x%02x: not a byte-level BPE", b)
 		}
+		t.byteID[b] = id
 	}
 	return t, nil
 }
@@ -233,6 +268,25 @@ func (t *Tokenizer) preTokenizer(p *component) error {
 
 func (t *Tokenizer) postProcessor(p *component) error {
 	if p == nil || p.Type == "ByteLevel" {
+		return nil
+	}
+	if p.Type == "Sequence" { // Llama 3's: ByteLevel (offsets only), then TemplateProcessing
+		templates := 0
+		for i := range p.Processors {
+			q := &p.Processors[i]
+			switch q.Type {
+			case "ByteLevel":
+			case "TemplateProcessing":
+				if templates++; templates > 1 {
+					return unsupported("post-processor sequence with two TemplateProcessing")
+				}
+				if err := t.postProcessor(q); err != nil {
+					return err
+				}
+			default:
+				return unsupported("post-processor %q in a sequence (want ByteLevel and TemplateProcessing)", q.Type)
+			}
+		}
 		return nil
 	}
 	if p.Type != "TemplateProcessing" {
@@ -283,24 +337,69 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 }
 
 // nextAdded finds the leftmost added token in s (the longest at that
-// position): its offset and the token, or len(s) and nil.
+// position): its offset and the token, or len(s) and nil. It walks the trie
+// of added contents from each offset in turn, so finding every added token
+// of a text costs its length times the longest content at most, whatever
+// the number of added tokens or of their occurrences (the library uses
+// Aho-Corasick to the same end).
 func (t *Tokenizer) nextAdded(s string) (int, *addedToken) {
-	var best *addedToken
-	bestAt := len(s)
-	for i := range t.added { // longest first: on a tie the longer stays
-		a := &t.added[i]
+	root := t.addedTrie
+	if root == nil {
+		return len(s), nil
+	}
+	for at := 0; at < len(s); at++ {
+		if root.next[s[at]] == nil {
+			continue
+		}
+		var best *addedToken
+		for n, i := root, at; i < len(s); i++ {
+			if n = n.next[s[i]]; n == nil {
+				break
+			}
+			if n.tok != nil {
+				best = n.tok
+			}
+		}
+		if best != nil {
+			return at, best
+		}
+	}
+	return len(s), nil
+}
+
+// trieNode is a node of the byte trie of added tokens' contents: tok is the
+// token whose content ends here, if any.
+type trieNode struct {
+	next map[byte]*trieNode
+	tok  *addedToken
+}
+
+// newTrie builds the trie of added (nil when none has content); of two tokens
+// with one content, the first keeps it.
+func newTrie(added []addedToken) *trieNode {
+	var root *trieNode
+	for i := range added {
+		a := &added[i]
 		if a.content == "" {
 			continue
 		}
-		end := len(s) // a match left of bestAt lies within s[:end]
-		if best != nil {
-			end = min(len(s), bestAt-1+len(a.content))
+		if root == nil {
+			root = &trieNode{next: map[byte]*trieNode{}}
 		}
-		if at := strings.Index(s[:end], a.content); at >= 0 && at < bestAt {
-			best, bestAt = a, at
+		n := root
+		for j := 0; j < len(a.content); j++ {
+			c := n.next[a.content[j]]
+			if c == nil {
+				c = &trieNode{next: map[byte]*trieNode{}}
+				n.next[a.content[j]] = c
+			}
+			n = c
+		}
+		if n.tok == nil {
+			n.tok = a
 		}
 	}
-	return bestAt, best
+	return root
 }
 
 // encodeText encodes text that holds no added token.

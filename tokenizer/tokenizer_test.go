@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -66,8 +67,8 @@ func TestMatchesTheReference(t *testing.T) {
 	}
 }
 
-// variant returns testdata/tokenizer.json with another pre-tokenizer, as
-// testdata/variants.js builds it.
+// variant returns testdata/tokenizer.json with another pre-tokenizer or
+// layout, as testdata/variants.js builds it.
 func variant(t *testing.T, name string) *Tokenizer {
 	b, err := os.ReadFile("testdata/tokenizer.json")
 	if err != nil {
@@ -83,6 +84,26 @@ func variant(t *testing.T, name string) *Tokenizer {
 	case "llama3":
 		split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
 		split["pattern"] = map[string]any{"Regex": patternLlama3}
+	case "llama3file": // Llama 3's layout: its split, ignore_merges, a Sequence post-processor
+		split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
+		split["pattern"] = map[string]any{"Regex": patternLlama3}
+		model := doc["model"].(map[string]any)
+		model["ignore_merges"] = true
+		vocab := model["vocab"].(map[string]any)
+		next := 0.0
+		for _, id := range vocab {
+			next = max(next, id.(float64)+1)
+		}
+		for _, a := range doc["added_tokens"].([]any) {
+			next = max(next, a.(map[string]any)["id"].(float64)+1)
+		}
+		for _, w := range []string{"\u0120backlog", "\u0120tenants"} { // in the vocabulary whole, not made by the merges
+			vocab[w] = next
+			next++
+		}
+		doc["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+			map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+			doc["post_processor"]}}
 	default:
 		t.Fatalf("unknown variant %s", name)
 	}
@@ -96,7 +117,7 @@ func variant(t *testing.T, name string) *Tokenizer {
 
 func TestVariantsMatchTheReference(t *testing.T) {
 	_, v := load(t)
-	for _, name := range []string{"gpt2", "llama3"} {
+	for _, name := range []string{"gpt2", "llama3", "llama3file"} {
 		tok := variant(t, name)
 		for _, p := range v.Prompts {
 			want, ok := p.Variants[name]
@@ -150,5 +171,70 @@ func BenchmarkChat(b *testing.B) {
 		if _, err := tok.Chat(v.Chats[0].Messages); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// tokenizerDir makes a model directory with testdata's tokenizer.json and
+// the given other files.
+func tokenizerDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := os.ReadFile("testdata/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["tokenizer.json"] = string(b)
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestChatTemplateFile: chat_template.jinja, where transformers saves a
+// template since 2025, is the template, and wins over the config's; the
+// config's special tokens still apply. A directory with neither says so.
+func TestChatTemplateFile(t *testing.T) {
+	msgs := []Message{{Role: "user", Content: "hi"}}
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		want  string
+	}{
+		{"the file alone", map[string]string{"chat_template.jinja": "[{{ messages[0].content }}]"}, "[hi]"},
+		{"the file over the config's", map[string]string{
+			"chat_template.jinja":   "{{ bos_token }}<{{ messages[0].content }}>",
+			"tokenizer_config.json": `{"chat_template": "config's {{ messages[0].content }}", "bos_token": "<|endoftext|>"}`,
+		}, "<|endoftext|><hi>"},
+		{"the config's alone", map[string]string{"tokenizer_config.json": `{"chat_template": "config's {{ messages[0].content }}"}`}, "config's hi"},
+	} {
+		tok, err := Load(tokenizerDir(t, c.files))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got, err := tok.Render(msgs); err != nil || got != c.want || !tok.HasChatTemplate() {
+			t.Errorf("%s: Render = %q, %v; want %q", c.name, got, err, c.want)
+		}
+	}
+	tok, err := Load(tokenizerDir(t, map[string]string{"tokenizer_config.json": `{"bos_token": "<s>"}`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tok.Render(msgs); !errors.Is(err, ErrNoChatTemplate) || tok.HasChatTemplate() {
+		t.Errorf("without a template: %v, HasChatTemplate %v; want ErrNoChatTemplate and false", err, tok.HasChatTemplate())
+	}
+}
+
+// TestRenderDoesNotPanic: a template that makes the Jinja engine panic (gonja
+// divides by zero on Python's '%' formatting) is an error of Render, which
+// the gateway answers by estimating, not a crash of the request.
+func TestRenderDoesNotPanic(t *testing.T) {
+	tok, err := Load(tokenizerDir(t, map[string]string{"chat_template.jinja": "{{ '%s-%d' % ('a', 3) }}{{ messages[0].content }}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tok.Render([]Message{{Role: "user", Content: "hi"}}); err == nil {
+		t.Log("gonja rendered '%' formatting: the panic this test guards against is gone")
 	}
 }
