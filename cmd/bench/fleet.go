@@ -149,7 +149,14 @@ type fleetRun struct {
 	Other float64 `json:"other_processes_cpu"`
 	// Steps counts the engines' steps.
 	Steps uint64 `json:"engine_steps"`
-	Error string `json:"error,omitempty"`
+	// Duplicates counts second completions of a request (it ran twice),
+	// Rejected the requests rejected, and RouterRetries the dispatches a
+	// baseline router placed again (refused, or unanswered in its
+	// handshake timeout): each is 0 in a run whose figures compare.
+	Duplicates    int    `json:"duplicates"`
+	Rejected      int    `json:"rejected"`
+	RouterRetries int    `json:"router_retries"`
+	Error         string `json:"error,omitempty"`
 }
 
 // fleetResults is the whole fleet replay.
@@ -270,7 +277,12 @@ func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.
 	if err != nil {
 		return fail("set-up", err)
 	}
-	defer stopMiddle()
+	middleStopped := false
+	defer func() {
+		if !middleStopped {
+			stopMiddle()
+		}
+	}()
 	conns, err := b.connect("bench-fleet-loadgen", 1)
 	if err != nil {
 		return fail("connect", err)
@@ -301,6 +313,11 @@ func (b *bench) fleetReplay(sys fleetSystem, load, rate float64, reqs []loadgen.
 	run.Other = sampleCPU(b.server.pid(), 0).sub(before).foreign()
 	if r == nil {
 		return fail("loadgen", err)
+	}
+	run.RouterRetries, middleStopped = stopMiddle(), true
+	run.Duplicates, run.Rejected = r.Duplicates, len(r.Rejected)
+	if run.Duplicates+run.Rejected+run.RouterRetries > 0 {
+		b.logf("fleet %s: %d requests ran twice, %d rejected, %d dispatches placed again by the router", tag, run.Duplicates, run.Rejected, run.RouterRetries)
 	}
 	var steps uint64
 	for _, w := range engines {
@@ -397,16 +414,21 @@ func (b *bench) startEngines(model batching.Model, n int) ([]*mockworker.Worker,
 }
 
 // startFleetMiddle starts sys's middle process (a router or the dispatcher)
-// and waits until it sees every engine.
-func (b *bench) startFleetMiddle(sys fleetSystem, engines, blockSize int) (func(), error) {
+// and waits until it sees every engine. Its stop function returns the
+// dispatches a router placed again (from the line it writes on its way out).
+func (b *bench) startFleetMiddle(sys fleetSystem, engines, blockSize int) (func() int, error) {
 	if sys.router != "" {
-		r, _, err := startRole("router", filepath.Join(b.tmp, "router-"+sys.router+".log"),
+		logPath := filepath.Join(b.tmp, "router-"+sys.router+".log")
+		r, _, err := startRole("router", logPath,
 			"--nats-url", b.url, "--subject-prefix", b.opt.prefix, "--policy", sys.router,
 			"--workers", strconv.Itoa(engines), "--block-size", strconv.Itoa(blockSize))
 		if err != nil {
 			return nil, err
 		}
-		return func() { r.stop(10 * time.Second) }, nil
+		return func() int {
+			r.stop(10 * time.Second)
+			return routerRetries(logPath)
+		}, nil
 	}
 	extra := []string{"--block-size", strconv.Itoa(blockSize), "--max-held", "200000"}
 	if sys.kvIndex {
@@ -421,7 +443,23 @@ func (b *bench) startFleetMiddle(sys fleetSystem, engines, blockSize int) (func(
 		s.stop()
 		return nil, err
 	}
-	return s.stop, nil
+	return func() int { s.stop(); return 0 }, nil
+}
+
+// routerRetries reads the count of dispatches placed again from a router's
+// log (router.go writes it on its way out); 0 without the line.
+func routerRetries(logPath string) int {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(line, "router: %d dispatches placed again", &n); err == nil {
+			return n
+		}
+	}
+	return 0
 }
 
 // loadAvg returns /proc/loadavg's first three fields.

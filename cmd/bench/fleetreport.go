@@ -54,6 +54,12 @@ func (r *fleetResults) markdown() string {
 	}
 	b.WriteString("\n")
 	for _, run := range r.Runs {
+		if run.Duplicates+run.Rejected+run.RouterRetries > 0 {
+			fmt.Fprintf(&b, "**%s at %.0f%% is not comparable**: %d requests ran twice, %d were rejected, and the router placed %d dispatches again.\n\n",
+				run.System, 100*run.Load, run.Duplicates, run.Rejected, run.RouterRetries)
+		}
+	}
+	for _, run := range r.Runs {
 		if f := run.Metrics.Fair; f != nil && run.Load > 1 {
 			fmt.Fprintf(&b, "%s at %.0f%%, tenants (demand / service / max-min fair share, millions of prefill tokens; with a request waiting "+
 				"throughout: %v, their split against their weights off by up to %.1f%%):", run.System, 100*run.Load, f.Backlogged, 100*f.BackloggedDev)

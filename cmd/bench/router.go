@@ -117,7 +117,14 @@ func routerRole(args []string) error {
 	}
 	go r.expire(ctx)
 	fmt.Println("ready")
-	return eachRequest(ctx, it, r.place)
+	err = eachRequest(ctx, it, r.place)
+	r.mu.Lock()
+	if r.retries > 0 {
+		// The bench reads this line (fleetRun.RouterRetries).
+		fmt.Fprintf(os.Stderr, "router: %d dispatches placed again (refused, or unanswered for %v)\n", r.retries, routerHandshakeTimeout)
+	}
+	r.mu.Unlock()
+	return err
 }
 
 // subscribe follows load reports, completion records, handshake answers
@@ -142,7 +149,7 @@ func (r *router) subscribe(ctx context.Context, kv bool) error {
 				return
 			}
 			r.mu.Lock()
-			r.pick.completed(c.RequestID)
+			r.pick.completed(c.RequestID, c.WorkerID, c.Seq)
 			r.mu.Unlock()
 		}},
 		{r.inbox + ".*", r.answer},
@@ -210,7 +217,7 @@ func (r *router) place(m jetstream.Msg) {
 		return
 	}
 	cost := uint64(max(1, isl-overlap*r.pick.blockSize))
-	seq := r.pick.dispatched(w, id, isl, cost)
+	seq := r.pick.dispatched(w, id, isl, hashes, cost)
 	r.token++
 	token := strconv.FormatUint(r.token, 36)
 	r.pending[token] = &pending{msg: m, w: w, id: id, seq: seq, sentAt: time.Now()}

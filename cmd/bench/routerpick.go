@@ -25,10 +25,11 @@ const (
 	// least-request balancing does; ties at random.
 	policyLL = "ll"
 	// policyKV is Dynamo's KV-aware router without a queue: the least
-	// cost = overlap_score_weight × potential prefill blocks + decode blocks
-	// (ai-dynamo/dynamo, lib/llm/src/kv_router/scheduler.rs,
-	// DefaultWorkerSelector::select_worker, and its docs' "KV Cache Routing,
-	// Cost Calculation"), where
+	// cost = overlap_score_weight × potential prefill blocks + potential
+	// decode blocks (ai-dynamo/dynamo, lib/llm/src/kv_router/scheduler.rs,
+	// DefaultWorkerSelector::select_worker; lib/kv-router/src/sequence.rs,
+	// ActiveSequences::potential_blocks_and_tokens; and its docs' "KV Cache
+	// Routing, Cost Calculation"), where
 	//   - potential prefill blocks = (the worker's prefill tokens + the
 	//     request's tokens not in the worker's cache) / block size,
 	//   - the worker's prefill tokens are what it reported in
@@ -36,9 +37,13 @@ const (
 	//     (dispatches above the report's seen_seq: docs/protocol.md,
 	//     Bookings and seen_seq); Dynamo tracks them itself until the first
 	//     token, which a router outside the response path cannot see,
-	//   - decode blocks = the blocks (ceil(ISL / block size)) of the
-	//     requests routed to the worker and not finished (Dynamo's active
-	//     sequences),
+	//   - potential decode blocks = the distinct blocks (by block hash) of
+	//     the requests routed to the worker and not finished (Dynamo's
+	//     active sequences' unique_blocks: a prefix shared by several
+	//     counts once), plus the request's blocks not among them
+	//     (new_blocks); a request without hashes counts ceil(ISL / block
+	//     size) blocks of its own. Dynamo also adds each output block as it
+	//     is generated, which a router outside the response path cannot see,
 	//   - the cache overlap is the longest prefix of the request's block
 	//     hashes the worker holds, from its KV cache events (Dynamo's radix
 	//     tree of KV events);
@@ -62,8 +67,9 @@ type rworker struct {
 	idx int
 	seq uint64 // last Dispatch-Seq sent
 
-	active       int // requests dispatched, not finished
-	decodeBlocks int // their blocks
+	active int            // requests dispatched, not finished
+	blocks map[uint64]int // their blocks' hashes, each with the number of them holding it
+	anon   int            // the blocks of those without hashes
 
 	reportedPrefill uint64
 	seenSeq         uint64
@@ -72,10 +78,31 @@ type rworker struct {
 	instance string // of its KV events
 }
 
-// activeReq is a request routed and not finished.
+// decodeBlocks is w's active blocks, each shared block once.
+func (w *rworker) decodeBlocks() int { return len(w.blocks) + w.anon }
+
+// newBlocks is how many blocks a request of isl tokens with hashes would add
+// to w's active blocks.
+func (p *picker) newBlocks(w *rworker, isl int, hashes []uint64) int {
+	if len(hashes) == 0 {
+		return (isl + p.blockSize - 1) / p.blockSize
+	}
+	n := 0
+	for _, h := range hashes {
+		if w.blocks[h] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// activeReq is a request routed and not finished: where, as which dispatch,
+// and the blocks it holds there.
 type activeReq struct {
 	w      *rworker
-	blocks int
+	seq    uint64
+	hashes []uint64
+	anon   int
 }
 
 // picker is a baseline router's state. Not safe for concurrent use.
@@ -116,7 +143,7 @@ func (p *picker) worker(id string) (*rworker, error) {
 	if len(p.workers) == maxRouterWorkers {
 		return nil, fmt.Errorf("more than %d workers", maxRouterWorkers)
 	}
-	w := &rworker{id: id, idx: len(p.workers)}
+	w := &rworker{id: id, idx: len(p.workers), blocks: map[uint64]int{}}
 	p.workers = append(p.workers, w)
 	p.byID[id] = w
 	return w, nil
@@ -201,7 +228,8 @@ func (p *picker) pick(isl int, hashes []uint64) (*rworker, int) {
 		o := p.overlap(w, hashes)
 		overlaps[w.idx] = o
 		newTokens := max(0, isl-o*p.blockSize)
-		cost := p.overlapWeight*float64(w.prefillTokens()+uint64(newTokens))/float64(p.blockSize) + float64(w.decodeBlocks)
+		cost := p.overlapWeight*float64(w.prefillTokens()+uint64(newTokens))/float64(p.blockSize) +
+			float64(w.decodeBlocks()+p.newBlocks(w, isl, hashes))
 		switch {
 		case best < 0 || cost < best:
 			best = cost
@@ -215,15 +243,21 @@ func (p *picker) pick(isl int, hashes []uint64) (*rworker, int) {
 	return w, bestOverlap
 }
 
-// dispatched books request id (isl tokens, cost uncached tokens) on w and
-// returns its Dispatch-Seq.
-func (p *picker) dispatched(w *rworker, id string, isl int, cost uint64) uint64 {
+// dispatched books request id (isl tokens with hashes, cost uncached
+// tokens) on w and returns its Dispatch-Seq.
+func (p *picker) dispatched(w *rworker, id string, isl int, hashes []uint64, cost uint64) uint64 {
 	w.seq++
 	w.bookings = append(w.bookings, booking{seq: w.seq, tokens: cost})
-	blocks := (isl + p.blockSize - 1) / p.blockSize
+	a := activeReq{w: w, seq: w.seq, hashes: hashes}
+	if len(hashes) == 0 {
+		a.anon = (isl + p.blockSize - 1) / p.blockSize
+	}
+	for _, h := range hashes {
+		w.blocks[h]++
+	}
+	w.anon += a.anon
 	w.active++
-	w.decodeBlocks += blocks
-	p.active[id] = activeReq{w: w, blocks: blocks}
+	p.active[id] = a
 	return w.seq
 }
 
@@ -235,18 +269,28 @@ func (p *picker) undo(w *rworker, id string, seq uint64) {
 			break
 		}
 	}
-	p.completed(id)
+	p.completed(id, w.id, seq)
 }
 
-// completed ends request id (its completion record arrived).
-func (p *picker) completed(id string) {
+// completed ends request id, dispatched to worker as seq (its completion
+// record arrived). A record of another dispatch of the id (one placed again
+// after its handshake went unanswered, then accepted late) releases
+// nothing: the id's active dispatch is another.
+func (p *picker) completed(id, worker string, seq uint64) {
 	a, ok := p.active[id]
-	if !ok {
+	if !ok || a.w.id != worker || a.seq != seq {
 		return
 	}
 	delete(p.active, id)
 	a.w.active--
-	a.w.decodeBlocks -= a.blocks
+	a.w.anon -= a.anon
+	for _, h := range a.hashes {
+		if n := a.w.blocks[h] - 1; n > 0 {
+			a.w.blocks[h] = n
+		} else {
+			delete(a.w.blocks, h)
+		}
+	}
 }
 
 // kvEvent applies one KV cache event of worker id (docs/protocol.md, The

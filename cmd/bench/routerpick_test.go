@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"fairdispatch/wire"
@@ -36,7 +37,7 @@ func TestRouterRoundRobin(t *testing.T) {
 	var got []string
 	for i := range 7 {
 		w, _ := p.pick(192, []uint64{1, 2, 3})
-		p.dispatched(w, string(rune('0'+i)), 192, 192)
+		p.dispatched(w, string(rune('0'+i)), 192, nil, 192)
 		got = append(got, w.id)
 	}
 	if want := []string{"a", "b", "c", "a", "b", "c", "a"}; !equal(got, want) {
@@ -51,7 +52,7 @@ func TestRouterLeastLoaded(t *testing.T) {
 	counts := map[string]int{}
 	for i := range 6 {
 		w, _ := p.pick(64, nil)
-		p.dispatched(w, "r"+string(rune('0'+i)), 64, 64)
+		p.dispatched(w, "r"+string(rune('0'+i)), 64, nil, 64)
 		counts[w.id]++
 	}
 	if counts["a"] != 2 || counts["b"] != 2 || counts["c"] != 2 {
@@ -61,7 +62,7 @@ func TestRouterLeastLoaded(t *testing.T) {
 	// catches up.
 	for id, a := range p.active {
 		if a.w.id == "b" {
-			p.completed(id)
+			p.completed(id, "b", a.seq)
 		}
 	}
 	for i := range 2 {
@@ -69,7 +70,7 @@ func TestRouterLeastLoaded(t *testing.T) {
 		if w.id != "b" {
 			t.Fatalf("pick %d after b emptied: got %s, want b", i, w.id)
 		}
-		p.dispatched(w, "s"+string(rune('0'+i)), 64, 64)
+		p.dispatched(w, "s"+string(rune('0'+i)), 64, nil, 64)
 	}
 }
 
@@ -96,21 +97,69 @@ func TestRouterCacheAware(t *testing.T) {
 	// A dispatch counts as prefill until a report covers it, and its blocks
 	// as decode blocks until its completion.
 	wa := p.byID["a"]
-	seq := p.dispatched(wa, "x", 64*8, 64*8)
+	seq := p.dispatched(wa, "x", 64*8, nil, 64*8)
 	if got := wa.prefillTokens(); got != 64*8 {
 		t.Errorf("a's prefill after a dispatch: got %d, want %d", got, 64*8)
 	}
 	ida := "a"
 	p.report(&wire.LoadReport{WorkerID: &ida, SeenSeq: &seq})
-	if got := wa.prefillTokens(); got != 0 || wa.decodeBlocks != 8 {
-		t.Errorf("after a report counting it: prefill %d, decode blocks %d; want 0 and 8", got, wa.decodeBlocks)
+	if got := wa.prefillTokens(); got != 0 || wa.decodeBlocks() != 8 {
+		t.Errorf("after a report counting it: prefill %d, decode blocks %d; want 0 and 8", got, wa.decodeBlocks())
 	}
 	if w, _ := p.pick(4*64, hashes); w.id != "c" {
-		t.Errorf("a holding 8 decode blocks: got %s, want c (cost 4 against a's 3 + 8 and b's 5)", w.id)
+		t.Errorf("a holding 8 decode blocks: got %s, want c (cost 4 + 4 against a's 3 + 8 + 4 and b's 5 + 4)", w.id)
 	}
-	p.completed("x")
-	if wa.decodeBlocks != 0 || wa.active != 0 {
-		t.Errorf("after x's completion: %d decode blocks, %d active", wa.decodeBlocks, wa.active)
+	p.completed("x", "a", seq+1) // another dispatch's record: nothing released
+	if wa.decodeBlocks() != 8 || wa.active != 1 {
+		t.Errorf("after another dispatch's record of x: %d decode blocks, %d active; want 8 and 1", wa.decodeBlocks(), wa.active)
+	}
+	p.completed("x", "a", seq)
+	if wa.decodeBlocks() != 0 || wa.active != 0 {
+		t.Errorf("after x's completion: %d decode blocks, %d active", wa.decodeBlocks(), wa.active)
+	}
+}
+
+// Dynamo's decode term counts a block shared by a worker's active requests
+// once, and adds the request's blocks not among them: the next turn of a
+// conversation stays on the worker that runs its earlier turns and holds
+// its prefix, rather than moving to an idle one and missing the cache (the
+// fourth review's case: three turns on a 100-block prefix).
+func TestRouterCacheAwareCountsSharedBlocksOnce(t *testing.T) {
+	p := testPicker(t, policyKV, "a", "b")
+	prefix := make([]uint64, 100)
+	for i := range prefix {
+		prefix[i] = uint64(1000 + i)
+	}
+	stored(p, t, "a", prefix...)
+	wa := p.byID["a"]
+	var seq uint64
+	for i := range 3 {
+		turn := append(append([]uint64(nil), prefix...), uint64(2000+i))
+		seq = p.dispatched(wa, "turn"+string(rune('0'+i)), 101*64, turn, 64)
+	}
+	ida := "a"
+	p.report(&wire.LoadReport{WorkerID: &ida, SeenSeq: &seq}) // their prefill done
+	if got := wa.decodeBlocks(); got != 103 {
+		t.Fatalf("a's active blocks: %d, want 103 (the shared 100 once, and each turn's own)", got)
+	}
+	next := append(append([]uint64(nil), prefix...), 3000)
+	// a: 1 block to prefill + 103 active + 1 new = 105; b: 101 + 0 + 101 = 202.
+	if w, overlap := p.pick(101*64, next); w.id != "a" || overlap != 100 {
+		t.Errorf("the next turn: got %s with %d cached blocks, want a with 100", w.id, overlap)
+	}
+}
+
+// A router's log line of retries is read back.
+func TestRouterRetriesFromTheLog(t *testing.T) {
+	path := t.TempDir() + "/router.log"
+	if err := os.WriteFile(path, []byte("router: kv event of w1: x\nrouter: 7 dispatches placed again (refused, or unanswered for 2s)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := routerRetries(path); got != 7 {
+		t.Errorf("routerRetries = %d, want 7", got)
+	}
+	if got := routerRetries(path + ".missing"); got != 0 {
+		t.Errorf("without a log: %d, want 0", got)
 	}
 }
 
