@@ -71,6 +71,7 @@ func Parse(name string, data []byte) (*Policy, error) {
 	if len(w.probs) > 0 {
 		return nil, &ValidationError{Name: name, Problems: w.sorted()}
 	}
+	p.Source = bytes.Clone(data)
 	return p, nil
 }
 

@@ -120,6 +120,9 @@ type Policy struct {
 	DefaultFamily string   // "" for the synthetic profile
 	Buckets       []Bucket // nil for the synthetic profile
 	Classes       []Class  // in file order: this is the DRR ring order
+	// Source is the text Parse read; nil for a policy built otherwise (the
+	// synthetic profile). A trace's header carries it.
+	Source []byte
 
 	// Resolution tables, built once by newPolicy.
 	families []string       // family names in order of first appearance

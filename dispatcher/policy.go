@@ -65,6 +65,10 @@ func (a *Actor) applyPolicy(req policyReq) {
 		ev = ev.Dur("lag", now.Sub(req.created))
 	}
 	ev.Msg("policy applied")
+	// The trace's requests from here on ran under this policy: a header
+	// says so, as a restart's does (docs/protocol.md, Trace records).
+	a.d.Trace.Record(wire.TraceRecord{Event: wire.TraceHeader, T: now.UnixNano(), Format: wire.TraceFormat,
+		Version: wire.TraceVersion, Policy: string(req.p.Source)})
 	a.publishView(now)
 }
 

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"fairdispatch/bus"
+	"fairdispatch/configs"
 	"fairdispatch/recorder"
 	"fairdispatch/wire"
 )
@@ -82,4 +84,24 @@ func BenchmarkAdmitDispatchAcceptRecorded(b *testing.B) {
 	benchTracer = rec
 	defer func() { benchTracer = nil }()
 	BenchmarkAdmitDispatchAccept(b)
+}
+
+// TestActorTracesAPolicyChange: a policy revision applied live writes a
+// header with its text, so that the trace says which policy its later
+// requests ran under (fairctl sim then refuses to read across it as one
+// policy, naming the line to split at).
+func TestActorTracesAPolicyChange(t *testing.T) {
+	f := newFixture(t, policy)
+	var log traceLog
+	f.a.d.Trace = &log
+	next := strings.Replace(policy, "quantum: 512", "quantum: 1024", 1)
+	p, err := configs.Parse("next.yaml", []byte(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a.applyPolicy(policyReq{rev: 2, p: p})
+	if len(log) != 1 || log[0].Event != wire.TraceHeader || log[0].Policy != next || log[0].Format != wire.TraceFormat ||
+		log[0].Version != wire.TraceVersion || log[0].T != f.now.UnixNano() {
+		t.Fatalf("records %+v, want one header with the new policy's text", log)
+	}
 }

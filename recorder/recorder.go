@@ -10,6 +10,7 @@ package recorder
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -119,13 +120,27 @@ func (r *Recorder) run() {
 			r.cnt.TraceDropped()
 			continue
 		}
+		written := false
 		for i, s := range r.sinks {
-			if err := s.Write(line); err != nil && !failed[i] {
-				failed[i] = true
-				r.log.Error().Err(err).Msg("trace sink failed; later records to it may be lost")
+			if err := s.Write(line); err != nil {
+				if !failed[i] {
+					failed[i] = true
+					r.log.Error().Err(err).Msg("trace sink failed: its records are lost until it recovers")
+				}
+				continue
+			}
+			written = true
+			if failed[i] {
+				failed[i] = false
+				r.log.Info().Msg("trace sink recovered")
 			}
 		}
-		r.cnt.TraceRecorded()
+		// A record no sink took is dropped, not recorded.
+		if written {
+			r.cnt.TraceRecorded()
+		} else {
+			r.cnt.TraceDropped()
+		}
 		if len(r.ch) == 0 {
 			for _, s := range r.sinks {
 				_ = s.Flush()
@@ -144,25 +159,67 @@ type FileSink struct {
 
 // OpenFile opens the trace file at path for appending, creating it if
 // needed: a restarted dispatcher adds a header and its records after the
-// earlier ones rather than losing them.
+// earlier ones rather than losing them. A file that ends within a line (the
+// dispatcher that wrote it was killed mid-write) is cut back to its last
+// whole line first, so that the trace stays readable as a whole.
 func OpenFile(path string) (*FileSink, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	if err := cutPartialLine(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("recorder: %s: %w", path, err)
 	}
 	return &FileSink{f: f, w: bufio.NewWriterSize(f, 1<<16)}, nil
 }
 
-// Write implements Sink.
-func (s *FileSink) Write(line []byte) error {
-	if _, err := s.w.Write(line); err != nil {
+// cutPartialLine truncates f after its last newline when it does not end
+// with one.
+func cutPartialLine(f *os.File) error {
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
 		return err
 	}
-	return s.w.WriteByte('\n')
+	buf := make([]byte, 64<<10)
+	for end := st.Size(); end > 0; {
+		start := max(0, end-int64(len(buf)))
+		n, err := f.ReadAt(buf[:end-start], start)
+		if err != nil && n < int(end-start) {
+			return err
+		}
+		if end == st.Size() && buf[n-1] == '\n' {
+			return nil // ends with a whole line
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return f.Truncate(start + int64(i) + 1)
+		}
+		end = start
+	}
+	return f.Truncate(0) // not one whole line
+}
+
+// Write implements Sink. After a failed write (a full disk) the buffer is
+// dropped, so that a later write can succeed once the disk has room again.
+func (s *FileSink) Write(line []byte) error {
+	_, err := s.w.Write(line)
+	if err == nil {
+		err = s.w.WriteByte('\n')
+	}
+	if err != nil {
+		s.w.Reset(s.f)
+	}
+	return err
 }
 
 // Flush implements Sink.
-func (s *FileSink) Flush() error { return s.w.Flush() }
+func (s *FileSink) Flush() error {
+	err := s.w.Flush()
+	if err != nil {
+		s.w.Reset(s.f)
+	}
+	return err
+}
 
 // Close implements Sink.
 func (s *FileSink) Close() error {

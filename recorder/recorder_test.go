@@ -181,3 +181,78 @@ func TestStreamSink(t *testing.T) {
 		t.Errorf("stream limits %d %v, want 1 MiB, discard old", info.Config.MaxBytes, info.Config.Discard)
 	}
 }
+
+// TestOpenFileCutsAPartialLine: a trace whose writer was killed mid-line is
+// cut back to its last whole line before a restarted dispatcher appends,
+// so the file stays a sequence of whole JSON lines; a whole file is kept.
+func TestOpenFileCutsAPartialLine(t *testing.T) {
+	dir := t.TempDir()
+	whole := `{"ev":"header","t":1,"format":"fairdispatch-trace","version":1}` + "\n" + `{"ev":"arrive","t":2,"id":"a"}` + "\n"
+	for _, c := range []struct{ name, before, kept string }{
+		{"partial", whole + `{"ev":"arrive","t":3,"i`, whole},
+		{"whole", whole, whole},
+		{"no whole line", `{"ev":"hea`, ""},
+		{"long partial", whole + strings.Repeat("x", 100<<10), whole},
+	} {
+		path := filepath.Join(dir, c.name+".jsonl")
+		if err := os.WriteFile(path, []byte(c.before), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := New("", 9, 0, &counts{}, zerolog.Nop(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(path)
+		if !strings.HasPrefix(string(got), c.kept) || strings.Count(string(got[len(c.kept):]), "\n") != 1 ||
+			!strings.HasPrefix(string(got[len(c.kept):]), `{"ev":"header","t":9`) {
+			t.Errorf("%s: the file after a restart is %q; want %q and the new header", c.name, got, c.kept)
+		}
+	}
+}
+
+// failingSink fails every write while fail is set.
+type failingSink struct {
+	fail  atomic.Bool
+	lines atomic.Int64
+}
+
+func (s *failingSink) Write([]byte) error {
+	if s.fail.Load() {
+		return os.ErrClosed
+	}
+	s.lines.Add(1)
+	return nil
+}
+func (s *failingSink) Flush() error { return nil }
+func (s *failingSink) Close() error { return nil }
+
+// TestAFailedWriteIsDropped: a record no sink took counts as dropped, not
+// recorded, and a sink that recovers takes the records after.
+func TestAFailedWriteIsDropped(t *testing.T) {
+	var c counts
+	s := &failingSink{}
+	r, err := New("", 1, 0, &c, zerolog.Nop(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.fail.Store(true)
+	for range 10 {
+		r.Record(wire.TraceRecord{Event: wire.TraceArrive, ID: "a"})
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return c.dropped.Load() == 10 }, "ten records dropped")
+	s.fail.Store(false)
+	r.Record(wire.TraceRecord{Event: wire.TraceArrive, ID: "b"})
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c.recorded.Load() != 1 || c.dropped.Load() != 10 || s.lines.Load() != 2 {
+		t.Errorf("recorded %d, dropped %d, lines %d; want 1, 10 and 2 (the header and b)", c.recorded.Load(), c.dropped.Load(), s.lines.Load())
+	}
+}
