@@ -26,7 +26,9 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	lat := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// Up to 30 min: a long response streams for minutes, and the request
+	// timeout is 10 min by default.
+	lat := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fairdispatch_gateway_requests_total",
 			Help: "Requests answered, by tenant, class, model and HTTP status."}, []string{"tenant", "class", "model", "status"}),

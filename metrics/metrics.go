@@ -101,8 +101,10 @@ var (
 )
 
 // QueueWaitBuckets are the upper bounds, in seconds, of the queue wait
-// histogram: 1 ms doubling up to 65.536 s (17 buckets).
-var QueueWaitBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
+// histogram: 1 ms doubling up to 1,048.576 s (21 buckets, about 17 min), so
+// that a backlog's waits of minutes, when the queue-age alert fires at 60 s,
+// still land in a bucket of their own.
+var QueueWaitBuckets = prometheus.ExponentialBuckets(0.001, 2, 21)
 
 // ClassState is the queue state of one class, as the queue actor last saw it.
 type ClassState struct {
@@ -172,6 +174,7 @@ type Metrics struct {
 	throttled      *prometheus.GaugeVec
 	budgetCharged  *prometheus.CounterVec
 	lastCharged    map[string]float64 // class name -> the BudgetCharged last counted
+	budgeted       map[string]bool    // class name -> its budget series are shown
 	correction     *prometheus.CounterVec
 
 	booked     *prometheus.GaugeVec
@@ -251,6 +254,7 @@ func New(reg prometheus.Registerer, classes []string) *Metrics {
 		budgetCharged: counterVec("budget_tokens_charged_total",
 			"Cost units (uncached tokens) charged to a class's token budgets: at dispatch, plus settlement corrections above the estimate. Taken from the queue view about once a second.", "class"),
 		lastCharged: map[string]float64{},
+		budgeted:    map[string]bool{},
 		correction:  counterVec("settlement_correction_tokens_total", "Total settlement correction applied, in cost units: under (actual above the estimate, charged more) and over (actual below, refunded).", "direction"),
 		dlqRetries:  counter("dead_letter_retries_total", "Dead-letter publishes that failed and were retried with backoff (100 ms to 5 s), copied from the dead letterer every 3 s."),
 		leaseFailed: counter("lease_renewal_failures_total",
@@ -372,6 +376,10 @@ func (m *Metrics) SetClasses(classes []string) {
 	}
 	for _, c := range m.classes {
 		if !keep[c] {
+			// A class added again is a new class of the scheduler, its
+			// budgets' charges counted from 0.
+			delete(m.lastCharged, c)
+			delete(m.budgeted, c)
 			for _, v := range []*prometheus.GaugeVec{m.pendingRequestsVec, m.pendingISLVec, m.pendingCachedVec, m.deficitVec, m.keysVec, m.oldestQueuedVec,
 				m.keyJainVec, m.keyShareMaxVec, m.keyShareMinVec, m.throttled} {
 				v.DeleteLabelValues(c)
@@ -523,10 +531,15 @@ func (m *Metrics) SetClass(k int, s ClassState) {
 	m.pendingCached[k].Set(float64(s.CachedTokens))
 	m.deficit[k].Set(float64(s.Deficit))
 	m.keys[k].Set(float64(s.Keys))
+	name := m.classes[k]
 	if !s.Budgeted {
+		if m.budgeted[name] { // its budgets went with a policy revision
+			m.throttled.DeleteLabelValues(name)
+			m.budgeted[name] = false
+		}
 		return
 	}
-	name := m.classes[k]
+	m.budgeted[name] = true
 	m.throttled.WithLabelValues(name).Set(float64(s.ThrottledKeys))
 	if d := s.BudgetCharged - m.lastCharged[name]; d > 0 {
 		m.budgetCharged.WithLabelValues(name).Add(d)
