@@ -48,8 +48,12 @@ func (r *fleetResults) markdown() string {
 		if f := m.Fair; f != nil {
 			jain, dev, window = fmt.Sprintf("%.3f", f.Jain), fmt.Sprintf("%.1f%%", 100*f.MaxDev), fmt.Sprintf("%.0f–%.0f", f.From, f.To)
 		}
-		fmt.Fprintf(&b, "| %.0f%% | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f | %.2f | %s | %s | %s | %.2f | %d/%d | %.0f%% |\n",
-			100*run.Load, run.System, m.TTFTp50, m.TTFTp90, m.TTFTp99, m.E2Ep50, m.E2Ep99, m.OutputTPS, m.HitRate, m.HitRate/m.Ideal,
+		ofIdeal := "–" // a trace with no reuse has no ideal to be a part of
+		if m.Ideal > 0 {
+			ofIdeal = fmt.Sprintf("%.2f", m.HitRate/m.Ideal)
+		}
+		fmt.Fprintf(&b, "| %.0f%% | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.3f | %s | %s | %s | %s | %.2f | %d/%d | %.0f%% |\n",
+			100*run.Load, run.System, m.TTFTp50, m.TTFTp90, m.TTFTp99, m.E2Ep50, m.E2Ep99, m.OutputTPS, m.HitRate, ofIdeal,
 			jain, dev, window, m.HopP50, m.Completed, m.Requests, 100*run.Other)
 	}
 	b.WriteString("\n")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"fairdispatch/wire"
@@ -220,4 +221,19 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// A --fleet-systems name that is no system is refused, naming it, rather
+// than left out of the run.
+func TestFleetSystemsRefusesAnUnknownName(t *testing.T) {
+	o := fleetOptions{engines: 8, speedup: 70}
+	if err := o.parse("0.8", "rr,fair-nokv-nokey"); err == nil || !strings.Contains(err.Error(), `"fair-nokv-nokey"`) {
+		t.Errorf("a typo: %v, want an error naming it", err)
+	}
+	if err := o.parse("0.8", "rr,kv"); err != nil || len(o.systems) != 2 {
+		t.Errorf("rr,kv: %v, %d systems; want 2", err, len(o.systems))
+	}
+	if err := o.parse("0.8", "all"); err != nil || len(o.systems) != len(fleetSystems) {
+		t.Errorf("all: %v, %d systems", err, len(o.systems))
+	}
 }
