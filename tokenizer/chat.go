@@ -29,7 +29,15 @@ type Message struct {
 type chatTemplate struct {
 	tpl      *exec.Template
 	bos, eos string
+	// special are the config's other special tokens (unk_token, pad_token,
+	// ...), which transformers passes to the template too; absent ones stay
+	// undefined there.
+	special map[string]string
 }
+
+// specialTokens are the special tokens of tokenizer_config.json that
+// transformers' special_tokens_map holds beside bos_token and eos_token.
+var specialTokens = []string{"unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}
 
 // tokenText reads a special token of tokenizer_config.json: a string or an
 // object with "content" (AddedToken's form).
@@ -54,9 +62,17 @@ func parseChatTemplate(data, jinja []byte) (*chatTemplate, error) {
 		BOS          json.RawMessage `json:"bos_token"`
 		EOS          json.RawMessage `json:"eos_token"`
 	}
+	var all map[string]json.RawMessage
 	if data != nil {
 		if err := json.Unmarshal(data, &cfg); err != nil {
 			return nil, fmt.Errorf("tokenizer: tokenizer_config.json: %w", err)
+		}
+		_ = json.Unmarshal(data, &all) // it parsed as an object above
+	}
+	special := map[string]string{}
+	for _, name := range specialTokens {
+		if raw, ok := all[name]; ok && string(raw) != "null" {
+			special[name] = tokenText(raw)
 		}
 	}
 	var src string
@@ -97,7 +113,7 @@ func parseChatTemplate(data, jinja []byte) (*chatTemplate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: chat_template: %w", err)
 	}
-	return &chatTemplate{tpl: tpl, bos: tokenText(cfg.BOS), eos: tokenText(cfg.EOS)}, nil
+	return &chatTemplate{tpl: tpl, bos: tokenText(cfg.BOS), eos: tokenText(cfg.EOS), special: special}, nil
 }
 
 // errRaised is the error of a template's raise_exception.
@@ -123,7 +139,7 @@ func (t *Tokenizer) Render(messages []Message) (text string, err error) {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
 	var raised error
-	ctx := exec.NewContext(map[string]any{
+	vars := map[string]any{
 		"messages": msgs, "add_generation_prompt": true,
 		"bos_token": t.chat.bos, "eos_token": t.chat.eos,
 		"raise_exception": func(msg string) (string, error) {
@@ -131,7 +147,11 @@ func (t *Tokenizer) Render(messages []Message) (text string, err error) {
 			return "", raised
 		},
 		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
-	})
+	}
+	for name, text := range t.chat.special {
+		vars[name] = text
+	}
+	ctx := exec.NewContext(vars)
 	var b bytes.Buffer
 	if err := t.chat.tpl.Execute(&b, ctx); err != nil {
 		if raised != nil {

@@ -208,6 +208,10 @@ func TestChatTemplateFile(t *testing.T) {
 			"tokenizer_config.json": `{"chat_template": "config's {{ messages[0].content }}", "bos_token": "<|endoftext|>"}`,
 		}, "<|endoftext|><hi>"},
 		{"the config's alone", map[string]string{"tokenizer_config.json": `{"chat_template": "config's {{ messages[0].content }}"}`}, "config's hi"},
+		{"the other special tokens, as transformers passes them", map[string]string{
+			"chat_template.jinja":   "{{ pad_token }}|{{ unk_token }}|{{ sep_token is defined }}",
+			"tokenizer_config.json": `{"pad_token": "<pad>", "unk_token": {"content": "<unk>"}, "sep_token": null}`,
+		}, "<pad>|<unk>|False"},
 	} {
 		tok, err := Load(tokenizerDir(t, c.files))
 		if err != nil {
