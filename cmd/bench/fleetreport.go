@@ -91,7 +91,7 @@ var fleetCharts = []fleetChart{
 	{"fleet-e2e-p99.png", "End-to-end latency, p99", "seconds (log)", true, func(m fleetMetrics) (float64, bool) { return m.E2Ep99, true }},
 	{"fleet-output-tps.png", "Output tokens per second", "tokens/s", false, func(m fleetMetrics) (float64, bool) { return m.OutputTPS, true }},
 	{"fleet-hit-rate.png", "Prefix cache hit rate / the trace's ideal", "share of the ideal", false, func(m fleetMetrics) (float64, bool) { return m.HitRate / m.Ideal, m.Ideal > 0 }},
-	{"fleet-jain.png", "Tenants' share against weight while backlogged (Jain)", "Jain's index", false, func(m fleetMetrics) (float64, bool) {
+	{"fleet-jain.png", "Tenants' service against their max-min fair share, backlogged window (Jain)", "Jain's index", false, func(m fleetMetrics) (float64, bool) {
 		if m.Fair == nil {
 			return 0, false
 		}
