@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -117,11 +118,11 @@ func cut(s string) string {
 // with an ASCII case fold, so the cost is O(number of keys + total value length)
 // and nothing is allocated unless a list header or Dispatch-Block-Hashes is present.
 //
-// Repeats: a name with several values counts its first value. When the same header
-// arrives under differently-cased names (a nats.Header keeps the case as sent, and
-// Go map order is random), the value of the name that sorts first byte-wise counts;
-// so the canonical spelling `Dispatch-ISL-Tokens` wins over `dispatch-isl-tokens`
-// (but `DISPATCH-ISL-TOKENS` wins over both). A name present with no value at all is
+// Repeats: a name with several values counts its first value. A Dispatch-* header
+// that arrives under two differently-cased names (a nats.Header keeps the case as
+// sent) is malformed, whatever the values: the dispatcher forwards the producer's
+// headers as they are, and a worker could read the casing the dispatcher did not
+// check (docs/protocol.md, Request headers). A name present with no value at all is
 // absent; a present but empty value is malformed (except Nats-Msg-Id, where empty
 // means absent).
 //
@@ -143,7 +144,8 @@ func cut(s string) string {
 // malformed; both are checked before anything is parsed or allocated, so a
 // hostile value costs at most one scan of its bytes. An oversized Nats-Msg-Id is
 // reported under that name and left out (MsgID is then "", and the default
-// request id applies).
+// request id applies); so is one that is not valid UTF-8, which no JSON record
+// could name (a completion record, a cancellation, an outcome).
 func Decode(h nats.Header) (Headers, error) {
 	var s scan
 	for k, v := range h {
@@ -163,6 +165,8 @@ type scan struct {
 	keys     [numHeaders]string
 	vals     [numHeaders]string
 	present  uint32
+	twice    uint32             // slots given under two casings
+	others   [numHeaders]string // a slot's other casing
 }
 
 func (s *scan) add(k, v string) {
@@ -174,8 +178,15 @@ func (s *scan) add(k, v string) {
 	if i < 0 {
 		return
 	}
-	if s.present&(1<<i) != 0 && k >= s.keys[i] {
-		return
+	if s.present&(1<<i) != 0 {
+		// Two casings: the first byte-wise is kept, so that the error
+		// names the same two whatever the map's order.
+		s.twice |= 1 << i
+		if k > s.keys[i] {
+			s.others[i] = max(s.others[i], k)
+			return
+		}
+		s.others[i] = max(s.others[i], s.keys[i])
 	}
 	s.present |= 1 << i
 	s.keys[i], s.vals[i] = k, v
@@ -191,9 +202,14 @@ func (s *scan) decode() (Headers, error) {
 		}
 	}
 	if s.hasMsgID {
-		if len(s.msgID) > wire.MaxValueBytes {
+		switch {
+		case len(s.msgID) > wire.MaxValueBytes:
 			note(&HeaderError{Header: wire.HeaderMsgID, Value: cut(s.msgID), Reason: tooLong})
-		} else {
+		case !utf8.ValidString(s.msgID):
+			// Every JSON record that names the request (completion
+			// records, cancellations, outcomes) would carry another id.
+			note(&HeaderError{Header: wire.HeaderMsgID, Value: cut(s.msgID), Reason: "is not valid UTF-8"})
+		default:
 			d.MsgID = s.msgID
 		}
 	}
@@ -208,14 +224,19 @@ func (s *scan) decode() (Headers, error) {
 	// An oversized value is reported in its slot's place in table order, and
 	// the slot is then treated as absent.
 	for i := range numHeaders {
-		if present&(1<<i) != 0 && len(vals[i]) > maxValue(i) {
+		if present&(1<<i) != 0 && (len(vals[i]) > maxValue(i) || s.twice&(1<<i) != 0) {
 			present &^= 1 << i
 			oversize |= 1 << i
 		}
 	}
 	has := func(i int) bool { return present&(1<<i) != 0 }
+	// big notes, in the slot's place in table order, a value refused before
+	// it is parsed: given under two casings, or too long.
 	big := func(i int) {
-		if oversize&(1<<i) != 0 {
+		switch {
+		case s.twice&(1<<i) != 0:
+			note(headerErr(i, vals[i], fmt.Sprintf("is given under two casings of the name (%s and %s): send it once", s.keys[i], s.others[i])))
+		case oversize&(1<<i) != 0:
 			note(headerErr(i, vals[i], longerThan(maxValue(i))))
 		}
 	}

@@ -60,6 +60,7 @@ var decodeCases = []decodeCase{
 	{name: "msg id repeated", h: hdr("Nats-Msg-Id", "r1", "Nats-Msg-Id", "r2"), want: with(func(d *Headers) { d.MsgID = "r1" })},
 	{name: "msg id other case ignored", h: hdr("nats-msg-id", "r1"), want: with(nil)},
 	{name: "msg id empty", h: hdr("Nats-Msg-Id", ""), want: with(nil)},
+	{name: "msg id not utf-8", h: hdr("Nats-Msg-Id", "order-\xff42"), wantErr: wire.HeaderMsgID},
 
 	// Dispatch-Fairness-Key: 1 to 64 bytes of [A-Za-z0-9_.:@-].
 	{name: "key", h: hdr(wire.HeaderFairnessKey, "tenant-7"), want: with(func(d *Headers) { d.Key = "tenant-7" })},
@@ -94,8 +95,8 @@ var decodeCases = []decodeCase{
 	{name: "isl upper case", h: hdr("DISPATCH-ISL-TOKENS", "5"), want: with(func(d *Headers) { d.ISL = 5 })},
 	{name: "isl repeated", h: hdr(wire.HeaderISLTokens, "5", wire.HeaderISLTokens, "6"), want: with(func(d *Headers) { d.ISL = 5 })},
 	{name: "isl repeated, bad second", h: hdr(wire.HeaderISLTokens, "5", wire.HeaderISLTokens, "x"), want: with(func(d *Headers) { d.ISL = 5 })},
-	{name: "isl two cases, byte-wise first wins", h: hdr("dispatch-isl-tokens", "6", wire.HeaderISLTokens, "5", "dispatch-ISL-tokens", "7"), want: with(func(d *Headers) { d.ISL = 5 })},
-	{name: "isl two cases, upper wins", h: hdr("DISPATCH-ISL-TOKENS", "8", wire.HeaderISLTokens, "5"), want: with(func(d *Headers) { d.ISL = 8 })},
+	{name: "isl three cases", h: hdr("dispatch-isl-tokens", "6", wire.HeaderISLTokens, "5", "dispatch-ISL-tokens", "7"), wantErr: wire.HeaderISLTokens},
+	{name: "isl two cases", h: hdr("DISPATCH-ISL-TOKENS", "8", wire.HeaderISLTokens, "5"), wantErr: wire.HeaderISLTokens},
 
 	// Dispatch-Cached-Tokens.
 	{name: "cached", h: hdr(wire.HeaderCachedTokens, "100"), want: with(func(d *Headers) { d.Cached = 100 })},
@@ -327,15 +328,25 @@ func TestHeaderErrorMessage(t *testing.T) {
 	}
 }
 
-// TestDecodeCaseRuleDeterministic checks that differently-cased duplicates give
-// the same answer however the map happens to be iterated.
-func TestDecodeCaseRuleDeterministic(t *testing.T) {
+// TestDecodeTwoCasingsRefused: a header given under two casings is
+// malformed, named with both casings the same way however the map happens to
+// be iterated (the dispatcher forwards the producer's headers, and a worker
+// could otherwise read the casing it did not check).
+func TestDecodeTwoCasingsRefused(t *testing.T) {
 	h := hdr("dispatch-priority", "3", "Dispatch-Priority", "2", "DISPATCH-PRIORITY", "1", "Dispatch-priority", "4")
 	for i := 0; i < 100; i++ {
-		got, err := Decode(h)
-		if err != nil || got.Jump != 1 {
-			t.Fatalf("got %v, %v; want jump 1 (from DISPATCH-PRIORITY) every time", got.Jump, err)
+		_, err := Decode(h)
+		var he *HeaderError
+		if !errors.As(err, &he) || he.Header != wire.HeaderPriority ||
+			!strings.Contains(he.Reason, "two casings of the name (DISPATCH-PRIORITY and dispatch-priority)") {
+			t.Fatalf("got %v; want Dispatch-Priority refused, naming DISPATCH-PRIORITY and dispatch-priority", err)
 		}
+	}
+	// The review's case: a short response subject the dispatcher would check,
+	// beside a long one a worker could read.
+	long := hdr("DISPATCH-RESPONSE-TO", "_RESP.ok", wire.HeaderResponseTo, "_RESP."+strings.Repeat("x", 5000))
+	if d, err := Decode(long); err == nil || d.ResponseTo != "" {
+		t.Fatalf("two casings of Dispatch-Response-To: %q, %v; want refused", d.ResponseTo, err)
 	}
 }
 

@@ -17,9 +17,10 @@ func HeaderValue(h map[string][]string, name string) string {
 // LookupHeader returns the first value of header name in h (a nats.Header)
 // and whether h has it, matching the name exactly first and then
 // case-insensitively, as a reader matches Dispatch-* names; of several other
-// casings, the one that sorts first byte-wise counts, as the dispatcher
-// reads them, never one picked at random. Cost: O(1) for an exact match,
-// else O(len(h)).
+// casings, the one that sorts first byte-wise counts, never one picked at
+// random. (The dispatcher refuses a request carrying a Dispatch-* header
+// under two casings, so a dispatch holds one casing of each producer
+// header.) Cost: O(1) for an exact match, else O(len(h)).
 func LookupHeader(h map[string][]string, name string) (string, bool) {
 	if v, ok := h[name]; ok && len(v) > 0 {
 		return v[0], true

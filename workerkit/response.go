@@ -105,9 +105,10 @@ func (p *Response) Chunks() uint64 {
 
 // validResponseSubject reports whether a worker may respond to s: a literal
 // subject not starting with "$" or the prefix (docs/protocol.md, Asking for a
-// response).
+// response), of at most wire.MaxSubjectLen bytes (the dispatcher checks it
+// too; a longer one would make the server close the worker's connection).
 func validResponseSubject(s, prefix string) bool {
-	if s == "" || s[0] == '$' || strings.HasPrefix(s, prefix+".") {
+	if s == "" || len(s) > wire.MaxSubjectLen || s[0] == '$' || strings.HasPrefix(s, prefix+".") {
 		return false
 	}
 	for _, t := range strings.Split(s, ".") {

@@ -510,13 +510,14 @@ func TestResponseOldAPI(t *testing.T) {
 }
 
 // TestBadResponseSubject: a Dispatch-Response-To a worker may not respond to
-// ($-subjects, the prefix's own) is accepted and dropped without Offer.
+// ($-subjects, the prefix's own, one over wire.MaxSubjectLen) is accepted
+// and dropped without Offer.
 func TestBadResponseSubject(t *testing.T) {
 	t.Parallel()
 	_, nc := natstest.StartServer(t)
-	offered := make(chan string, 2)
+	offered := make(chan string, 3)
 	startStreamer(t, nc, func(r *workerkit.Request) { offered <- r.RequestID })
-	for i, s := range []string{"dispatch.load.w2", "$JS.API.STREAM.DELETE.X"} {
+	for i, s := range []string{"dispatch.load.w2", "$JS.API.STREAM.DELETE.X", "_RESP." + strings.Repeat("x", 2000)} {
 		id := "bad" + strconv.Itoa(i)
 		ack := natstest.WatchAcks(t, nc, "ack."+id)
 		spy, err := nc.SubscribeSync(s)

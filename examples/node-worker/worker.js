@@ -361,9 +361,10 @@ async function main() {
       return "timeout";
     }
   }
-  // A subject starting with "$" or the prefix is not one to respond to.
+  // A subject starting with "$" or the prefix, or over 1,024 bytes (a longer
+  // one would make the server close the connection), is not one to respond to.
   function validResponseSubject(s) {
-    return s !== "" && !s.startsWith("$") && !s.startsWith(`${prefix}.`) &&
+    return s !== "" && Buffer.byteLength(s) <= 1024 && !s.startsWith("$") && !s.startsWith(`${prefix}.`) &&
       s.split(".").every((t) => t !== "" && t !== "*" && t !== ">" && !/\s/.test(t));
   }
   // The claim: after accepting, before any work; 3 attempts.
