@@ -67,6 +67,14 @@ func New(prefix string) (Names, error) {
 			return Names{}, fmt.Errorf("%w %q: bucket name %q %s", ErrInvalidPrefix, prefix, b, why)
 		}
 	}
+	// What the names let through must still be ASCII: the Kelvin sign's
+	// lower case is "k", so it would share prefix k's buckets, with
+	// streams of its own.
+	for i := 0; i < len(prefix); i++ {
+		if c := prefix[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return Names{}, fmt.Errorf("%w %q: byte 0x%02x at %d: want dot-separated tokens of [A-Za-z0-9_-]", ErrInvalidPrefix, prefix, c, i)
+		}
+	}
 	return n, nil
 }
 

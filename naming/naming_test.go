@@ -86,6 +86,7 @@ func TestNewRefusesPrefix(t *testing.T) {
 		{"a+b", "fairdispatch_a+b_leader"},
 		{"a:b", "fairdispatch_a:b_leader"},
 		{"llamé", "fairdispatch_llamé_leader"},
+		{"\u212a", ""}, {"\u0130", ""}, // lower case ASCII k and i: prefix k's and i's buckets
 		{strings.Repeat("x", 233), "fairdispatch_" + strings.Repeat("x", 233) + "_leader"},
 		{strings.Repeat("x", 252), strings.Repeat("X", 252) + "_REQ"},
 	} {

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // The kinds of message a worker sends on the response subject
@@ -125,8 +126,9 @@ const MaxEndBytes = 4096
 func validEndStatus(s string) bool { return s == EndOK || s == EndFailed || s == EndCancelled }
 
 // MarshalResponseEnd returns e's JSON, without a trailing newline or HTML
-// escaping. It refuses an unknown status, Refused with a status but
-// EndFailed, and a body over MaxEndBytes (a long Error is cut to fit).
+// escaping. It refuses an unknown status and Refused with a status but
+// EndFailed; a body over MaxEndBytes has its Error, then its FinishReason (an
+// engine's, passed through), cut to fit, each at a character's boundary.
 func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 	if !validEndStatus(e.Status) {
 		return nil, fmt.Errorf("response end: unknown status %q", e.Status)
@@ -139,11 +141,26 @@ func MarshalResponseEnd(e ResponseEnd) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("response end: %w", err)
 		}
-		if len(b) <= MaxEndBytes || e.Error == "" {
+		switch {
+		case len(b) <= MaxEndBytes:
 			return b, nil
+		case e.Error != "":
+			e.Error = halve(e.Error)
+		case e.FinishReason != "":
+			e.FinishReason = halve(e.FinishReason)
+		default:
+			return nil, fmt.Errorf("response end: %d bytes, over %d", len(b), MaxEndBytes)
 		}
-		e.Error = e.Error[:len(e.Error)/2]
 	}
+}
+
+// halve returns the first half of s, cut back to a character's boundary.
+func halve(s string) string {
+	n := len(s) / 2
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // ParseResponseEnd decodes an end marker's body and checks it: at most

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"fairdispatch/wire"
 )
@@ -64,6 +65,16 @@ func TestResponseEndBounds(t *testing.T) {
 	}
 	if _, err := wire.ParseResponseEnd(b); err != nil {
 		t.Errorf("cut end marker: %v", err)
+	}
+	// An engine's long finish_reason, passed through, is cut too; a cut
+	// keeps whole characters.
+	b, err = wire.MarshalResponseEnd(wire.ResponseEnd{Status: wire.EndOK, FinishReason: strings.Repeat("é", 2500)})
+	if err != nil || len(b) > wire.MaxEndBytes {
+		t.Fatalf("long finish reason: %d bytes, %v; want at most %d", len(b), err, wire.MaxEndBytes)
+	}
+	e, err := wire.ParseResponseEnd(b)
+	if err != nil || e.FinishReason == "" || strings.ContainsRune(e.FinishReason, utf8.RuneError) {
+		t.Errorf("cut finish reason: %q, %v; want a shorter run of é", e.FinishReason, err)
 	}
 }
 
