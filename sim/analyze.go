@@ -30,8 +30,10 @@ type Stats struct {
 type ClassStats struct {
 	Name    string `json:"name"`
 	Quantum uint64 `json:"quantum"`
-	// Weight is the quantum's share among the contending classes; Share is
-	// the class's share of the cost dispatched during contention.
+	// Weight is the class's due share of the contended cost: of each
+	// contended dispatch, its quantum's part of the quanta of the classes
+	// waiting then; Share is its share of the cost dispatched during
+	// contention.
 	Weight     float64 `json:"weight"`
 	Share      float64 `json:"share"`
 	Arrived    int     `json:"arrived"`
@@ -43,8 +45,9 @@ type ClassStats struct {
 	WaitP99Ms float64 `json:"wait_p99_ms"`
 	// FirstN is the class's requests among the run's first Stats.FirstN completions.
 	FirstN int `json:"first_n"`
-	// KeyJain is Jain's index over the class's keys of their shares of the
-	// class's contended cost (keys weigh alike); 1 with one key.
+	// KeyJain is Jain's index over the class's keys that waited during
+	// contention, of each one's share of the class's contended cost against
+	// its key weight's part (key_weights); 1 with one key.
 	KeyJain float64    `json:"key_jain"`
 	Keys    []KeyStats `json:"keys,omitempty"`
 }
@@ -65,7 +68,11 @@ type KeyStats struct {
 // A dispatch is contended when, just before it, two or more classes had
 // requests waiting (arrived, neither dispatched nor rejected yet). A class's
 // share is its part of the contended dispatches' cost, and its weight its
-// quantum's part of the quanta of the classes that waited during contention.
+// due part: of each contended dispatch's cost, its quantum's part of the
+// quanta of the classes waiting at that moment, summed, over the contended
+// cost. (Two classes backlogged together: the quantum share.) A key's share
+// is weighed likewise, by its key weight among the class's keys that waited
+// during contention.
 func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 	type ev struct {
 		t    int64
@@ -101,13 +108,16 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 
 	type keyAcc struct {
 		arrived, dispatched int
+		waiting             int
 		contended           uint64
+		contends            bool // had a request waiting during a contended dispatch
 		waits               []int64
 	}
 	type acc struct {
 		ClassStats
 		waiting   int
 		contended uint64
+		expected  float64 // its quantum's part of each contended dispatch it waited for
 		contends  bool
 		waits     []int64
 		keys      map[string]*keyAcc
@@ -138,7 +148,9 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 		a := get(e.cls)
 		if e.kind == 0 {
 			a.Arrived++
-			getKey(a, e.key).arrived++
+			k := getKey(a, e.key)
+			k.arrived++
+			k.waiting++
 			if a.waiting == 0 {
 				backlogged++
 			}
@@ -150,11 +162,28 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 			st.ContendedCost += e.cost
 			a.contended += e.cost
 			getKey(a, e.key).contended += e.cost
+			var quanta uint64 // of the classes waiting now
 			for _, b := range by {
 				if b.waiting > 0 {
-					b.contends = true
+					quanta += b.Quantum
 				}
 			}
+			for _, b := range by {
+				if b.waiting > 0 {
+					if quanta > 0 {
+						b.expected += float64(e.cost) * float64(b.Quantum) / float64(quanta)
+					}
+					b.contends = true
+					for _, k := range b.keys {
+						if k.waiting > 0 {
+							k.contends = true
+						}
+					}
+				}
+			}
+		}
+		if k := getKey(a, e.key); k.waiting > 0 {
+			k.waiting--
 		}
 		if a.waiting > 0 {
 			a.waiting--
@@ -174,29 +203,51 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 		}
 	}
 
-	var quanta uint64
-	for _, a := range by {
-		if a.contends {
-			quanta += a.Quantum
-		}
-	}
 	var xs []float64
 	for _, name := range slices.Sorted(maps.Keys(by)) { // a fixed order: the sums are the same every run
 		a := by[name]
 		c := &a.ClassStats
-		if a.contends && quanta > 0 {
-			c.Weight = float64(c.Quantum) / float64(quanta)
+		if a.contends {
+			c.Weight = a.expected / float64(st.ContendedCost)
 			c.Share = float64(a.contended) / float64(st.ContendedCost)
-			xs = append(xs, c.Share/c.Weight)
+			if c.Weight > 0 { // a class the policy does not name has no quantum
+				xs = append(xs, c.Share/c.Weight)
+			}
 		}
 		c.WaitP50Ms, c.WaitP99Ms = quantileMs(a.waits, 0.50), quantileMs(a.waits, 0.99)
+		// Keys: each contending key's share of the class's contended cost
+		// against its weight's part of the contending keys' weights.
+		keyWeight := func(string) float64 { return 1 }
+		if i := pol.Index(name); i >= 0 {
+			pc := pol.Classes[i]
+			keyWeight = func(key string) float64 {
+				if key == "_" {
+					key = ""
+				}
+				if w, ok := pc.KeyWeights[key]; ok {
+					return w
+				}
+				if pc.DefaultKeyWeight > 0 {
+					return pc.DefaultKeyWeight
+				}
+				return 1
+			}
+		}
+		var keyWeights float64
+		for kn, k := range a.keys {
+			if k.contends {
+				keyWeights += keyWeight(kn)
+			}
+		}
 		var ks []float64
 		for _, name := range slices.Sorted(maps.Keys(a.keys)) {
 			k := a.keys[name]
 			ksh := 0.0
 			if a.contended > 0 {
 				ksh = float64(k.contended) / float64(a.contended)
-				ks = append(ks, ksh)
+				if k.contends && keyWeights > 0 {
+					ks = append(ks, ksh/(keyWeight(name)/keyWeights))
+				}
 			}
 			c.Keys = append(c.Keys, KeyStats{Key: name, Share: ksh, Arrived: k.arrived, Dispatched: k.dispatched,
 				WaitP50Ms: quantileMs(k.waits, 0.50), WaitP99Ms: quantileMs(k.waits, 0.99)})

@@ -170,11 +170,14 @@ func (w *worker) next() int64 {
 }
 
 // advance applies every change due by now and appends the completed
-// dispatches to done.
-func (w *worker) advance(now int64, done []*Dispatch) []*Dispatch {
+// dispatches to done; changed says whether a rank's load changed (a prefill
+// ended, a request completed), which the worker then reports at once, as a
+// real one does.
+func (w *worker) advance(now int64, done []*Dispatch) (_ []*Dispatch, changed bool) {
 	for i := range w.ranks {
 		r := &w.ranks[i]
 		for len(r.queue) > 0 && r.queue[0].prefEnd <= now {
+			changed = true
 			j := r.queue[0]
 			r.queue = r.queue[1:]
 			r.prefill -= j.cost
@@ -188,6 +191,7 @@ func (w *worker) advance(now int64, done []*Dispatch) []*Dispatch {
 		for _, j := range r.decoding {
 			if j.doneAt <= now {
 				done = append(done, j.d)
+				changed = true
 				continue
 			}
 			kept = append(kept, j)
@@ -195,5 +199,5 @@ func (w *worker) advance(now int64, done []*Dispatch) []*Dispatch {
 		clear(r.decoding[len(kept):])
 		r.decoding = kept
 	}
-	return done
+	return done, changed
 }

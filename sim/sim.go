@@ -97,8 +97,11 @@ func Simulate(cfg Config, arrivals []Arrival) (*Run, error) {
 		}
 	}
 	next := 0 // next arrival
+	last := int64(-1)
 	for {
-		// The next event: an arrival, a worker joining, or a worker's change.
+		// The next event: an arrival, a worker joining, a worker's change,
+		// or the scheduler's own (a queued request's deadline, a key over
+		// its token budget servable again).
 		now := int64(-1)
 		early := func(t int64) {
 			if t >= 0 && (now < 0 || t < now) {
@@ -115,9 +118,13 @@ func Simulate(cfg Config, arrivals []Arrival) (*Run, error) {
 				early(w.next())
 			}
 		}
+		if t := s.NextWake(); t > last {
+			early(t)
+		}
 		if now < 0 {
 			break
 		}
+		last = now
 		run.End = now
 		for _, w := range fleet {
 			switch {
@@ -125,9 +132,9 @@ func Simulate(cfg Config, arrivals []Arrival) (*Run, error) {
 				w.joined = true
 				report(now, w)
 			case w.joined:
-				n := len(done)
-				done = w.advance(now, done)
-				if len(done) > n || now-w.last >= reportEvery {
+				var changed bool
+				done, changed = w.advance(now, done)
+				if changed || now-w.last >= reportEvery {
 					report(now, w)
 				}
 			}

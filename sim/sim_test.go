@@ -137,3 +137,145 @@ func TestJain(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetRefillsWakeTheModel: a key over its token budget is served again
+// when the budget refills, though no arrival or worker event falls then
+// (the model waits on the scheduler's NextWake): every request is
+// dispatched, at the budget's pace.
+func TestBudgetRefillsWakeTheModel(t *testing.T) {
+	pol, err := configs.Parse("budget.yaml", []byte(`default_policy_family: a
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: a, policy_family: a, cache_bucket: all, quantum: 512, prefill_busy_threshold: 100000, default_key_budget: {tokens_per_second: 1000, burst: 500}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const t0 = 1_700_000_000e9
+	var arr []Arrival
+	for i := range 10 {
+		arr = append(arr, Arrival{T: t0, ID: fmt.Sprint("r", i), Token: "a", Key: "k", Published: t0, ISL: 500})
+	}
+	run, err := Simulate(Config{Policy: pol, Fleet: Uniform(1, 1, 1e9, 0, 0, t0), Seed: 1}, arr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Dispatches) != 10 {
+		t.Fatalf("%d of 10 dispatched; want every one, as the budget refills", len(run.Dispatches))
+	}
+	// 500 tokens each at 1000 tokens/s after a burst of one: the last about 4.5 s in.
+	if last := time.Duration(run.Dispatches[9].T - t0); last < 4*time.Second || last > 5*time.Second {
+		t.Errorf("the last dispatch %v after the burst, want about 4.5 s (the budget's pace)", last)
+	}
+}
+
+// TestPrefillEndIsReported: a modelled worker reports when a prefill ends,
+// not only when a request completes, so that with a decode time the
+// prefill gate opens as the prefills end (a real worker reports it at once).
+func TestPrefillEndIsReported(t *testing.T) {
+	pol := seedPolicy(t, 512, 512)
+	const t0 = 1_700_000_000e9
+	var arr []Arrival
+	for i := range 10 {
+		arr = append(arr, Arrival{T: t0, ID: fmt.Sprint("r", i), Token: "premium", Key: "_", Published: t0, ISL: 512})
+	}
+	// 512 tokens at 512,000 tokens/s: 1 ms of prefill each, then 1 s of decode.
+	run, err := Simulate(Config{Policy: pol, Fleet: Uniform(1, 1, 512000, time.Second, 0, t0), Seed: 1}, arr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Dispatches) != 10 {
+		t.Fatalf("%d dispatched, want 10", len(run.Dispatches))
+	}
+	if last := time.Duration(run.Dispatches[9].T - t0); last > 100*time.Millisecond {
+		t.Errorf("the tenth request dispatched %v in; want within a few ms (the prefills before it end 1 ms apart)", last)
+	}
+}
+
+// TestKeyJainOverContendingKeysByWeight: the key index counts the keys that
+// waited during contention, each share against its key weight's part: keys
+// split 4:1 as key_weights say, and a key that only came when nothing else
+// waited, give 1.
+func TestKeyJainOverContendingKeysByWeight(t *testing.T) {
+	pol, err := configs.Parse("keys.yaml", []byte(`default_policy_family: a
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: a, policy_family: a, cache_bucket: all, quantum: 100, key_weights: {k1: 4, k2: 1}}
+  - {name: b, policy_family: b, cache_bucket: all, quantum: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &Run{}
+	arrive := func(tm int64, id, cls, key string) {
+		run.Arrivals = append(run.Arrivals, Arrival{T: tm, ID: id, Class: cls, Key: key, Published: tm})
+	}
+	dispatch := func(tm int64, id, cls, key string, cost uint64) {
+		run.Dispatches = append(run.Dispatches, Dispatch{T: tm, ID: id, Class: cls, Key: key, Cost: cost})
+	}
+	// Contention: a's k1 and k2 and b wait together; k1 gets 4 parts of a's
+	// service to k2's 1.
+	for i := range 5 {
+		arrive(1, fmt.Sprint("a1-", i), "a", "k1")
+	}
+	arrive(1, "a2", "a", "k2")
+	for i := range 6 {
+		arrive(1, fmt.Sprint("b-", i), "b", "_")
+	}
+	tm := int64(10)
+	for i := range 4 {
+		dispatch(tm, fmt.Sprint("a1-", i), "a", "k1", 100)
+		dispatch(tm+1, fmt.Sprint("b-", i), "b", "_", 125)
+		tm += 2
+	}
+	dispatch(tm, "a2", "a", "k2", 100)
+	dispatch(tm+1, "b-4", "b", "_", 125)
+	dispatch(tm+2, "a1-4", "a", "k1", 1)
+	dispatch(tm+3, "b-5", "b", "_", 1)
+	// Later, k3 alone, nothing else waiting.
+	arrive(100, "a3", "a", "k3")
+	dispatch(101, "a3", "a", "k3", 100)
+	st := Analyze(run, pol, 0)
+	a := st.Class("a")
+	if a == nil || math.Abs(a.KeyJain-1) > 0.01 {
+		t.Errorf("class a: key Jain %v (keys %+v); want 1 (k1 4 parts to k2's 1, as weighted; k3 never contended)", a.KeyJain, a.Keys)
+	}
+}
+
+// TestWeightIsOfTheClassesWaitingTogether: three classes of one quantum, A
+// and B backlogged together and then B and C, each pair served alike: each
+// class got its due (the weight counts the classes waiting at each
+// dispatch, not every class that ever contended), Jain 1.
+func TestWeightIsOfTheClassesWaitingTogether(t *testing.T) {
+	pol, err := configs.Parse("three.yaml", []byte(`default_policy_family: a
+uncached_isl_buckets: [{min_tokens: 0, bucket: all}]
+policy_classes:
+  - {name: a, policy_family: a, cache_bucket: all, quantum: 100}
+  - {name: b, policy_family: b, cache_bucket: all, quantum: 100}
+  - {name: c, policy_family: c, cache_bucket: all, quantum: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := &Run{}
+	pair := func(t0 int64, x, y string) {
+		for i := range 4 {
+			run.Arrivals = append(run.Arrivals, Arrival{T: t0, ID: fmt.Sprint(x, t0, i), Class: x, Key: "_", Published: t0},
+				Arrival{T: t0, ID: fmt.Sprint(y, t0, i), Class: y, Key: "_", Published: t0})
+		}
+		for i := range 4 {
+			tm := t0 + 10 + int64(2*i)
+			run.Dispatches = append(run.Dispatches, Dispatch{T: tm, ID: fmt.Sprint(x, t0, i), Class: x, Key: "_", Cost: 100},
+				Dispatch{T: tm + 1, ID: fmt.Sprint(y, t0, i), Class: y, Key: "_", Cost: 100})
+		}
+	}
+	pair(0, "a", "b")
+	pair(1000, "b", "c")
+	st := Analyze(run, pol, 0)
+	if math.Abs(st.Jain-1) > 0.05 {
+		for _, c := range st.Classes {
+			t.Logf("%s: weight %.3f share %.3f", c.Name, c.Weight, c.Share)
+		}
+		t.Errorf("Jain %.3f, want about 1: each pair was served alike", st.Jain)
+	}
+}

@@ -48,10 +48,15 @@ type Trace struct {
 	Policy  string // the recording policy's YAML, "" if built from flags
 	// Restarts are the times of the headers after the first: a dispatcher
 	// started again and appended to the trace.
-	Restarts   []int64
-	Arrivals   []Arrival
-	Dispatches []Dispatch // accepted only
-	Rejects    []Reject
+	Restarts []int64
+	// Redelivered counts arrivals left out: a request arriving again
+	// while its first arrival was still waiting (a restarted dispatcher,
+	// or a new leader, took in what the old one held). The request is
+	// one request, and its first arrival stands for it.
+	Redelivered int
+	Arrivals    []Arrival
+	Dispatches  []Dispatch // accepted only
+	Rejects     []Reject
 }
 
 // ReadTrace reads a trace of JSON lines: a header (wire.CheckTraceHeader),
@@ -62,6 +67,7 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	t := &Trace{}
+	waiting := map[string]bool{} // ids arrived, neither dispatched nor rejected
 	line := 0
 	for sc.Scan() {
 		line++
@@ -93,12 +99,18 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 			}
 			t.Restarts = append(t.Restarts, rec.T)
 		case wire.TraceArrive:
+			if waiting[rec.ID] {
+				t.Redelivered++
+				continue
+			}
+			waiting[rec.ID] = true
 			t.Arrivals = append(t.Arrivals, Arrival{T: rec.T, ID: rec.ID, Token: rec.Token, Class: rec.Class, Key: key,
 				Published: rec.Published, ISL: rec.ISL, Cached: rec.Cached})
 		case wire.TraceDispatch:
 			if rec.Outcome != "accepted" {
 				continue
 			}
+			delete(waiting, rec.ID)
 			rank := 0
 			if rec.Rank != nil {
 				rank = *rec.Rank
@@ -106,6 +118,7 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 			t.Dispatches = append(t.Dispatches, Dispatch{T: rec.T, ID: rec.ID, Class: rec.Class, Key: key, Cost: rec.Cost,
 				Worker: rec.Worker, Rank: rank})
 		case wire.TraceReject:
+			delete(waiting, rec.ID)
 			t.Rejects = append(t.Rejects, Reject{T: rec.T, ID: rec.ID, Class: rec.Class, Key: key, Code: rec.Outcome})
 		}
 	}

@@ -64,3 +64,29 @@ func TestFromTrace(t *testing.T) {
 		t.Error("FromTrace of a trace without dispatches: want an error")
 	}
 }
+
+// TestRestartKeepsOneArrival: a request the old dispatcher held, taken in
+// again after a restart (the same id, arriving while still waiting), is one
+// request: one arrival, no phantom backlog, so a trace of one class at a
+// time shows no contention and the model serves it once.
+func TestRestartKeepsOneArrival(t *testing.T) {
+	tr, err := ReadTrace(strings.NewReader(hdr + `
+{"ev":"arrive","t":10,"id":"p1","token":"premium","class":"premium","published":9,"isl":512,"cost":512}
+` + strings.Replace(hdr, `"t":1`, `"t":50`, 1) + `
+{"ev":"arrive","t":60,"id":"p1","token":"premium","class":"premium","published":9,"isl":512,"cost":512}
+{"ev":"dispatch","t":61,"id":"p1","class":"premium","key":"_","cost":512,"worker":"w1","rank":0,"outcome":"accepted"}
+{"ev":"arrive","t":70,"id":"r1","token":"regular","class":"regular","published":70,"isl":512,"cost":512}
+{"ev":"dispatch","t":71,"id":"r1","class":"regular","key":"_","cost":512,"worker":"w1","rank":0,"outcome":"accepted"}
+{"ev":"arrive","t":80,"id":"r2","token":"regular","class":"regular","published":80,"isl":512,"cost":512}
+{"ev":"dispatch","t":81,"id":"r2","class":"regular","key":"_","cost":512,"worker":"w1","rank":0,"outcome":"accepted"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Arrivals) != 3 || tr.Redelivered != 1 || len(tr.Restarts) != 1 {
+		t.Fatalf("%d arrivals, %d redelivered, %d restarts; want 3, 1, 1", len(tr.Arrivals), tr.Redelivered, len(tr.Restarts))
+	}
+	if st := Analyze(tr.Recorded(), seedPolicy(t, 512, 128), 0); st.Contended {
+		t.Errorf("recorded: contended %v (shares %+v); want no contention: one class waited at a time", st.Contended, st.Classes)
+	}
+}

@@ -46,13 +46,16 @@ type simFlags struct {
 
 // simReport is fairctl sim's result, printed as a table or as JSON.
 type simReport struct {
-	Source   string      `json:"source"` // the trace file, or "generated"
-	Arrivals int         `json:"arrivals"`
-	Fleet    sim.Fleet   `json:"fleet"`
-	Recorded *sim.Stats  `json:"recorded,omitempty"` // what the trace recorded
-	Current  *sim.Stats  `json:"current,omitempty"`  // simulated under the current (baseline) policy
-	Proposed sim.Stats   `json:"proposed"`           // simulated under --policy
-	runs     [2]*sim.Run // current, proposed: for the chart
+	Source   string `json:"source"` // the trace file, or "generated"
+	Arrivals int    `json:"arrivals"`
+	// Redelivered are arrivals of a request still waiting, left out
+	// (sim.Trace.Redelivered); omitted when none.
+	Redelivered int         `json:"redelivered,omitempty"`
+	Fleet       sim.Fleet   `json:"fleet"`
+	Recorded    *sim.Stats  `json:"recorded,omitempty"` // what the trace recorded
+	Current     *sim.Stats  `json:"current,omitempty"`  // simulated under the current (baseline) policy
+	Proposed    sim.Stats   `json:"proposed"`           // simulated under --policy
+	runs        [2]*sim.Run // current, proposed: for the chart
 }
 
 func runSim(ctx context.Context, g *globals, args []string) error {
@@ -138,18 +141,25 @@ func simulate(f *simFlags, tr *sim.Trace) (*simReport, error) {
 	}
 	rep := &simReport{}
 	var arrivals []sim.Arrival
+	var recorded *configs.Policy // the policy the trace ran under, to measure it with
 	if f.trace != "" {
 		if tr == nil {
 			if tr, err = readTrace(f.trace); err != nil {
 				return nil, err
 			}
 		}
-		if current == nil && tr.Policy != "" {
-			if current, err = configs.Parse(f.trace+" (header policy)", []byte(tr.Policy)); err != nil {
+		if tr.Policy != "" {
+			if recorded, err = configs.Parse(f.trace+" (header policy)", []byte(tr.Policy)); err != nil {
 				return nil, err
 			}
 		}
-		arrivals, rep.Source = tr.Arrivals, f.trace
+		if current == nil {
+			current = recorded
+		}
+		if recorded == nil {
+			recorded = current // a trace of a flag-built policy: --baseline stands for it
+		}
+		arrivals, rep.Source, rep.Redelivered = tr.Arrivals, f.trace, tr.Redelivered
 	} else {
 		w := sim.Workload{Kind: f.generate, Rate: f.genRate, Duration: f.duration, BurstPeriod: f.burst, ISL: f.isl, ISLMax: f.islMax,
 			Keys: f.keys, Zipf: f.zipf, Seed: f.seed, Start: 1_700_000_000e9}
@@ -198,7 +208,7 @@ func simulate(f *simFlags, tr *sim.Trace) (*simReport, error) {
 		}
 		rep.Current = &st
 		if tr != nil {
-			rec := sim.Analyze(tr.Recorded(), current, 0)
+			rec := sim.Analyze(tr.Recorded(), recorded, 0)
 			rep.Recorded = &rec
 		}
 	}
@@ -284,7 +294,11 @@ const maxKeyRows = 10
 // printSim prints rep as a table: per class (and key), side by side the
 // recorded run, the simulated current policy and the simulated proposed one.
 func printSim(w io.Writer, rep *simReport) {
-	fmt.Fprintf(w, "%s: %d arrivals; fleet:", rep.Source, rep.Arrivals)
+	fmt.Fprintf(w, "%s: %d arrivals", rep.Source, rep.Arrivals)
+	if rep.Redelivered > 0 {
+		fmt.Fprintf(w, " (and %d taken in again after a restart while waiting, counted once)", rep.Redelivered)
+	}
+	fmt.Fprint(w, "; fleet:")
 	for _, ws := range rep.Fleet {
 		fmt.Fprintf(w, " %s (%d rank(s), %.0f tokens/s per rank)", ws.ID, ws.Ranks, ws.Rate)
 	}

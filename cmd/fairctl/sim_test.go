@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,5 +115,37 @@ func TestSimWithoutBaseline(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "current weight") {
 		t.Errorf("a current column without a current policy:\n%s", out.String())
+	}
+}
+
+// TestSimRecordedIsUnderTheHeadersPolicy: the recorded column measures the
+// run under the policy it ran (the trace header's, 512:128), not under
+// --baseline: the seed burst's recorded premium weight stays 0.8 with a
+// flipped baseline.
+func TestSimRecordedIsUnderTheHeadersPolicy(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"--json", "sim", "--policy", "testdata/flip.yaml", "--trace", "testdata/seed-burst.jsonl.gz", "--baseline", "testdata/flip.yaml"}
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep struct {
+		Recorded struct {
+			Jain    float64 `json:"jain"`
+			Classes []struct {
+				Name   string  `json:"name"`
+				Weight float64 `json:"weight"`
+			} `json:"classes"`
+		} `json:"recorded"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Recorded.Classes {
+		if c.Name == "premium" && math.Abs(c.Weight-0.8) > 0.01 {
+			t.Errorf("recorded premium weight %.3f, want 0.800 (the header's 512:128)", c.Weight)
+		}
+	}
+	if rep.Recorded.Jain < 0.99 {
+		t.Errorf("recorded Jain %.3f, want about 1", rep.Recorded.Jain)
 	}
 }
