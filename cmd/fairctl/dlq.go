@@ -491,6 +491,16 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 			err = ferr
 		}
 	}
+	if err != nil && *yes {
+		// What was done stays done (each letter deleted once its copy was
+		// stored): say how far the run got, so that a rerun is understood.
+		if g.json {
+			_ = writeJSON(g.stdout, map[string]any{"summary": sum, "error": err.Error()})
+		} else {
+			fmt.Fprintf(g.stdout, "stopped after replaying %d dead letters (%d already republished by an earlier run), %d skipped, %d gone meanwhile; "+
+				"those replayed are deleted from the DLQ: run the command again to go on\n", sum.Done, sum.Dupes, sum.Skipped, sum.Gone)
+		}
+	}
 	if err != nil {
 		return err
 	}

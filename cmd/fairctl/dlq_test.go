@@ -1,16 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"fairdispatch/bus"
 	"fairdispatch/internal/natstest"
 	"fairdispatch/naming"
+	"fairdispatch/wire"
 )
 
 func TestReplayID(t *testing.T) {
@@ -124,5 +130,57 @@ func TestProgressLine(t *testing.T) {
 	q.stop()
 	if quiet.String() != "" {
 		t.Errorf("a run shorter than a tick printed %q", quiet.String())
+	}
+}
+
+// TestReplayStoppedSaysHowFar: a replay that fails partway (the request
+// stream full after two) says how many letters it replayed before the
+// error, in text and in --json, and exits 1; a rerun goes on from there.
+func TestReplayStoppedSaysHowFar(t *testing.T) {
+	srv, nc := natstest.StartServer(t)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	letter := func(i int) {
+		id := fmt.Sprintf("order-%d", i)
+		h := nats.Header{}
+		for k, v := range map[string]string{wire.HeaderError: "queue_full", wire.HeaderErrorMessage: "full", wire.HeaderRequestID: id,
+			wire.HeaderClass: "limited", wire.HeaderSubject: "dispatch.req.limited", "Nats-Msg-Id": id} {
+			h.Set(k, v)
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dispatch.dlq.limited", Header: h, Data: []byte("body")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		letter(i)
+	}
+	st, err := js.Stream(ctx, "DISPATCH_REQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgs = 2
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	fairctl := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"--server", srv.ClientURL()}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, out, errs := fairctl("dlq", "replay", "--yes")
+	if code != 1 || !strings.Contains(out, "stopped after replaying 2 dead letters") || !strings.Contains(errs, "republish dead letter 3") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s\nwant 1, naming the 2 replayed and the letter that failed", code, out, errs)
+	}
+	code, out, _ = fairctl("--json", "dlq", "replay", "--yes")
+	var rep struct {
+		Summary replaySummary `json:"summary"`
+		Error   string        `json:"error"`
+	}
+	if code != 1 || json.Unmarshal([]byte(out), &rep) != nil || rep.Error == "" || rep.Summary.Done != 0 {
+		t.Fatalf("--json: exit %d, %q; want 1 and a summary of nothing replayed (the stream is still full) with the error", code, out)
 	}
 }

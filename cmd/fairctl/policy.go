@@ -126,22 +126,25 @@ func runPolicy(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(w, "stored as revision %d of %s\n", rev, store.Bucket())
 		return nil
 	case "diff":
-		cur, err := store.Get(ctx)
+		// Against what runs, as get resolves it: the last good revision
+		// while the current one is refused.
+		res, err := store.Resolve(ctx)
 		var old *configs.Policy
 		switch {
 		case errors.Is(err, livepolicy.ErrNoPolicy):
 			fmt.Fprintf(w, "%s holds no policy: everything is added\n", store.Bucket())
 		case err != nil:
 			return err
-		case cur.Deleted:
-			fmt.Fprintf(w, "revision %d deletes the policy: everything is added\n", cur.Revision)
+		case res.Policy == nil:
+			fmt.Fprintf(w, "revision %d is refused (%v) and no earlier one is valid (the dispatchers run their --policy-config or the default class): everything is added\n",
+				res.Current.Revision, res.Refused)
+		case res.Refused != nil:
+			old = res.Policy
+			fmt.Fprintf(w, "from revision %d, which runs (revision %d, the bucket's current, is refused: %v), to %s:\n",
+				res.Running.Revision, res.Current.Revision, res.Refused, fs.Arg(0))
 		default:
-			if old, err = configs.Parse(store.Name(cur.Revision), cur.YAML); err != nil {
-				fmt.Fprintf(w, "revision %d is invalid (refused by every dispatcher): everything is compared with nothing\n", cur.Revision)
-				old = nil
-			} else {
-				fmt.Fprintf(w, "from revision %d to %s:\n", cur.Revision, fs.Arg(0))
-			}
+			old = res.Policy
+			fmt.Fprintf(w, "from revision %d to %s:\n", res.Running.Revision, fs.Arg(0))
 		}
 		lines := configs.Diff(old, filePol)
 		if len(lines) == 0 {

@@ -143,7 +143,7 @@ func TestPolicyUsageErrors(t *testing.T) {
 
 // TestPolicyGetPrintsWhatRuns: after a revision put by a client that does
 // not validate, get prints the revision the dispatchers run (the last good
-// one), and says on stderr which one they refuse.
+// one), and says on stderr which one they refuse; diff compares with it.
 func TestPolicyGetPrintsWhatRuns(t *testing.T) {
 	srv, nc := natstest.StartServer(t)
 	openPolicyBucket(t, nc, "fairdispatch_policy")
@@ -165,6 +165,11 @@ func TestPolicyGetPrintsWhatRuns(t *testing.T) {
 		!strings.Contains(errs, "revision 2, the bucket's current, is invalid and refused by every dispatcher") || !strings.Contains(errs, "revision 1 runs") {
 		t.Fatalf("get after an invalid revision: exit %d\nstdout %s\nstderr %s\nwant revision 1's YAML, and revision 2 named as refused", code, out, errs)
 	}
+	// diff compares with what runs: the file that runs changes nothing.
+	code, out, errs = fairctl("policy", "diff", "testdata/policy-weighted.yaml")
+	if code != 0 || !strings.Contains(out, "from revision 1, which runs (revision 2, the bucket's current, is refused") || !strings.Contains(out, "no change") {
+		t.Fatalf("diff of the running file after an invalid revision: exit %d\nstdout %s\nstderr %s\nwant no change against revision 1", code, out, errs)
+	}
 	// A delete of the key is refused the same way.
 	if err := kv.Delete(context.Background(), livepolicy.Key); err != nil {
 		t.Fatal(err)
@@ -172,6 +177,9 @@ func TestPolicyGetPrintsWhatRuns(t *testing.T) {
 	code, out, errs = fairctl("policy", "get")
 	if code != 0 || !strings.Contains(out, "name: premium") || !strings.Contains(errs, "revision 3 deletes the policy") || !strings.Contains(errs, "revision 1 runs") {
 		t.Fatalf("get after a delete: exit %d\nstdout %s\nstderr %s\nwant revision 1's YAML, and the delete named as refused", code, out, errs)
+	}
+	if code, out, errs = fairctl("policy", "diff", "testdata/policy-weighted.yaml"); code != 0 || !strings.Contains(out, "no change") {
+		t.Fatalf("diff of the running file after a delete: exit %d\nstdout %s\nstderr %s\nwant no change against revision 1", code, out, errs)
 	}
 }
 
