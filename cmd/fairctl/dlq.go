@@ -40,6 +40,7 @@ const dlqPreview = 256
 const replayIDPrefix = "replay:"
 
 func runDLQ(ctx context.Context, g *globals, args []string) error {
+	args = g.subcommandFirst(args)
 	if len(args) == 0 {
 		return usageError("dlq: want a subcommand: ls, show SEQ, replay, purge")
 	}

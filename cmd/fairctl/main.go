@@ -193,6 +193,31 @@ func (g *globals) flagSet(name string) *flag.FlagSet {
 	return fs
 }
 
+// subcommandFirst moves global flags given between a command and its
+// subcommand (fairctl dlq --json ls) after the subcommand, whose flag set
+// parses them: a global flag may come anywhere after the command. An
+// unknown flag there is left in place, for the subcommand's check to name.
+func (g *globals) subcommandFirst(args []string) []string {
+	fs := g.flagSet("")
+	i := 0
+	for i < len(args) && len(args[i]) > 1 && args[i][0] == '-' && args[i] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			break
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || ok && b.IsBoolFlag() {
+			i++
+		} else {
+			i += 2 // the flag and its value
+		}
+	}
+	if i == 0 || i >= len(args) {
+		return args
+	}
+	return append(append([]string{args[i]}, args[:i]...), args[i+1:]...)
+}
+
 // parse parses a subcommand's args with fs (from flagSet), flags and
 // arguments in any order (dlq show 7 --json); after "--" everything is an
 // argument. fs.Args() are the arguments then. A bad flag is a usage error.

@@ -90,3 +90,22 @@ func TestHelpShowsNoSecret(t *testing.T) {
 		t.Fatalf("parse: %v, password %q, token %q; want p1, t1", err, g.password, g.adminToken)
 	}
 }
+
+// TestGlobalFlagsBeforeTheSubcommand: a global flag between a command and its
+// subcommand (fairctl dlq --json ls, policy --timeout 1s get) is taken, as
+// anywhere after the command; an unknown one there is still refused.
+func TestGlobalFlagsBeforeTheSubcommand(t *testing.T) {
+	g := &globals{stderr: io.Discard}
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"--json", "ls", "--class", "c"}, []string{"ls", "--json", "--class", "c"}},
+		{[]string{"--timeout", "1s", "--json", "get"}, []string{"get", "--timeout", "1s", "--json"}},
+		{[]string{"--timeout=1s", "show", "7"}, []string{"show", "--timeout=1s", "7"}},
+		{[]string{"ls", "--json"}, []string{"ls", "--json"}},
+		{[]string{"--no-such", "ls"}, []string{"--no-such", "ls"}},
+	} {
+		if got := g.subcommandFirst(slices.Clone(c.in)); !slices.Equal(got, c.want) {
+			t.Errorf("subcommandFirst(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	checkRun(t, []string{"dlq", "--no-such", "ls"}, 2, `unknown subcommand "--no-such"`)
+}

@@ -35,6 +35,7 @@ const policyUsage = `usage: fairctl policy <subcommand> [flags] [args]
   rollback REV     put revision REV's YAML again as a new revision, validated first`
 
 func runPolicy(ctx context.Context, g *globals, args []string) error {
+	args = g.subcommandFirst(args)
 	if len(args) == 0 {
 		return usageError("%s", policyUsage)
 	}

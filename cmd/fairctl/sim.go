@@ -172,6 +172,12 @@ func simulate(f *simFlags, tr *sim.Trace) (*simReport, error) {
 		rep.Source = "generated " + f.generate
 	}
 	rep.Arrivals = len(arrivals)
+	if f.workers > 0 && f.ranks < 1 {
+		return nil, usageError("--ranks %d: want >= 1", f.ranks)
+	}
+	if !(f.rate > 0) {
+		return nil, usageError("--service-rate %v: want > 0", f.rate)
+	}
 	switch {
 	case f.workers > 0:
 		start := int64(0)
@@ -395,7 +401,11 @@ func printSim(w io.Writer, rep *simReport) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if rep.Current == nil {
+	switch {
+	case rep.Current != nil:
+	case strings.HasPrefix(rep.Source, "generated"):
+		fmt.Fprintln(w, "no current policy to compare with (give --baseline FILE)")
+	default:
 		fmt.Fprintln(w, "no current policy to compare with: the trace's dispatcher ran the policy built from its flags (give --baseline FILE)")
 	}
 	if !rep.Proposed.Contended {

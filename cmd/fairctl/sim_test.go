@@ -88,6 +88,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--rate", "-1"}, "rate -1: want a finite number > 0"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--zipf", "-1"}, "zipf -1: want a finite number >= 0"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--keys", "-2"}, "keys -2: want >= 0"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--ranks", "0"}, "--ranks 0: want >= 1"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--service-rate", "0"}, "--service-rate 0: want > 0"},
 	} {
 		checkRun(t, c.args, 2, c.want)
 	}
