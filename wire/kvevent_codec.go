@@ -123,13 +123,13 @@ func EncodeKVEvent(ev *KVEvent) ([]byte, error) {
 		}
 		if len(ev.Stored[t]) > 0 {
 			if r.Stored == nil {
-				r.Stored = map[string]string{}
+				r.Stored = tierMap{}
 			}
 			r.Stored[t.String()] = EncodeHashes(ev.Stored[t])
 		}
 		if len(ev.Removed[t]) > 0 {
 			if r.Removed == nil {
-				r.Removed = map[string]string{}
+				r.Removed = tierMap{}
 			}
 			r.Removed[t.String()] = EncodeHashes(ev.Removed[t])
 		}

@@ -62,6 +62,11 @@ func TestParseEventRejects(t *testing.T) {
 		{`{"instance":"a","event_id":1,"removed":{"disk":"AAAAAAAAAAA="}}`, "removed.disk", "whole number"},
 		{`{"instance":"a","event_id":1,"removed":{"shared":"` + many + `"}}`, "removed.shared", "more than 8192"},
 		{`{"instance":"a","event_id":1,"stored":{"device":["AAAAAAAAAAA"]}}`, "", "is not a JSON object"},
+		// A tier, or the field, given twice: merged, the last winning, a
+		// removal would be lost.
+		{`{"instance":"a","event_id":1,"removed":{"device":"AAAAAAAAAAA","device":"AQAAAAAAAAA"}}`, "", `names tier "device" twice`},
+		{`{"instance":"a","event_id":1,"removed":{"device":"AAAAAAAAAAA"},"removed":{"host":"AQAAAAAAAAA"}}`, "", "given twice"},
+		{`{"instance":"a","event_id":1,"stored":{"disk":"AAAAAAAAAAA"},"Stored":{"host":"AQAAAAAAAAA"}}`, "", "given twice"},
 	} {
 		_, err := wire.ParseKVEvent([]byte(c.body))
 		var ee *wire.KVEventError
