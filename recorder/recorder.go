@@ -125,7 +125,7 @@ func (r *Recorder) run() {
 			if err := s.Write(line); err != nil {
 				if !failed[i] {
 					failed[i] = true
-					r.log.Error().Err(err).Msg("trace sink failed: its records are lost until it recovers")
+					r.log.Error().Err(err).Msg("trace sink failed: its records are lost until it recovers (a trace file's, until the dispatcher restarts)")
 				}
 				continue
 			}
@@ -199,27 +199,20 @@ func cutPartialLine(f *os.File) error {
 	return f.Truncate(0) // not one whole line
 }
 
-// Write implements Sink. After a failed write (a full disk) the buffer is
-// dropped, so that a later write can succeed once the disk has room again.
+// Write implements Sink. After a failed write (a full disk) every later one
+// fails too, until the dispatcher restarts: a write that failed may have
+// left part of a line, and appending after it would tear a record in the
+// middle of the file, where OpenFile's cut of a partial last line cannot
+// mend it.
 func (s *FileSink) Write(line []byte) error {
-	_, err := s.w.Write(line)
-	if err == nil {
-		err = s.w.WriteByte('\n')
+	if _, err := s.w.Write(line); err != nil {
+		return err
 	}
-	if err != nil {
-		s.w.Reset(s.f)
-	}
-	return err
+	return s.w.WriteByte('\n')
 }
 
 // Flush implements Sink.
-func (s *FileSink) Flush() error {
-	err := s.w.Flush()
-	if err != nil {
-		s.w.Reset(s.f)
-	}
-	return err
-}
+func (s *FileSink) Flush() error { return s.w.Flush() }
 
 // Close implements Sink.
 func (s *FileSink) Close() error {
