@@ -110,7 +110,7 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 		arrived, dispatched int
 		waiting             int
 		contended           uint64
-		contends            bool // had a request waiting during a contended dispatch
+		expected            float64 // its key weight's part of each contended dispatch of its class it waited for
 		waits               []int64
 	}
 	type acc struct {
@@ -121,14 +121,28 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 		contends  bool
 		waits     []int64
 		keys      map[string]*keyAcc
+		keyWeight func(key string) float64
 	}
 	by := map[string]*acc{}
 	get := func(name string) *acc {
 		a := by[name]
 		if a == nil {
-			a = &acc{ClassStats: ClassStats{Name: name}, keys: map[string]*keyAcc{}}
+			a = &acc{ClassStats: ClassStats{Name: name}, keys: map[string]*keyAcc{}, keyWeight: func(string) float64 { return 1 }}
 			if k := pol.Index(name); k >= 0 {
-				a.Quantum = pol.Classes[k].Quantum
+				pc := &pol.Classes[k]
+				a.Quantum = pc.Quantum
+				a.keyWeight = func(key string) float64 {
+					if key == "_" {
+						key = "" // the default key, as the policy spells it
+					}
+					if w, ok := pc.KeyWeights[key]; ok {
+						return w
+					}
+					if pc.DefaultKeyWeight > 0 {
+						return pc.DefaultKeyWeight
+					}
+					return 1
+				}
 			}
 			by[name] = a
 		}
@@ -174,11 +188,18 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 						b.expected += float64(e.cost) * float64(b.Quantum) / float64(quanta)
 					}
 					b.contends = true
-					for _, k := range b.keys {
-						if k.waiting > 0 {
-							k.contends = true
-						}
-					}
+				}
+			}
+			// Within the class, likewise by key weight among its keys waiting now.
+			var weights float64
+			for kn, k := range a.keys {
+				if k.waiting > 0 {
+					weights += a.keyWeight(kn)
+				}
+			}
+			for kn, k := range a.keys {
+				if k.waiting > 0 && weights > 0 {
+					k.expected += float64(e.cost) * a.keyWeight(kn) / weights
 				}
 			}
 		}
@@ -215,38 +236,16 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 			}
 		}
 		c.WaitP50Ms, c.WaitP99Ms = quantileMs(a.waits, 0.50), quantileMs(a.waits, 0.99)
-		// Keys: each contending key's share of the class's contended cost
-		// against its weight's part of the contending keys' weights.
-		keyWeight := func(string) float64 { return 1 }
-		if i := pol.Index(name); i >= 0 {
-			pc := pol.Classes[i]
-			keyWeight = func(key string) float64 {
-				if key == "_" {
-					key = ""
-				}
-				if w, ok := pc.KeyWeights[key]; ok {
-					return w
-				}
-				if pc.DefaultKeyWeight > 0 {
-					return pc.DefaultKeyWeight
-				}
-				return 1
-			}
-		}
-		var keyWeights float64
-		for kn, k := range a.keys {
-			if k.contends {
-				keyWeights += keyWeight(kn)
-			}
-		}
+		// Keys: each one's share of the class's contended cost against its
+		// due part of it (expected, as for classes).
 		var ks []float64
 		for _, name := range slices.Sorted(maps.Keys(a.keys)) {
 			k := a.keys[name]
 			ksh := 0.0
 			if a.contended > 0 {
 				ksh = float64(k.contended) / float64(a.contended)
-				if k.contends && keyWeights > 0 {
-					ks = append(ks, ksh/(keyWeight(name)/keyWeights))
+				if k.expected > 0 {
+					ks = append(ks, ksh/(k.expected/float64(a.contended)))
 				}
 			}
 			c.Keys = append(c.Keys, KeyStats{Key: name, Share: ksh, Arrived: k.arrived, Dispatched: k.dispatched,

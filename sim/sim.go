@@ -118,7 +118,7 @@ func Simulate(cfg Config, arrivals []Arrival) (*Run, error) {
 				early(w.next())
 			}
 		}
-		if t := s.NextWake(); t > last {
+		if t := s.NextWake(); t > 0 && t > last { // 0: nothing due
 			early(t)
 		}
 		if now < 0 {

@@ -279,3 +279,29 @@ policy_classes:
 		t.Errorf("Jain %.3f, want about 1: each pair was served alike", st.Jain)
 	}
 }
+
+// TestKeyJainPairwise: keys k1 and k2 backlogged together and served alike,
+// then k2 and k3 (another class backlogged throughout): each key got its due,
+// key Jain 1, as for classes.
+func TestKeyJainPairwise(t *testing.T) {
+	pol := seedPolicy(t, 512, 512)
+	run := &Run{}
+	add := func(t0 int64, x, y string) {
+		for i := range 4 {
+			run.Arrivals = append(run.Arrivals, Arrival{T: t0, ID: fmt.Sprint(x, t0, i), Class: "premium", Key: x, Published: t0},
+				Arrival{T: t0, ID: fmt.Sprint(y, t0, i), Class: "premium", Key: y, Published: t0},
+				Arrival{T: t0, ID: fmt.Sprint("r", t0, i), Class: "regular", Key: "_", Published: t0})
+		}
+		for i := range 4 {
+			tm := t0 + 10 + int64(3*i)
+			run.Dispatches = append(run.Dispatches, Dispatch{T: tm, ID: fmt.Sprint(x, t0, i), Class: "premium", Key: x, Cost: 100},
+				Dispatch{T: tm + 1, ID: fmt.Sprint(y, t0, i), Class: "premium", Key: y, Cost: 100},
+				Dispatch{T: tm + 2, ID: fmt.Sprint("r", t0, i), Class: "regular", Key: "_", Cost: 200})
+		}
+	}
+	add(0, "k1", "k2")
+	add(1000, "k2", "k3")
+	if c := Analyze(run, pol, 0).Class("premium"); c == nil || math.Abs(c.KeyJain-1) > 0.05 {
+		t.Errorf("premium's key Jain %v (keys %+v), want about 1: each pair was served alike", c.KeyJain, c.Keys)
+	}
+}
