@@ -143,6 +143,9 @@ func (t *Tokenizer) merge(piece string, ids []uint32) []uint32 {
 		}
 	}
 	n := len(piece)
+	if n == 0 {
+		return ids
+	}
 	if n == 1 {
 		return append(ids, t.byteID[piece[0]])
 	}

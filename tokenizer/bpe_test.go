@@ -71,7 +71,7 @@ func TestMergeIsTheDefinition(t *testing.T) {
 // contain one another, nextAdded finds what the definition finds.
 func TestNextAddedIsTheDefinition(t *testing.T) {
 	tok := &Tokenizer{added: []addedToken{{"<|a|>", 1}, {"<|a", 2}, {"<|ab|>", 3}, {"|>", 4}, {"<", 5}, {"<|a|>x", 6}}}
-	tok.addedTrie = newTrie(tok.added)
+	tok.addedFirst = newTrie(tok.added)
 	rapid.Check(t, func(rt *rapid.T) {
 		parts := rapid.SliceOfN(rapid.SampledFrom([]string{"<", "|", "a", "b", ">", "x", " "}), 0, 30).Draw(rt, "parts")
 		s := strings.Join(parts, "")

@@ -166,7 +166,7 @@ func (d *pyDumper) str(b *strings.Builder, s string) {
 			b.WriteString(`\b`)
 		case r == '\f':
 			b.WriteString(`\f`)
-		case r < 0x20, d.ascii && r > 0x7f && r <= 0xffff:
+		case r < 0x20, d.ascii && r >= 0x7f && r <= 0xffff: // Python escapes DEL too
 			fmt.Fprintf(b, `\u%04x`, r)
 		case d.ascii && r > 0xffff:
 			r -= 0x10000
@@ -188,12 +188,12 @@ func pyFloat(f float64) string {
 	case math.IsInf(f, -1):
 		return "-Infinity"
 	}
-	exp := 0
-	if f != 0 {
-		exp = int(math.Floor(math.Log10(math.Abs(f))))
-	}
+	// The decimal exponent of the shortest representation, as Python's
+	// repr chooses between the two notations by it.
+	e := strconv.FormatFloat(f, 'e', -1, 64)
+	exp, _ := strconv.Atoi(e[strings.LastIndexByte(e, 'e')+1:])
 	if exp < -4 || exp >= 16 {
-		return strconv.FormatFloat(f, 'e', -1, 64) // 1e+16, 1.5e-05, as Python writes them
+		return e // 1e+16, 1.5e-05, as Python writes them
 	}
 	s := strconv.FormatFloat(f, 'f', -1, 64)
 	if !strings.ContainsAny(s, ".") {

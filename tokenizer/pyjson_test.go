@@ -59,3 +59,24 @@ func TestToJSONIsTransformers(t *testing.T) {
 		}
 	}
 }
+
+// TestPyFloat: floats as Python's repr writes them, the notation chosen by
+// the shortest representation's exponent (a value just below 1e-4 too).
+func TestPyFloat(t *testing.T) {
+	for _, c := range []struct {
+		f    float64
+		want string
+	}{
+		{0.00009999999999999998, "9.999999999999998e-05"}, {1e-4, "0.0001"}, {1e16, "1e+16"},
+		{9999999999999998.0, "9999999999999998.0"}, {123, "123.0"}, {1.5e-5, "1.5e-05"}, {0.1, "0.1"},
+	} {
+		if got := pyFloat(c.f); got != c.want {
+			t.Errorf("pyFloat(%v) = %s, want %s (Python's repr)", c.f, got, c.want)
+		}
+	}
+	var b strings.Builder
+	(&pyDumper{ascii: true}).str(&b, "a\x7fb")
+	if got := b.String(); got != `"a\u007fb"` {
+		t.Errorf("DEL with ensure_ascii: %s, want %s", got, `"a\u007fb"`)
+	}
+}

@@ -25,7 +25,7 @@ type Tokenizer struct {
 	byteID       [256]uint32         // each byte's ByteLevel character's id
 	ignoreMerges bool                // a pre-token in the vocabulary whole is one id (Llama 3)
 	added        []addedToken        // longest content first
-	addedTrie    *trieNode           // added contents, for nextAdded
+	addedFirst   *[256]*trieNode     // the trie of added contents, by first byte (nil: none), for nextAdded
 	nfc          bool
 	split        *splitter // nil: ByteLevel alone, no split
 	prefixSp     bool      // ByteLevel add_prefix_space
@@ -205,7 +205,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		t.added = append(t.added, addedToken{content: a.Content, id: a.ID})
 	}
 	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
-	t.addedTrie = newTrie(t.added)
+	t.addedFirst = newTrie(t.added)
 	if n := f.Normalizer; n != nil {
 		if n.Type != "NFC" {
 			return nil, unsupported("normalizer %q (only NFC or none)", n.Type)
@@ -343,16 +343,17 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []uint32 {
 // the number of added tokens or of their occurrences (the library uses
 // Aho-Corasick to the same end).
 func (t *Tokenizer) nextAdded(s string) (int, *addedToken) {
-	root := t.addedTrie
-	if root == nil {
+	first := t.addedFirst
+	if first == nil {
 		return len(s), nil
 	}
 	for at := 0; at < len(s); at++ {
-		if root.next[s[at]] == nil {
+		n := first[s[at]] // an array, not a map: most bytes start no added token
+		if n == nil {
 			continue
 		}
-		var best *addedToken
-		for n, i := root, at; i < len(s); i++ {
+		best := n.tok
+		for i := at + 1; i < len(s); i++ {
 			if n = n.next[s[i]]; n == nil {
 				break
 			}
@@ -374,9 +375,10 @@ type trieNode struct {
 	tok  *addedToken
 }
 
-// newTrie builds the trie of added (nil when none has content); of two tokens
-// with one content, the first keeps it.
-func newTrie(added []addedToken) *trieNode {
+// newTrie builds the trie of added and returns its root's children by byte
+// (nil when no token has content); of two tokens with one content, the first
+// keeps it.
+func newTrie(added []addedToken) *[256]*trieNode {
 	var root *trieNode
 	for i := range added {
 		a := &added[i]
@@ -399,7 +401,14 @@ func newTrie(added []addedToken) *trieNode {
 			n.tok = a
 		}
 	}
-	return root
+	if root == nil {
+		return nil
+	}
+	var first [256]*trieNode
+	for c, n := range root.next {
+		first[c] = n
+	}
+	return &first
 }
 
 // encodeText encodes text that holds no added token.
