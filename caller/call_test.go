@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -566,4 +567,31 @@ func TestReconnectAfterTheClaim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartOwnsTheResponseSubjects: a caller's header under another casing
+// of Dispatch-Response-To or Dispatch-Reply-To is replaced, not sent beside
+// Start's (the dispatcher refuses a header given under two casings).
+func TestStartOwnsTheResponseSubjects(t *testing.T) {
+	f := setup(t, caller.Config{})
+	call, err := f.c.Start(context.Background(), caller.Request{ID: "casing", Class: "premium",
+		Header: nats.Header{"DISPATCH-RESPONSE-TO": {"elsewhere"}, "dispatch-reply-to": {"elsewhere"}}, Body: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(call.Close)
+	batch, err := f.cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		_ = m.Ack()
+		for k := range m.Headers() {
+			if (strings.EqualFold(k, wire.HeaderResponseTo) || strings.EqualFold(k, wire.HeaderReplyTo)) && k != wire.HeaderResponseTo && k != wire.HeaderReplyTo {
+				t.Errorf("the stored request kept the caller's %s beside Start's", k)
+			}
+		}
+		return
+	}
+	t.Fatal("request not stored")
 }

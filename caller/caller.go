@@ -151,6 +151,11 @@ func (c *Caller) Start(ctx context.Context, req Request) (*Call, error) {
 
 	m := nats.NewMsg(c.names.Req(req.Class))
 	for k, v := range req.Header {
+		// The two subjects Start sets, under any casing: the dispatcher
+		// refuses a header given under two (docs/protocol.md, Request headers).
+		if strings.EqualFold(k, wire.HeaderResponseTo) || strings.EqualFold(k, wire.HeaderReplyTo) {
+			continue
+		}
 		m.Header[k] = v
 	}
 	m.Header.Set(jetstream.MsgIDHeader, req.ID)

@@ -79,7 +79,11 @@ var ErrClosed = errors.New("nats connection closed for good")
 func UntilClosed(ctx context.Context, nc *nats.Conn) (context.Context, func() error) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	closedBy := func(c *nats.Conn) {
-		if err := c.LastError(); err != nil {
+		// nats.go leaves a transient error (a slow consumer, a refused
+		// subscription) as the last error too: a close after one is still
+		// the program's own.
+		if err := c.LastError(); err != nil && !errors.Is(err, nats.ErrSlowConsumer) &&
+			!errors.Is(err, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrMaxSubscriptionsExceeded) {
 			cancel(fmt.Errorf("%w: %w", ErrClosed, err))
 		}
 	}

@@ -144,6 +144,29 @@ func TestUntilClosed(t *testing.T) {
 	if ownCtx.Err() != nil || ownClosed() != nil {
 		t.Errorf("the program's own Close ended the context: %v", context.Cause(ownCtx))
 	}
+	// Nor after a transient error, which nats.go keeps as the last error: a
+	// slow consumer.
+	slow := dial()
+	block := make(chan struct{})
+	defer close(block)
+	sub, err := slow.Subscribe("slow", func(*nats.Msg) { <-block })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(1, -1); err != nil {
+		t.Fatal(err)
+	}
+	pub := dial()
+	defer pub.Close()
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		_ = pub.Publish("slow", []byte("x"))
+		_ = pub.Flush()
+		return errors.Is(slow.LastError(), nats.ErrSlowConsumer)
+	}, "a slow consumer")
+	slow.Close()
+	if ctx, closed := UntilClosed(context.Background(), slow); ctx.Err() != nil || closed() != nil {
+		t.Errorf("the program's own Close after a slow consumer ended the context: %v", context.Cause(ctx))
+	}
 
 	ctx, closed = UntilClosed(context.Background(), kept)
 	if err := srv.ReloadOptions(opts("second", srv.Addr().(*net.TCPAddr).Port)); err != nil {

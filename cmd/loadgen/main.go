@@ -184,7 +184,9 @@ func run() (int, error) {
 		}
 	}
 	if err != nil {
-		if errors.Is(err, loadgen.ErrIncomplete) {
+		// A connection closed for good is a failure to run (1), not a
+		// run that ended incomplete (2), though its requests did not end.
+		if errors.Is(err, loadgen.ErrIncomplete) && !errors.Is(err, workerkit.ErrClosed) {
 			return 2, err
 		}
 		return 1, err
