@@ -119,6 +119,7 @@ func routerRole(args []string) error {
 	fmt.Println("ready")
 	err = eachRequest(ctx, it, r.place)
 	r.mu.Lock()
+	r.retries += r.pick.redelivered
 	if r.retries > 0 {
 		// The bench reads this line (fleetRun.RouterRetries).
 		fmt.Fprintf(os.Stderr, "router: %d dispatches placed again (refused, or unanswered for %v)\n", r.retries, routerHandshakeTimeout)

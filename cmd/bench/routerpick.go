@@ -118,7 +118,10 @@ type picker struct {
 
 	held   map[uint64]uint64 // block hash -> set of worker indexes holding it
 	active map[string]activeReq
-	ties   []*rworker // scratch
+	// redelivered counts requests placed again while still active: JetStream
+	// delivered them again.
+	redelivered int
+	ties        []*rworker // scratch
 }
 
 func newPicker(policy string, blockSize int, overlapWeight float64, seed uint64) (*picker, error) {
@@ -246,6 +249,12 @@ func (p *picker) pick(isl int, hashes []uint64) (*rworker, int) {
 // dispatched books request id (isl tokens with hashes, cost uncached
 // tokens) on w and returns its Dispatch-Seq.
 func (p *picker) dispatched(w *rworker, id string, isl int, hashes []uint64, cost uint64) uint64 {
+	if a, ok := p.active[id]; ok {
+		// JetStream delivered it again (its first worker never acknowledged
+		// it): that placement is given up.
+		p.completed(id, a.w.id, a.seq)
+		p.redelivered++
+	}
 	w.seq++
 	w.bookings = append(w.bookings, booking{seq: w.seq, tokens: cost})
 	a := activeReq{w: w, seq: w.seq, hashes: hashes}

@@ -237,3 +237,17 @@ func TestFleetSystemsRefusesAnUnknownName(t *testing.T) {
 		t.Errorf("all: %v, %d systems", err, len(o.systems))
 	}
 }
+
+// A request JetStream delivers again while its first placement is active
+// (the worker never acknowledged it) releases that placement's load and
+// blocks, and counts as placed again.
+func TestRouterRedeliveryReleasesTheFirstPlacement(t *testing.T) {
+	p := testPicker(t, policyKV, "a", "b")
+	wa, wb := p.byID["a"], p.byID["b"]
+	p.dispatched(wa, "x", 128, []uint64{1, 2}, 128)
+	p.dispatched(wb, "x", 128, []uint64{1, 2}, 128)
+	if wa.active != 0 || wa.decodeBlocks() != 0 || wb.active != 1 || wb.decodeBlocks() != 2 || p.redelivered != 1 {
+		t.Errorf("a: %d active, %d blocks; b: %d, %d; redelivered %d; want a released, b holding it, 1",
+			wa.active, wa.decodeBlocks(), wb.active, wb.decodeBlocks(), p.redelivered)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -15,7 +16,11 @@ import (
 // readTraceStream reads the trace stream <Q>_TRACE (the dispatcher's
 // --record-stream) as it is now, from its first header on: records older
 // than the first header still in the stream (its start was discarded by the
-// size limit) are skipped, since the policy they ran under is unknown.
+// size limit) are skipped, since the policy they ran under is unknown. A
+// later header with another policy (a live revision, a restart under another
+// policy) starts the trace again there, the records before it skipped and
+// said so on stderr: a stream cannot be split as a file can, and the sim
+// replays one policy's traffic.
 func readTraceStream(ctx context.Context, g *globals) (*sim.Trace, error) {
 	nc, js, err := g.jetstream(ctx)
 	if err != nil {
@@ -43,6 +48,7 @@ func readTraceStream(ctx context.Context, g *globals) (*sim.Trace, error) {
 	}
 	var buf bytes.Buffer
 	header := false
+	policy, kept, skipped := "", 0, 0
 	for {
 		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(g.timeout))
 		if err != nil {
@@ -56,12 +62,23 @@ func readTraceStream(ctx context.Context, g *globals) (*sim.Trace, error) {
 				return nil, err
 			}
 			data := m.Data()
-			if !header {
-				header = bytes.Contains(data, []byte(`"ev":"`+wire.TraceHeader+`"`))
+			if bytes.Contains(data, []byte(`"ev":"`+wire.TraceHeader+`"`)) {
+				var rec wire.TraceRecord
+				if json.Unmarshal(data, &rec) == nil && rec.Event == wire.TraceHeader {
+					if header && rec.Policy != policy {
+						buf.Reset()
+						skipped += kept
+						kept = 0
+						fmt.Fprintf(g.stderr, "fairctl sim: the policy changed at sequence %d of %s: the trace is read from there (%d earlier records skipped)\n",
+							md.Sequence.Stream, name, skipped)
+					}
+					header, policy = true, rec.Policy
+				}
 			}
 			if header {
 				buf.Write(data)
 				buf.WriteByte('\n')
+				kept++
 			}
 			if md.Sequence.Stream >= last {
 				if !header {
