@@ -49,15 +49,7 @@ func TestConnectWaitsForTheServer(t *testing.T) {
 		t.Fatalf("Connect returned before any server listened: connected=%v err=%v", r.ok, r.err)
 	default:
 	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	startServer(t, &server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
 	select {
 	case r := <-got:
 		if r.err != nil || !r.ok {
@@ -105,15 +97,7 @@ func TestUntilClosed(t *testing.T) {
 	opts := func(password string, port int) *server.Options {
 		return &server.Options{Host: "127.0.0.1", Port: port, Username: "w", Password: password, NoLog: true, NoSigs: true}
 	}
-	srv, err := server.NewServer(opts("first", -1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := startServer(t, opts("first", -1))
 	url := srv.ClientURL()
 	dial := func() *nats.Conn {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -180,4 +164,19 @@ func TestUntilClosed(t *testing.T) {
 	if err := closed(); !errors.Is(err, ErrClosed) || !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("closed() = %v, want ErrClosed wrapping nats.ErrAuthorization", err)
 	}
+}
+
+// startServer starts a nats-server with o, shut down at the end of the test.
+func startServer(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return srv
 }

@@ -26,14 +26,10 @@ import (
 func TestProgramsExitWhenTheirConnectionClosesForGood(t *testing.T) {
 	t.Parallel() // no timing bound; see doc.go
 	dir := t.TempDir()
-	bins := map[string]string{}
-	for _, name := range []string{"gateway", "mockworker", "engineworker", "loadgen"} {
-		bins[name] = filepath.Join(dir, name)
-		if out, err := exec.Command("go", "build", "-o", bins[name], "fairdispatch/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
-		}
+	bins := buildPrograms(t, dir, "gateway", "mockworker", "engineworker", "loadgen")
+	for name, bin := range bins {
 		// Each says what it is, as every program of the repository does.
-		if out, err := exec.Command(bins[name], "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), name+" ") {
+		if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), name+" ") {
 			t.Errorf("%s --version: %v, %q; want exit 0 and a line starting %q", name, err, out, name+" ")
 		}
 	}

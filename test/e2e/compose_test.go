@@ -64,14 +64,8 @@ func TestComposeFlagsExist(t *testing.T) {
 	t.Parallel() // no timing bound; see doc.go
 	svcs := readCompose(t)
 	image := ourImage(t, svcs)
-	bins := map[string]string{"dispatcher": dispatcherBin}
-	dir := t.TempDir()
-	for _, name := range []string{"mockworker", "loadgen", "engineworker", "fakeengine", "gateway"} {
-		bins[name] = filepath.Join(dir, name)
-		if out, err := exec.Command("go", "build", "-o", bins[name], "fairdispatch/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
-		}
-	}
+	bins := buildPrograms(t, t.TempDir(), "mockworker", "loadgen", "engineworker", "fakeengine", "gateway")
+	bins["dispatcher"] = dispatcherBin
 	usage := map[string]string{}
 	for name, bin := range bins {
 		out, _ := exec.Command(bin, "-h").CombinedOutput()

@@ -445,3 +445,17 @@ func (p *proc) logLine(fragments ...string) string {
 	}
 	return ""
 }
+
+// buildPrograms builds each of the repository's programs named (cmd/<name>)
+// into dir and returns their paths by name.
+func buildPrograms(t testing.TB, dir string, names ...string) map[string]string {
+	t.Helper()
+	bins := map[string]string{}
+	for _, name := range names {
+		bins[name] = filepath.Join(dir, name)
+		if out, err := exec.Command("go", "build", "-o", bins[name], "fairdispatch/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", name, err, out)
+		}
+	}
+	return bins
+}

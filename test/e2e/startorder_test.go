@@ -3,7 +3,6 @@ package e2e
 import (
 	"net"
 	"os/exec"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,14 +18,7 @@ import (
 // connection by closing it, so both programs are seen failing to connect first.
 func TestWorkerAndLoadgenWaitForNATS(t *testing.T) {
 	t.Parallel() // no timing bound; see doc.go
-	dir := t.TempDir()
-	bins := map[string]string{}
-	for _, name := range []string{"mockworker", "loadgen"} {
-		bins[name] = filepath.Join(dir, name)
-		if out, err := exec.Command("go", "build", "-o", bins[name], "fairdispatch/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
-		}
-	}
+	bins := buildPrograms(t, t.TempDir(), "mockworker", "loadgen")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
