@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -79,17 +80,39 @@ func New(policyYAML string, now int64, buf int, cnt Counters, log zerolog.Logger
 	return r, nil
 }
 
-// Record queues rec for writing, or drops and counts it if the buffer is full.
-// A nil Recorder records nothing.
+// headerWait bounds how long Record waits for room for a header (a live
+// policy revision's): the records after it ran under its policy, so losing
+// it would misfile them all, where a lost event loses one.
+const headerWait = 100 * time.Millisecond
+
+// headerWaiting is called when a header has to wait for room (a seam for a
+// test, which then lets the writer move).
+var headerWaiting = func() {}
+
+// Record queues rec for writing, or drops and counts it if the buffer is full;
+// a header waits up to headerWait for room first. A nil Recorder records
+// nothing.
 func (r *Recorder) Record(rec wire.TraceRecord) {
 	if r == nil {
 		return
 	}
 	select {
 	case r.ch <- rec:
+		return
 	default:
-		r.cnt.TraceDropped()
 	}
+	if rec.Event == wire.TraceHeader {
+		headerWaiting()
+		t := time.NewTimer(headerWait)
+		defer t.Stop()
+		select {
+		case r.ch <- rec:
+			return
+		case <-t.C:
+			r.log.Error().Msg("trace header dropped: the trace writer is stuck; the records after it are misfiled under the policy before")
+		}
+	}
+	r.cnt.TraceDropped()
 }
 
 // Close writes what is buffered, closes the sinks and returns the errors of

@@ -256,3 +256,31 @@ func TestAFailedWriteIsDropped(t *testing.T) {
 		t.Errorf("recorded %d, dropped %d, lines %d; want 1, 10 and 2 (the header and b)", c.recorded.Load(), c.dropped.Load(), s.lines.Load())
 	}
 }
+
+// TestHeaderWaitsForRoom: a header (a live policy revision's) offered while
+// the buffer is full waits for the writer to make room rather than being
+// dropped like an event: the records after it ran under its policy.
+func TestHeaderWaitsForRoom(t *testing.T) {
+	var c counts
+	sink := &blockingSink{release: make(chan struct{})}
+	r, err := New("", 1, 1, &c, zerolog.Nop(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Record(wire.TraceRecord{Event: wire.TraceArrive, ID: "a"}) // taken by the writer, which blocks on it
+	natstest.Eventually(t, 10*time.Second, func() bool { return len(r.ch) == 0 }, "the writer holding a")
+	r.Record(wire.TraceRecord{Event: wire.TraceArrive, ID: "b"}) // fills the buffer
+	released := false
+	headerWaiting = func() { close(sink.release); released = true } // the writer moves while the header waits
+	defer func() { headerWaiting = func() {} }()
+	r.Record(wire.TraceRecord{Event: wire.TraceHeader, T: 2, Format: wire.TraceFormat, Version: wire.TraceVersion, Policy: "next"})
+	if !released {
+		close(sink.release)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c.dropped.Load() != 0 || len(sink.lines) != 4 || !strings.Contains(string(sink.lines[3]), `"policy":"next"`) {
+		t.Errorf("dropped %d, %d lines (last %q); want none dropped and the header written last", c.dropped.Load(), len(sink.lines), sink.lines[len(sink.lines)-1])
+	}
+}
