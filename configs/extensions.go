@@ -64,6 +64,18 @@ const MaxMaxPreemptions = 100
 // Budgeted reports whether any key of the class has a budget.
 func (c *Class) Budgeted() bool { return c.DefaultKeyBudget != nil || len(c.KeyBudgets) > 0 }
 
+// KeyWeight returns key's weight in the class: its key_weights entry, else
+// default_key_weight (1 when unset, as the scheduler takes it).
+func (c *Class) KeyWeight(key string) float64 {
+	if w, ok := c.KeyWeights[key]; ok {
+		return w
+	}
+	if c.DefaultKeyWeight > 0 {
+		return c.DefaultKeyWeight
+	}
+	return 1
+}
+
 // KeyBudget returns key's budget in the class, or nil when the key is
 // unlimited.
 func (c *Class) KeyBudget(key string) *Budget {

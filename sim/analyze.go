@@ -135,13 +135,7 @@ func Analyze(run *Run, pol *configs.Policy, firstN int) Stats {
 					if key == "_" {
 						key = "" // the default key, as the policy spells it
 					}
-					if w, ok := pc.KeyWeights[key]; ok {
-						return w
-					}
-					if pc.DefaultKeyWeight > 0 {
-						return pc.DefaultKeyWeight
-					}
-					return 1
+					return pc.KeyWeight(key)
 				}
 			}
 			by[name] = a

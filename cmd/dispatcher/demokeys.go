@@ -54,15 +54,7 @@ func runKeysDemo(ctx context.Context, nc *nats.Conn, s *settings, pol *configs.P
 	}
 	got, window := res.KeyShareBacklogged()
 	fmt.Fprintf(out, "Completed %d of %d. Of the first %d completions, while every tenant still had requests waiting:\n", len(res.Completions), n, window)
-	weight := func(key string) float64 {
-		if w, ok := class.KeyWeights[key]; ok {
-			return w
-		}
-		if class.DefaultKeyWeight > 0 {
-			return class.DefaultKeyWeight
-		}
-		return 1
-	}
+	weight := class.KeyWeight
 	var sumW float64
 	for _, t := range demoTenants {
 		sumW += weight(t.Key)
