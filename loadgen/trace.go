@@ -37,7 +37,8 @@ type TraceRecord struct {
 
 // ReadTrace reads a trace in the Mooncake format (JSON lines, gzipped or
 // not) and checks each record: ISL and output at least 1, as many hash ids
-// as 512-token blocks of the prompt, timestamps never going back.
+// as 512-token blocks of the prompt, timestamps at least 0 and never going
+// back. A trace with no record is an error: there is nothing to replay.
 func ReadTrace(r io.Reader) ([]TraceRecord, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -62,12 +63,17 @@ func ReadTrace(r io.Reader) ([]TraceRecord, error) {
 				return nil, fmt.Errorf("loadgen: trace line %d: input %d, output %d: want >= 1", line, rec.InputLength, rec.OutputLength)
 			case len(rec.HashIDs) != blocks:
 				return nil, fmt.Errorf("loadgen: trace line %d: %d hash ids for %d input tokens: want %d", line, len(rec.HashIDs), rec.InputLength, blocks)
+			case rec.Timestamp < 0:
+				return nil, fmt.Errorf("loadgen: trace line %d: timestamp %d: want >= 0 (milliseconds from the trace's start)", line, rec.Timestamp)
 			case len(out) > 0 && rec.Timestamp < out[len(out)-1].Timestamp:
 				return nil, fmt.Errorf("loadgen: trace line %d: timestamp %d before the previous %d", line, rec.Timestamp, out[len(out)-1].Timestamp)
 			}
 			out = append(out, rec)
 		}
 		if errors.Is(err, io.EOF) {
+			if len(out) == 0 {
+				return nil, errors.New("loadgen: trace: no records")
+			}
 			return out, nil
 		}
 		if err != nil {

@@ -168,6 +168,9 @@ func TestReadTraceRejectsBadRecords(t *testing.T) {
 		{`{"timestamp":0,"input_length":0,"output_length":1,"hash_ids":[]}`, "want >= 1"},
 		{`{"timestamp":5,"input_length":1,"output_length":1,"hash_ids":[1]}` + "\n" + `{"timestamp":4,"input_length":1,"output_length":1,"hash_ids":[1]}`, "before"},
 		{`{"timestamp":`, "line 1"},
+		{`{"timestamp":-1,"input_length":1,"output_length":1,"hash_ids":[1]}`, "timestamp -1: want >= 0"},
+		{"", "no records"},
+		{"\n  \n", "no records"},
 	} {
 		_, err := loadgen.ReadTrace(strings.NewReader(c.text))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"fairdispatch/wire"
 )
@@ -249,5 +251,20 @@ func TestRouterRedeliveryReleasesTheFirstPlacement(t *testing.T) {
 	if wa.active != 0 || wa.decodeBlocks() != 0 || wb.active != 1 || wb.decodeBlocks() != 2 || p.redelivered != 1 {
 		t.Errorf("a: %d active, %d blocks; b: %d, %d; redelivered %d; want a released, b holding it, 1",
 			wa.active, wa.decodeBlocks(), wb.active, wb.decodeBlocks(), p.redelivered)
+	}
+}
+
+// A trace whose requests all arrive at 0 ms has no rate to scale to a load:
+// the fleet bench says so before it starts anything, rather than replay at
+// an infinite rate.
+func TestFleetRefusesATraceWithNoSpan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	rec := `{"timestamp":0,"input_length":1,"output_length":1,"hash_ids":[7]}` + "\n"
+	if err := os.WriteFile(path, []byte(rec+rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{opt: options{fleet: fleetOptions{trace: path, engines: 1, speedup: 1}}, started: time.Now()}
+	if _, err := b.fleet(nil); err == nil || !strings.Contains(err.Error(), "all arrive at 0 ms") {
+		t.Errorf("a trace of one instant: %v, want an error saying so", err)
 	}
 }
