@@ -2,12 +2,15 @@ package recorder
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -282,5 +285,55 @@ func TestHeaderWaitsForRoom(t *testing.T) {
 	}
 	if c.dropped.Load() != 0 || len(sink.lines) != 4 || !strings.Contains(string(sink.lines[3]), `"policy":"next"`) {
 		t.Errorf("dropped %d, %d lines (last %q); want none dropped and the header written last", c.dropped.Load(), len(sink.lines), sink.lines[len(sink.lines)-1])
+	}
+}
+
+// tearingWriter writes its first call whole, then half of the second and
+// fails it (a disk that filled mid-write), then recovers.
+type tearingWriter struct {
+	w     io.Writer
+	calls int
+}
+
+func (t *tearingWriter) Write(p []byte) (int, error) {
+	t.calls++
+	if t.calls == 2 {
+		n, _ := t.w.Write(p[:len(p)/2])
+		return n, syscall.ENOSPC
+	}
+	return t.w.Write(p)
+}
+
+// TestFileSinkStaysFailed: after a write that failed part-way, a trace file
+// takes nothing more, even once the disk has room again: what it appended
+// would follow a torn line and tear a record in the middle of the file.
+func TestFileSinkStaysFailed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &FileSink{f: f, w: bufio.NewWriterSize(&tearingWriter{w: f}, 64)}
+	line := []byte(strings.Repeat("x", 40))
+	failedAt := -1
+	for i := range 10 {
+		if err := s.Write(line); err != nil && failedAt < 0 {
+			failedAt = i
+		}
+	}
+	flushErr := s.Flush()
+	_ = s.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failedAt < 0 || flushErr == nil {
+		t.Fatalf("no write failed (flush: %v)", flushErr)
+	}
+	// What reached the file is the lines written before the failure and a
+	// torn part of the next: a prefix of the lines, ending within a line.
+	all := bytes.Repeat(append(line, '\n'), 10)
+	if !bytes.HasPrefix(all, data) || len(data) == 0 || data[len(data)-1] == '\n' || len(data) > failedAt*(len(line)+1) {
+		t.Errorf("the file after the failure is %q: want the lines before write %d and only a torn part of one after", data, failedAt)
 	}
 }
