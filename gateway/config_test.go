@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // The example file of configs/ loads, and its demo keys are its tenants'.
@@ -52,6 +55,32 @@ func TestConfigProblems(t *testing.T) {
 	for _, want := range []string{"models[0].block_size", "tenants[0].name", "tenants[0].api_key_sha256[0]", "tenants[0].classes[0]"} {
 		if err == nil || !strings.Contains(err.Error(), "x.yaml: "+want+":") {
 			t.Errorf("missing %s in %v", want, err)
+		}
+	}
+}
+
+// hasTemplate is a Tokenizer that says whether it has a chat template; its
+// other methods are never called here.
+type hasTemplate struct {
+	Tokenizer
+	has bool
+}
+
+func (h hasTemplate) HasChatTemplate() bool { return h.has }
+
+// A model whose tokenizer has no chat template is named in a warning at
+// start: its chat requests fall back to the estimate, which an operator who
+// gave it a tokenizer did not expect. One with a template is not.
+func TestWarnsOfATokenizerWithoutAChatTemplate(t *testing.T) {
+	for _, has := range []bool{false, true} {
+		var logged bytes.Buffer
+		startGateway(t, func(o *Options) {
+			o.Tokenizers = map[string]Tokenizer{"m1": hasTemplate{has: has}}
+			o.Log = zerolog.New(&logged)
+		})
+		warned := strings.Contains(logged.String(), `"model":"m1"`) && strings.Contains(logged.String(), "no chat template")
+		if warned == has {
+			t.Errorf("template %v: logged %q", has, logged.String())
 		}
 	}
 }
