@@ -68,7 +68,7 @@ func (a *Actor) applyPolicy(req policyReq) {
 	// The trace's requests from here on ran under this policy: a header
 	// says so, as a restart's does (docs/protocol.md, Trace records).
 	a.d.Trace.Record(wire.TraceRecord{Event: wire.TraceHeader, T: now.UnixNano(), Format: wire.TraceFormat,
-		Version: wire.TraceVersion, Policy: string(req.p.Source)})
+		Version: wire.TraceVersion, Policy: string(req.p.Source), Revision: req.rev})
 	a.publishView(now)
 }
 

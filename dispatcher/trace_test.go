@@ -101,7 +101,7 @@ func TestActorTracesAPolicyChange(t *testing.T) {
 	}
 	f.a.applyPolicy(policyReq{rev: 2, p: p})
 	if len(log) != 1 || log[0].Event != wire.TraceHeader || log[0].Policy != next || log[0].Format != wire.TraceFormat ||
-		log[0].Version != wire.TraceVersion || log[0].T != f.now.UnixNano() {
-		t.Fatalf("records %+v, want one header with the new policy's text", log)
+		log[0].Version != wire.TraceVersion || log[0].T != f.now.UnixNano() || log[0].Revision != 2 {
+		t.Fatalf("records %+v, want one header with the new policy's text and revision", log)
 	}
 }

@@ -46,8 +46,10 @@ type Trace struct {
 	Version int
 	Started int64  // the header's time, Unix ns
 	Policy  string // the recording policy's YAML, "" if built from flags
-	// Restarts are the times of the headers after the first: a dispatcher
-	// started again and appended to the trace.
+	// Restarts are the times of the headers after the first that a start
+	// wrote (Revision 0): a dispatcher started again and appended to the
+	// trace. A live policy revision's header with the same policy text (an
+	// operator put the same policy again) is neither a restart nor a change.
 	Restarts []int64
 	// Redelivered counts arrivals left out: a request arriving again
 	// while its first arrival was still waiting (a restarted dispatcher,
@@ -97,7 +99,9 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 			if rec.Policy != t.Policy {
 				return nil, fmt.Errorf("trace line %d: the policy changed within the trace; split it at this line", line)
 			}
-			t.Restarts = append(t.Restarts, rec.T)
+			if rec.Revision == 0 {
+				t.Restarts = append(t.Restarts, rec.T)
+			}
 		case wire.TraceArrive:
 			if waiting[rec.ID] {
 				t.Redelivered++

@@ -90,3 +90,23 @@ func TestRestartKeepsOneArrival(t *testing.T) {
 		t.Errorf("recorded: contended %v (shares %+v); want no contention: one class waited at a time", st.Contended, st.Classes)
 	}
 }
+
+// TestSamePolicyRevisionIsNoRestart: a live revision that put the same
+// policy again writes a header with its revision; the trace reads on across
+// it as one part, where a start's header begins a new part (Restarts).
+func TestSamePolicyRevisionIsNoRestart(t *testing.T) {
+	again := strings.Replace(hdr, `"t":1`, `"t":50`, 1)
+	revision := strings.Replace(again, `"version":1`, `"version":1,"revision":7`, 1)
+	if revision == again {
+		t.Fatal("the header has no version field to put the revision after")
+	}
+	for _, c := range []struct {
+		header   string
+		restarts int
+	}{{again, 1}, {revision, 0}} {
+		tr, err := ReadTrace(strings.NewReader(hdr + "\n" + c.header + "\n"))
+		if err != nil || len(tr.Restarts) != c.restarts {
+			t.Errorf("%s: %v, restarts %v; want %d", c.header, err, tr, c.restarts)
+		}
+	}
+}

@@ -34,12 +34,16 @@ type TraceRecord struct {
 	// T is when the event happened, in Unix nanoseconds (the dispatcher's clock).
 	T int64 `json:"t"`
 
-	// Format, Version and Policy are set on the header only. Policy is the
-	// policy file's YAML text, "" when the dispatcher runs the policy built
-	// from its flags (a simulation then needs a baseline policy).
-	Format  string `json:"format,omitempty"`
-	Version int    `json:"version,omitempty"`
-	Policy  string `json:"policy,omitempty"`
+	// Format, Version, Policy and Revision are set on the header only.
+	// Policy is the policy file's YAML text, "" when the dispatcher runs the
+	// policy built from its flags (a simulation then needs a baseline
+	// policy). Revision is the policy bucket's revision on a header written
+	// when the dispatcher applied a live policy revision, and 0 on one
+	// written at its start: a reader tells a restart from a revision by it.
+	Format   string `json:"format,omitempty"`
+	Version  int    `json:"version,omitempty"`
+	Policy   string `json:"policy,omitempty"`
+	Revision uint64 `json:"revision,omitempty"`
 
 	// ID is the request id.
 	ID string `json:"id,omitempty"`
