@@ -173,11 +173,11 @@ func (d *dlqConn) remove(ctx context.Context, g *globals, seq uint64, sum *repla
 // scan calls fn for every dead letter that f selects, in stream order, up to
 // the last one stored when the scan starts. With headersOnly the messages
 // carry no body (the size comes from Nats-Msg-Size). Each fetch asks for
-// batchSize letters. total is the number
-// of letters the scan reads (before the --error filter); fn may be called
-// for fewer when some are deleted meanwhile.
+// batchSize letters. prog, if not nil, is told the number of letters the
+// scan reads (before the --error filter) and each one it reads; fn may be
+// called for fewer when some are deleted meanwhile.
 func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersOnly bool, batchSize int,
-	onTotal func(total uint64), fn func(l bus.Letter, m jetstream.Msg) error) error {
+	prog *progress, fn func(l bus.Letter, m jetstream.Msg) error) error {
 	tctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	info, err := d.stream.Info(tctx)
@@ -186,9 +186,6 @@ func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersO
 	}
 	last := info.State.LastSeq
 	if info.State.Msgs == 0 {
-		if onTotal != nil {
-			onTotal(0)
-		}
 		return nil
 	}
 	cfg := jetstream.ConsumerConfig{
@@ -211,8 +208,8 @@ func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersO
 		_ = d.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()
 	total := cons.CachedInfo().NumPending
-	if onTotal != nil {
-		onTotal(total)
+	if prog != nil {
+		prog.setTotal(total)
 	}
 	var seen uint64
 	for seen < total {
@@ -234,6 +231,9 @@ func (d *dlqConn) scan(ctx context.Context, g *globals, f letterFilter, headersO
 				return nil // stored after the scan began
 			}
 			seen++
+			if prog != nil {
+				prog.read()
+			}
 			size := len(m.Data())
 			if headersOnly {
 				size, _ = strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
@@ -434,7 +434,11 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintln(tw, "SEQ\tREQUEST ID\tSUBJECT\tREPLAY AS\tNOTE")
 	}
 	var dry []map[string]any
-	prog := newProgress(g.stderr, "replayed")
+	verb := "replayed"
+	if !*yes {
+		verb = "" // a dry run replays nothing: the line counts what it read
+	}
+	prog := newProgress(g.stderr, verb)
 	defer prog.stop()
 	var pace pacer
 	batch := dlqFetchBatch
@@ -442,7 +446,7 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 		pace.every = time.Duration(float64(time.Second) / *rate)
 		batch = max(1, min(batch, int(*rate))) // a batch lasts about a second: the consumer stays active
 	}
-	err = d.scan(ctx, g, f, !*yes, batch, prog.setTotal, func(l bus.Letter, m jetstream.Msg) error {
+	err = d.scan(ctx, g, f, !*yes, batch, prog, func(l bus.Letter, m jetstream.Msg) error {
 		sum.Matched++
 		subj, why := replayable(g.names, l)
 		id := replayID(l.Seq, l.RequestID)
@@ -460,7 +464,6 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 			}
 			return nil
 		}
-		defer prog.add(1)
 		if why != "" {
 			sum.Skipped++
 			fmt.Fprintf(g.stderr, "fairctl dlq replay: skipping dead letter %d (%s): %s\n", l.Seq, l.RequestID, why)
@@ -484,6 +487,7 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 		if err := d.remove(ctx, g, l.Seq, &sum); err != nil {
 			return fmt.Errorf("delete dead letter %d after its replay: %w", l.Seq, err)
 		}
+		prog.add(1)
 		return nil
 	})
 	prog.stop()
@@ -533,17 +537,21 @@ func dlqPurge(ctx context.Context, g *globals, args []string) error {
 	}
 	defer d.nc.Close()
 	sum := replaySummary{DryRun: !*yes}
-	prog := newProgress(g.stderr, "purged")
+	verb := "purged"
+	if !*yes {
+		verb = ""
+	}
+	prog := newProgress(g.stderr, verb)
 	defer prog.stop()
-	err = d.scan(ctx, g, f, true, dlqFetchBatch, prog.setTotal, func(l bus.Letter, _ jetstream.Msg) error {
+	err = d.scan(ctx, g, f, true, dlqFetchBatch, prog, func(l bus.Letter, _ jetstream.Msg) error {
 		sum.Matched++
 		if !*yes {
 			return nil
 		}
-		defer prog.add(1)
 		if err := d.remove(ctx, g, l.Seq, &sum); err != nil {
 			return fmt.Errorf("delete dead letter %d: %w", l.Seq, err)
 		}
+		prog.add(1)
 		return nil
 	})
 	prog.stop()

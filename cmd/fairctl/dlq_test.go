@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -108,19 +109,25 @@ func TestProgressLine(t *testing.T) {
 	var w natstest.Buffer
 	p := startProgress(&w, "replayed", time.Millisecond) // not a terminal: a line every 10 ticks
 	p.setTotal(10)
-	p.add(3)
+	for range 5 {
+		p.read()
+	}
+	p.add(3) // two of the five read did not match the filter
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(w.String(), "replayed 3/10 (") {
+	for !strings.Contains(w.String(), "read 5/10 dead letters (") || !strings.Contains(w.String(), "/s), replayed 3\n") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no progress line: %q", w.String())
 		}
 		time.Sleep(time.Millisecond) // poll
 	}
-	p.add(7)
+	for range 5 {
+		p.read()
+	}
+	p.add(4)
 	p.stop()
 	p.stop() // idempotent
 	lines := strings.Split(strings.TrimSpace(w.String()), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "replayed 10/10 (") || strings.Contains(w.String(), "\r") {
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "read 10/10 dead letters (") || !strings.HasSuffix(last, ", replayed 7") || strings.Contains(w.String(), "\r") {
 		t.Errorf("last line %q, want the final count, and no carriage return off a terminal", last)
 	}
 
@@ -130,6 +137,59 @@ func TestProgressLine(t *testing.T) {
 	q.stop()
 	if quiet.String() != "" {
 		t.Errorf("a run shorter than a tick printed %q", quiet.String())
+	}
+}
+
+// putLetter stores dead letter order-i of class limited with error code.
+func putLetter(t *testing.T, js jetstream.JetStream, i int, code string) {
+	t.Helper()
+	id := fmt.Sprintf("order-%d", i)
+	h := nats.Header{}
+	for k, v := range map[string]string{wire.HeaderError: code, wire.HeaderErrorMessage: "full", wire.HeaderRequestID: id,
+		wire.HeaderClass: "limited", wire.HeaderSubject: "dispatch.req.limited", "Nats-Msg-Id": id} {
+		h.Set(k, v)
+	}
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: "dispatch.dlq.limited", Header: h, Data: []byte("body")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScanProgressCountsWhatItReads: under --error, the progress line's
+// count and total are the letters the scan reads, all of them, so that it
+// ends at its total; what the command did is counted apart.
+func TestScanProgressCountsWhatItReads(t *testing.T) {
+	srv, nc := natstest.StartServer(t)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		code := "timeout"
+		if i%2 == 0 {
+			code = "queue_full"
+		}
+		putLetter(t, js, i, code)
+	}
+	g := &globals{server: srv.ClientURL(), timeout: 5 * time.Second, stdout: io.Discard, stderr: io.Discard}
+	if err := g.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := g.dlq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.nc.Close()
+	p := startProgress(io.Discard, "replayed", time.Hour)
+	defer p.stop()
+	matched := 0
+	err = d.scan(ctx, g, letterFilter{code: "queue_full"}, true, 2, p, func(bus.Letter, jetstream.Msg) error {
+		matched++
+		p.add(1)
+		return nil
+	})
+	if err != nil || matched != 2 || p.n.Load() != 5 || p.total.Load() != 5 || !strings.HasSuffix(p.line(), ", replayed 2") {
+		t.Errorf("scan: %v, %d matched, progress %q; want 2 matched and read 5/5, replayed 2", err, matched, p.line())
 	}
 }
 
@@ -143,19 +203,8 @@ func TestReplayStoppedSaysHowFar(t *testing.T) {
 	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	letter := func(i int) {
-		id := fmt.Sprintf("order-%d", i)
-		h := nats.Header{}
-		for k, v := range map[string]string{wire.HeaderError: "queue_full", wire.HeaderErrorMessage: "full", wire.HeaderRequestID: id,
-			wire.HeaderClass: "limited", wire.HeaderSubject: "dispatch.req.limited", "Nats-Msg-Id": id} {
-			h.Set(k, v)
-		}
-		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dispatch.dlq.limited", Header: h, Data: []byte("body")}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i := 1; i <= 5; i++ {
-		letter(i)
+		putLetter(t, js, i, "queue_full")
 	}
 	st, err := js.Stream(ctx, "DISPATCH_REQ")
 	if err != nil {

@@ -41,14 +41,18 @@ func (p *pacer) wait(ctx context.Context) error {
 // progressEvery is how often the progress line is rewritten.
 const progressEvery = 500 * time.Millisecond
 
-// progress writes "verb n/total (rate/s)" to w every progressEvery, from the
-// first tick on (a run shorter than that prints nothing): rewritten in place
-// with a carriage return on a terminal, a line every 10 ticks otherwise.
+// progress writes "read n/total dead letters (rate/s), verb m" to w every
+// progressEvery, from the first tick on (a run shorter than that prints
+// nothing): rewritten in place with a carriage return on a terminal, a line
+// every 10 ticks otherwise. n counts the letters the scan read of the total
+// it will read (every letter, before the --error filter: the progress of
+// the run), m those the command acted on; a dry run (verb "") shows n only.
 type progress struct {
 	w          io.Writer
 	verb       string
 	every      time.Duration
-	n, total   atomic.Int64
+	n, total   atomic.Int64 // letters read, of the scan's total
+	acted      atomic.Int64 // letters acted on
 	start      time.Time
 	tty        bool
 	quit, done chan struct{}
@@ -72,7 +76,8 @@ func startProgress(w io.Writer, verb string, every time.Duration) *progress {
 }
 
 func (p *progress) setTotal(n uint64) { p.total.Store(int64(n)) }
-func (p *progress) add(n int)         { p.n.Add(int64(n)) }
+func (p *progress) read()             { p.n.Add(1) }
+func (p *progress) add(n int)         { p.acted.Add(int64(n)) }
 
 func (p *progress) line() string {
 	n, el := p.n.Load(), time.Since(p.start).Seconds()
@@ -80,7 +85,11 @@ func (p *progress) line() string {
 	if el > 0 {
 		rate = float64(n) / el
 	}
-	return fmt.Sprintf("%s %d/%d (%.0f/s)", p.verb, n, p.total.Load(), rate)
+	s := fmt.Sprintf("read %d/%d dead letters (%.0f/s)", n, p.total.Load(), rate)
+	if p.verb != "" {
+		s += fmt.Sprintf(", %s %d", p.verb, p.acted.Load())
+	}
+	return s
 }
 
 func (p *progress) run() {

@@ -178,6 +178,9 @@ func simulate(f *simFlags, tr *sim.Trace) (*simReport, error) {
 	if !(f.rate > 0) {
 		return nil, usageError("--service-rate %v: want > 0", f.rate)
 	}
+	if f.first < 0 {
+		return nil, usageError("--first %d: want >= 0 (0: half the arrivals)", f.first)
+	}
 	switch {
 	case f.workers > 0:
 		start := int64(0)
@@ -193,7 +196,7 @@ func simulate(f *simFlags, tr *sim.Trace) (*simReport, error) {
 		return nil, usageError("--generate needs --workers")
 	}
 	first := f.first
-	if first <= 0 {
+	if first == 0 {
 		first = len(arrivals) / 2
 	}
 	one := func(pol *configs.Policy) (*sim.Run, sim.Stats, error) {

@@ -97,6 +97,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--keys", "-2"}, "keys -2: want >= 0"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--ranks", "0"}, "--ranks 0: want >= 1"},
 		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--service-rate", "0"}, "--service-rate 0: want > 0"},
+		{[]string{"sim", "--policy", "testdata/flip.yaml", "--generate", "poisson", "--workers", "1", "--first", "-3"}, "--first -3: want >= 0"},
 	} {
 		checkRun(t, c.args, 2, c.want)
 	}
