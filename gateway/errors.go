@@ -116,7 +116,9 @@ func fromCall(err error) *apiError {
 		}
 		return &apiError{status: 503, typ: typeUnavailable, code: "not_accepted", msg: msg, retryAfter: errRetryAfter}
 	case errors.As(err, &br):
-		return &apiError{status: 502, typ: typeServer, code: "response_broken", msg: br.Error(), noRetry: true}
+		// Retryable: the client has seen none of it (a stream's break is
+		// told in the stream, after its 200), and a new request runs anew.
+		return &apiError{status: 502, typ: typeServer, code: "response_broken", msg: br.Error()}
 	case errors.Is(err, caller.ErrCancelled):
 		return &apiError{status: 500, typ: typeServer, code: "cancelled", msg: "the request was cancelled", noRetry: true}
 	}

@@ -23,7 +23,8 @@ import (
 // Responses: OpenAI-shaped requests. The last user message (or the prompt)
 // steers it: "reject:<code>" rejects the request with that code, "hold"
 // claims and pings but never ends (until cancelled), "cancelled" ends it
-// cancelled before any chunk, "fail:<error>" and
+// cancelled before any chunk, "vanish" claims, sends one chunk and is never
+// heard from again (a worker that crashed mid-response), "fail:<error>" and
 // "refuse:<error>" claim and end the response failed (refused, as the
 // engine worker ends a request its engine answered 4xx) before any chunk,
 // anything else streams max_tokens chunks of one token each.
@@ -133,6 +134,10 @@ func (r *responder) serve(h nats.Header, body []byte) {
 	}
 	if why, ok := strings.CutPrefix(steer, "refuse:"); ok {
 		endResponse(r.nc, subj, id, exec, 1, wire.ResponseEnd{Status: wire.EndFailed, Error: why, Refused: true})
+		return
+	}
+	if steer == "vanish" {
+		chunk(r.nc, subj, id, exec, 1, mkChunk(h.Get(wire.HeaderAPI), req.Model, "x", ""))
 		return
 	}
 	if steer == "hold" {

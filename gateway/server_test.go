@@ -537,6 +537,23 @@ func TestKeyedRejectionIsNotRetried(t *testing.T) {
 	}
 }
 
+// TestBrokenResponseIsRetryable: a non-streaming response that broke off
+// (its worker sent a chunk and was not heard from again) is 502
+// response_broken, which the clients retry: they saw none of it, and a new
+// request runs anew. With an Idempotency-Key it is not to be retried (the
+// same key would only get 409).
+func TestBrokenResponseIsRetryable(t *testing.T) {
+	g := startGateway(t, nil)
+	resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("vanish", ""))
+	if resp.StatusCode != 502 || decodeErr(t, body).Error.Code != "response_broken" || resp.Header.Get("X-Should-Retry") != "" {
+		t.Errorf("broken: %d, X-Should-Retry %q, %s; want 502 response_broken, retryable", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
+	}
+	resp, body = g.post("/v1/chat/completions", "sk-a", chatBody("vanish", ""), HeaderIdempotency, "key-vanish")
+	if resp.StatusCode != 502 || resp.Header.Get("X-Should-Retry") != "false" || !strings.Contains(body, "retry with a new key") {
+		t.Errorf("broken with a key: %d, X-Should-Retry %q, %s; want 502, not to be retried, naming a new key", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
+	}
+}
+
 // TestCancelledIsNotRetried: a request cancelled before its first chunk (by
 // an operator, another producer) is a 500 the clients do not retry: a retry
 // would run again what was cancelled.
