@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -140,6 +141,17 @@ func TestProgressLine(t *testing.T) {
 	}
 }
 
+// dlqServer starts a server with the pool's streams.
+func dlqServer(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	srv, nc := natstest.StartServer(t)
+	js, _ := jetstream.New(nc)
+	if err := bus.EnsureStreams(context.Background(), js, bus.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, js
+}
+
 // putLetter stores dead letter order-i of class limited with error code.
 func putLetter(t *testing.T, js jetstream.JetStream, i int, code string) {
 	t.Helper()
@@ -158,12 +170,8 @@ func putLetter(t *testing.T, js jetstream.JetStream, i int, code string) {
 // count and total are the letters the scan reads, all of them, so that it
 // ends at its total; what the command did is counted apart.
 func TestScanProgressCountsWhatItReads(t *testing.T) {
-	srv, nc := natstest.StartServer(t)
-	js, _ := jetstream.New(nc)
+	srv, js := dlqServer(t)
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
 	for i := 1; i <= 5; i++ {
 		code := "timeout"
 		if i%2 == 0 {
@@ -197,12 +205,8 @@ func TestScanProgressCountsWhatItReads(t *testing.T) {
 // stream full after two) says how many letters it replayed before the
 // error, in text and in --json, and exits 1; a rerun goes on from there.
 func TestReplayStoppedSaysHowFar(t *testing.T) {
-	srv, nc := natstest.StartServer(t)
-	js, _ := jetstream.New(nc)
+	srv, js := dlqServer(t)
 	ctx := context.Background()
-	if err := bus.EnsureStreams(ctx, js, bus.StreamConfig{Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
 	for i := 1; i <= 5; i++ {
 		putLetter(t, js, i, "queue_full")
 	}
