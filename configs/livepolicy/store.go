@@ -117,13 +117,15 @@ func (s *Store) Bucket() string { return s.bucket }
 // "fairdispatch_policy@2:17: policy_classes[1].quantum: must be > 0".
 func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s@%d", s.bucket, rev) }
 
-// Seed puts yaml as the first revision when the key has none (create if
-// absent: it never overwrites). created is false when a revision existed;
-// rev is then 0.
+// Seed puts yaml as the first revision when the key has none: it never
+// overwrites, and a key whose last revision is a delete or a purge has one
+// (jetstream's Create would write over those, undoing the live policy the
+// running dispatchers kept in its place). created is false when a revision
+// existed; rev is then 0.
 func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool, err error) {
-	err = s.whileLeaderless(ctx, func() (err error) { rev, err = s.kv.Create(ctx, Key, yaml); return err })
+	err = s.whileLeaderless(ctx, func() (err error) { rev, err = s.kv.Update(ctx, Key, yaml, 0); return err })
 	switch {
-	case errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 		return 0, false, nil
 	case err != nil:
 		return 0, false, fmt.Errorf("policy bucket %s: seed: %w", s.bucket, sizeHint(err))

@@ -97,12 +97,22 @@ func TestStartRunsTheBucketsValidRevisionElseTheFallback(t *testing.T) {
 	if err != nil || st.Refused == nil || st.Current.Revision != 3 || st.Running != 2 || st.Policy.Classes[0].Name != "b" {
 		t.Fatalf("Start with an invalid revision 3: %+v err %v, want 3 refused and revision 2's b running", st, err)
 	}
-	// So after a delete of the key.
+	// So after a delete of the key, with or without a file: a restart with
+	// its --policy-config does not write the file over the delete (every
+	// running dispatcher would apply it, undoing the live b).
 	if err := kv.Delete(ctx, Key); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ = Start(ctx, s, nil, fallback, zerolog.Nop()); st.Refused == nil || st.Running != 2 || st.Policy.Classes[0].Name != "b" {
-		t.Fatalf("Start after a delete: %+v, want it refused and revision 2's b running", st)
+	for _, seed := range [][]byte{nil, []byte(goodA)} {
+		if st, _ = Start(ctx, s, seed, fallback, zerolog.Nop()); st.Refused == nil || st.Current.Revision != 4 || st.Running != 2 || st.Policy.Classes[0].Name != "b" {
+			t.Fatalf("Start after a delete, seed %q: %+v, want the delete (4) refused and revision 2's b running", seed, st)
+		}
+	}
+	if err := kv.Purge(ctx, Key); err != nil {
+		t.Fatal(err)
+	}
+	if rev, created, err := s.Seed(ctx, []byte(goodA)); err != nil || created {
+		t.Fatalf("Seed after a purge: revision %d, created %v, %v; want the purge kept", rev, created, err)
 	}
 }
 
