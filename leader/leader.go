@@ -279,7 +279,7 @@ func (e *Elector) Run(ctx context.Context, onChange func(leader bool)) {
 					e.validUntil.Store(int64(validUntil.Sub(e.base)))
 				case errors.Is(err, jetstream.ErrKeyExists) || isMismatch(err):
 					e.stepDown("lease taken: "+err.Error(), onChange)
-				case errors.Is(err, jetstream.ErrNoStreamResponse) && ctx.Err() == nil && e.bucketGone(ctx):
+				case errors.Is(err, jetstream.ErrNoStreamResponse) && ctx.Err() == nil && e.bucketGone(ctx, validUntil.Sub(e.cfg.Now())):
 					// Its server restarted (a memory bucket) or it was deleted:
 					// the key is gone, and another process may create it.
 					e.stepDown("the lease bucket is gone: "+err.Error(), onChange)
@@ -378,9 +378,16 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 	return true
 }
 
-// bucketGone reports whether the lease bucket's stream no longer exists.
-func (e *Elector) bucketGone(ctx context.Context) bool {
-	_, err := e.streamInfo(ctx)
+// bucketGone reports whether the lease bucket's stream no longer exists,
+// asking for no longer than within (what is left of the lease: an
+// unanswered question must not keep a leader leading past it).
+func (e *Elector) bucketGone(ctx context.Context, within time.Duration) bool {
+	if within <= 0 {
+		return false
+	}
+	c, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	_, err := e.streamInfo(c)
 	return errors.Is(err, jetstream.ErrStreamNotFound)
 }
 

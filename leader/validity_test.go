@@ -219,3 +219,66 @@ func TestLeaseNoLongerThanTheBucketsTTL(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "a to step down", func() bool { return !e.Leader() })
 }
+
+// noStreamKV is a lease bucket whose Create succeeds and whose Update is
+// answered at once with "no response from stream" (its stream has no
+// leader, or is gone).
+type noStreamKV struct{ stallingKV }
+
+func (k *noStreamKV) Update(context.Context, string, []byte, uint64) (uint64, error) {
+	return 0, jetstream.ErrNoStreamResponse
+}
+
+// stallingStreamJS answers no stream info: each request tells given how long
+// it was given and returns when its context ends.
+type stallingStreamJS struct {
+	jetstream.JetStream
+	given chan time.Duration
+}
+
+func (j stallingStreamJS) Stream(ctx context.Context, _ string) (jetstream.Stream, error) {
+	dl, _ := ctx.Deadline()
+	j.given <- time.Until(dl)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestBucketCheckEndsWithTheLease: a renewal answered "no response from
+// stream" asks whether the bucket is gone; that question, too, is given no
+// longer than the lease is still valid, so that the leader steps down at
+// its end rather than up to half a TTL later, past the time the server lets
+// another process take the key.
+func TestBucketCheckEndsWithTheLease(t *testing.T) {
+	const ttl = time.Hour
+	const left = 200 * time.Millisecond
+	kv := &noStreamKV{}
+	e, c := leaseOn(t, kv, ttl)
+	js := stallingStreamJS{given: make(chan time.Duration, 4)}
+	var changes atomic.Int32
+	down := make(chan struct{})
+	run(t, e, func(lead bool) {
+		switch changes.Add(1) {
+		case 1:
+			js.JetStream = e.js
+			e.js = js // mayCampaign has asked the real stream; the check asks this one
+			c.skip(45*time.Minute - left)
+		case 2:
+			close(down)
+		}
+	})
+	select {
+	case given := <-js.given:
+		if given > left {
+			t.Errorf("the bucket check was given %v; the lease was valid for at most %v more", given, left)
+		}
+	case <-down: // the round came after the lease's end (a loaded machine): no check to bound
+		return
+	case <-time.After(time.Minute):
+		t.Fatal("neither a bucket check nor a step-down within a minute")
+	}
+	select {
+	case <-down:
+	case <-time.After(time.Minute):
+		t.Fatalf("still leading a minute after the lease ran out (valid: %v)", e.Valid())
+	}
+}
