@@ -490,8 +490,45 @@ func TestPublishTimeout(t *testing.T) {
 	defer cancel()
 	_, err = c.Start(ctx, caller.Request{ID: "r9", Class: "premium", KeepUnconfirmed: true})
 	var pe *caller.PublishError
-	if !errors.As(err, &pe) || pe.Stored != caller.StoredUnknown || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Fatalf("publish to a silent stream: %v (context %v), want a PublishError of unknown fate after the publish timeout", err, ctx.Err())
+	if !errors.As(err, &pe) || pe.Stored != caller.StoredUnknown || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || !pe.Kept || pe.Cancelled {
+		t.Fatalf("publish to a silent stream: %v (context %v), want a PublishError of unknown fate after the publish timeout, kept", err, ctx.Err())
+	}
+	// Not kept: the id is cancelled, so that it never runs.
+	cancels, err := nc.SubscribeSync("dispatch.cancel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Start(ctx, caller.Request{ID: "r10", Class: "premium"})
+	if !errors.As(err, &pe) || pe.Stored != caller.StoredUnknown || pe.Kept || !pe.Cancelled {
+		t.Fatalf("not kept: %v (%+v), want it cancelled", err, pe)
+	}
+	if m, err := cancels.NextMsg(10 * time.Second); err != nil || !strings.Contains(string(m.Data), `"r10"`) {
+		t.Fatalf("the cancellation: %v %v, want one naming r10", m, err)
+	}
+}
+
+// TestClosedWhileTheAckIsAwaited: the request reached the server (a
+// subscriber standing in for the stream got it; a stream stores on
+// receipt), then the caller's connection closed for good before the
+// acknowledgement came. Its fate is unknown, not "not stored", and the
+// cancellation could not be sent: the caller is told both.
+func TestClosedWhileTheAckIsAwaited(t *testing.T) {
+	srv, nc := natstest.StartServer(t)
+	stream := natstest.Connect(t, srv)
+	if _, err := stream.Subscribe("dispatch.req.>", func(*nats.Msg) { nc.Close() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := caller.New(nc, caller.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Start(context.Background(), caller.Request{ID: "r-closed", Class: "premium"})
+	var pe *caller.PublishError
+	if !errors.As(err, &pe) || pe.Stored != caller.StoredUnknown || pe.Cancelled || pe.Kept {
+		t.Fatalf("closed while the ack was awaited: %v (%+v); want unknown fate, not cancelled", err, pe)
 	}
 }
 

@@ -167,10 +167,13 @@ func (c *Caller) Start(ctx context.Context, req Request) (*Call, error) {
 	ack, err := c.js.PublishMsg(pctx, m, jetstream.WithExpectStream(c.names.ReqStream()))
 	if err != nil {
 		pe := &PublishError{ID: req.ID, Stored: classifyPublish(err), Err: err}
-		if pe.Stored == StoredUnknown && !req.KeepUnconfirmed {
+		switch {
+		case pe.Stored == StoredUnknown && req.KeepUnconfirmed:
+			pe.Kept = true
+		case pe.Stored == StoredUnknown:
 			// It may be stored: cancel it, so that it never runs (the
 			// dispatcher cancels an id it has not seen yet at admission).
-			call.publishCancel()
+			pe.Cancelled = c.Cancel(req.ID) == nil
 		}
 		_ = sub.Unsubscribe()
 		return nil, pe
@@ -179,13 +182,15 @@ func (c *Caller) Start(ctx context.Context, req Request) (*Call, error) {
 	return call, nil
 }
 
-// classifyPublish says whether a failed publication may have been stored.
+// classifyPublish says whether a failed publication may have been stored. A
+// connection closed for good is not known to have stored nothing: nats.go
+// says so too when it closed after the request was sent, while its answer
+// was awaited (one closed before is caught by Start's check).
 func classifyPublish(err error) Stored {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrMaxPayload),
-		errors.Is(err, nats.ErrBadSubject):
+		errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
 		return StoredNo
 	case errors.As(err, &apiErr):
 		return StoredNo // the stream answered with an error: not stored

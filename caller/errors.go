@@ -13,17 +13,22 @@ const (
 	// refused it, or the client could not send it).
 	StoredNo Stored = iota
 	// StoredUnknown: JetStream did not answer in time or the connection
-	// dropped after sending; the request may be stored.
+	// closed while the answer was awaited; the request may be stored.
 	StoredUnknown
 )
 
 // PublishError is Start's error: JetStream did not confirm the request, so it
 // was not accepted. With StoredUnknown and Request.KeepUnconfirmed false,
-// Start has cancelled the request id, so it never runs.
+// Start publishes a cancellation of the request id, so that it never runs;
+// Cancelled says whether that publication went out (it cannot on a closed
+// connection: the request may then run); Kept that none was sent because
+// the request asked to be kept (Request.KeepUnconfirmed).
 type PublishError struct {
-	ID     string
-	Stored Stored
-	Err    error
+	ID        string
+	Stored    Stored
+	Cancelled bool
+	Kept      bool
+	Err       error
 }
 
 func (e *PublishError) Error() string {

@@ -111,8 +111,14 @@ func fromCall(err error) *apiError {
 			msg: "the request, with the headers the gateway adds (its block hashes), is over the NATS server's max_payload: send a smaller body"}
 	case errors.As(err, &pe):
 		msg := "the request was not accepted (JetStream did not store it); retrying it is safe"
-		if pe.Stored == caller.StoredUnknown {
-			msg = "the request was not accepted (JetStream did not confirm it): it will not run; retrying it is safe, and with the same Idempotency-Key it never runs twice"
+		switch {
+		case pe.Stored == caller.StoredNo:
+		case pe.Cancelled:
+			msg = "the request was not accepted (JetStream did not confirm it, and the gateway cancelled it): it will not run; retrying it is safe"
+		case pe.Kept:
+			msg = "the request was not accepted (JetStream did not confirm it): it may run; a retry with the same Idempotency-Key attaches to it and never runs it twice"
+		default:
+			msg = "the request was not accepted (JetStream did not confirm it, and its cancellation could not be sent): it may still run, and a retry may run it twice"
 		}
 		return &apiError{status: 503, typ: typeUnavailable, code: "not_accepted", msg: msg, retryAfter: errRetryAfter}
 	case errors.As(err, &br):

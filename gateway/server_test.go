@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -562,5 +563,27 @@ func TestCancelledIsNotRetried(t *testing.T) {
 	resp, body := g.post("/v1/chat/completions", "sk-a", chatBody("cancelled", ""))
 	if resp.StatusCode != 500 || decodeErr(t, body).Error.Code != "cancelled" || resp.Header.Get("X-Should-Retry") != "false" {
 		t.Fatalf("%d, X-Should-Retry %q, %s; want 500 cancelled, not to be retried", resp.StatusCode, resp.Header.Get("X-Should-Retry"), body)
+	}
+}
+
+// TestNotAcceptedSaysWhatBecomesOfIt: a request JetStream did not confirm
+// is answered 503 not_accepted with what the client can count on: not
+// stored, cancelled (it will not run), kept for a retry with its key, or
+// neither (its cancellation could not be sent: it may run).
+func TestNotAcceptedSaysWhatBecomesOfIt(t *testing.T) {
+	for _, c := range []struct {
+		pe   caller.PublishError
+		want string
+	}{
+		{caller.PublishError{Stored: caller.StoredNo}, "did not store it); retrying it is safe"},
+		{caller.PublishError{Stored: caller.StoredUnknown, Cancelled: true}, "cancelled it): it will not run"},
+		{caller.PublishError{Stored: caller.StoredUnknown, Kept: true}, "it may run; a retry with the same Idempotency-Key attaches"},
+		{caller.PublishError{Stored: caller.StoredUnknown}, "could not be sent): it may still run"},
+	} {
+		c.pe.Err = errors.New("x")
+		e := fromCall(&c.pe)
+		if e.status != 503 || e.code != "not_accepted" || !strings.Contains(e.msg, c.want) {
+			t.Errorf("%+v: %d %s %q, want 503 not_accepted saying %q", c.pe, e.status, e.code, e.msg, c.want)
+		}
 	}
 }
