@@ -317,7 +317,7 @@ func (p *process) startAdapters(ctx context.Context) error {
 			Str("running", p.polSrc).Uint64("running_revision", p.polRev).Msg(msg)
 		a.RefusePolicy(p.cur.Revision, p.cur.Created, p.refused)
 	}
-	follower := &livepolicy.Follower{Store: p.store, Applier: a, Log: log, Running: p.cur.Revision}
+	follower := &livepolicy.Follower{Store: p.store, Applier: a, Log: log, Running: p.cur.Revision, RunningCreated: p.cur.Created}
 	fctx, stopFollow := context.WithCancel(ctx)
 	p.stopFollow = stopFollow // before the connection drains: its watch ending then is no fault
 	go follower.Run(fctx)

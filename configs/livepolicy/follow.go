@@ -30,8 +30,13 @@ type Follower struct {
 	Applier Applier
 	Log     zerolog.Logger
 	// Running is the revision the dispatcher started with (0: none from the
-	// bucket); revisions up to it are not applied again.
-	Running uint64
+	// bucket); revisions up to it are not applied again. RunningCreated is
+	// when it was stored (zero: learnt from the watch): a revision numbered
+	// up to Running but stored after it is of a bucket made again (deleted
+	// by an operator, or a memory bucket lost with its server), whose
+	// revisions number from 1 anew, and is followed.
+	Running        uint64
+	RunningCreated time.Time
 }
 
 // Started is the policy a dispatcher starts with (Start).
@@ -180,9 +185,16 @@ func (f *Follower) Run(ctx context.Context) {
 
 func (f *Follower) handle(ctx context.Context, log zerolog.Logger, r Revision) {
 	if r.Revision <= f.Running {
-		return
+		if r.Revision == f.Running && f.RunningCreated.IsZero() {
+			f.RunningCreated = r.Created
+		}
+		if f.RunningCreated.IsZero() || !r.Created.After(f.RunningCreated) {
+			return // seen (a watch that starts delivers the current revision)
+		}
+		log.Warn().Uint64("revision", r.Revision).Uint64("was", f.Running).
+			Msg("the policy bucket was made again (its revisions number from 1 anew): following it")
 	}
-	f.Running = r.Revision
+	f.Running, f.RunningCreated = r.Revision, r.Created
 	var p *configs.Policy
 	err := errors.New("the key is deleted")
 	if !r.Deleted {

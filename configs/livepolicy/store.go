@@ -192,17 +192,33 @@ func (s *Store) History(ctx context.Context) ([]Revision, error) {
 // Watch calls fn with every revision of the key from the current one on, in
 // order, until ctx ends (docs/design.md, Live policy). It returns nil then, or
 // an error if the watch cannot be started. The watch survives reconnections
-// (an ordered consumer that recreates itself).
+// (an ordered consumer that recreates itself). It ends with an error when
+// the bucket was made again (checked every watchCheck): the ordered
+// consumer would resume past the old bucket's last sequence and miss the
+// new bucket's first revisions, where a new watch starts from its current one.
 func (s *Store) Watch(ctx context.Context, fn func(Revision)) error {
+	created, _ := s.created(ctx)
 	w, err := s.kv.Watch(ctx, Key)
 	if err != nil {
 		return fmt.Errorf("policy bucket %s: watch: %w", s.bucket, err)
 	}
 	defer func() { _ = w.Stop() }()
+	check := time.NewTicker(watchCheck)
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-check.C:
+			now, err := s.created(ctx)
+			switch {
+			case err != nil: // gone, or unanswered: checked again later
+			case created.IsZero():
+				created = now
+			case !now.Equal(created):
+				return fmt.Errorf("policy bucket %s: made again (created %s, was %s): watching it anew", s.bucket,
+					now.UTC().Format(time.RFC3339Nano), created.UTC().Format(time.RFC3339Nano))
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -216,6 +232,24 @@ func (s *Store) Watch(ctx context.Context, fn func(Revision)) error {
 			fn(revision(e))
 		}
 	}
+}
+
+// watchCheck is how often Watch checks that its bucket is the one it
+// started on.
+var watchCheck = 5 * time.Second
+
+// created returns when the bucket's stream was created.
+func (s *Store) created(ctx context.Context) (time.Time, error) {
+	c, cancel := context.WithTimeout(ctx, watchCheck)
+	defer cancel()
+	st, err := s.kv.Status(c)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		return b.StreamInfo().Created, nil
+	}
+	return time.Time{}, errors.New("no stream info")
 }
 
 func revision(e jetstream.KeyValueEntry) Revision {

@@ -3,6 +3,7 @@ package livepolicy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -278,5 +279,105 @@ func TestStartWaitsForTheBucketsLeader(t *testing.T) {
 	s.kv, s.leaderWait = &leaderlessKV{KeyValue: kv, n: 1 << 30}, 300*time.Millisecond
 	if _, err := s.Get(context.Background()); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("Get with no leader past the wait: %v, want no responders", err)
+	}
+}
+
+// TestFollowerFollowsABucketMadeAgain: the bucket deleted and made again
+// (by an operator, or a memory bucket lost with its server and created by
+// the next dispatcher to start) numbers its revisions from 1 anew; a
+// running follower, past revision 4 of the old one, applies them rather
+// than skipping every one up to 4 and running another policy than the
+// dispatchers that start later.
+func TestFollowerFollowsABucketMadeAgain(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const bucket = "fairdispatch_policy"
+	s, err := Open(ctx, js, bucket, BucketConfig{Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, y := range []string{goodA, goodB, goodA, goodB} {
+		if _, _, err := s.Put(ctx, "x", []byte(y)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, err := s.Get(ctx)
+	if err != nil || cur.Revision != 4 {
+		t.Fatalf("current %+v, %v; want revision 4", cur, err)
+	}
+	old := watchCheck
+	watchCheck = 100 * time.Millisecond
+	defer func() { watchCheck = old }()
+	a := &applier{}
+	f := &Follower{Store: s, Applier: a, Log: zerolog.Nop(), Running: cur.Revision, RunningCreated: cur.Created}
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := js.DeleteKeyValue(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(ctx, js, bucket, BucketConfig{Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := again.Seed(ctx, []byte(goodA)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := again.Put(ctx, "x", []byte(goodB)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		ap, _ := a.seen()
+		return len(ap) > 0 && ap[len(ap)-1] == 2
+	}, "the new bucket's revision 2 applied")
+}
+
+// TestWatchEndsWhenTheBucketIsMadeAgain: a watch on a bucket deleted and
+// made again ends with an error saying so (its ordered consumer would
+// resume past the old bucket's last sequence, skipping the new one's
+// first revisions), so that the follower starts a new one.
+func TestWatchEndsWhenTheBucketIsMadeAgain(t *testing.T) {
+	_, nc := natstest.StartServer(t)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const bucket = "fairdispatch_policy"
+	s, err := Open(ctx, js, bucket, BucketConfig{Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Put(ctx, "x", []byte(goodA)); err != nil {
+		t.Fatal(err)
+	}
+	old := watchCheck
+	watchCheck = 50 * time.Millisecond
+	started := make(chan struct{})
+	var once sync.Once
+	ended := make(chan error, 1)
+	go func() { ended <- s.Watch(ctx, func(Revision) { once.Do(func() { close(started) }) }) }()
+	var err2 error
+	select {
+	case <-started: // the watch delivered the current revision: it runs
+	case err2 = <-ended:
+		t.Fatalf("the watch ended before it delivered anything: %v", err2)
+	}
+	if err := js.DeleteKeyValue(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, js, bucket, BucketConfig{Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err2 = <-ended:
+	case <-time.After(30 * time.Second):
+		cancel()
+		err2 = <-ended
+		err2 = fmt.Errorf("went on for 30 s, then %v", err2)
+	}
+	watchCheck = old
+	if err2 == nil || !strings.Contains(err2.Error(), "made again") {
+		t.Fatalf("the watch on a bucket made again ended with %v, want an error saying so", err2)
 	}
 }
