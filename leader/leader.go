@@ -49,6 +49,11 @@
 // the server's clock: its stream info's creation and current times) when a
 // dispatcher may have led with an earlier bucket (Config.MayHaveLed). A
 // fresh deployment's first bucket is used at once, and a handover in it too.
+// "One TTL" is the campaigner's own: the lost bucket took the pool's longest
+// with it. This holds when the pool's dispatchers share one TTL, as
+// docs/config.md (--lease-ttl) asks; a leader with a longer one, mid-way
+// through a rolling change of it, may lead beside the new one until its
+// next renewal finds the bucket gone.
 package leader
 
 import (
