@@ -31,7 +31,10 @@ type Completion struct {
 	Seq uint64 `json:"seq"`
 	// QueuedMs is the dispatcher's queueing time, in ms.
 	QueuedMs uint64 `json:"queued_ms"`
-	// PublishedAt is when loadgen published it; the rest come from the record.
+	// PublishedAt is when loadgen published it; the rest come from the
+	// record (timings a worker may add; docs/protocol.md, Completion
+	// records), FinishedAt when loadgen received the record if the record
+	// has none.
 	PublishedAt  time.Time `json:"published_at"`
 	ReceivedAt   time.Time `json:"received_at"`
 	StartedAt    time.Time `json:"started_at"`

@@ -140,7 +140,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		return nil, err
 	}
 	r.names = names
-	if err := ensureStream(ctx, js, names); err != nil {
+	if err := r.ensureStream(ctx, js, names); err != nil {
 		return nil, err
 	}
 	inbox := nc.NewRespInbox()
@@ -205,9 +205,18 @@ wait:
 }
 
 // ensureStream creates the request stream when it is missing.
-func ensureStream(ctx context.Context, js jetstream.JetStream, names naming.Names) error {
-	_, err := js.Stream(ctx, names.ReqStream())
+func (r *run) ensureStream(ctx context.Context, js jetstream.JetStream, names naming.Names) error {
+	lctx, cancel := context.WithTimeout(ctx, streamLookupWait)
+	defer cancel()
+	_, err := js.Stream(lctx, names.ReqStream())
 	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// A producer's permissions (docs/security.md) grant no JetStream
+		// API: the server drops the lookup, and publishing says the rest.
+		r.log.Warn().Str("stream", names.ReqStream()).Dur("waited", streamLookupWait).
+			Msg("the request stream could not be looked up (no JetStream API permission?): publishing anyway, which fails if it does not exist")
 		return nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -224,6 +233,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, names naming.Name
 	}
 	return nil
 }
+
+// streamLookupWait bounds the request stream's lookup (a tests' seam).
+var streamLookupWait = 5 * time.Second
 
 // order returns the class of each request in publication order.
 func order(cfg Config) []string {
@@ -527,11 +539,15 @@ func (r *run) onCompletion(m *nats.Msg) {
 	if q.key != "" {
 		r.byKey[q.key]++
 	}
+	finished := rec.FinishedAt
+	if finished.IsZero() {
+		finished = time.Now() // a worker that sends no timings (they are not the protocol's): when the record came
+	}
 	c := Completion{
 		RequestID: rec.RequestID, Class: q.class, Key: q.key, Tenant: q.tenant, PhysicalClass: rec.Class, WorkerID: rec.WorkerID,
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
-		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FirstTokenAt: rec.FirstTokenAt, FinishedAt: rec.FinishedAt,
-		Latency: rec.FinishedAt.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
+		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FirstTokenAt: rec.FirstTokenAt, FinishedAt: finished,
+		Latency: finished.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
 		PrefillTokens: rec.PrefillTokens, OutputTokens: rec.OutputTokens,
 	}
 	if !rec.FirstTokenAt.IsZero() {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -205,8 +206,8 @@ func TestRunWaitsForLateDispatchedOutcomes(t *testing.T) {
 				return // stopped
 			}
 			id, replyTo := m.Headers().Get(jetstream.MsgIDHeader), m.Headers().Get(wire.HeaderReplyTo)
-			now := time.Now()
-			rec, _ := json.Marshal(wire.Completion{RequestID: id, Class: "a", WorkerID: "w1", ReceivedAt: now, StartedAt: now, FinishedAt: now})
+			// No timings, as a worker written from the protocol sends none.
+			rec, _ := json.Marshal(wire.Completion{RequestID: id, Class: "a", WorkerID: "w1", Seq: 1})
 			_ = nc.Publish("dispatch.done.w1", rec)
 			_ = m.Ack()
 			time.AfterFunc(late, func() {
@@ -224,5 +225,45 @@ func TestRunWaitsForLateDispatchedOutcomes(t *testing.T) {
 	}
 	if got := res.PerClass["a"]; got.Completed != n || got.Dispatched != n {
 		t.Errorf("class a: %d completed, %d dispatched; want %d and %d", got.Completed, got.Dispatched, n, n)
+	}
+	for _, c := range res.Completions {
+		if c.FinishedAt.IsZero() || c.Latency < 0 || c.Latency > time.Minute {
+			t.Errorf("a record without timings: finished %v, latency %v; want the record's arrival", c.FinishedAt, c.Latency)
+		}
+	}
+}
+
+// TestRunWithoutJetStreamAPI: a producer's permissions (docs/security.md)
+// grant no JetStream API, so the request stream's lookup goes unanswered;
+// loadgen says so and publishes anyway, rather than wait out its timeout.
+func TestRunWithoutJetStreamAPI(t *testing.T) {
+	defer loadgen.SetStreamLookupWait(200 * time.Millisecond)()
+	ns := natstest.Start(t, func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "admin", Password: "a"},
+			{Username: "producer", Password: "p", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"dispatch.req.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", "dispatch.done.>"}},
+			}},
+		}
+	})
+	connect := func(user, pass string) *nats.Conn {
+		nc, err := nats.Connect(ns.URL(), nats.UserInfo(user, pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	admin := connect("admin", "a")
+	js, _ := jetstream.New(admin)
+	natstest.RequestStream(t, js, "dispatch")
+	startMock(t, admin, mockworker.Config{ID: "w1", MaxNumSeqs: 4})
+	natstest.StartFakeDispatcher(t, admin, "dispatch", 30*time.Second, toW1)
+	res, err := loadgen.Run(context.Background(), connect("producer", "p"), loadgen.Config{
+		Classes: []loadgen.ClassCount{{Class: "a", Count: 5}}, ISL: 10, Timeout: time.Minute,
+	}, logger(t))
+	if err != nil || len(res.Completions) != 5 {
+		t.Fatalf("run as a producer: %v, %+v; want 5 completions", err, res)
 	}
 }

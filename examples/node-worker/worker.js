@@ -27,7 +27,10 @@
 //   CHUNK_MS            ms between two chunks, default 5
 //   COMPLETION_RECORDS  "1": publish a JSON completion record on
 //                       <prefix>.done.<id> per dispatch accepted, as the Go mock
-//                       worker does, for the end-to-end tests; not part of the protocol
+//                       worker does (loadgen counts them), for the end-to-end tests;
+//                       its token counts are 0 (this example computes none), so
+//                       under settlement every request is refunded: a real worker
+//                       reports what it computed
 //   PLAIN_ACKS          "1": publish +ACK, +TERM and -NAK as plain messages instead of
 //                       confirmed ones (checklist item 7), for a NATS user that may not
 //                       subscribe to its inbox; an acknowledgement lost around a NATS
