@@ -17,12 +17,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,10 +99,23 @@ func main() {
 		os.Exit(runRole(role, os.Args[1:]))
 	}
 	if err := run(os.Args[1:]); err != nil {
+		var u usageError
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			os.Exit(0)
+		case errors.As(err, &u):
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(2)
+		}
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
+
+// usageError is a command line the bench cannot run (exit 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
 
 func parseOptions(args []string) (options, error) {
 	var o options
@@ -166,13 +181,24 @@ func parseOptions(args []string) (options, error) {
 	case o.profileSecs < 1 || o.profileSecs > 60:
 		return o, fmt.Errorf("--profile-seconds %d: want 1 to 60", o.profileSecs)
 	}
+	if o.only != "" {
+		for _, part := range strings.Split(o.only, ",") {
+			if !slices.Contains(onlyParts, part) {
+				return o, fmt.Errorf("--only %q: no part %q (want some of %s)", o.only, part, strings.Join(onlyParts, ","))
+			}
+		}
+	}
 	return o, nil
 }
+
+// onlyParts are the names --only takes.
+var onlyParts = []string{"bare", "direct", "fair", "fair-plain", "fair-header", "memory", "burst",
+	"curves-ranks", "curves-queued", "curves-classes", "curves-keys", "curves-idle"}
 
 func run(args []string) error {
 	opt, err := parseOptions(args)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	started := time.Now()
 	b := &bench{opt: opt, started: started}

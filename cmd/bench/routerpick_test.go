@@ -268,3 +268,14 @@ func TestFleetRefusesATraceWithNoSpan(t *testing.T) {
 		t.Errorf("a trace of one instant: %v, want an error saying so", err)
 	}
 }
+
+// An --only part that is no part is refused, naming it, rather than a run
+// that measures nothing and exits 0.
+func TestOnlyRefusesAnUnknownPart(t *testing.T) {
+	if _, err := parseOptions([]string{"--only", "bare,fiar"}); err == nil || !strings.Contains(err.Error(), `no part "fiar"`) {
+		t.Errorf("a typo: %v, want an error naming it", err)
+	}
+	if _, err := parseOptions([]string{"--only", strings.Join(onlyParts, ",")}); err != nil {
+		t.Errorf("every part: %v", err)
+	}
+}
