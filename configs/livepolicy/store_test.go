@@ -282,6 +282,20 @@ func TestStartWaitsForTheBucketsLeader(t *testing.T) {
 	}
 }
 
+const bucket = "fairdispatch_policy"
+
+// memoryBucket opens the policy bucket, in memory, on a new server.
+func memoryBucket(t *testing.T) (jetstream.JetStream, *Store) {
+	t.Helper()
+	_, nc := natstest.StartServer(t)
+	js, _ := jetstream.New(nc)
+	s, err := Open(context.Background(), js, bucket, BucketConfig{Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, s
+}
+
 // TestFollowerFollowsABucketMadeAgain: the bucket deleted and made again
 // (by an operator, or a memory bucket lost with its server and created by
 // the next dispatcher to start) numbers its revisions from 1 anew; a
@@ -289,15 +303,9 @@ func TestStartWaitsForTheBucketsLeader(t *testing.T) {
 // than skipping every one up to 4 and running another policy than the
 // dispatchers that start later.
 func TestFollowerFollowsABucketMadeAgain(t *testing.T) {
-	_, nc := natstest.StartServer(t)
-	js, _ := jetstream.New(nc)
+	js, s := memoryBucket(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const bucket = "fairdispatch_policy"
-	s, err := Open(ctx, js, bucket, BucketConfig{Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, y := range []string{goodA, goodB, goodA, goodB} {
 		if _, _, err := s.Put(ctx, "x", []byte(y)); err != nil {
 			t.Fatal(err)
@@ -339,15 +347,9 @@ func TestFollowerFollowsABucketMadeAgain(t *testing.T) {
 // resume past the old bucket's last sequence, skipping the new one's
 // first revisions), so that the follower starts a new one.
 func TestWatchEndsWhenTheBucketIsMadeAgain(t *testing.T) {
-	_, nc := natstest.StartServer(t)
-	js, _ := jetstream.New(nc)
+	js, s := memoryBucket(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const bucket = "fairdispatch_policy"
-	s, err := Open(ctx, js, bucket, BucketConfig{Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, _, err := s.Put(ctx, "x", []byte(goodA)); err != nil {
 		t.Fatal(err)
 	}
