@@ -164,14 +164,25 @@ func (s *Store) LastGood(ctx context.Context, before uint64) (*configs.Policy, R
 }
 
 // Run follows the key until ctx ends, restarting the watch (after a pause)
-// if it cannot be started or ends.
+// if it cannot be started or ends. A bucket made again (ErrMadeAgain) is
+// followed from its current revision, whatever its number.
 func (f *Follower) Run(ctx context.Context) {
 	log := f.Log.With().Str("component", "policy").Str("bucket", f.Store.Bucket()).Logger()
-	pause := 500 * time.Millisecond
+	const firstPause = 500 * time.Millisecond
+	pause := firstPause
 	for ctx.Err() == nil {
+		started := time.Now()
 		err := f.Store.Watch(ctx, func(r Revision) { f.handle(ctx, log, r) })
 		if err == nil || ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, ErrMadeAgain) {
+			log.Warn().Err(err).Uint64("was", f.Running).Msg("the policy bucket was made again: following it from its current revision")
+			f.Running, f.RunningCreated, pause = 0, time.Time{}, firstPause
+			continue
+		}
+		if time.Since(started) > 10*time.Second {
+			pause = firstPause // a watch that ran a while: not a failure in a row
 		}
 		log.Warn().Err(err).Dur("retry_in", pause).Msg("policy watch failed; the running policy stays")
 		select {

@@ -117,13 +117,22 @@ func (s *Store) Bucket() string { return s.bucket }
 // "fairdispatch_policy@2:17: policy_classes[1].quantum: must be > 0".
 func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s@%d", s.bucket, rev) }
 
-// Seed puts yaml as the first revision when the key has none: it never
-// overwrites, and a key whose last revision is a delete or a purge has one
-// (jetstream's Create would write over those, undoing the live policy the
-// running dispatchers kept in its place). created is false when a revision
-// existed; rev is then 0.
+// Seed puts yaml as the first revision when the key has none. It never
+// writes over a valid policy, nor over a delete or purge marker while the
+// history keeps a valid revision (jetstream's Create would, undoing the
+// live policy the running dispatchers kept in the marker's place: they run
+// that revision, and a restarted one runs it too). Over a marker with no
+// valid revision left (a purge), it does put yaml: every dispatcher would
+// otherwise run a policy of its own, the running ones the last they held,
+// a restarted one its file. created is false when nothing was written; rev
+// is then 0.
 func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool, err error) {
 	err = s.whileLeaderless(ctx, func() (err error) { rev, err = s.kv.Update(ctx, Key, yaml, 0); return err })
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		if res, rerr := s.Resolve(ctx); rerr == nil && res.Current.Deleted && res.Policy == nil {
+			rev, err = s.kv.Update(ctx, Key, yaml, res.Current.Revision)
+		}
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 		return 0, false, nil
@@ -193,11 +202,15 @@ func (s *Store) History(ctx context.Context) ([]Revision, error) {
 // order, until ctx ends (docs/design.md, Live policy). It returns nil then, or
 // an error if the watch cannot be started. The watch survives reconnections
 // (an ordered consumer that recreates itself). It ends with an error when
-// the bucket was made again (checked every watchCheck): the ordered
-// consumer would resume past the old bucket's last sequence and miss the
-// new bucket's first revisions, where a new watch starts from its current one.
+// the bucket was made again (ErrMadeAgain, checked every watchCheck): the
+// ordered consumer would resume past the old bucket's last sequence and miss
+// the new bucket's first revisions, where a new watch starts from its
+// current one. A bucket is made again when its stream's creation time
+// changed (deleted and created), or its last sequence is below a revision
+// delivered (a cluster rebuilds a memory stream lost with its server empty,
+// under its old creation time).
 func (s *Store) Watch(ctx context.Context, fn func(Revision)) error {
-	created, _ := s.created(ctx)
+	first, _ := s.stream(ctx)
 	w, err := s.kv.Watch(ctx, Key)
 	if err != nil {
 		return fmt.Errorf("policy bucket %s: watch: %w", s.bucket, err)
@@ -205,19 +218,20 @@ func (s *Store) Watch(ctx context.Context, fn func(Revision)) error {
 	defer func() { _ = w.Stop() }()
 	check := time.NewTicker(watchCheck)
 	defer check.Stop()
+	var last uint64 // the highest revision delivered
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-check.C:
-			now, err := s.created(ctx)
+			now, err := s.stream(ctx)
 			switch {
 			case err != nil: // gone, or unanswered: checked again later
-			case created.IsZero():
-				created = now
-			case !now.Equal(created):
-				return fmt.Errorf("policy bucket %s: made again (created %s, was %s): watching it anew", s.bucket,
-					now.UTC().Format(time.RFC3339Nano), created.UTC().Format(time.RFC3339Nano))
+			case first == nil: // unanswered at the start
+				first = now
+			case madeAgain(first, now, last):
+				return fmt.Errorf("policy bucket %s: %w (created %s, last sequence %d; was created %s, revision %d delivered)", s.bucket, ErrMadeAgain,
+					now.Created.UTC().Format(time.RFC3339Nano), now.State.LastSeq, first.Created.UTC().Format(time.RFC3339Nano), last)
 			}
 		case e, ok := <-w.Updates():
 			if !ok {
@@ -229,27 +243,39 @@ func (s *Store) Watch(ctx context.Context, fn func(Revision)) error {
 			if e == nil { // the current value has been delivered
 				continue
 			}
+			last = max(last, e.Revision())
 			fn(revision(e))
 		}
 	}
 }
 
+// madeAgain reports whether the bucket's stream now is another than the one
+// first seen, a watch of which delivered revisions up to last.
+func madeAgain(first, now *jetstream.StreamInfo, last uint64) bool {
+	return !now.Created.Equal(first.Created) || now.State.LastSeq < last
+}
+
+// ErrMadeAgain says that the bucket a watch followed was made again: its
+// revisions number anew.
+var ErrMadeAgain = errors.New("made again")
+
 // watchCheck is how often Watch checks that its bucket is the one it
 // started on.
 var watchCheck = 5 * time.Second
 
-// created returns when the bucket's stream was created.
-func (s *Store) created(ctx context.Context) (time.Time, error) {
-	c, cancel := context.WithTimeout(ctx, watchCheck)
+// stream returns the bucket's stream info, waiting at most a second: the
+// watch's revisions wait behind it.
+func (s *Store) stream(ctx context.Context) (*jetstream.StreamInfo, error) {
+	c, cancel := context.WithTimeout(ctx, min(watchCheck, time.Second))
 	defer cancel()
 	st, err := s.kv.Status(c)
 	if err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
-	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		return b.StreamInfo().Created, nil
+	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok && b.StreamInfo() != nil {
+		return b.StreamInfo(), nil
 	}
-	return time.Time{}, errors.New("no stream info")
+	return nil, errors.New("no stream info")
 }
 
 func revision(e jetstream.KeyValueEntry) Revision {

@@ -109,11 +109,13 @@ func TestStartRunsTheBucketsValidRevisionElseTheFallback(t *testing.T) {
 			t.Fatalf("Start after a delete, seed %q: %+v, want the delete (4) refused and revision 2's b running", seed, st)
 		}
 	}
+	// A purge leaves no valid revision: the running dispatchers keep what
+	// they held, a restarted one would run its file. The seed makes them one.
 	if err := kv.Purge(ctx, Key); err != nil {
 		t.Fatal(err)
 	}
-	if rev, created, err := s.Seed(ctx, []byte(goodA)); err != nil || created {
-		t.Fatalf("Seed after a purge: revision %d, created %v, %v; want the purge kept", rev, created, err)
+	if st, _ = Start(ctx, s, []byte(goodA), fallback, zerolog.Nop()); st.Refused != nil || st.Current.Revision != 6 || st.Running != 6 || st.Policy.Classes[0].Name != "a" {
+		t.Fatalf("Start after a purge: %+v, want the file seeded as revision 6 (5 is the purge) and running", st)
 	}
 }
 
@@ -355,6 +357,7 @@ func TestWatchEndsWhenTheBucketIsMadeAgain(t *testing.T) {
 	}
 	old := watchCheck
 	watchCheck = 50 * time.Millisecond
+	defer func() { watchCheck = old }() // after the watch has ended, below
 	started := make(chan struct{})
 	var once sync.Once
 	ended := make(chan error, 1)
@@ -378,8 +381,33 @@ func TestWatchEndsWhenTheBucketIsMadeAgain(t *testing.T) {
 		err2 = <-ended
 		err2 = fmt.Errorf("went on for 30 s, then %v", err2)
 	}
-	watchCheck = old
-	if err2 == nil || !strings.Contains(err2.Error(), "made again") {
+	if !errors.Is(err2, ErrMadeAgain) {
 		t.Fatalf("the watch on a bucket made again ended with %v, want an error saying so", err2)
+	}
+}
+
+// TestMadeAgain: a stream is another when its creation time changed, or
+// when its last sequence is below a revision already delivered (a cluster
+// rebuilds a memory stream lost with its server empty, under its old
+// creation time); the same stream grown, or purged (sequences kept), is not.
+func TestMadeAgain(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(created time.Time, last uint64) *jetstream.StreamInfo {
+		return &jetstream.StreamInfo{Created: created, State: jetstream.StreamState{LastSeq: last}}
+	}
+	for _, c := range []struct {
+		now       *jetstream.StreamInfo
+		delivered uint64
+		want      bool
+	}{
+		{at(t0, 4), 4, false},
+		{at(t0, 9), 4, false},
+		{at(t0.Add(time.Second), 9), 4, true},
+		{at(t0, 2), 4, true},
+	} {
+		if got := madeAgain(at(t0, 4), c.now, c.delivered); got != c.want {
+			t.Errorf("first created %v, last 4; now %v, last %d; %d delivered: made again %v, want %v",
+				t0, c.now.Created, c.now.State.LastSeq, c.delivered, got, c.want)
+		}
 	}
 }
