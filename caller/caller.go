@@ -173,7 +173,9 @@ func (c *Caller) Start(ctx context.Context, req Request) (*Call, error) {
 		case pe.Stored == StoredUnknown:
 			// It may be stored: cancel it, so that it never runs (the
 			// dispatcher cancels an id it has not seen yet at admission).
-			pe.Cancelled = c.Cancel(req.ID) == nil
+			// Cancelled only once the server has it: while reconnecting,
+			// nats.go buffers the publication, and a close loses it.
+			pe.Cancelled = c.Cancel(req.ID) == nil && c.nc.FlushTimeout(time.Second) == nil
 		}
 		_ = sub.Unsubscribe()
 		return nil, pe

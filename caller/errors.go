@@ -20,8 +20,9 @@ const (
 // PublishError is Start's error: JetStream did not confirm the request, so it
 // was not accepted. With StoredUnknown and Request.KeepUnconfirmed false,
 // Start publishes a cancellation of the request id, so that it never runs;
-// Cancelled says whether that publication went out (it cannot on a closed
-// connection: the request may then run); Kept that none was sent because
+// Cancelled says whether that publication reached the server (it cannot on
+// a closed connection, nor is it known to while the connection reconnects:
+// the request may then run); Kept that none was sent because
 // the request asked to be kept (Request.KeepUnconfirmed).
 type PublishError struct {
 	ID        string

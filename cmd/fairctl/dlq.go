@@ -548,10 +548,11 @@ func dlqPurge(ctx context.Context, g *globals, args []string) error {
 		if !*yes {
 			return nil
 		}
+		done := sum.Done
 		if err := d.remove(ctx, g, l.Seq, &sum); err != nil {
 			return fmt.Errorf("delete dead letter %d: %w", l.Seq, err)
 		}
-		prog.add(1)
+		prog.add(sum.Done - done) // 0 for a letter gone meanwhile, as the summary counts it
 		return nil
 	})
 	prog.stop()
