@@ -49,7 +49,10 @@
 // the server's clock: its stream info's creation and current times) when a
 // dispatcher may have led with an earlier bucket (Config.MayHaveLed). A
 // fresh deployment's first bucket is used at once, and a handover in it too.
-// "One TTL" is the campaigner's own: the lost bucket took the pool's longest
+// A cluster rebuilds a memory stream lost with all its servers empty, under
+// its old creation time: a bucket older than a TTL that was never written is
+// taken for one, and no key is created in it before it has been seen so for
+// a TTL. "One TTL" is the campaigner's own: the lost bucket took the pool's longest
 // with it. This holds when the pool's dispatchers share one TTL, as
 // docs/config.md (--lease-ttl) asks; a leader with a longer one, mid-way
 // through a rolling change of it, may lead beside the new one until its
@@ -129,6 +132,9 @@ type Elector struct {
 	// that is shorter (a bucket created again by a dispatcher with a shorter
 	// --lease-ttl: the key lives no longer than that); Run's goroutine only.
 	lease time.Duration
+	// emptySince is when a campaign first found the bucket older than a
+	// TTL yet never written (mayCampaign); zero otherwise. Run's goroutine.
+	emptySince time.Time
 }
 
 // New binds to the lease bucket, creating it in memory storage when missing
@@ -372,7 +378,23 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 	if now.IsZero() {
 		now = e.cfg.Now()
 	}
-	if age := now.Sub(info.Created); age < e.cfg.TTL {
+	age := now.Sub(info.Created)
+	if info.State.LastSeq == 0 && age >= e.cfg.TTL {
+		// Older than a lease, and no key ever written: a cluster rebuilt it
+		// empty (a memory stream lost with its servers keeps its creation
+		// time), and a leader of the lost one may count its lease valid
+		// still. Campaign once it has been seen so for a TTL.
+		if e.emptySince.IsZero() {
+			e.emptySince = now
+		}
+		if now.Sub(e.emptySince) < e.cfg.TTL {
+			e.log.Debug().Msg("campaign deferred: the lease bucket is older than the lease but was never written (rebuilt empty?), and a leader may still count its lease valid")
+			return false
+		}
+	} else {
+		e.emptySince = time.Time{}
+	}
+	if age < e.cfg.TTL {
 		c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
 		defer cancel()
 		if e.cfg.MayHaveLed == nil || e.cfg.MayHaveLed(c, info.Created) {

@@ -280,3 +280,47 @@ func TestBucketCheckEndsWithTheLease(t *testing.T) {
 	})
 	givenAtMost(t, e, "the bucket check", js.given, down, left)
 }
+
+// rebuiltJS answers stream info as a cluster does for a memory bucket it
+// rebuilt empty after losing all its servers: created long ago, never
+// written.
+type rebuiltJS struct{ jetstream.JetStream }
+
+type rebuiltStream struct{ jetstream.Stream }
+
+func (rebuiltJS) Stream(context.Context, string) (jetstream.Stream, error) {
+	return rebuiltStream{}, nil
+}
+
+func (rebuiltStream) CachedInfo() *jetstream.StreamInfo {
+	return &jetstream.StreamInfo{Created: time.Now().Add(-time.Hour), State: jetstream.StreamState{LastSeq: 0}}
+}
+
+// TestRebuiltBucketWaitsATTL: a lease bucket older than a lease but never
+// written was rebuilt empty (its old creation time kept), and the leader of
+// the lost one may still count its lease valid: no campaign creates the key
+// before the bucket has been seen so for a TTL. (A delay only makes the
+// lead later, never earlier: the bound cannot fail by timing.)
+func TestRebuiltBucketWaitsATTL(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	e, _ := leaseOn(t, &stallingKV{updates: make(chan time.Duration, 64)}, ttl)
+	e.js = rebuiltJS{}
+	start := time.Now()
+	led := make(chan time.Duration, 1)
+	run(t, e, func(lead bool) {
+		if lead {
+			select {
+			case led <- time.Since(start):
+			default:
+			}
+		}
+	})
+	select {
+	case d := <-led:
+		if d < ttl {
+			t.Errorf("led %v after the start on a rebuilt bucket; want no sooner than a TTL (%v)", d, ttl)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("never led on the rebuilt bucket")
+	}
+}
