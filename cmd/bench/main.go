@@ -100,9 +100,12 @@ func main() {
 	}
 	if err := run(os.Args[1:]); err != nil {
 		var u usageError
+		var f flagError
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			os.Exit(0)
+		case errors.As(err, &f):
+			os.Exit(2)
 		case errors.As(err, &u):
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			os.Exit(2)
@@ -116,6 +119,11 @@ func main() {
 type usageError struct{ error }
 
 func (u usageError) Unwrap() error { return u.error }
+
+// flagError is an error of the flag package, which printed it already.
+type flagError struct{ error }
+
+func (f flagError) Unwrap() error { return f.error }
 
 func parseOptions(args []string) (options, error) {
 	var o options
@@ -144,7 +152,7 @@ func parseOptions(args []string) (options, error) {
 	var fleetLoads, fleetSystems string
 	o.fleet.flags(fs, &fleetLoads, &fleetSystems)
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, flagError{err} // the flag package has said it, with the usage
 	}
 	if err := o.fleet.parse(fleetLoads, fleetSystems); err != nil {
 		return o, err
