@@ -10,6 +10,7 @@ import (
 	"maps"
 	mrand "math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -140,7 +141,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		return nil, err
 	}
 	r.names = names
-	if err := r.ensureStream(ctx, js, names); err != nil {
+	if err := r.ensureStream(ctx, nc, js, names); err != nil {
 		return nil, err
 	}
 	inbox := nc.NewRespInbox()
@@ -205,19 +206,28 @@ wait:
 }
 
 // ensureStream creates the request stream when it is missing.
-func (r *run) ensureStream(ctx context.Context, js jetstream.JetStream, names naming.Names) error {
-	lctx, cancel := context.WithTimeout(ctx, streamLookupWait)
-	defer cancel()
-	_, err := js.Stream(lctx, names.ReqStream())
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+func (r *run) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names naming.Names) error {
+	var err error
+	for {
+		lctx, cancel := context.WithTimeout(ctx, streamLookupWait)
+		_, err = js.Stream(lctx, names.ReqStream())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			break
+		}
 		// A producer's permissions (docs/security.md) grant no JetStream
-		// API: the server drops the lookup, and publishing says the rest.
-		r.log.Warn().Str("stream", names.ReqStream()).Dur("waited", streamLookupWait).
-			Msg("the request stream could not be looked up (no JetStream API permission?): publishing anyway, which fails if it does not exist")
-		return nil
+		// API: the server refuses the lookup (nats.go keeps the refusal as
+		// the connection's last error) and never answers it; publishing
+		// says the rest. Otherwise JetStream is slow: ask again.
+		if le := nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) && strings.Contains(le.Error(), "STREAM.INFO."+names.ReqStream()) {
+			r.log.Warn().Str("stream", names.ReqStream()).Str("refused", le.Error()).
+				Msg("the request stream cannot be looked up (no JetStream API permission): publishing anyway, which fails if it does not exist")
+			return nil
+		}
+		r.log.Warn().Str("stream", names.ReqStream()).Dur("waited", streamLookupWait).Msg("JetStream did not answer the request stream's lookup; asking again")
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("loadgen: look up stream %s: %w", names.ReqStream(), err)
