@@ -52,11 +52,12 @@
 // A cluster rebuilds a memory stream lost with all its servers empty, under
 // its old creation time: a bucket older than a TTL that was never written is
 // taken for one, and no key is created in it before it has been seen so for
-// a TTL. "One TTL" is the campaigner's own: the lost bucket took the pool's longest
-// with it. This holds when the pool's dispatchers share one TTL, as
-// docs/config.md (--lease-ttl) asks; a leader with a longer one, mid-way
-// through a rolling change of it, may lead beside the new one until its
-// next renewal finds the bucket gone.
+// a TTL. "One TTL" is the longest the campaigner knows: its own, or the
+// longest it saw the lost bucket keep (the pool's longest, which the bucket
+// took with it). A dispatcher that started after the loss knows only its
+// own: should the pool's TTLs differ then (mid-way through a rolling change
+// of --lease-ttl), a leader with a longer one may lead beside it until its
+// next renewal finds the bucket gone; docs/config.md asks for one TTL.
 package leader
 
 import (
@@ -135,6 +136,11 @@ type Elector struct {
 	// emptySince is when a campaign first found the bucket older than a
 	// TTL yet never written (mayCampaign); zero otherwise. Run's goroutine.
 	emptySince time.Time
+	// poolTTL is the longest TTL this process has seen the bucket keep (its
+	// MaxAge: the longest any dispatcher of the pool asked for), which a
+	// bucket lost with its server takes with it: the wait before a key in a
+	// bucket made again is the longer of it and cfg.TTL. Run's goroutine.
+	poolTTL time.Duration
 }
 
 // New binds to the lease bucket, creating it in memory storage when missing
@@ -362,6 +368,8 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 		e.log.Debug().Err(err).Msg("campaign deferred: lease bucket not readable")
 		return false
 	}
+	e.poolTTL = max(e.poolTTL, info.Config.MaxAge)
+	wait := max(e.cfg.TTL, e.poolTTL) // a leader of the lost bucket may have had the longest
 	lease := e.cfg.TTL
 	if ttl := info.Config.MaxAge; ttl > 0 && ttl < lease {
 		// Made again by a dispatcher with a shorter --lease-ttl (rebind):
@@ -379,7 +387,7 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 		now = e.cfg.Now()
 	}
 	age := now.Sub(info.Created)
-	if info.State.LastSeq == 0 && age >= e.cfg.TTL {
+	if info.State.LastSeq == 0 && age >= wait {
 		// Older than a lease, and no key ever written: a cluster rebuilt it
 		// empty (a memory stream lost with its servers keeps its creation
 		// time), and a leader of the lost one may count its lease valid
@@ -387,14 +395,14 @@ func (e *Elector) mayCampaign(ctx context.Context) bool {
 		if e.emptySince.IsZero() {
 			e.emptySince = now
 		}
-		if now.Sub(e.emptySince) < e.cfg.TTL {
+		if now.Sub(e.emptySince) < wait {
 			e.log.Debug().Msg("campaign deferred: the lease bucket is older than the lease but was never written (rebuilt empty?), and a leader may still count its lease valid")
 			return false
 		}
 	} else {
 		e.emptySince = time.Time{}
 	}
-	if age < e.cfg.TTL {
+	if age < wait {
 		c, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
 		defer cancel()
 		if e.cfg.MayHaveLed == nil || e.cfg.MayHaveLed(c, info.Created) {

@@ -440,3 +440,53 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 		t.Fatalf("the new lease was taken %v after its bucket was created, want at least the TTL %v", age, ttl)
 	}
 }
+
+// TestMixedTTLBucketLoss: dispatchers of different --lease-ttl (mid-way
+// through a rolling change of it) lose their memory lease bucket with its
+// server. The one that makes the bucket again waits the longest TTL it saw
+// the lost bucket keep, not only its own: the old leader, with the longer
+// lease, may count it valid until its next renewal finds the bucket gone.
+func TestMixedTTLBucketLoss(t *testing.T) {
+	ns := natstest.Start(t, nil)
+	var ledMu sync.Mutex
+	var ledAt time.Time
+	mayHaveLed := func(_ context.Context, created time.Time) bool {
+		ledMu.Lock()
+		defer ledMu.Unlock()
+		return !ledAt.IsZero() && ledAt.Before(created)
+	}
+	start := func(id string, ttl time.Duration) *candidate {
+		return campaignOn(t, ns.Connect(t), Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
+			ledMu.Lock()
+			if lead && ledAt.IsZero() {
+				ledAt = time.Now()
+			}
+			ledMu.Unlock()
+		})
+	}
+	a := start("a", 4*time.Second)
+	waitFor(t, 10*time.Second, "a to lead", a.e.Leader)
+	b := start("b", 100*time.Millisecond)
+	// The server restarts right after one of a's renewals: a counts its
+	// lease valid for most of 3 s more, and renews 1 s later.
+	js, _ := jetstream.New(ns.Connect(t))
+	kv, err := js.KeyValue(context.Background(), DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(context.Background(), DefaultKey, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Updates():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal seen")
+	}
+	_ = w.Stop()
+	stop := watch(t, a, b)
+	ns.Restart()
+	waitFor(t, 30*time.Second, "a to step down", func() bool { return !a.e.Leader() })
+	waitFor(t, 30*time.Second, "a or b to lead again", func() bool { return a.e.Leader() || b.e.Leader() })
+	stop()
+}
