@@ -53,6 +53,10 @@ type Completion struct {
 	// cached_tokens; 0 from workers without one).
 	PromptTokens uint64 `json:"prompt_tokens"`
 	CachedTokens uint64 `json:"cached_tokens"`
+	// Status is the record's: how the request ended, "" (ok), "failed" or
+	// "cancelled" (an engine worker's record for a request its engine
+	// refused is failed).
+	Status string `json:"status,omitempty"`
 }
 
 // Outcome is an outcome published on Dispatch-Reply-To (docs/protocol.md,
@@ -191,20 +195,22 @@ type Summary struct {
 	PublishFailed int            `json:"publish_failed"`
 	Refused       map[string]int `json:"publish_refused_by_reason,omitempty"`
 	Completed     int            `json:"completed"`
-	Rejected      int            `json:"rejected"`
-	Duplicates    int            `json:"duplicates"`
-	Complete      bool           `json:"complete"`
-	ElapsedMs     float64        `json:"elapsed_ms"`
-	Throughput    float64        `json:"throughput"`
-	P50Ms         float64        `json:"p50_ms"`
-	P90Ms         float64        `json:"p90_ms"`
-	P99Ms         float64        `json:"p99_ms"`
-	Classes       []ClassSummary `json:"classes"`
-	PrefixK       int            `json:"prefix_k"`
-	PrefixShare   map[string]int `json:"prefix_share"`
-	RejectedBy    map[string]int `json:"rejected_by_error,omitempty"`
-	CacheHitRate  float64        `json:"cache_hit_rate,omitempty"`
-	PerWorker     map[string]int `json:"completions_per_worker,omitempty"`
+	// NotOK counts the completions whose record says failed or cancelled.
+	NotOK        int            `json:"completed_not_ok"`
+	Rejected     int            `json:"rejected"`
+	Duplicates   int            `json:"duplicates"`
+	Complete     bool           `json:"complete"`
+	ElapsedMs    float64        `json:"elapsed_ms"`
+	Throughput   float64        `json:"throughput"`
+	P50Ms        float64        `json:"p50_ms"`
+	P90Ms        float64        `json:"p90_ms"`
+	P99Ms        float64        `json:"p99_ms"`
+	Classes      []ClassSummary `json:"classes"`
+	PrefixK      int            `json:"prefix_k"`
+	PrefixShare  map[string]int `json:"prefix_share"`
+	RejectedBy   map[string]int `json:"rejected_by_error,omitempty"`
+	CacheHitRate float64        `json:"cache_hit_rate,omitempty"`
+	PerWorker    map[string]int `json:"completions_per_worker,omitempty"`
 	// TTFTP50Ms and TTFTP99Ms are the time to first token's percentiles,
 	// when the workers' records carry first_token_at.
 	TTFTP50Ms float64 `json:"ttft_p50_ms,omitempty"`
@@ -246,6 +252,9 @@ func (r *Result) Summarize(firstClassCount int) Summary {
 	}
 	var ttft []time.Duration
 	for _, c := range r.Completions {
+		if c.Status != "" && c.Status != wire.StatusOK {
+			s.NotOK++
+		}
 		if c.TTFT > 0 {
 			ttft = append(ttft, c.TTFT)
 		}
@@ -276,6 +285,9 @@ func (s Summary) String() string {
 		s.RunID, s.Requests, s.Published, s.Completed, s.Rejected, s.PublishFailed, s.Duplicates)
 	if !s.Complete {
 		b.WriteString(" (INCOMPLETE)")
+	}
+	if s.NotOK > 0 {
+		fmt.Fprintf(&b, "\n%d of the completions ended failed or cancelled (their workers' records say so)", s.NotOK)
 	}
 	fmt.Fprintf(&b, "\nelapsed %.1f ms, throughput %.1f req/s, latency p50 %.1f ms p90 %.1f ms p99 %.1f ms\n",
 		s.ElapsedMs, s.Throughput, s.P50Ms, s.P90Ms, s.P99Ms)

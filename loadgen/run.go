@@ -558,7 +558,7 @@ func (r *run) onCompletion(m *nats.Msg) {
 		DPRank: rec.DPRank, Seq: rec.Seq, QueuedMs: rec.QueuedMs, PublishedAt: q.publishedAt,
 		ReceivedAt: rec.ReceivedAt, StartedAt: rec.StartedAt, FirstTokenAt: rec.FirstTokenAt, FinishedAt: finished,
 		Latency: finished.Sub(q.publishedAt), PromptTokens: q.isl, CachedTokens: rec.CachedTokens,
-		PrefillTokens: rec.PrefillTokens, OutputTokens: rec.OutputTokens,
+		PrefillTokens: rec.PrefillTokens, OutputTokens: rec.OutputTokens, Status: rec.Status,
 	}
 	if !rec.FirstTokenAt.IsZero() {
 		c.TTFT = rec.FirstTokenAt.Sub(q.publishedAt)

@@ -1,6 +1,9 @@
 package loadgen
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestTenantPicker: the smooth weighted round robin gives each tenant its
 // weight's part of every class's requests, evenly spread: a:3,b:1 gives b one
@@ -41,5 +44,19 @@ func TestKeyShareBacklogged(t *testing.T) {
 	by, n := r.KeyShareBacklogged()
 	if n != 4 || by["a"] != 2 || by["b"] != 2 {
 		t.Errorf("got %v over %d, want a 2 and b 2 over 4 (b's last ends it; no key skipped)", by, n)
+	}
+}
+
+// TestSummaryCountsCompletionsNotOK: a completion whose record says failed
+// or cancelled (an engine that refused the request) is counted and said,
+// rather than passing for a request served.
+func TestSummaryCountsCompletionsNotOK(t *testing.T) {
+	r := &Result{Complete: true}
+	for _, st := range []string{"", "ok", "failed", "cancelled"} {
+		r.Completions = append(r.Completions, Completion{Status: st})
+	}
+	s := r.Summarize(0)
+	if s.NotOK != 2 || !strings.Contains(s.String(), "2 of the completions ended failed or cancelled") {
+		t.Errorf("not ok %d, summary %q; want 2, said", s.NotOK, s.String())
 	}
 }
