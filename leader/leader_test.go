@@ -385,33 +385,16 @@ func TestLeaseBucketFallsBackToFile(t *testing.T) {
 func TestLeaseBucketLostWithItsServer(t *testing.T) {
 	ns := natstest.Start(t, nil)
 	const ttl = 1500 * time.Millisecond
-	// A lease was first taken at ledAt (as the dispatcher's durable consumer
-	// records it): a bucket created later may have lost one.
-	var ledMu sync.Mutex
-	var ledAt time.Time
-	mayHaveLed := func(_ context.Context, created time.Time) bool {
-		ledMu.Lock()
-		defer ledMu.Unlock()
-		return !ledAt.IsZero() && ledAt.Before(created)
-	}
-	start := func(id string) *candidate {
-		return campaignOn(t, ns.Connect(t), Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
-			ledMu.Lock()
-			if lead && ledAt.IsZero() {
-				ledAt = time.Now()
-			}
-			ledMu.Unlock()
-		})
-	}
-	a := start("a")
+	start := firstLead(t, ns)
+	a := start("a", ttl)
 	waitFor(t, 10*time.Second, "a to lead at once in a fresh deployment", a.e.Leader)
-	b := start("b")
+	b := start("b", ttl)
 	stop := watch(t, a, b)
 	// A handover in the first bucket is at once, however young the bucket.
 	a.cancel()
 	<-a.done
 	waitFor(t, 10*time.Second, "b to lead after a released", b.e.Leader)
-	a = start("a")
+	a = start("a", ttl)
 	stop()
 	stop = watch(t, b, a)
 	ns.Restart()
@@ -441,6 +424,29 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 	}
 }
 
+// firstLead returns a function that starts candidates on ns whose
+// MayHaveLed says whether a lease was first taken (as the dispatcher's
+// durable consumer records it) before the bucket created at created: a
+// bucket created later may have lost one.
+func firstLead(t *testing.T, ns *natstest.Server) func(id string, ttl time.Duration) *candidate {
+	var mu sync.Mutex
+	var ledAt time.Time
+	mayHaveLed := func(_ context.Context, created time.Time) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !ledAt.IsZero() && ledAt.Before(created)
+	}
+	return func(id string, ttl time.Duration) *candidate {
+		return campaignOn(t, ns.Connect(t), Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
+			mu.Lock()
+			if lead && ledAt.IsZero() {
+				ledAt = time.Now()
+			}
+			mu.Unlock()
+		})
+	}
+}
+
 // TestMixedTTLBucketLoss: dispatchers of different --lease-ttl (mid-way
 // through a rolling change of it) lose their memory lease bucket with its
 // server. The one that makes the bucket again waits the longest TTL it saw
@@ -448,22 +454,7 @@ func TestLeaseBucketLostWithItsServer(t *testing.T) {
 // lease, may count it valid until its next renewal finds the bucket gone.
 func TestMixedTTLBucketLoss(t *testing.T) {
 	ns := natstest.Start(t, nil)
-	var ledMu sync.Mutex
-	var ledAt time.Time
-	mayHaveLed := func(_ context.Context, created time.Time) bool {
-		ledMu.Lock()
-		defer ledMu.Unlock()
-		return !ledAt.IsZero() && ledAt.Before(created)
-	}
-	start := func(id string, ttl time.Duration) *candidate {
-		return campaignOn(t, ns.Connect(t), Config{ID: id, TTL: ttl, MayHaveLed: mayHaveLed}, func(lead bool) {
-			ledMu.Lock()
-			if lead && ledAt.IsZero() {
-				ledAt = time.Now()
-			}
-			ledMu.Unlock()
-		})
-	}
+	start := firstLead(t, ns)
 	a := start("a", 4*time.Second)
 	waitFor(t, 10*time.Second, "a to lead", a.e.Leader)
 	b := start("b", 100*time.Millisecond)
