@@ -141,7 +141,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*R
 		return nil, err
 	}
 	r.names = names
-	if err := r.ensureStream(ctx, nc, js, names); err != nil {
+	if err := r.ensureStream(ctx, nc, js); err != nil {
 		return nil, err
 	}
 	inbox := nc.NewRespInbox()
@@ -206,7 +206,8 @@ wait:
 }
 
 // ensureStream creates the request stream when it is missing.
-func (r *run) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, names naming.Names) error {
+func (r *run) ensureStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
+	names := r.names
 	var err error
 	for {
 		lctx, cancel := context.WithTimeout(ctx, streamLookupWait)

@@ -434,11 +434,7 @@ func dlqReplay(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintln(tw, "SEQ\tREQUEST ID\tSUBJECT\tREPLAY AS\tNOTE")
 	}
 	var dry []map[string]any
-	verb := "replayed"
-	if !*yes {
-		verb = "" // a dry run replays nothing: the line counts what it read
-	}
-	prog := newProgress(g.stderr, verb)
+	prog := newProgress(g.stderr, "replayed", !*yes)
 	defer prog.stop()
 	var pace pacer
 	batch := dlqFetchBatch
@@ -537,11 +533,7 @@ func dlqPurge(ctx context.Context, g *globals, args []string) error {
 	}
 	defer d.nc.Close()
 	sum := replaySummary{DryRun: !*yes}
-	verb := "purged"
-	if !*yes {
-		verb = ""
-	}
-	prog := newProgress(g.stderr, verb)
+	prog := newProgress(g.stderr, "purged", !*yes)
 	defer prog.stop()
 	err = d.scan(ctx, g, f, true, dlqFetchBatch, prog, func(l bus.Letter, _ jetstream.Msg) error {
 		sum.Matched++

@@ -60,7 +60,12 @@ type progress struct {
 	printed    bool
 }
 
-func newProgress(w io.Writer, verb string) *progress {
+// newProgress starts the progress line of a command that verb (replayed,
+// purged) its letters; a dry run acts on none, and its line counts reads.
+func newProgress(w io.Writer, verb string, dry bool) *progress {
+	if dry {
+		verb = ""
+	}
 	return startProgress(w, verb, progressEvery)
 }
 

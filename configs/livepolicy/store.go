@@ -128,13 +128,13 @@ func (s *Store) Name(rev uint64) string { return fmt.Sprintf("%s@%d", s.bucket, 
 // is then 0.
 func (s *Store) Seed(ctx context.Context, yaml []byte) (rev uint64, created bool, err error) {
 	err = s.whileLeaderless(ctx, func() (err error) { rev, err = s.kv.Update(ctx, Key, yaml, 0); return err })
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		if res, rerr := s.Resolve(ctx); rerr == nil && res.Current.Deleted && res.Policy == nil {
 			rev, err = s.kv.Update(ctx, Key, yaml, res.Current.Revision)
 		}
 	}
 	switch {
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch): // Update maps a wrong last sequence to it
 		return 0, false, nil
 	case err != nil:
 		return 0, false, fmt.Errorf("policy bucket %s: seed: %w", s.bucket, sizeHint(err))
