@@ -2,26 +2,33 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"fairdispatch/internal/fakeengine"
 )
 
-// TestPermissionsEngineWorkerProgram: the engine worker program, given the
+// TestPermissionsEnginePrograms: the engine worker program, given the
 // example's worker user, password and inbox prefix on its command line and in
 // its environment, serves a producer's chat stream under the example
 // permissions, and its confirmed acknowledgements (answered on its own inbox)
 // leave nothing in the request stream. A wrong password stops it at once with
-// the server's reason instead of waiting out --connect-timeout.
-func TestPermissionsEngineWorkerProgram(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "engineworker")
-	if out, err := exec.Command("go", "build", "-o", bin, "fairdispatch/cmd/engineworker").CombinedOutput(); err != nil {
-		t.Fatalf("build engineworker: %v\n%s", err, out)
-	}
+// the server's reason instead of waiting out --connect-timeout. Then the
+// gateway program, run as the example's gateway user with its inbox and
+// response prefixes, finds the pool ready (its health check reads only what
+// the example grants it) and answers OpenAI calls, streaming and not, through
+// that engine worker, with no permission refused to anyone.
+func TestPermissionsEnginePrograms(t *testing.T) {
+	bins := buildPrograms(t, t.TempDir(), "engineworker", "gateway")
+	bin := bins["engineworker"]
 	n, p := permStart(t)
 	engine, err := fakeengine.New(context.Background(), fakeengine.Config{MaxNumSeqs: 8, NumGPUBlocks: 400, DecodePerToken: time.Millisecond})
 	if err != nil {
@@ -71,6 +78,77 @@ func TestPermissionsEngineWorkerProgram(t *testing.T) {
 	})
 	if s := errs.String(); s != "" {
 		t.Errorf("the producer got asynchronous errors:\n%s", s)
+	}
+
+	gwConf := filepath.Join(t.TempDir(), "gateway.yaml")
+	cfg := gwConfig(gwOptions{modelExtra: "    engine_model: fake-model\n", tenants: []gwTenant{{name: "acme", classes: "[premium]"}}})
+	if err := os.WriteFile(gwConf, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	listen, admin := freeAddr(t), freeAddr(t)
+	gw := exec.Command(bins["gateway"], "--config", gwConf, "--listen", listen, "--admin-addr", admin, "--nats-url", n.URL(),
+		"--nats-user", "gateway", "--nats-inbox-prefix", "_INBOX_gateway", "--response-prefix", "_RESP.gateway")
+	gw.Env = append(gw.Environ(), "GATEWAY_NATS_PASSWORD="+permGatewaySecret)
+	gwOut, gwDone := startProcess(t, "gateway", gw)
+	base := "http://" + listen
+	waitFor(t, 30*time.Second, "the gateway ready", func() bool {
+		select {
+		case err := <-gwDone:
+			t.Fatalf("gateway exited: %v\n%s", err, gwOut)
+		default:
+		}
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello through the gateway"}],"max_tokens":5,"stream":%t}`, gwModel, stream)
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// The fake engine's tokens, whole in the message or one a chunk.
+		want := `"content":" tok0 tok1 tok2 tok3 tok4"`
+		if stream {
+			want = `"content":" tok4"`
+		}
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(got), want) {
+			t.Fatalf("stream %t: %d %s\nwant 200 with %s\ngateway:\n%s", stream, resp.StatusCode, got, want, tail(gwOut.String(), 15))
+		}
+	}
+	waitFor(t, 20*time.Second, "the gateway's requests acknowledged", func() bool {
+		return streamMsgs(t, js, "DISPATCH_REQ") == 0
+	})
+	// Without leader election the health check reads the durable consumer
+	// instead of the lease (gateway.Health); the user may.
+	gwc, gwErrs := secConnect(t, n.URL(), "gateway", permGatewaySecret, "_INBOX_gateway")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := jsOf(t, gwc).Stream(ctx, "DISPATCH_REQ"); err != nil {
+		t.Fatalf("the gateway user's stream info: %v", err)
+	} else if _, err := st.Consumer(ctx, "dispatcher"); err != nil {
+		t.Fatalf("the gateway user's consumer info: %v", err)
+	}
+	// The gateway user has no more than its part: not the dispatcher's inbox.
+	if _, err := gwc.SubscribeSync("_INBOX.>"); err != nil {
+		t.Fatal(err)
+	}
+	_ = gwc.Flush()
+	waitFor(t, 5*time.Second, "the refusal of the dispatcher's inbox", func() bool {
+		return gwErrs.has(`Subscription to "_INBOX.>"`)
+	})
+	for name, out := range map[string]string{"gateway": gwOut.String(), "engineworker": wOut.String(), "dispatcher": p.out.String()} {
+		if strings.Contains(out, "Permissions Violation") {
+			t.Errorf("%s was refused a permission:\n%s", name, out)
+		}
 	}
 }
 

@@ -35,6 +35,7 @@ const (
 	permW2Secret         = "worker-w2-example-secret"
 	permMonitorSecret    = "monitor-example-secret"
 	permPolicySecret     = "policy-admin-example-secret"
+	permGatewaySecret    = "gateway-example-secret"
 	// Pool qwen (TestPermissionsPoolsConfined).
 	permQwenDispatcherSecret = "dispatcher-qwen-example-secret"
 	permQwenProducerSecret   = "producer-qwen-example-secret"
@@ -45,7 +46,7 @@ const (
 var permSecrets = map[string]string{
 	"dispatcher": permDispatcherSecret, "producer_premium": permPremiumSecret, "producer_regular": permRegularSecret,
 	"worker_w1": permW1Secret, "worker_w2": permW2Secret, "monitor": permMonitorSecret, "policy_admin": permPolicySecret,
-	"dispatcher_qwen": permQwenDispatcherSecret, "producer_qwen": permQwenProducerSecret, "worker_qwen_w1": permQwenW1Secret,
+	"gateway": permGatewaySecret, "dispatcher_qwen": permQwenDispatcherSecret, "producer_qwen": permQwenProducerSecret, "worker_qwen_w1": permQwenW1Secret,
 }
 
 // TestPermissionsExampleSecrets checks that the bcrypt hashes in the example
