@@ -60,6 +60,10 @@
 //
 // # Concurrency
 //
-// All methods are safe for concurrent use. SetWorkers serialises on a mutex; the
-// others are lock-free (the Prometheus collectors are atomic).
+// The methods that take a class index (Dispatched, QueueWait, Rejected,
+// DeadLetter, SetClass, SetOldestQueued, SetKeyFairness) read the class list,
+// which SetClasses replaces without a lock; so they, SetClasses and Classes
+// belong to the one goroutine that owns the scheduler (the queue actor). Every
+// other method is safe for concurrent use: SetWorkers serialises on a mutex,
+// the rest are lock-free (the Prometheus collectors are atomic).
 package metrics
