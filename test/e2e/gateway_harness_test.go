@@ -168,7 +168,14 @@ func startGateway(t *testing.T, url, cfg string, reg *prometheus.Registry, mod f
 // post sends a request to the rig's gateway and returns the status and body.
 func (r *gwRig) post(path, key, body string, hdr ...string) (*http.Response, string) {
 	r.t.Helper()
-	req, _ := http.NewRequest("POST", r.url+path, strings.NewReader(body))
+	return gwPost(r.t, r.url, path, key, body, hdr...)
+}
+
+// gwPost sends a request to the gateway at base with the API key and
+// headers hdr (name, value, ...), and returns the response and its body.
+func gwPost(t testing.TB, base, path, key, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -176,7 +183,7 @@ func (r *gwRig) post(path, key, body string, hdr ...string) (*http.Response, str
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -106,21 +105,13 @@ func TestPermissionsEnginePrograms(t *testing.T) {
 	})
 	for _, stream := range []bool{false, true} {
 		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hello through the gateway"}],"max_tokens":5,"stream":%t}`, gwModel, stream)
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer sk-acme")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, got := gwPost(t, base, "/v1/chat/completions", "sk-acme", body)
 		// The fake engine's tokens, whole in the message or one a chunk.
 		want := `"content":" tok0 tok1 tok2 tok3 tok4"`
 		if stream {
 			want = `"content":" tok4"`
 		}
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(got), want) {
+		if resp.StatusCode != http.StatusOK || !strings.Contains(got, want) {
 			t.Fatalf("stream %t: %d %s\nwant 200 with %s\ngateway:\n%s", stream, resp.StatusCode, got, want, tail(gwOut.String(), 15))
 		}
 	}
